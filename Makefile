@@ -1,0 +1,119 @@
+# Top-level build. Everything lands in $(BUILD):
+#   $(BUILD)/lib   libxseg.a, libxseg.so (libxseg = xtypes + src), libpeer.a
+#   $(BUILD)/bin   every program: peers/<name>/, tools/<name>/, bench/<name>/
+#   $(BUILD)/tests every Check test program: tests/test_*.c
+# New directories and files are picked up by wildcard; no per-file rules.
+#
+#   make                      build everything
+#   make check                build and run the whole test suite
+#   make check SANITIZE=address|thread   same, in build-address / build-thread
+#   make run                  the main job on the embedded default (see README)
+#   make install PREFIX=/usr/local DESTDIR=
+
+SANITIZE ?=
+BUILD    ?= build$(if $(SANITIZE),-$(SANITIZE))
+PREFIX   ?= /usr/local
+DESTDIR  ?=
+
+CC       ?= cc
+PKGS     := liburcu liburcu-cds libxxhash
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+CHECK_CFLAGS := $(shell pkg-config --cflags check 2>/dev/null)
+CHECK_LIBS   := $(shell pkg-config --libs check 2>/dev/null)
+
+OPT      ?= -O2 -g
+CFLAGS   += -std=gnu11 $(OPT) -Wall -Wextra -Werror -fPIC -pthread \
+            -Iinclude -MMD -MP $(PKG_CFLAGS)
+LDLIBS   += $(PKG_LIBS) -lpthread -lrt -lm
+
+ifeq ($(SANITIZE),address)
+  SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+else ifeq ($(SANITIZE),thread)
+  SAN_FLAGS := -fsanitize=thread -fno-omit-frame-pointer
+else ifneq ($(SANITIZE),)
+  $(error SANITIZE must be address or thread, not '$(SANITIZE)')
+endif
+CFLAGS  += $(SAN_FLAGS)
+LDFLAGS += $(SAN_FLAGS)
+
+# ---- sources -------------------------------------------------------------
+LIB_SRC     := $(wildcard xtypes/*.c) $(wildcard src/*.c)
+RUNTIME_SRC := $(wildcard peers/runtime/*.c)
+PEER_DIRS   := $(filter-out peers/runtime,$(patsubst %/,%,$(dir $(wildcard peers/*/*.c))))
+TOOL_DIRS   := $(patsubst %/,%,$(dir $(wildcard tools/*/*.c)))
+BENCH_DIRS  := $(filter-out bench/common,$(patsubst %/,%,$(dir $(wildcard bench/*/*.c))))
+BENCH_COMMON_SRC := $(wildcard bench/common/*.c)
+PROG_DIRS   := $(sort $(PEER_DIRS) $(TOOL_DIRS) $(BENCH_DIRS))
+PROGS       := $(addprefix $(BUILD)/bin/,$(notdir $(PROG_DIRS)))
+TEST_SRC    := $(wildcard tests/test_*.c)
+TEST_SUPPORT_SRC := $(wildcard tests/support/*.c)
+TESTS       := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+
+LIB_OBJ     := $(call obj,$(LIB_SRC))
+RUNTIME_OBJ := $(call obj,$(RUNTIME_SRC))
+BENCH_COMMON_OBJ := $(call obj,$(BENCH_COMMON_SRC))
+TEST_SUPPORT_OBJ := $(call obj,$(TEST_SUPPORT_SRC))
+
+LIBXSEG_A  := $(BUILD)/lib/libxseg.a
+LIBXSEG_SO := $(BUILD)/lib/libxseg.so
+LIBPEER_A  := $(BUILD)/lib/libpeer.a
+
+# Programs that need more than libxseg: LIBS_<name> := ...
+LIBS_sosd := -lrados
+
+.PHONY: all check run install clean bench
+all: $(LIBXSEG_A) $(LIBXSEG_SO) $(LIBPEER_A) $(PROGS) $(TESTS)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(LIBXSEG_A): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(LIBXSEG_SO): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(LIBPEER_A): $(RUNTIME_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+# One program per directory; all objects of that directory are linked in.
+define PROG_RULE
+$(BUILD)/bin/$(notdir $(1)): $(call obj,$(wildcard $(1)/*.c)) $(if $(filter bench/%,$(1)),$(BENCH_COMMON_OBJ)) $(LIBPEER_A) $(LIBXSEG_A)
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(LDFLAGS) -o $$@ $$(filter %.o,$$^) $(LIBPEER_A) $(LIBXSEG_A) $$(LIBS_$(notdir $(1))) $$(LDLIBS)
+endef
+$(foreach d,$(PROG_DIRS),$(eval $(call PROG_RULE,$(d))))
+
+$(BUILD)/obj/tests/%.o: CFLAGS += $(CHECK_CFLAGS)
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_SUPPORT_OBJ) $(LIBPEER_A) $(LIBXSEG_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIBPEER_A) $(LIBXSEG_A) $(CHECK_LIBS) $(LDLIBS)
+
+check: all
+	BUILD=$(BUILD) SANITIZE=$(SANITIZE) tests/run-tests.sh
+
+run: all
+	BUILD=$(BUILD) tools/run-default.sh
+
+bench: all
+	BUILD=$(BUILD) bench/run-benchmarks.sh
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include
+	install -m 0755 $(PROGS) $(DESTDIR)$(PREFIX)/bin/
+	install -m 0644 $(LIBXSEG_A) $(DESTDIR)$(PREFIX)/lib/
+	install -m 0755 $(LIBXSEG_SO) $(DESTDIR)$(PREFIX)/lib/
+	cp -r include/xseg include/xtypes $(DESTDIR)$(PREFIX)/include/
+	sed -e 's|@PREFIX@|$(PREFIX)|g' tools/libxseg.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/libxseg.pc
+
+clean:
+	rm -rf build build-address build-thread
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,319 @@
+/*
+ * libxseg: a shared-memory segment through which processes ("peers") pass
+ * requests from port to port.
+ *
+ * A segment is POSIX shared memory holding, at fixed offsets recorded in its
+ * header: a port table, a fixed pool of requests and a data heap for request
+ * buffers. Nothing inside it is a raw pointer, so every process may map it at
+ * a different address.
+ *
+ * Life of a request (see docs/architecture.md):
+ *   client:  xseg_get_request -> xseg_prep_request -> fill -> xseg_submit
+ *   server:  xseg_accept -> serve -> xseg_respond
+ *   client:  xseg_receive -> read the result -> xseg_put_request
+ * A server that passes a request on to another port uses xseg_forward; the
+ * reply then comes back to it first, and it responds in turn.
+ *
+ * Every call validates its arguments and returns a negative errno (or NULL
+ * with errno set) instead of touching the segment on bad input. The last
+ * error's explanation, naming the failing value, is in xseg_last_error().
+ *
+ * Thread safety: every call may be made from any thread of any process that
+ * joined the segment, except where noted. Queues are lock-free, so a process
+ * that dies mid-call never leaves a lock held that the others wait on.
+ */
+#ifndef XSEG_XSEG_H
+#define XSEG_XSEG_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- limits and constants ------------------------------------------- */
+
+#define XSEG_MAX_TARGETLEN   255u        /* bytes, without the NUL */
+#define XSEG_MAX_PATH        16u         /* ports a request may pass through */
+#define XSEG_MAX_PORTS       65534u
+#define XSEG_MAX_REQUESTS    (1u << 20)
+#define XSEG_NO_PORT         UINT32_MAX
+#define XSEG_NAME_MAX        200u        /* segment name, without leading '/' */
+
+/* Defaults used by xseg create and by peers that create their own segment. */
+#define XSEG_DEFAULT_PORTS     64u
+#define XSEG_DEFAULT_REQUESTS  4096u
+#define XSEG_DEFAULT_HEAP      (256ull << 20)
+
+/* ---- request operations, flags, states -------------------------------- */
+
+enum xseg_op {
+	X_PING = 0,
+	X_READ = 1,
+	X_WRITE = 2,
+	X_FLUSH = 3,    /* barrier: every write acknowledged before it is durable */
+	X_DELETE = 4,
+	X_INFO = 5,     /* reply data: struct xseg_reply_info */
+	X_COPY = 6,     /* target = destination; data: struct xseg_request_copy */
+	X_CONTROL = 7,  /* peer-specific control message, data: text */
+	X_OP_MAX
+};
+
+/* Request flags. */
+#define XF_FUA    (1u << 0)  /* this write is durable before it is answered */
+#define XF_FLUSH  (1u << 1)  /* a flush barrier precedes this request */
+#define XF_ALL    (XF_FUA | XF_FLUSH)
+
+/* Request states. A request is in exactly one of these. */
+enum xseg_state {
+	XS_FREE = 0,      /* in the pool */
+	XS_ALLOCATED = 1, /* held by the port that got it, not yet submitted */
+	XS_QUEUED = 2,    /* in some port's request queue */
+	XS_ACCEPTED = 3,  /* held by the port that accepted it */
+	XS_REPLIED = 4,   /* in some port's reply queue */
+	XS_RECEIVED = 5,  /* back at the port it was replied to */
+};
+
+/* Outcome of a served request (req->result). */
+enum xseg_result {
+	XR_NONE = 0,
+	XR_SERVED = 1,
+	XR_FAILED = 2,    /* req->error holds a positive errno */
+};
+
+/* INFO reply payload. */
+struct xseg_reply_info {
+	uint64_t size;
+};
+
+/* COPY request payload: the source object. */
+struct xseg_request_copy {
+	uint32_t src_len;
+	char src[XSEG_MAX_TARGETLEN + 1];
+};
+
+/* A hop on a request's return path: the port to reply to and the cookie
+ * (req->priv) it had when it passed the request on; restored on reply. */
+struct xseg_path_hop {
+	uint32_t port;
+	uint32_t pad;
+	uint64_t cookie;
+};
+
+/*
+ * A request. It lives in the segment; its address is valid only in the
+ * process that obtained it from this library. Fields a user may read and
+ * write directly are marked (rw); the rest belong to libxseg.
+ */
+struct xseg_request {
+	uint32_t index;           /* position in the pool */
+	uint32_t generation;      /* bumped each time it leaves the pool */
+	uint32_t op;              /* (rw) enum xseg_op */
+	uint32_t flags;           /* (rw) XF_* */
+	uint64_t offset;          /* (rw) byte offset within the target */
+	uint64_t size;            /* (rw) bytes asked for */
+	uint64_t serviced;        /* (rw) bytes done, set by the server */
+	uint32_t result;          /* (rw) enum xseg_result, set by the server */
+	int32_t  error;           /* (rw) errno when result is XR_FAILED */
+	uint64_t priv;            /* (rw) the holder's cookie, opaque to libxseg;
+				   * each hop gets its own back with the reply */
+	uint64_t submit_ns;       /* CLOCK_MONOTONIC at the first submit */
+
+	uint32_t state;           /* enum xseg_state (atomic) */
+	uint32_t src_port;        /* the port that got the request */
+	uint32_t dst_port;        /* the port it was last addressed to */
+	uint32_t holder;          /* port responsible for it now */
+	uint32_t path_len;        /* ports the reply must travel back through */
+	struct xseg_path_hop path[XSEG_MAX_PATH];
+
+	uint32_t targetlen;       /* target name length, without the NUL */
+	uint32_t buf_pad;
+	uint64_t buffer;          /* heap offset of [target\0 ... data] */
+	uint64_t bufferlen;       /* bytes allocated at buffer, 0 = no buffer */
+	uint64_t data_off;        /* offset of data within buffer */
+	uint64_t datalen;         /* data bytes available */
+};
+
+/* ---- segment ----------------------------------------------------------- */
+
+struct xseg;    /* a process's handle on a joined segment */
+
+struct xseg_config {
+	uint32_t nr_ports;      /* 1 .. XSEG_MAX_PORTS */
+	uint32_t nr_requests;   /* 1 .. XSEG_MAX_REQUESTS */
+	uint64_t heap_size;     /* bytes; rounded up to a power of two */
+	mode_t   mode;          /* shm permissions, 0600 if 0 */
+};
+
+/* Fills cfg with the defaults above. */
+void xseg_config_default(struct xseg_config *cfg);
+
+/* Creates segment `name` (no leading '/'). -EEXIST if it exists. */
+int xseg_create(const char *name, const struct xseg_config *cfg);
+
+/* Removes the segment's name. Processes that joined keep their mapping. */
+int xseg_destroy(const char *name);
+
+/*
+ * Maps segment `name` and checks its header. Fails with -ENOENT (no such
+ * segment), -EPROTO (another layout version) or -EBADMSG (corrupt header);
+ * xseg_last_error() says which field was wrong.
+ */
+int xseg_join(const char *name, struct xseg **out);
+
+/* Unbinds every port this handle bound and unmaps. */
+void xseg_leave(struct xseg *seg);
+
+/* Thread-local text of the last failure of any call in this thread. */
+const char *xseg_last_error(void);
+
+/* Segment-wide numbers, for xseg info. */
+struct xseg_segment_info {
+	uint32_t layout_version;
+	uint32_t nr_ports;
+	uint32_t nr_requests;
+	uint32_t free_requests;
+	uint64_t segment_size;
+	uint64_t heap_size;
+	uint64_t heap_used;       /* bytes handed out, rounding included */
+	uint64_t heap_free_largest; /* the largest block that can be allocated now */
+	uint64_t heap_allocs;     /* buffers outstanding */
+};
+int xseg_segment_info(struct xseg *seg, struct xseg_segment_info *info);
+
+/* ---- ports ------------------------------------------------------------- */
+
+/*
+ * Binds `port` to this process. A port whose owner is alive cannot be taken
+ * (-EBUSY, and the owner's pid in xseg_last_error()). A port whose owner has
+ * died is taken over: requests the dead owner held are failed back to their
+ * issuers (EPIPE) or returned to the pool, and its queued requests stay for
+ * the new owner.
+ */
+int xseg_bind_port(struct xseg *seg, uint32_t port);
+
+/* Binds [first, last] as one group: one xseg_wait covers all of them. */
+int xseg_bind_range(struct xseg *seg, uint32_t first, uint32_t last);
+
+/* Gives the port up. Requests still queued on it stay queued. */
+int xseg_leave_port(struct xseg *seg, uint32_t port);
+
+struct xseg_port_info {
+	uint32_t port;
+	pid_t    owner;           /* 0 = unbound */
+	int      owner_alive;
+	uint32_t next_hop;        /* XSEG_NO_PORT = none */
+	uint32_t request_depth;   /* requests waiting to be accepted */
+	uint32_t reply_depth;     /* replies waiting to be received */
+	uint32_t waiters;         /* threads asleep on the port */
+	uint64_t submitted;       /* requests delivered to the port */
+	uint64_t replied;         /* replies delivered to the port */
+};
+int xseg_port_info(struct xseg *seg, uint32_t port, struct xseg_port_info *info);
+
+/* ---- routing ------------------------------------------------------------ */
+
+/*
+ * Requests submitted to `port` are delivered to `next` instead; next's own
+ * requests for `port` (and those of anything behind it) reach `port`. Chains
+ * are allowed; a route that would close a cycle fails with -ELOOP.
+ */
+int xseg_set_next_hop(struct xseg *seg, uint32_t port, uint32_t next);
+int xseg_clear_next_hop(struct xseg *seg, uint32_t port);
+/* Returns the next hop or XSEG_NO_PORT. */
+uint32_t xseg_get_next_hop(struct xseg *seg, uint32_t port);
+
+/* Where a request submitted by `from` for `dst` is delivered right now. */
+uint32_t xseg_resolve_route(struct xseg *seg, uint32_t from, uint32_t dst);
+
+/* ---- requests ------------------------------------------------------------ */
+
+/* Takes a request from the pool for `src_port` (which this process must have
+ * bound). NULL with errno = ENOBUFS when the pool is empty. */
+struct xseg_request *xseg_get_request(struct xseg *seg, uint32_t src_port);
+
+/* Returns a request (and its buffer) to the pool. Only the holder may. */
+int xseg_put_request(struct xseg *seg, struct xseg_request *req);
+
+/*
+ * Gives the request a buffer for a target of `targetlen` bytes (plus NUL) and
+ * `datalen` bytes of data, reusing the current one when it is large enough.
+ * -ENAMETOOLONG, -ENOMEM (heap full) or -EINVAL.
+ */
+int xseg_prep_request(struct xseg *seg, struct xseg_request *req,
+		      uint32_t targetlen, uint64_t datalen);
+
+/* prep_request for strlen(target) plus copying the name in. */
+int xseg_prep_target(struct xseg *seg, struct xseg_request *req,
+		     const char *target, uint64_t datalen);
+
+/* Local pointers into the request's buffer (NULL without a buffer). */
+char *xseg_get_target(struct xseg *seg, struct xseg_request *req);
+void *xseg_get_data(struct xseg *seg, struct xseg_request *req);
+
+/*
+ * Sends `req`, held by `from` (a port of this process), to `dst`, following
+ * routes (xseg_resolve_route). `from` is pushed on the request's return
+ * path. Wakes a thread waiting on the receiving port. Returns the port it
+ * was delivered to, or -errno (-EINVAL, -ENOENT if nobody bound the port,
+ * -E2BIG if the return path is full).
+ */
+int xseg_submit(struct xseg *seg, struct xseg_request *req,
+		uint32_t from, uint32_t dst);
+
+/* Same as xseg_submit: a server passing an accepted request on. */
+int xseg_forward(struct xseg *seg, struct xseg_request *req,
+		 uint32_t from, uint32_t dst);
+
+/* Takes up to `max` requests from port's request queue. Returns how many. */
+int xseg_accept(struct xseg *seg, uint32_t port,
+		struct xseg_request **reqs, unsigned max);
+
+/* Sends the reply back along the return path. Returns the port it went to. */
+int xseg_respond(struct xseg *seg, struct xseg_request *req, uint32_t from);
+
+/* Takes up to `max` replies from port's reply queue. Returns how many. */
+int xseg_receive(struct xseg *seg, uint32_t port,
+		 struct xseg_request **reqs, unsigned max);
+
+/* Pool index -> request, for tools; NULL when out of range. */
+struct xseg_request *xseg_request_at(struct xseg *seg, uint32_t index);
+
+/* ---- wake-up -------------------------------------------------------------- */
+
+/*
+ * Sleeps until a request or reply is queued on `port` (or on any port of its
+ * bound group), or `timeout_ns` passes (0 = no timeout). Returns 1 when work
+ * is there, 0 on timeout or a signal, -errno on bad arguments. Never misses a
+ * submit made before or during the call.
+ */
+int xseg_wait(struct xseg *seg, uint32_t port, uint64_t timeout_ns);
+
+/* Non-zero when port (or its group) has a request or reply queued. */
+int xseg_has_work(struct xseg *seg, uint32_t port);
+
+/*
+ * Spins up to `spin_ns` looking for work on `port`, yielding the CPU between
+ * looks so that other peers on the same core run, then sleeps in xseg_wait.
+ */
+int xseg_poll(struct xseg *seg, uint32_t port, uint64_t spin_ns,
+	      uint64_t timeout_ns);
+
+/* ---- names ----------------------------------------------------------------- */
+
+const char *xseg_op_name(uint32_t op);      /* "READ", ..., or "?" */
+int xseg_op_from_name(const char *name);    /* -1 if unknown, case-insensitive */
+
+/* Parses "123", "4K", "16M", "2G" (1024-based). -EINVAL / -ERANGE. */
+int xseg_parse_size(const char *s, uint64_t *out);
+/* Parses a non-negative integer that fits in `max`. */
+int xseg_parse_uint(const char *s, uint64_t max, uint64_t *out);
+
+uint64_t xseg_now_ns(void);   /* CLOCK_MONOTONIC */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* XSEG_XSEG_H */

@@ -1,0 +1,188 @@
+/*
+ * The segment's data heap: a buddy allocator for request buffers.
+ *
+ * Blocks are powers of two from 256 bytes up to the whole heap. A freed
+ * block merges with its buddy whenever the buddy is free too, so memory
+ * always returns to larger blocks and fragmentation stays bounded (at worst
+ * half of each allocation is rounding). Free lists are doubly linked through
+ * the free blocks themselves, by heap offset; block_state[] records, for the
+ * first 256-byte unit of each block, whether it is free or allocated and its
+ * order, which is all a merge needs.
+ *
+ * One robust process-shared mutex guards it: allocation happens once per
+ * request buffer (peers reuse buffers), so it is not on the per-request
+ * path, and a holder that dies is detected by the next locker.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "xseg_internal.h"
+
+#define STATE_FREE   0x80u
+#define STATE_USED   0x40u
+#define ORDER_MASK   0x3fu
+#define NIL          UINT64_MAX
+
+struct free_link {
+	uint64_t next;
+	uint64_t prev;
+};
+
+static inline uint8_t *block_state(struct xseg_heap_meta *m)
+{
+	return (uint8_t *)(m + 1);
+}
+
+static inline uint64_t order_bytes(uint32_t order)
+{
+	return 1ull << (XSEG_HEAP_MIN_SHIFT + order);
+}
+
+static inline struct free_link *link_at(void *heap, uint64_t off)
+{
+	return (struct free_link *)((char *)heap + off);
+}
+
+size_t xseg_heap_meta_bytes(uint64_t heap_size)
+{
+	size_t bytes = sizeof(struct xseg_heap_meta) + (heap_size >> XSEG_HEAP_MIN_SHIFT);
+	return (bytes + XSEG_CACHELINE - 1) & ~(size_t)(XSEG_CACHELINE - 1);
+}
+
+static void list_push(struct xseg_heap_meta *m, void *heap, uint32_t order, uint64_t off)
+{
+	struct free_link *l = link_at(heap, off);
+	l->prev = NIL;
+	l->next = m->free_head[order];
+	if (l->next != NIL)
+		link_at(heap, l->next)->prev = off;
+	m->free_head[order] = off;
+	block_state(m)[off >> XSEG_HEAP_MIN_SHIFT] = STATE_FREE | order;
+}
+
+static void list_remove(struct xseg_heap_meta *m, void *heap, uint32_t order, uint64_t off)
+{
+	struct free_link *l = link_at(heap, off);
+	if (l->prev != NIL)
+		link_at(heap, l->prev)->next = l->next;
+	else
+		m->free_head[order] = l->next;
+	if (l->next != NIL)
+		link_at(heap, l->next)->prev = l->prev;
+	block_state(m)[off >> XSEG_HEAP_MIN_SHIFT] = 0;
+}
+
+static void heap_lock(struct xseg_heap_meta *m)
+{
+	int rc = pthread_mutex_lock(&m->lock);
+	if (rc == EOWNERDEAD) {
+		/* The holder died mid-operation; the lists are short updates and
+		 * are kept usable, at worst leaking the block it was handling. */
+		m->recovered++;
+		pthread_mutex_consistent(&m->lock);
+	}
+}
+
+int xseg_heap_init(struct xseg_heap_meta *m, void *heap, uint64_t heap_size)
+{
+	pthread_mutexattr_t attr;
+	uint32_t orders = 0;
+
+	if (heap_size < order_bytes(0) || (heap_size & (heap_size - 1)))
+		return -EINVAL;
+	while (order_bytes(orders) < heap_size)
+		orders++;
+	if (orders + 1 > XSEG_HEAP_MAX_ORDERS)
+		return -EINVAL;
+	memset(m, 0, xseg_heap_meta_bytes(heap_size));
+	pthread_mutexattr_init(&attr);
+	pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+	pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+	pthread_mutex_init(&m->lock, &attr);
+	pthread_mutexattr_destroy(&attr);
+	m->size = heap_size;
+	m->orders = orders + 1;
+	for (uint32_t i = 0; i < XSEG_HEAP_MAX_ORDERS; i++)
+		m->free_head[i] = NIL;
+	list_push(m, heap, orders, 0);
+	return 0;
+}
+
+int64_t xseg_heap_alloc(struct xseg_heap_meta *m, void *heap, uint64_t bytes,
+			uint64_t *got)
+{
+	uint32_t want = 0, order;
+
+	if (bytes == 0)
+		bytes = 1;
+	if (bytes > m->size)
+		return -ENOMEM;
+	while (order_bytes(want) < bytes)
+		want++;
+
+	heap_lock(m);
+	for (order = want; order < m->orders && m->free_head[order] == NIL; order++)
+		;
+	if (order >= m->orders) {
+		pthread_mutex_unlock(&m->lock);
+		return -ENOMEM;
+	}
+	uint64_t off = m->free_head[order];
+	list_remove(m, heap, order, off);
+	while (order > want) {          /* split, keeping the lower half */
+		order--;
+		list_push(m, heap, order, off + order_bytes(order));
+	}
+	block_state(m)[off >> XSEG_HEAP_MIN_SHIFT] = STATE_USED | want;
+	m->used += order_bytes(want);
+	m->allocs++;
+	pthread_mutex_unlock(&m->lock);
+	if (got)
+		*got = order_bytes(want);
+	return (int64_t)off;
+}
+
+int xseg_heap_free(struct xseg_heap_meta *m, void *heap, uint64_t off)
+{
+	if (off >= m->size || (off & (order_bytes(0) - 1)))
+		return -EINVAL;
+	heap_lock(m);
+	uint8_t st = block_state(m)[off >> XSEG_HEAP_MIN_SHIFT];
+	if (!(st & STATE_USED)) {
+		pthread_mutex_unlock(&m->lock);
+		return -EINVAL;         /* not an allocated block: double free */
+	}
+	uint32_t order = st & ORDER_MASK;
+	m->used -= order_bytes(order);
+	m->allocs--;
+	while (order + 1 < m->orders) {
+		uint64_t buddy = off ^ order_bytes(order);
+		if (block_state(m)[buddy >> XSEG_HEAP_MIN_SHIFT] != (STATE_FREE | order))
+			break;
+		list_remove(m, heap, order, buddy);
+		block_state(m)[off >> XSEG_HEAP_MIN_SHIFT] = 0;
+		if (buddy < off)
+			off = buddy;
+		order++;
+	}
+	list_push(m, heap, order, off);
+	pthread_mutex_unlock(&m->lock);
+	return 0;
+}
+
+void xseg_heap_usage(struct xseg_heap_meta *m, void *heap, uint64_t *used,
+		     uint64_t *allocs, uint64_t *largest_free)
+{
+	(void)heap;
+	heap_lock(m);
+	*used = m->used;
+	*allocs = m->allocs;
+	*largest_free = 0;
+	for (uint32_t o = m->orders; o-- > 0;) {
+		if (m->free_head[o] != NIL) {
+			*largest_free = order_bytes(o);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&m->lock);
+}

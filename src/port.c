@@ -1,0 +1,270 @@
+/*
+ * Ports: binding with owner liveness, takeover of a dead owner's port,
+ * routing (next hops) and per-port information.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "xseg_internal.h"
+
+static pid_t cached_pid;
+static pthread_once_t pid_once = PTHREAD_ONCE_INIT;
+
+static void refresh_pid(void)
+{
+	cached_pid = getpid();
+}
+
+static void init_pid(void)
+{
+	refresh_pid();
+	pthread_atfork(NULL, NULL, refresh_pid);
+}
+
+pid_t xseg_self_pid(void)
+{
+	pthread_once(&pid_once, init_pid);
+	return cached_pid;
+}
+
+/* Field 22 of /proc/PID/stat: start time in clock ticks since boot. */
+static uint64_t pid_start_time(pid_t pid)
+{
+	char path[64], buf[1024];
+	FILE *f;
+	size_t n;
+	unsigned long long start = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	if (!(f = fopen(path, "r")))
+		return 0;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	char *p = strrchr(buf, ')');  /* the command name may hold spaces */
+	if (!p)
+		return 0;
+	/* after ") " come fields 3..; start time is field 22 */
+	if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+		   &start) != 1)
+		return 0;
+	return start;
+}
+
+uint64_t xseg_owner_word(pid_t pid)
+{
+	uint64_t start = pid_start_time(pid);
+	if (!start)
+		return 0;
+	return ((start & 0xffffffffu) << 32) | (uint32_t)pid;
+}
+
+bool xseg_owner_alive(uint64_t owner)
+{
+	pid_t pid = xseg_owner_pid(owner);
+	if (pid <= 0)
+		return false;
+	if (kill(pid, 0) < 0 && errno == ESRCH)
+		return false;
+	/* pid exists: is it the same process, not a recycled pid? */
+	return xseg_owner_word(pid) == owner;
+}
+
+static uint64_t self_owner_word(void)
+{
+	static _Thread_local uint64_t word;
+	static _Thread_local pid_t word_pid;
+	pid_t me = xseg_self_pid();
+	if (word_pid != me) {
+		word = xseg_owner_word(me);
+		word_pid = me;
+	}
+	return word;
+}
+
+bool xseg_port_owned_here(struct xseg *s, uint32_t port)
+{
+	uint64_t owner = atomic_load_explicit(&s->ports[port].owner, memory_order_relaxed);
+	return xseg_owner_pid(owner) == xseg_self_pid();
+}
+
+static void set_group(struct xseg *s, uint32_t first, uint32_t last)
+{
+	for (uint32_t p = first; p <= last; p++)
+		atomic_store(&s->ports[p].group_leader, first);
+	atomic_store(&s->ports[first].group_first, first);
+	atomic_store(&s->ports[first].group_count, last - first + 1);
+}
+
+/* Takes `port` for this process, from nobody or from a dead owner. */
+static int take_port(struct xseg *s, uint32_t port)
+{
+	struct xseg_port_shm *p = &s->ports[port];
+	uint64_t me = self_owner_word();
+	uint64_t cur = atomic_load(&p->owner);
+
+	if (!me)
+		return xseg_fail(ESRCH, "cannot read this process's start time from /proc");
+	for (;;) {
+		if (cur == 0) {
+			if (atomic_compare_exchange_strong(&p->owner, &cur, me))
+				return 0;
+			continue;
+		}
+		if (xseg_owner_pid(cur) == xseg_self_pid())
+			return xseg_fail(EBUSY, "port %u is already bound by this process", port);
+		if (xseg_owner_alive(cur))
+			return xseg_fail(EBUSY, "port %u is bound by live pid %d", port,
+					 (int)xseg_owner_pid(cur));
+		if (atomic_compare_exchange_strong(&p->owner, &cur, me)) {
+			xseg_reclaim_port_requests(s, port);
+			return 0;
+		}
+	}
+}
+
+static void release_port(struct xseg *s, uint32_t port)
+{
+	uint64_t cur = atomic_load(&s->ports[port].owner);
+	if (xseg_owner_pid(cur) == xseg_self_pid())
+		atomic_compare_exchange_strong(&s->ports[port].owner, &cur, 0);
+	set_group(s, port, port);
+}
+
+int xseg_bind_range(struct xseg *s, uint32_t first, uint32_t last)
+{
+	int rc = 0;
+
+	if (!s)
+		return xseg_fail(EINVAL, "bind: no segment");
+	if (first > last || last >= s->nr_ports)
+		return xseg_fail(EINVAL, "bind: port range %u..%u outside 0..%u", first, last,
+				 s->nr_ports - 1);
+	pthread_mutex_lock(&s->bind_lock);
+	uint32_t p;
+	for (p = first; p <= last; p++) {
+		if ((rc = take_port(s, p)) < 0)
+			break;
+		s->bound[p] = 1;
+	}
+	if (rc < 0) {
+		while (p-- > first) {
+			release_port(s, p);
+			s->bound[p] = 0;
+		}
+	} else {
+		set_group(s, first, last);
+	}
+	pthread_mutex_unlock(&s->bind_lock);
+	return rc;
+}
+
+int xseg_bind_port(struct xseg *s, uint32_t port)
+{
+	return xseg_bind_range(s, port, port);
+}
+
+int xseg_leave_port(struct xseg *s, uint32_t port)
+{
+	if (!xseg_port_valid(s, port))
+		return xseg_fail(EINVAL, "leave: port %u out of range", port);
+	if (!xseg_port_owned_here(s, port))
+		return xseg_fail(EPERM, "leave: port %u is not bound by this process", port);
+	pthread_mutex_lock(&s->bind_lock);
+	release_port(s, port);
+	s->bound[port] = 0;
+	pthread_mutex_unlock(&s->bind_lock);
+	return 0;
+}
+
+int xseg_port_info(struct xseg *s, uint32_t port, struct xseg_port_info *info)
+{
+	if (!xseg_port_valid(s, port) || !info)
+		return xseg_fail(EINVAL, "port info: port %u out of range", port);
+	struct xseg_port_shm *p = &s->ports[port];
+	uint64_t owner = atomic_load(&p->owner);
+	memset(info, 0, sizeof(*info));
+	info->port = port;
+	info->owner = xseg_owner_pid(owner);
+	info->owner_alive = owner ? xseg_owner_alive(owner) : 0;
+	info->next_hop = atomic_load(&p->next_hop);
+	info->request_depth = xseg_ring_count(xseg_req_ring(s, port));
+	info->reply_depth = xseg_ring_count(xseg_rep_ring(s, port));
+	info->waiters = atomic_load(&s->ports[atomic_load(&p->group_leader)].waiters);
+	info->submitted = atomic_load_explicit(&p->submitted, memory_order_relaxed);
+	info->replied = atomic_load_explicit(&p->replied, memory_order_relaxed);
+	return 0;
+}
+
+/* ---- routing ------------------------------------------------------------ */
+
+int xseg_set_next_hop(struct xseg *s, uint32_t port, uint32_t next)
+{
+	if (!xseg_port_valid(s, port))
+		return xseg_fail(EINVAL, "route: port %u out of range", port);
+	if (!xseg_port_valid(s, next))
+		return xseg_fail(EINVAL, "route: next hop %u out of range", next);
+	if (next == port)
+		return xseg_fail(ELOOP, "route: port %u cannot be its own next hop", port);
+	/* Refuse a cycle: walking on from `next` must not come back to `port`. */
+	uint32_t cur = next;
+	for (uint32_t steps = 0; steps < XSEG_MAX_PATH; steps++) {
+		cur = atomic_load(&s->ports[cur].next_hop);
+		if (cur == XSEG_NO_PORT)
+			break;
+		if (cur == port)
+			return xseg_fail(ELOOP, "route: %u -> %u would close a cycle", port, next);
+	}
+	if (cur != XSEG_NO_PORT)
+		return xseg_fail(ELOOP, "route: chain from %u is longer than %u hops", next,
+				 XSEG_MAX_PATH);
+	atomic_store(&s->ports[port].next_hop, next);
+	return 0;
+}
+
+int xseg_clear_next_hop(struct xseg *s, uint32_t port)
+{
+	if (!xseg_port_valid(s, port))
+		return xseg_fail(EINVAL, "route: port %u out of range", port);
+	atomic_store(&s->ports[port].next_hop, XSEG_NO_PORT);
+	return 0;
+}
+
+uint32_t xseg_get_next_hop(struct xseg *s, uint32_t port)
+{
+	if (!xseg_port_valid(s, port))
+		return XSEG_NO_PORT;
+	return atomic_load(&s->ports[port].next_hop);
+}
+
+/*
+ * The chain of a port is dst, next_hop(dst), next_hop(next_hop(dst)), ...:
+ * each hop sits in front of the one before it. A submit from outside the
+ * chain goes to its front; a submit from a hop in the chain goes to the hop
+ * behind it, so a cache in front of a blocker reaches the blocker. An
+ * unbound hop ends the chain: a peer that left does not swallow requests.
+ */
+uint32_t xseg_resolve_route(struct xseg *s, uint32_t from, uint32_t dst)
+{
+	uint32_t chain[XSEG_MAX_PATH + 1];
+	uint32_t n = 0, cur = dst;
+
+	if (!xseg_port_valid(s, dst))
+		return XSEG_NO_PORT;
+	chain[n++] = dst;
+	while (n <= XSEG_MAX_PATH) {
+		uint32_t next = atomic_load_explicit(&s->ports[cur].next_hop, memory_order_acquire);
+		if (next >= s->nr_ports ||
+		    !atomic_load_explicit(&s->ports[next].owner, memory_order_relaxed))
+			break;
+		chain[n++] = next;
+		cur = next;
+	}
+	for (uint32_t k = 0; k < n; k++)
+		if (chain[k] == from)
+			return k == 0 ? dst : chain[k - 1];
+	return chain[n - 1];
+}

@@ -1,0 +1,328 @@
+/*
+ * Requests: the pool, buffers, and their travel between ports.
+ *
+ * Ownership is explicit: a request is held by exactly one port at a time
+ * (req->holder) and only the process that bound that port may touch it. The
+ * state says where it is; every call checks the state it expects, so a
+ * misuse returns -EINVAL instead of corrupting a queue.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "xseg_internal.h"
+
+static inline uint32_t load_state(const struct xseg_request *r)
+{
+	return __atomic_load_n(&r->state, __ATOMIC_ACQUIRE);
+}
+
+static inline void store_state(struct xseg_request *r, uint32_t st)
+{
+	__atomic_store_n(&r->state, st, __ATOMIC_RELEASE);
+}
+
+/* Validates that req points at a request of this segment's pool. */
+static bool req_valid(struct xseg *s, const struct xseg_request *req)
+{
+	if (!s || !req)
+		return false;
+	uintptr_t base = (uintptr_t)s->requests, p = (uintptr_t)req;
+	if (p < base || (p - base) % sizeof(*req) != 0)
+		return false;
+	return (p - base) / sizeof(*req) < s->nr_requests;
+}
+
+/* Held states: the holder may modify, submit, respond or put. */
+static bool held(uint32_t st)
+{
+	return st == XS_ALLOCATED || st == XS_ACCEPTED || st == XS_RECEIVED;
+}
+
+static int check_held(struct xseg *s, struct xseg_request *req, const char *what)
+{
+	if (!req_valid(s, req))
+		return xseg_fail(EINVAL, "%s: %p is not a request of this segment", what,
+				 (void *)req);
+	uint32_t st = load_state(req);
+	if (!held(st))
+		return xseg_fail(EINVAL, "%s: request %u is in state %u, not held", what,
+				 req->index, st);
+	if (req->holder >= s->nr_ports || !xseg_port_owned_here(s, req->holder))
+		return xseg_fail(EPERM, "%s: request %u is held by port %u, not bound here",
+				 what, req->index, req->holder);
+	return 0;
+}
+
+static void free_buffer(struct xseg *s, struct xseg_request *req)
+{
+	if (req->bufferlen)
+		xseg_heap_free(s->heap_meta, s->heap, req->buffer);
+	req->buffer = req->bufferlen = req->data_off = req->datalen = 0;
+	req->targetlen = 0;
+}
+
+/* Back to the pool; the caller checked the request is held. */
+static void release_request(struct xseg *s, struct xseg_request *req)
+{
+	free_buffer(s, req);
+	req->holder = XSEG_NO_PORT;
+	store_state(req, XS_FREE);
+	xseg_ring_push(s->free_ring, req->index);
+}
+
+struct xseg_request *xseg_get_request(struct xseg *s, uint32_t src)
+{
+	uint32_t idx;
+
+	if (!xseg_port_valid(s, src)) {
+		errno = -xseg_fail(EINVAL, "get request: port %u out of range", src);
+		return NULL;
+	}
+	if (!xseg_port_owned_here(s, src)) {
+		errno = -xseg_fail(EPERM, "get request: port %u is not bound by this process", src);
+		return NULL;
+	}
+	if (!xseg_ring_pop(s->free_ring, &idx)) {
+		errno = -xseg_fail(ENOBUFS, "get request: all %u requests are in use",
+				   s->nr_requests);
+		return NULL;
+	}
+	struct xseg_request *r = &s->requests[idx];
+	r->generation++;
+	r->op = X_PING;
+	r->flags = 0;
+	r->offset = r->size = r->serviced = 0;
+	r->result = XR_NONE;
+	r->error = 0;
+	r->priv = 0;
+	r->submit_ns = 0;
+	r->src_port = src;
+	r->dst_port = XSEG_NO_PORT;
+	r->holder = src;
+	r->path_len = 0;
+	store_state(r, XS_ALLOCATED);
+	return r;
+}
+
+int xseg_put_request(struct xseg *s, struct xseg_request *req)
+{
+	int rc = check_held(s, req, "put request");
+	if (rc < 0)
+		return rc;
+	if (load_state(req) == XS_ACCEPTED)
+		return xseg_fail(EINVAL, "put request: request %u was accepted; respond to it",
+				 req->index);
+	release_request(s, req);
+	return 0;
+}
+
+int xseg_prep_request(struct xseg *s, struct xseg_request *req,
+		      uint32_t targetlen, uint64_t datalen)
+{
+	int rc = check_held(s, req, "prep request");
+	if (rc < 0)
+		return rc;
+	if (targetlen > XSEG_MAX_TARGETLEN)
+		return xseg_fail(ENAMETOOLONG, "prep request: target length %u over %u",
+				 targetlen, XSEG_MAX_TARGETLEN);
+	uint64_t data_off = ((uint64_t)targetlen + 1 + 7) & ~7ull;
+	if (datalen > s->hdr->heap_size - data_off)
+		return xseg_fail(ENOMEM, "prep request: %llu data bytes cannot fit a heap of %llu",
+				 (unsigned long long)datalen,
+				 (unsigned long long)s->hdr->heap_size);
+	uint64_t need = data_off + datalen;
+	if (req->bufferlen < need) {
+		uint64_t got;
+		free_buffer(s, req);
+		int64_t off = xseg_heap_alloc(s->heap_meta, s->heap, need, &got);
+		if (off < 0)
+			return xseg_fail(ENOMEM, "prep request: heap has no free block of %llu bytes",
+					 (unsigned long long)need);
+		req->buffer = (uint64_t)off;
+		req->bufferlen = got;
+	}
+	req->targetlen = targetlen;
+	req->data_off = data_off;
+	req->datalen = datalen;
+	s->heap[req->buffer + targetlen] = '\0';
+	return 0;
+}
+
+int xseg_prep_target(struct xseg *s, struct xseg_request *req,
+		     const char *target, uint64_t datalen)
+{
+	if (!target)
+		return xseg_fail(EINVAL, "prep target: no target name");
+	size_t len = strnlen(target, XSEG_MAX_TARGETLEN + 1);
+	if (len > XSEG_MAX_TARGETLEN)
+		return xseg_fail(ENAMETOOLONG, "prep target: name '%.32s...' longer than %u",
+				 target, XSEG_MAX_TARGETLEN);
+	int rc = xseg_prep_request(s, req, (uint32_t)len, datalen);
+	if (rc < 0)
+		return rc;
+	memcpy(s->heap + req->buffer, target, len);
+	return 0;
+}
+
+char *xseg_get_target(struct xseg *s, struct xseg_request *req)
+{
+	if (!req_valid(s, req) || !req->bufferlen)
+		return NULL;
+	return s->heap + req->buffer;
+}
+
+void *xseg_get_data(struct xseg *s, struct xseg_request *req)
+{
+	if (!req_valid(s, req) || !req->bufferlen)
+		return NULL;
+	return s->heap + req->buffer + req->data_off;
+}
+
+struct xseg_request *xseg_request_at(struct xseg *s, uint32_t index)
+{
+	if (!s || index >= s->nr_requests)
+		return NULL;
+	return &s->requests[index];
+}
+
+/* Puts req on `port`'s ring and wakes the port. */
+static void deliver(struct xseg *s, struct xseg_request *req, uint32_t port,
+		    struct xseg_ring *ring, _Atomic uint64_t *counter, uint32_t state)
+{
+	req->holder = port;
+	store_state(req, state);
+	/* Capacity >= nr_requests, so this cannot fail. */
+	xseg_ring_push(ring, req->index);
+	atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
+	xseg_signal_port(s, port);
+}
+
+int xseg_submit(struct xseg *s, struct xseg_request *req, uint32_t from, uint32_t dst)
+{
+	int rc = check_held(s, req, "submit");
+	if (rc < 0)
+		return rc;
+	if (!xseg_port_valid(s, dst))
+		return xseg_fail(EINVAL, "submit: destination port %u out of range 0..%u", dst,
+				 s->nr_ports - 1);
+	if (from != req->holder)
+		return xseg_fail(EINVAL, "submit: request %u is held by port %u, not %u",
+				 req->index, req->holder, from);
+	if (req->op >= X_OP_MAX)
+		return xseg_fail(EINVAL, "submit: unknown op %u", req->op);
+	if (req->path_len >= XSEG_MAX_PATH)
+		return xseg_fail(E2BIG, "submit: request %u already passed %u ports",
+				 req->index, XSEG_MAX_PATH);
+	uint32_t to = xseg_resolve_route(s, from, dst);
+	if (to == XSEG_NO_PORT || !atomic_load(&s->ports[to].owner))
+		return xseg_fail(ENOENT, "submit: nobody has bound port %u", dst);
+	req->path[req->path_len].port = from;
+	req->path[req->path_len].cookie = req->priv;
+	req->path_len++;
+	req->dst_port = dst;
+	if (!req->submit_ns)
+		req->submit_ns = xseg_now_ns();
+	deliver(s, req, to, xseg_req_ring(s, to), &s->ports[to].submitted, XS_QUEUED);
+	return (int)to;
+}
+
+int xseg_forward(struct xseg *s, struct xseg_request *req, uint32_t from, uint32_t dst)
+{
+	return xseg_submit(s, req, from, dst);
+}
+
+int xseg_respond(struct xseg *s, struct xseg_request *req, uint32_t from)
+{
+	int rc = check_held(s, req, "respond");
+	if (rc < 0)
+		return rc;
+	if (load_state(req) != XS_ACCEPTED)
+		return xseg_fail(EINVAL, "respond: request %u was not accepted", req->index);
+	if (from != req->holder)
+		return xseg_fail(EINVAL, "respond: request %u is held by port %u, not %u",
+				 req->index, req->holder, from);
+	if (req->path_len == 0 || req->path_len > XSEG_MAX_PATH)
+		return xseg_fail(EINVAL, "respond: request %u has no return path", req->index);
+	struct xseg_path_hop hop = req->path[--req->path_len];
+	if (hop.port >= s->nr_ports)
+		return xseg_fail(EINVAL, "respond: request %u return port %u out of range",
+				 req->index, hop.port);
+	req->priv = hop.cookie;
+	deliver(s, req, hop.port, xseg_rep_ring(s, hop.port), &s->ports[hop.port].replied,
+		XS_REPLIED);
+	return (int)hop.port;
+}
+
+/* Pops up to max from `ring`, marking each `state`. */
+static int take(struct xseg *s, uint32_t port, struct xseg_ring *ring,
+		struct xseg_request **reqs, unsigned max, uint32_t state)
+{
+	unsigned n = 0;
+	uint32_t idx;
+	while (n < max && xseg_ring_pop(ring, &idx)) {
+		struct xseg_request *r = &s->requests[idx];
+		r->holder = port;
+		store_state(r, state);
+		reqs[n++] = r;
+	}
+	return (int)n;
+}
+
+static int check_port_here(struct xseg *s, uint32_t port, const char *what,
+			   struct xseg_request **reqs)
+{
+	if (!xseg_port_valid(s, port))
+		return xseg_fail(EINVAL, "%s: port %u out of range", what, port);
+	if (!reqs)
+		return xseg_fail(EINVAL, "%s: no array for the requests", what);
+	if (!xseg_port_owned_here(s, port))
+		return xseg_fail(EPERM, "%s: port %u is not bound by this process", what, port);
+	return 0;
+}
+
+int xseg_accept(struct xseg *s, uint32_t port, struct xseg_request **reqs, unsigned max)
+{
+	int rc = check_port_here(s, port, "accept", reqs);
+	if (rc < 0)
+		return rc;
+	return take(s, port, xseg_req_ring(s, port), reqs, max, XS_ACCEPTED);
+}
+
+int xseg_receive(struct xseg *s, uint32_t port, struct xseg_request **reqs, unsigned max)
+{
+	int rc = check_port_here(s, port, "receive", reqs);
+	if (rc < 0)
+		return rc;
+	return take(s, port, xseg_rep_ring(s, port), reqs, max, XS_RECEIVED);
+}
+
+/*
+ * Called when `port` is taken over from a dead owner. Requests the dead
+ * process held at that port are settled so nobody waits for them forever:
+ * those it was serving are failed back with EPIPE along their return path;
+ * those it had issued (allocated, or replied and received) go back to the
+ * pool, as do replies still queued for it. Requests queued for the port are
+ * left for the new owner.
+ */
+void xseg_reclaim_port_requests(struct xseg *s, uint32_t port)
+{
+	struct xseg_request *r;
+	uint32_t idx;
+
+	while (xseg_ring_pop(xseg_rep_ring(s, port), &idx))
+		release_request(s, &s->requests[idx]);
+	for (uint32_t i = 0; i < s->nr_requests; i++) {
+		r = &s->requests[i];
+		if (__atomic_load_n(&r->holder, __ATOMIC_ACQUIRE) != port)
+			continue;
+		uint32_t st = load_state(r);
+		if (st == XS_ALLOCATED || st == XS_RECEIVED) {
+			release_request(s, r);
+		} else if (st == XS_ACCEPTED) {
+			r->result = XR_FAILED;
+			r->error = EPIPE;
+			if (xseg_respond(s, r, port) < 0)
+				release_request(s, r);
+		}
+	}
+}

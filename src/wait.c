@@ -1,0 +1,133 @@
+/*
+ * Wake-up: a sleeping peer waits on a futex word in its port (its group
+ * leader's, for a bound range), shared between processes.
+ *
+ * Waiter:     waiters++ ; seq = wake_seq ; if work: done ; futex_wait(seq)
+ * Signaller:  push ; fence ; if waiters: wake_seq++ ; futex_wake
+ * Either the signaller sees the waiter's increment and bumps the word (so
+ * the futex_wait returns at once or is woken), or the waiter's check comes
+ * after the push and sees the work: no lost wake-up, and a submit to a port
+ * nobody sleeps on costs no system call.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "xseg_internal.h"
+
+static long futex(_Atomic uint32_t *word, int op, uint32_t val, const struct timespec *ts)
+{
+	return syscall(SYS_futex, (uint32_t *)word, op, val, ts, NULL, 0);
+}
+
+uint64_t xseg_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void xseg_signal_port(struct xseg *s, uint32_t port)
+{
+	uint32_t leader = atomic_load_explicit(&s->ports[port].group_leader,
+					       memory_order_relaxed);
+	struct xseg_port_shm *l = &s->ports[leader < s->nr_ports ? leader : port];
+
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load_explicit(&l->waiters, memory_order_relaxed)) {
+		atomic_fetch_add(&l->wake_seq, 1);
+		futex(&l->wake_seq, FUTEX_WAKE, 1, NULL);
+	}
+}
+
+static uint32_t leader_of(struct xseg *s, uint32_t port)
+{
+	uint32_t leader = atomic_load_explicit(&s->ports[port].group_leader,
+					       memory_order_relaxed);
+	return leader < s->nr_ports ? leader : port;
+}
+
+static bool group_has_work(struct xseg *s, uint32_t leader)
+{
+	uint32_t first = atomic_load_explicit(&s->ports[leader].group_first, memory_order_relaxed);
+	uint32_t count = atomic_load_explicit(&s->ports[leader].group_count, memory_order_relaxed);
+	if (first >= s->nr_ports || count == 0 || count > s->nr_ports - first) {
+		first = leader;
+		count = 1;
+	}
+	for (uint32_t p = first; p < first + count; p++)
+		if (xseg_ring_nonempty(xseg_req_ring(s, p)) ||
+		    xseg_ring_nonempty(xseg_rep_ring(s, p)))
+			return true;
+	return false;
+}
+
+int xseg_has_work(struct xseg *s, uint32_t port)
+{
+	if (!xseg_port_valid(s, port))
+		return xseg_fail(EINVAL, "has work: port %u out of range", port);
+	return group_has_work(s, leader_of(s, port));
+}
+
+int xseg_wait(struct xseg *s, uint32_t port, uint64_t timeout_ns)
+{
+	struct timespec ts, *tsp = NULL;
+
+	if (!xseg_port_valid(s, port))
+		return xseg_fail(EINVAL, "wait: port %u out of range", port);
+	uint32_t leader = leader_of(s, port);
+	struct xseg_port_shm *l = &s->ports[leader];
+
+	if (timeout_ns) {
+		ts.tv_sec = (time_t)(timeout_ns / 1000000000ull);
+		ts.tv_nsec = (long)(timeout_ns % 1000000000ull);
+		tsp = &ts;
+	}
+	atomic_fetch_add(&l->waiters, 1);
+	uint32_t seq = atomic_load(&l->wake_seq);
+	if (!group_has_work(s, leader))
+		futex(&l->wake_seq, FUTEX_WAIT, seq, tsp);
+	atomic_fetch_sub(&l->waiters, 1);
+	return group_has_work(s, leader);
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
+
+/*
+ * Spinning pays only while the peer we wait for is running on another core.
+ * When more peers than cores are busy, a pure spin steals the core from the
+ * very peer that would produce our work, so we yield between short bursts:
+ * sched_yield lets any runnable peer on this core go first and costs little
+ * when none is waiting.
+ */
+int xseg_poll(struct xseg *s, uint32_t port, uint64_t spin_ns, uint64_t timeout_ns)
+{
+	if (!xseg_port_valid(s, port))
+		return xseg_fail(EINVAL, "poll: port %u out of range", port);
+	uint32_t leader = leader_of(s, port);
+	if (spin_ns) {
+		uint64_t start = xseg_now_ns();
+		for (;;) {
+			for (int i = 0; i < 64; i++) {
+				if (group_has_work(s, leader))
+					return 1;
+				cpu_relax();
+			}
+			if (xseg_now_ns() - start >= spin_ns)
+				break;
+			sched_yield();
+		}
+	}
+	return xseg_wait(s, port, timeout_ns);
+}

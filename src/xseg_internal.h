@@ -1,0 +1,184 @@
+/*
+ * libxseg internals: the segment's shared layout and the process-local
+ * handle. Nothing outside src/ includes this file.
+ *
+ * Layout of a segment (every offset is from the segment base and recorded
+ * in the header, so no process depends on where another mapped it):
+ *
+ *   header | ports[nr_ports] | requests[nr_requests] | free ring |
+ *   per port: request ring, reply ring | heap metadata | heap
+ */
+#ifndef XSEG_INTERNAL_H
+#define XSEG_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "xseg/xseg.h"
+
+#define XSEG_MAGIC           "XSEGSHM"
+#define XSEG_LAYOUT_VERSION  3u
+#define XSEG_CACHELINE       64u
+
+/* ---- lock-free bounded MPMC ring of u32 (ring.c) ------------------------
+ * Each cell carries a sequence number that says whose turn it is (the
+ * classic bounded MPMC design): producers and consumers claim a position
+ * with one CAS and publish with one release store, so nobody ever holds a
+ * lock. Capacity is a power of two >= nr_requests, and every request is in
+ * at most one ring at a time, so a push never finds a ring full.
+ */
+struct xseg_ring_cell {
+	_Atomic uint64_t seq;
+	uint32_t value;
+	uint32_t pad;
+};
+
+struct xseg_ring {
+	_Alignas(XSEG_CACHELINE) _Atomic uint64_t head;   /* next to pop */
+	_Alignas(XSEG_CACHELINE) _Atomic uint64_t tail;   /* next to push */
+	_Alignas(XSEG_CACHELINE) uint32_t capacity;
+	uint32_t mask;
+	struct xseg_ring_cell cells[];
+};
+
+size_t xseg_ring_bytes(uint32_t capacity);
+void xseg_ring_init(struct xseg_ring *r, uint32_t capacity);
+bool xseg_ring_push(struct xseg_ring *r, uint32_t value);
+bool xseg_ring_pop(struct xseg_ring *r, uint32_t *value);
+uint32_t xseg_ring_count(struct xseg_ring *r);
+static inline bool xseg_ring_nonempty(struct xseg_ring *r)
+{
+	return atomic_load_explicit(&r->tail, memory_order_acquire) !=
+	       atomic_load_explicit(&r->head, memory_order_acquire);
+}
+
+/* ---- buddy heap (heap.c) -------------------------------------------------
+ * Request buffers come from a buddy allocator: freed blocks merge with
+ * their buddies, so external fragmentation is bounded and a freed heap
+ * returns to one block. It is guarded by a robust process-shared mutex: a
+ * holder that dies is detected by the next locker (EOWNERDEAD).
+ */
+#define XSEG_HEAP_MIN_SHIFT  8u        /* smallest block: 256 bytes */
+#define XSEG_HEAP_MAX_ORDERS 40u
+
+struct xseg_heap_meta {
+	pthread_mutex_t lock;
+	uint64_t size;                    /* power of two */
+	uint32_t orders;                  /* size = 1 << (MIN_SHIFT + orders-1) */
+	uint32_t pad;
+	uint64_t used;                    /* bytes in allocated blocks */
+	uint64_t allocs;                  /* blocks allocated */
+	uint64_t recovered;               /* times a dead holder was detected */
+	uint64_t free_head[XSEG_HEAP_MAX_ORDERS]; /* heap offsets; ~0 = empty */
+	/* then: uint8_t block_state[size >> MIN_SHIFT] */
+};
+
+size_t xseg_heap_meta_bytes(uint64_t heap_size);
+int xseg_heap_init(struct xseg_heap_meta *m, void *heap, uint64_t heap_size);
+/* Returns the heap offset (>= 0 relative to the heap) or -ENOMEM. */
+int64_t xseg_heap_alloc(struct xseg_heap_meta *m, void *heap, uint64_t bytes,
+			uint64_t *got);
+int xseg_heap_free(struct xseg_heap_meta *m, void *heap, uint64_t off);
+void xseg_heap_usage(struct xseg_heap_meta *m, void *heap, uint64_t *used,
+		     uint64_t *allocs, uint64_t *largest_free);
+
+/* ---- shared structures ---------------------------------------------------- */
+
+struct xseg_header {
+	char magic[8];
+	uint32_t layout_version;
+	uint32_t header_size;
+	uint64_t segment_size;
+	uint32_t nr_ports;
+	uint32_t nr_requests;
+	uint32_t ring_capacity;
+	uint32_t request_size;           /* sizeof(struct xseg_request) */
+	uint32_t port_size;              /* sizeof(struct xseg_port_shm) */
+	uint32_t pad;
+	uint64_t ports_off;
+	uint64_t requests_off;
+	uint64_t free_ring_off;
+	uint64_t port_rings_off;         /* 2 rings per port */
+	uint64_t ring_bytes;             /* size of one ring */
+	uint64_t heap_meta_off;
+	uint64_t heap_off;
+	uint64_t heap_size;
+	uint64_t checksum;               /* of every field above */
+	_Atomic uint32_t ready;          /* set last by the creator */
+	uint32_t creator_pid;
+};
+
+struct xseg_port_shm {
+	/* Ownership and routing: written rarely. */
+	/* Owner: pid in the low 32 bits, the low 32 bits of its start time
+	 * (clock ticks since boot) in the high ones, so that one CAS binds and
+	 * a recycled pid is not mistaken for the owner. 0 = unbound. */
+	_Atomic uint64_t owner;
+	_Atomic uint32_t next_hop;       /* XSEG_NO_PORT = none */
+	_Atomic uint32_t group_leader;   /* port whose futex wakes this one */
+	_Atomic uint32_t group_first;    /* set on the leader: its group */
+	_Atomic uint32_t group_count;
+	/* Wake-up: one line, touched by every waiter and signaller. */
+	_Alignas(XSEG_CACHELINE) _Atomic uint32_t wake_seq;
+	_Atomic uint32_t waiters;
+	/* Counters: relaxed, for xseg info. */
+	_Alignas(XSEG_CACHELINE) _Atomic uint64_t submitted;
+	_Atomic uint64_t replied;
+};
+
+/* ---- process-local handle ------------------------------------------------- */
+
+struct xseg {
+	void *base;
+	size_t size;
+	struct xseg_header *hdr;
+	struct xseg_port_shm *ports;
+	struct xseg_request *requests;
+	struct xseg_ring *free_ring;
+	char *port_rings;
+	uint64_t ring_bytes;
+	struct xseg_heap_meta *heap_meta;
+	char *heap;
+	uint32_t nr_ports;
+	uint32_t nr_requests;
+	uint8_t *bound;                  /* ports this handle bound */
+	pthread_mutex_t bind_lock;       /* guards `bound` */
+	char name[XSEG_NAME_MAX + 2];
+};
+
+static inline struct xseg_ring *xseg_req_ring(struct xseg *s, uint32_t port)
+{
+	return (struct xseg_ring *)(s->port_rings + (uint64_t)port * 2 * s->ring_bytes);
+}
+
+static inline struct xseg_ring *xseg_rep_ring(struct xseg *s, uint32_t port)
+{
+	return (struct xseg_ring *)(s->port_rings +
+				    ((uint64_t)port * 2 + 1) * s->ring_bytes);
+}
+
+/* ---- helpers shared by the modules ---------------------------------------- */
+
+/* Records the thread's last error (printf format) and returns -err. */
+int xseg_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+pid_t xseg_self_pid(void);
+uint64_t xseg_owner_word(pid_t pid);       /* 0 if the process is gone */
+bool xseg_owner_alive(uint64_t owner);
+static inline pid_t xseg_owner_pid(uint64_t owner)
+{
+	return (pid_t)(owner & 0xffffffffu);
+}
+bool xseg_port_owned_here(struct xseg *s, uint32_t port);
+void xseg_signal_port(struct xseg *s, uint32_t port);
+/* Requests held by a dead port's owner: fail them back or free them. */
+void xseg_reclaim_port_requests(struct xseg *s, uint32_t port);
+
+static inline bool xseg_port_valid(struct xseg *s, uint32_t port)
+{
+	return s && port < s->nr_ports;
+}
+
+#endif /* XSEG_INTERNAL_H */

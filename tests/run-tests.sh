@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Runs every test program in $BUILD/tests and every tests/test_*.sh script, each
+# under a time limit, and ends with one line "N passed, N failed".
+# Environment: BUILD (build dir), SANITIZE (address|thread|empty),
+# TESTS (space-separated names to run only those).
+set -u
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+export BUILD BIN="$PWD/$BUILD/bin"
+export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1 second_deadlock_stack=1}"
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1 abort_on_error=0}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1 halt_on_error=1}"
+# Sanitized builds run slower; stress tests scale their iteration counts by this.
+if [ -n "${SANITIZE:-}" ]; then export XSEG_STRESS_SCALE=${XSEG_STRESS_SCALE:-0.2}; fi
+limit=${TEST_TIMEOUT:-600}
+
+passed=0 failed=0 failures=()
+run_one() {
+	local name=$1; shift
+	local start=$SECONDS
+	echo "=== $name"
+	if timeout --kill-after=10 "$limit" "$@"; then
+		passed=$((passed + 1)); echo "--- ok   $name ($((SECONDS - start))s)"
+	else
+		local rc=$?
+		failed=$((failed + 1)); failures+=("$name")
+		echo "--- FAIL $name (exit $rc, $((SECONDS - start))s)"
+	fi
+}
+wanted() { [ -z "${TESTS:-}" ] || [[ " $TESTS " == *" $1 "* ]]; }
+
+for t in "$BUILD"/tests/test_*; do
+	[ -x "$t" ] || continue
+	n=$(basename "$t"); wanted "$n" || continue
+	run_one "$n" "$t"
+done
+for s in tests/test_*.sh; do
+	[ -f "$s" ] || continue
+	n=$(basename "$s" .sh); wanted "$n" || continue
+	run_one "$n" bash "$s"
+done
+
+echo
+[ "$failed" -gt 0 ] && printf 'failed: %s\n' "${failures[*]}"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]

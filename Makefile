@@ -67,34 +67,40 @@ LIBS_sosd := -lrados
 .PHONY: all check run install clean bench
 all: $(LIBXSEG_A) $(LIBXSEG_SO) $(LIBPEER_A) $(PROGS) $(TESTS)
 
+# V=1 shows full command lines.
+Q := $(if $(V),,@)
+
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	@$(if $(Q),echo "  CC    $<")
+	$(Q)$(CC) $(CFLAGS) -c $< -o $@
 
 $(LIBXSEG_A): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
-	rm -f $@ && ar rcs $@ $^
+	$(Q)rm -f $@ && ar rcs $@ $^
 
 $(LIBXSEG_SO): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(Q)$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(LIBPEER_A): $(RUNTIME_OBJ)
 	@mkdir -p $(dir $@)
-	rm -f $@ && ar rcs $@ $^
+	$(Q)rm -f $@ && ar rcs $@ $^
 
 # One program per directory; all objects of that directory are linked in.
 define PROG_RULE
 $(BUILD)/bin/$(notdir $(1)): $(call obj,$(wildcard $(1)/*.c)) $(if $(filter bench/%,$(1)),$(BENCH_COMMON_OBJ)) $(LIBPEER_A) $(LIBXSEG_A)
 	@mkdir -p $$(dir $$@)
-	$$(CC) $$(LDFLAGS) -o $$@ $$(filter %.o,$$^) $(LIBPEER_A) $(LIBXSEG_A) $$(LIBS_$(notdir $(1))) $$(LDLIBS)
+	@$(if $(Q),echo "  LINK  $$@")
+	$(Q)$$(CC) $$(LDFLAGS) -o $$@ $$(filter %.o,$$^) $(LIBPEER_A) $(LIBXSEG_A) $$(LIBS_$(notdir $(1))) $$(LDLIBS)
 endef
 $(foreach d,$(PROG_DIRS),$(eval $(call PROG_RULE,$(d))))
 
 $(BUILD)/obj/tests/%.o: CFLAGS += $(CHECK_CFLAGS)
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_SUPPORT_OBJ) $(LIBPEER_A) $(LIBXSEG_A)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIBPEER_A) $(LIBXSEG_A) $(CHECK_LIBS) $(LDLIBS)
+	@$(if $(Q),echo "  LINK  $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIBPEER_A) $(LIBXSEG_A) $(CHECK_LIBS) $(LDLIBS)
 
 check: all
 	BUILD=$(BUILD) SANITIZE=$(SANITIZE) tests/run-tests.sh

@@ -1,0 +1,23 @@
+/*
+ * What a run writes and how a later read checks it.
+ *
+ * Every 8-byte word's value is a hash of (seed, object, its absolute offset
+ * in the object), so a read with the same seed checks every byte whatever
+ * block size either run used. "meta" only stamps and checks a 24-byte
+ * signature {seed, object, offset} at the start and end of each block.
+ */
+#ifndef BENCH_BLOCK_DATA_H
+#define BENCH_BLOCK_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum verify_mode { VERIFY_NONE, VERIFY_META, VERIFY_FULL };
+
+void block_data_fill(enum verify_mode mode, void *buf, size_t len, uint64_t seed,
+		     uint64_t object, uint64_t offset);
+/* Returns the number of mismatching bytes (0 = intact). */
+size_t block_data_check(enum verify_mode mode, const void *buf, size_t len,
+			uint64_t seed, uint64_t object, uint64_t offset);
+
+#endif

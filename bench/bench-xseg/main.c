@@ -1,0 +1,489 @@
+/*
+ * bench-xseg: load generator and verifier.
+ *
+ * Keeps --iodepth requests in flight from its own port to --target-port,
+ * reads or writes --total-size bytes in --block-size blocks, in seq or rand
+ * order (rand visits each block once, reproducibly from --seed), verifies
+ * what it reads against what a write run with the same seed wrote, and
+ * records every request's latency. Targets are objects named
+ * <prefix>-<seed>-<index> of --object-size, or with --volume a vlmcd volume.
+ *
+ * Exit status: 0 when every request was served and nothing was corrupted,
+ * 1 when any failed or was corrupted, 2 on bad arguments, 3 when requests
+ * were still outstanding at --timeout.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "xseg/xseg.h"
+#include "block_data.h"
+#include "block_order.h"
+#include "latency.h"
+
+#define MAX_IODEPTH     1024u
+#define RECEIVE_BATCH   32u
+#define ERRORS_SHOWN    5u
+
+struct options {
+	const char *segment;
+	uint32_t port, target_port;
+	bool op_write;
+	bool random;
+	uint64_t total_size, block_size, object_size;
+	uint32_t iodepth;
+	uint64_t seed;
+	enum verify_mode verify;
+	const char *volume;
+	const char *prefix;
+	bool json, progress;
+	uint64_t spin_us;
+	uint64_t timeout_s;
+};
+
+struct run_stats {
+	uint64_t submitted, received, failed, corrupted, bytes;
+	uint64_t errors_seen;
+	struct latency_hist hist;
+};
+
+static volatile sig_atomic_t interrupted;
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	interrupted = 1;
+}
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+"usage: bench-xseg --segment NAME --port N --target-port N --op read|write\n"
+"                  --pattern seq|rand --total-size SIZE --block-size SIZE [options]\n"
+"\n"
+"Sends requests from --port to --target-port, keeping --iodepth in flight,\n"
+"and reports IOPS, bandwidth and latency percentiles.\n"
+"\n"
+"  --segment NAME        shared-memory segment to join\n"
+"  --port N              this client's port (bound for the run)\n"
+"  --target-port N       where requests go (a blocker, cached or vlmcd)\n"
+"  --op read|write\n"
+"  --pattern seq|rand    rand visits each block exactly once, order from --seed\n"
+"  --total-size SIZE     bytes in the run (K, M, G suffixes)\n"
+"  --block-size SIZE     bytes per request (default 4K)\n"
+"  --object-size SIZE    object size (default 4M); a multiple of --block-size\n"
+"  --iodepth N           requests in flight (default 1, at most %u)\n"
+"  --seed N              names objects and derives the data (default 1)\n"
+"  --verify none|meta|full\n"
+"                        writes: stamp blocks; reads: check what a write run\n"
+"                        with the same seed wrote (full: every byte)\n"
+"  --volume NAME         address a vlmcd volume instead of objects\n"
+"  --prefix P            object name prefix (default bench)\n"
+"  --spin-us N           busy-poll this long before sleeping (default 20)\n"
+"  --timeout S           give up on requests outstanding longer (default 30)\n"
+"  --progress            a progress line every second (default: on a TTY)\n"
+"  --json                last stdout line: one JSON object with the results\n"
+"  --help\n", MAX_IODEPTH);
+}
+
+static void die_arg(const char *opt, const char *val, const char *why)
+{
+	fprintf(stderr, "bench-xseg: %s: '%s' %s\n", opt, val, why);
+	exit(2);
+}
+
+static uint64_t arg_size(const char *opt, const char *val)
+{
+	uint64_t v;
+	if (xseg_parse_size(val, &v) < 0 || v == 0)
+		die_arg(opt, val, "is not a size (e.g. 4096, 4K, 1M)");
+	return v;
+}
+
+static uint64_t arg_uint(const char *opt, const char *val, uint64_t max)
+{
+	uint64_t v;
+	if (xseg_parse_uint(val, max, &v) < 0)
+		die_arg(opt, val, "is not a number in range");
+	return v;
+}
+
+static void parse_options(int argc, char **argv, struct options *o)
+{
+	enum { O_SEG = 256, O_PORT, O_TPORT, O_OP, O_PATTERN, O_TOTAL, O_BS, O_OS,
+	       O_DEPTH, O_SEED, O_VERIFY, O_VOLUME, O_PREFIX, O_JSON, O_PROGRESS,
+	       O_SPIN, O_TIMEOUT, O_HELP };
+	static const struct option longopts[] = {
+		{ "segment", required_argument, NULL, O_SEG },
+		{ "port", required_argument, NULL, O_PORT },
+		{ "target-port", required_argument, NULL, O_TPORT },
+		{ "op", required_argument, NULL, O_OP },
+		{ "pattern", required_argument, NULL, O_PATTERN },
+		{ "total-size", required_argument, NULL, O_TOTAL },
+		{ "block-size", required_argument, NULL, O_BS },
+		{ "object-size", required_argument, NULL, O_OS },
+		{ "iodepth", required_argument, NULL, O_DEPTH },
+		{ "seed", required_argument, NULL, O_SEED },
+		{ "verify", required_argument, NULL, O_VERIFY },
+		{ "volume", required_argument, NULL, O_VOLUME },
+		{ "prefix", required_argument, NULL, O_PREFIX },
+		{ "json", no_argument, NULL, O_JSON },
+		{ "progress", no_argument, NULL, O_PROGRESS },
+		{ "spin-us", required_argument, NULL, O_SPIN },
+		{ "timeout", required_argument, NULL, O_TIMEOUT },
+		{ "help", no_argument, NULL, O_HELP },
+		{ NULL, 0, NULL, 0 },
+	};
+	bool have_port = false, have_tport = false, have_op = false, have_pattern = false;
+	int c;
+
+	*o = (struct options){ .block_size = 4096, .object_size = 4u << 20, .iodepth = 1,
+			       .seed = 1, .prefix = "bench", .spin_us = 20, .timeout_s = 30,
+			       .progress = isatty(STDERR_FILENO) };
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+		switch (c) {
+		case O_SEG: o->segment = optarg; break;
+		case O_PORT: o->port = (uint32_t)arg_uint("--port", optarg, XSEG_MAX_PORTS); have_port = true; break;
+		case O_TPORT: o->target_port = (uint32_t)arg_uint("--target-port", optarg, XSEG_MAX_PORTS); have_tport = true; break;
+		case O_OP:
+			if (!strcmp(optarg, "read")) o->op_write = false;
+			else if (!strcmp(optarg, "write")) o->op_write = true;
+			else die_arg("--op", optarg, "is not read or write");
+			have_op = true;
+			break;
+		case O_PATTERN:
+			if (!strcmp(optarg, "seq")) o->random = false;
+			else if (!strcmp(optarg, "rand")) o->random = true;
+			else die_arg("--pattern", optarg, "is not seq or rand");
+			have_pattern = true;
+			break;
+		case O_TOTAL: o->total_size = arg_size("--total-size", optarg); break;
+		case O_BS: o->block_size = arg_size("--block-size", optarg); break;
+		case O_OS: o->object_size = arg_size("--object-size", optarg); break;
+		case O_DEPTH: o->iodepth = (uint32_t)arg_uint("--iodepth", optarg, MAX_IODEPTH);
+			if (!o->iodepth) die_arg("--iodepth", optarg, "must be at least 1");
+			break;
+		case O_SEED: o->seed = arg_uint("--seed", optarg, UINT32_MAX); break;
+		case O_VERIFY:
+			if (!strcmp(optarg, "none")) o->verify = VERIFY_NONE;
+			else if (!strcmp(optarg, "meta")) o->verify = VERIFY_META;
+			else if (!strcmp(optarg, "full")) o->verify = VERIFY_FULL;
+			else die_arg("--verify", optarg, "is not none, meta or full");
+			break;
+		case O_VOLUME: o->volume = optarg; break;
+		case O_PREFIX: o->prefix = optarg; break;
+		case O_JSON: o->json = true; break;
+		case O_PROGRESS: o->progress = true; break;
+		case O_SPIN: o->spin_us = arg_uint("--spin-us", optarg, 1000000); break;
+		case O_TIMEOUT: o->timeout_s = arg_uint("--timeout", optarg, 86400);
+			if (!o->timeout_s) die_arg("--timeout", optarg, "must be at least 1");
+			break;
+		case O_HELP: usage(stdout); exit(0);
+		default:
+			fprintf(stderr, "bench-xseg: unknown or incomplete option '%s' (see --help)\n",
+				argv[optind - 1]);
+			exit(2);
+		}
+	}
+	if (optind < argc)
+		die_arg("argument", argv[optind], "is not an option (see --help)");
+	if (!o->segment) { fprintf(stderr, "bench-xseg: --segment is required\n"); exit(2); }
+	if (!have_port) { fprintf(stderr, "bench-xseg: --port is required\n"); exit(2); }
+	if (!have_tport) { fprintf(stderr, "bench-xseg: --target-port is required\n"); exit(2); }
+	if (!have_op) { fprintf(stderr, "bench-xseg: --op is required\n"); exit(2); }
+	if (!have_pattern) { fprintf(stderr, "bench-xseg: --pattern is required\n"); exit(2); }
+	if (!o->total_size) { fprintf(stderr, "bench-xseg: --total-size is required\n"); exit(2); }
+	if (o->total_size % o->block_size) {
+		fprintf(stderr, "bench-xseg: --total-size %" PRIu64 " is not a multiple of --block-size %" PRIu64 "\n",
+			o->total_size, o->block_size);
+		exit(2);
+	}
+	if (!o->volume && o->object_size % o->block_size) {
+		fprintf(stderr, "bench-xseg: --object-size %" PRIu64 " is not a multiple of --block-size %" PRIu64 "\n",
+			o->object_size, o->block_size);
+		exit(2);
+	}
+	if (o->volume && (!*o->volume || strlen(o->volume) > XSEG_MAX_TARGETLEN))
+		die_arg("--volume", o->volume, "is empty or too long");
+	if (strlen(o->prefix) > XSEG_MAX_TARGETLEN - 42)
+		die_arg("--prefix", o->prefix, "is too long");
+	if (o->port == o->target_port) {
+		fprintf(stderr, "bench-xseg: --port and --target-port are both %u\n", o->port);
+		exit(2);
+	}
+}
+
+/* Where block `block` lives: target name, object number and offset. */
+struct block_addr {
+	char name[XSEG_MAX_TARGETLEN + 1];
+	uint64_t object, offset;
+};
+
+static void locate(const struct options *o, uint64_t block, struct block_addr *a)
+{
+	uint64_t pos = block * o->block_size;
+	if (o->volume) {
+		snprintf(a->name, sizeof(a->name), "%s", o->volume);
+		a->object = 0;
+		a->offset = pos;
+	} else {
+		a->object = pos / o->object_size;
+		a->offset = pos % o->object_size;
+		snprintf(a->name, sizeof(a->name), "%s-%" PRIu64 "-%" PRIu64, o->prefix,
+			 o->seed, a->object);
+	}
+}
+
+/* Per in-flight slot: which block the request carries. */
+struct slot {
+	struct xseg_request *req;
+	uint64_t block;
+	uint64_t started_ns;
+};
+
+struct bench {
+	struct options opt;
+	struct xseg *seg;
+	struct block_order order;
+	uint64_t blocks;
+	uint64_t next_step;          /* next index into the order */
+	struct slot *slots;
+	uint32_t free_slots[MAX_IODEPTH];
+	uint32_t nfree;
+	uint32_t in_flight;
+	struct run_stats st;
+};
+
+static int submit_block(struct bench *b, uint32_t slot_no)
+{
+	struct slot *s = &b->slots[slot_no];
+	struct xseg_request *req = s->req;
+	struct block_addr a;
+
+	s->block = block_order_at(&b->order, b->next_step);
+	locate(&b->opt, s->block, &a);
+	if (xseg_prep_target(b->seg, req, a.name, b->opt.block_size) < 0) {
+		fprintf(stderr, "bench-xseg: %s\n", xseg_last_error());
+		return -1;
+	}
+	req->op = b->opt.op_write ? X_WRITE : X_READ;
+	req->flags = 0;
+	req->offset = a.offset;
+	req->size = b->opt.block_size;
+	req->serviced = 0;
+	req->result = XR_NONE;
+	req->error = 0;
+	req->priv = slot_no;
+	if (b->opt.op_write)
+		block_data_fill(b->opt.verify, xseg_get_data(b->seg, req), b->opt.block_size,
+				b->opt.seed, a.object, a.offset);
+	s->started_ns = xseg_now_ns();
+	int rc = xseg_submit(b->seg, req, b->opt.port, b->opt.target_port);
+	if (rc < 0) {
+		fprintf(stderr, "bench-xseg: submit to port %u: %s\n", b->opt.target_port,
+			xseg_last_error());
+		return -1;
+	}
+	b->next_step++;
+	b->st.submitted++;
+	b->in_flight++;
+	return 0;
+}
+
+static void complete(struct bench *b, struct xseg_request *req)
+{
+	uint32_t slot_no = (uint32_t)req->priv;
+	struct slot *s = &b->slots[slot_no];
+	uint64_t now = xseg_now_ns();
+
+	latency_record(&b->st.hist, now - s->started_ns);
+	b->st.received++;
+	b->in_flight--;
+	if (req->result != XR_SERVED || req->serviced != req->size) {
+		b->st.failed++;
+		if (b->st.errors_seen++ < ERRORS_SHOWN) {
+			struct block_addr a;
+			locate(&b->opt, s->block, &a);
+			fprintf(stderr, "bench-xseg: %s %s offset %" PRIu64 " failed: %s (served %" PRIu64 " of %" PRIu64 ")\n",
+				xseg_op_name(req->op), a.name, a.offset,
+				req->result == XR_FAILED ? strerror(req->error) : "short or unanswered",
+				req->serviced, req->size);
+		}
+	} else {
+		b->st.bytes += req->size;
+		if (!b->opt.op_write && b->opt.verify != VERIFY_NONE) {
+			struct block_addr a;
+			locate(&b->opt, s->block, &a);
+			if (block_data_check(b->opt.verify, xseg_get_data(b->seg, req), req->size,
+					     b->opt.seed, a.object, a.offset)) {
+				b->st.corrupted++;
+				if (b->st.errors_seen++ < ERRORS_SHOWN)
+					fprintf(stderr, "bench-xseg: corrupted block: %s offset %" PRIu64 "\n",
+						a.name, a.offset);
+			}
+		}
+	}
+	b->free_slots[b->nfree++] = slot_no;
+}
+
+static void print_progress(struct bench *b, uint64_t start_ns, uint64_t *last_ns,
+			   uint64_t *last_received)
+{
+	uint64_t now = xseg_now_ns();
+	if (now - *last_ns < 1000000000ull)
+		return;
+	double dt = (double)(now - *last_ns) / 1e9;
+	double iops = (double)(b->st.received - *last_received) / dt;
+	fprintf(stderr, "[%5.1fs] %3.0f%%  %" PRIu64 "/%" PRIu64 " requests  %.0f IOPS  %.1f MiB/s  failed %" PRIu64 "  corrupted %" PRIu64 "\n",
+		(double)(now - start_ns) / 1e9, 100.0 * (double)b->st.received / (double)b->blocks,
+		b->st.received, b->blocks, iops,
+		iops * (double)b->opt.block_size / (1 << 20), b->st.failed, b->st.corrupted);
+	*last_ns = now;
+	*last_received = b->st.received;
+}
+
+/* Oldest outstanding request's age, for the no-hang guarantee. */
+static uint64_t oldest_age_ns(struct bench *b, uint64_t now)
+{
+	uint64_t oldest = 0;
+	bool busy[MAX_IODEPTH] = { false };
+	for (uint32_t i = 0; i < b->opt.iodepth; i++)
+		busy[i] = true;
+	for (uint32_t i = 0; i < b->nfree; i++)
+		busy[b->free_slots[i]] = false;
+	for (uint32_t i = 0; i < b->opt.iodepth; i++)
+		if (busy[i] && now - b->slots[i].started_ns > oldest)
+			oldest = now - b->slots[i].started_ns;
+	return oldest;
+}
+
+static int run(struct bench *b, double *seconds)
+{
+	struct xseg_request *done[RECEIVE_BATCH];
+	uint64_t start = xseg_now_ns(), last = start, last_received = 0;
+	uint64_t spin_ns = b->opt.spin_us * 1000, timeout_ns = b->opt.timeout_s * 1000000000ull;
+	int rc = 0;
+
+	while (b->st.received < b->st.submitted || (!interrupted && b->next_step < b->blocks)) {
+		while (!interrupted && b->nfree && b->next_step < b->blocks) {
+			uint32_t slot_no = b->free_slots[--b->nfree];
+			if (submit_block(b, slot_no) < 0) {
+				b->free_slots[b->nfree++] = slot_no;
+				interrupted = 1;
+				rc = 1;
+			}
+		}
+		int n = xseg_receive(b->seg, b->opt.port, done, RECEIVE_BATCH);
+		for (int i = 0; i < n; i++)
+			complete(b, done[i]);
+		if (n > 0)
+			continue;
+		if (b->opt.progress)
+			print_progress(b, start, &last, &last_received);
+		xseg_poll(b->seg, b->opt.port, spin_ns, 200000000ull);
+		if (b->in_flight && oldest_age_ns(b, xseg_now_ns()) > timeout_ns) {
+			fprintf(stderr, "bench-xseg: %u requests unanswered after %" PRIu64 " s: giving up\n",
+				b->in_flight, b->opt.timeout_s);
+			rc = 3;
+			break;
+		}
+	}
+	*seconds = (double)(xseg_now_ns() - start) / 1e9;
+	return rc;
+}
+
+static void report(const struct bench *b, double seconds)
+{
+	const struct options *o = &b->opt;
+	double iops = seconds > 0 ? (double)b->st.received / seconds : 0;
+	double mib = seconds > 0 ? (double)b->st.bytes / seconds / (1 << 20) : 0;
+	double p50 = latency_percentile(&b->st.hist, 50.0) / 1e3;
+	double p99 = latency_percentile(&b->st.hist, 99.0) / 1e3;
+	double p999 = latency_percentile(&b->st.hist, 99.9) / 1e3;
+	double max = (double)latency_max(&b->st.hist) / 1e3;
+	const char *op = o->op_write ? "write" : "read", *pat = o->random ? "rand" : "seq";
+
+	printf("bench-xseg: %s %s, block %" PRIu64 ", iodepth %u, %s %s\n", op, pat,
+	       o->block_size, o->iodepth, o->volume ? "volume" : "objects",
+	       o->volume ? o->volume : o->prefix);
+	printf("  requests   %" PRIu64 " of %" PRIu64 " answered, %" PRIu64 " failed, %" PRIu64 " corrupted%s\n",
+	       b->st.received, b->blocks, b->st.failed, b->st.corrupted,
+	       b->st.received < b->blocks ? " (run cut short)" : "");
+	printf("  time       %.3f s\n", seconds);
+	printf("  throughput %.0f IOPS, %.2f MiB/s\n", iops, mib);
+	printf("  latency us p50 %.1f  p99 %.1f  p99.9 %.1f  max %.1f\n", p50, p99, p999, max);
+	if (o->json)
+		printf("{\"op\":\"%s\",\"pattern\":\"%s\",\"block_size\":%" PRIu64 ",\"iodepth\":%u,"
+		       "\"requests\":%" PRIu64 ",\"failed\":%" PRIu64 ",\"corrupted\":%" PRIu64 ","
+		       "\"seconds\":%.6f,\"iops\":%.1f,\"mib_per_s\":%.3f,\"lat_us_p50\":%.2f,"
+		       "\"lat_us_p99\":%.2f,\"lat_us_p999\":%.2f,\"lat_us_max\":%.2f,\"verify\":\"%s\"}\n",
+		       op, pat, o->block_size, o->iodepth, b->st.received, b->st.failed,
+		       b->st.corrupted, seconds, iops, mib, p50, p99, p999, max,
+		       o->verify == VERIFY_FULL ? "full" : o->verify == VERIFY_META ? "meta" : "none");
+	fflush(stdout);
+}
+
+int main(int argc, char **argv)
+{
+	struct bench b;
+	double seconds = 0;
+	int rc;
+
+	memset(&b, 0, sizeof(b));
+	parse_options(argc, argv, &b.opt);
+	b.blocks = b.opt.total_size / b.opt.block_size;
+	block_order_init(&b.order, b.blocks, b.opt.random, b.opt.seed);
+	latency_init(&b.st.hist);
+
+	struct sigaction sa = { .sa_handler = on_signal };
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+
+	if (xseg_join(b.opt.segment, &b.seg) < 0) {
+		fprintf(stderr, "bench-xseg: %s\n", xseg_last_error());
+		return 1;
+	}
+	if (xseg_bind_port(b.seg, b.opt.port) < 0) {
+		fprintf(stderr, "bench-xseg: %s\n", xseg_last_error());
+		xseg_leave(b.seg);
+		return 1;
+	}
+	uint32_t depth = b.opt.iodepth;
+	if (depth > b.blocks)
+		depth = (uint32_t)b.blocks;
+	b.opt.iodepth = depth;
+	b.slots = calloc(depth, sizeof(*b.slots));
+	if (!b.slots) {
+		fprintf(stderr, "bench-xseg: out of memory\n");
+		return 1;
+	}
+	for (uint32_t i = 0; i < depth; i++) {
+		b.slots[i].req = xseg_get_request(b.seg, b.opt.port);
+		if (!b.slots[i].req) {
+			fprintf(stderr, "bench-xseg: cannot get %u requests: %s\n", depth,
+				xseg_last_error());
+			return 1;
+		}
+		b.free_slots[b.nfree++] = depth - 1 - i;
+	}
+
+	rc = run(&b, &seconds);
+	report(&b, seconds);
+	if (rc != 3)     /* requests still out belong to their holders now */
+		for (uint32_t i = 0; i < depth; i++)
+			xseg_put_request(b.seg, b.slots[i].req);
+	xseg_leave(b.seg);
+	free(b.slots);
+	if (rc)
+		return rc;
+	if (interrupted && b.st.received < b.blocks)
+		return 1;
+	return (b.st.failed || b.st.corrupted) ? 1 : 0;
+}

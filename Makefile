@@ -40,11 +40,11 @@ LDFLAGS += $(SAN_FLAGS)
 # ---- sources -------------------------------------------------------------
 LIB_SRC     := $(wildcard xtypes/*.c) $(wildcard src/*.c)
 RUNTIME_SRC := $(wildcard peers/runtime/*.c)
-PEER_DIRS   := $(filter-out peers/runtime,$(patsubst %/,%,$(dir $(wildcard peers/*/*.c))))
-TOOL_DIRS   := $(patsubst %/,%,$(dir $(wildcard tools/*/*.c)))
-BENCH_DIRS  := $(filter-out bench/common,$(patsubst %/,%,$(dir $(wildcard bench/*/*.c))))
 BENCH_COMMON_SRC := $(wildcard bench/common/*.c)
-PROG_DIRS   := $(sort $(PEER_DIRS) $(TOOL_DIRS) $(BENCH_DIRS))
+# A program is a directory under peers/, tools/ or bench/ with a file that
+# defines main(); a directory without one yet is a module under way.
+PROG_MAIN_SRC := $(shell grep -l '^int main' peers/*/*.c tools/*/*.c bench/*/*.c 2>/dev/null)
+PROG_DIRS   := $(sort $(patsubst %/,%,$(dir $(PROG_MAIN_SRC))))
 PROGS       := $(addprefix $(BUILD)/bin/,$(notdir $(PROG_DIRS)))
 TEST_SRC    := $(wildcard tests/test_*.c)
 TEST_SUPPORT_SRC := $(wildcard tests/support/*.c)

@@ -64,7 +64,7 @@ LIBPEER_A  := $(BUILD)/lib/libpeer.a
 # Programs that need more than libxseg: LIBS_<name> := ...
 LIBS_sosd := -lrados
 
-.PHONY: all check run install clean bench
+.PHONY: all check run install clean bench fuzz
 all: $(LIBXSEG_A) $(LIBXSEG_SO) $(LIBPEER_A) $(PROGS) $(TESTS)
 
 # V=1 shows full command lines.
@@ -104,6 +104,24 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_SUPPORT_OBJ) $(LIBPEER_A) $(LIBX
 
 check: all
 	BUILD=$(BUILD) SANITIZE=$(SANITIZE) tests/run-tests.sh
+
+# libFuzzer targets (tests/fuzz/*.c), built with clang and run FUZZ_SECONDS each.
+FUZZ_SECONDS ?= 60
+FUZZ_SRC := $(wildcard tests/fuzz/*.c)
+FUZZERS  := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRC))
+$(BUILD)/fuzz/%: tests/fuzz/%.c
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  FUZZ  $@")
+	$(Q)clang -g -O1 -Iinclude -fsanitize=fuzzer,address,undefined -o $@ $<
+fuzz: $(FUZZERS)
+	@for f in $(FUZZERS); do \
+		echo "fuzzing $$f for $(FUZZ_SECONDS)s"; \
+		mkdir -p $(BUILD)/fuzz/corpus-$$(basename $$f); \
+		$$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+			$(BUILD)/fuzz/corpus-$$(basename $$f) > $$f.log 2>&1 \
+			|| { tail -40 $$f.log; exit 1; }; \
+		tail -4 $$f.log; \
+	done
 
 run: all
 	BUILD=$(BUILD) tools/run-default.sh

@@ -1,0 +1,52 @@
+/*
+ * cached's bucket pool: `count` slots of `bucket_size` bytes in one
+ * pre-faulted mapping, handed out by slot number.
+ *
+ * Free slots sit on a shared stack under a mutex, but a thread takes and
+ * returns them through its own magazine of up to BUCKET_MAGAZINE slots, so
+ * the mutex is taken once per half-magazine, not per bucket, and threads
+ * claiming buckets for different objects do not serialise on it. A thread's
+ * magazine can hold slots another thread is short of; the pool reports
+ * empty only when the shared stack is empty, and cached reclaims then.
+ */
+#ifndef CACHED_BUCKET_POOL_H
+#define CACHED_BUCKET_POOL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define BUCKET_MAGAZINE 64u
+
+struct bucket_magazine {
+	uint32_t n;
+	uint32_t slots[BUCKET_MAGAZINE];
+};
+
+struct bucket_pool {
+	unsigned char *data;
+	uint64_t bytes;
+	uint32_t bucket_size;
+	uint32_t count;
+	pthread_mutex_t lock;      /* guards free_stack and nfree */
+	uint32_t *free_stack;
+	uint32_t nfree;
+	_Atomic uint64_t in_use;   /* slots handed out (magazines excluded) */
+};
+
+/* Maps and pre-faults count * bucket_size bytes. -ENOMEM / -EINVAL. */
+int bucket_pool_init(struct bucket_pool *p, uint32_t count, uint32_t bucket_size);
+void bucket_pool_destroy(struct bucket_pool *p);
+
+/* A free slot, or UINT32_MAX when the pool is exhausted. */
+uint32_t bucket_pool_get(struct bucket_pool *p, struct bucket_magazine *m);
+void bucket_pool_put(struct bucket_pool *p, struct bucket_magazine *m, uint32_t slot);
+/* Returns a magazine's slots to the shared stack (a thread leaving). */
+void bucket_pool_drain(struct bucket_pool *p, struct bucket_magazine *m);
+
+static inline unsigned char *bucket_pool_data(struct bucket_pool *p, uint32_t slot)
+{
+	return p->data + (uint64_t)slot * p->bucket_size;
+}
+
+#endif

@@ -120,10 +120,38 @@ static int take_port(struct xseg *s, uint32_t port)
 			return xseg_fail(EBUSY, "port %u is bound by live pid %d", port,
 					 (int)xseg_owner_pid(cur));
 		if (atomic_compare_exchange_strong(&p->owner, &cur, me)) {
+			/* Threads of the dead owner asleep here died with it; a
+			 * count they left would cost every submit a futex call. */
+			atomic_store(&p->waiters, 0);
 			xseg_reclaim_port_requests(s, port);
 			return 0;
 		}
 	}
+}
+
+/*
+ * Takes `port` out of the group it was bound in: the ports before and after
+ * it stay groups of their own, so that a wait on any of them still sees its
+ * own queues (they kept pointing at a leader whose group no longer covered
+ * them). Sleepers on the old leader's word are woken to look again.
+ */
+static void ungroup(struct xseg *s, uint32_t port)
+{
+	uint32_t leader = atomic_load(&s->ports[port].group_leader);
+	if (leader >= s->nr_ports)
+		return;
+	uint32_t first = atomic_load(&s->ports[leader].group_first);
+	uint32_t count = atomic_load(&s->ports[leader].group_count);
+	if (first != leader || count < 2 || count > s->nr_ports - first ||
+	    port < first || port >= first + count)
+		return;
+	uint32_t last = first + count - 1;
+	if (port > first)
+		set_group(s, first, port - 1);
+	if (port < last)
+		set_group(s, port + 1, last);
+	set_group(s, port, port);
+	xseg_wake_all(s, leader);
 }
 
 static void release_port(struct xseg *s, uint32_t port)
@@ -174,6 +202,7 @@ int xseg_leave_port(struct xseg *s, uint32_t port)
 	if (!xseg_port_owned_here(s, port))
 		return xseg_fail(EPERM, "leave: port %u is not bound by this process", port);
 	pthread_mutex_lock(&s->bind_lock);
+	ungroup(s, port);
 	release_port(s, port);
 	s->bound[port] = 0;
 	pthread_mutex_unlock(&s->bind_lock);

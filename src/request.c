@@ -38,6 +38,16 @@ static bool held(uint32_t st)
 	return st == XS_ALLOCATED || st == XS_ACCEPTED || st == XS_RECEIVED;
 }
 
+/*
+ * A request its holder owes a reply to someone: accepted, or forwarded and
+ * back (received with hops left on its return path). It may be responded
+ * to, not put.
+ */
+static bool owes_reply(const struct xseg_request *req, uint32_t st)
+{
+	return st == XS_ACCEPTED || (st == XS_RECEIVED && req->path_len > 0);
+}
+
 static int check_held(struct xseg *s, struct xseg_request *req, const char *what)
 {
 	if (!req_valid(s, req))
@@ -109,7 +119,7 @@ int xseg_put_request(struct xseg *s, struct xseg_request *req)
 	int rc = check_held(s, req, "put request");
 	if (rc < 0)
 		return rc;
-	if (load_state(req) == XS_ACCEPTED)
+	if (owes_reply(req, load_state(req)))
 		return xseg_fail(EINVAL, "put request: request %u was accepted; respond to it",
 				 req->index);
 	release_request(s, req);
@@ -236,7 +246,8 @@ int xseg_respond(struct xseg *s, struct xseg_request *req, uint32_t from)
 	int rc = check_held(s, req, "respond");
 	if (rc < 0)
 		return rc;
-	if (load_state(req) != XS_ACCEPTED)
+	/* A forwarder responds to the reply it received, in turn. */
+	if (!owes_reply(req, load_state(req)))
 		return xseg_fail(EINVAL, "respond: request %u was not accepted", req->index);
 	if (from != req->holder)
 		return xseg_fail(EINVAL, "respond: request %u is held by port %u, not %u",
@@ -297,32 +308,47 @@ int xseg_receive(struct xseg *s, uint32_t port, struct xseg_request **reqs, unsi
 }
 
 /*
+ * A request the dead owner of `port` held: if someone upstream waits for it
+ * (the dead process accepted it, or forwarded it and its reply came back),
+ * it is failed back along its return path with EPIPE; otherwise the dead
+ * process had issued it, and it goes back to the pool.
+ */
+static void settle_dead_holders(struct xseg *s, struct xseg_request *r, uint32_t port)
+{
+	if (owes_reply(r, load_state(r))) {
+		r->result = XR_FAILED;
+		r->error = EPIPE;
+		if (xseg_respond(s, r, port) >= 0)
+			return;
+	}
+	release_request(s, r);
+}
+
+/*
  * Called when `port` is taken over from a dead owner. Requests the dead
- * process held at that port are settled so nobody waits for them forever:
- * those it was serving are failed back with EPIPE along their return path;
- * those it had issued (allocated, or replied and received) go back to the
- * pool, as do replies still queued for it. Requests queued for the port are
- * left for the new owner.
+ * process held at that port, and replies still queued for it, are settled
+ * (settle_dead_holders) so nobody waits for them forever. Requests queued
+ * for the port are left for the new owner.
  */
 void xseg_reclaim_port_requests(struct xseg *s, uint32_t port)
 {
 	struct xseg_request *r;
 	uint32_t idx;
 
-	while (xseg_ring_pop(xseg_rep_ring(s, port), &idx))
-		release_request(s, &s->requests[idx]);
+	/* A queued reply is settled as if the dead owner had received it: a
+	 * forwarded request still owes its issuer an answer. */
+	while (xseg_ring_pop(xseg_rep_ring(s, port), &idx)) {
+		r = &s->requests[idx];
+		r->holder = port;
+		store_state(r, XS_RECEIVED);
+		settle_dead_holders(s, r, port);
+	}
 	for (uint32_t i = 0; i < s->nr_requests; i++) {
 		r = &s->requests[i];
 		if (__atomic_load_n(&r->holder, __ATOMIC_ACQUIRE) != port)
 			continue;
 		uint32_t st = load_state(r);
-		if (st == XS_ALLOCATED || st == XS_RECEIVED) {
-			release_request(s, r);
-		} else if (st == XS_ACCEPTED) {
-			r->result = XR_FAILED;
-			r->error = EPIPE;
-			if (xseg_respond(s, r, port) < 0)
-				release_request(s, r);
-		}
+		if (st == XS_ALLOCATED || st == XS_RECEIVED || st == XS_ACCEPTED)
+			settle_dead_holders(s, r, port);
 	}
 }

@@ -7,6 +7,8 @@
  * tail (push) or head (pop); the value is published with a release store of
  * the sequence. No thread ever waits on another holding a lock.
  */
+#include <sched.h>
+
 #include "xseg_internal.h"
 
 size_t xseg_ring_bytes(uint32_t capacity)
@@ -31,6 +33,7 @@ void xseg_ring_init(struct xseg_ring *r, uint32_t capacity)
 bool xseg_ring_push(struct xseg_ring *r, uint32_t value)
 {
 	uint64_t pos = atomic_load_explicit(&r->tail, memory_order_relaxed);
+	uint64_t deadline = 0;
 	for (;;) {
 		struct xseg_ring_cell *c = &r->cells[pos & r->mask];
 		uint64_t seq = atomic_load_explicit(&c->seq, memory_order_acquire);
@@ -43,7 +46,24 @@ bool xseg_ring_push(struct xseg_ring *r, uint32_t value)
 				return true;
 			}
 		} else if (dif < 0) {
-			return false;   /* full */
+			/*
+			 * The cell still holds the value of one lap ago. Unless
+			 * the ring is really full, a consumer has claimed that
+			 * value and not yet released the cell (preempted between
+			 * its CAS and its store) while the others went a whole
+			 * lap: wait for it. Failing here lost the request, since
+			 * callers rely on a push never failing. A consumer killed
+			 * in that window never releases the cell: give up then.
+			 */
+			uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
+			if ((int64_t)(pos - head) >= (int64_t)r->capacity)
+				return false;   /* full */
+			if (!deadline)
+				deadline = xseg_now_ns() + 1000000000ull;
+			else if (xseg_now_ns() > deadline)
+				return false;
+			sched_yield();
+			pos = atomic_load_explicit(&r->tail, memory_order_relaxed);
 		} else {
 			pos = atomic_load_explicit(&r->tail, memory_order_relaxed);
 		}
@@ -53,6 +73,7 @@ bool xseg_ring_push(struct xseg_ring *r, uint32_t value)
 bool xseg_ring_pop(struct xseg_ring *r, uint32_t *value)
 {
 	uint64_t pos = atomic_load_explicit(&r->head, memory_order_relaxed);
+	uint64_t deadline = 0;
 	for (;;) {
 		struct xseg_ring_cell *c = &r->cells[pos & r->mask];
 		uint64_t seq = atomic_load_explicit(&c->seq, memory_order_acquire);
@@ -66,7 +87,22 @@ bool xseg_ring_pop(struct xseg_ring *r, uint32_t *value)
 				return true;
 			}
 		} else if (dif < 0) {
-			return false;   /* empty */
+			/*
+			 * Not published yet. If a producer has claimed the cell
+			 * (tail is past it) it is between its CAS and its store:
+			 * wait for it, or the pool looks empty with requests
+			 * free (a false ENOBUFS). A producer killed there never
+			 * publishes: give up then.
+			 */
+			uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
+			if ((int64_t)(tail - pos) <= 0)
+				return false;   /* empty */
+			if (!deadline)
+				deadline = xseg_now_ns() + 1000000000ull;
+			else if (xseg_now_ns() > deadline)
+				return false;
+			sched_yield();
+			pos = atomic_load_explicit(&r->head, memory_order_relaxed);
 		} else {
 			pos = atomic_load_explicit(&r->head, memory_order_relaxed);
 		}

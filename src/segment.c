@@ -81,7 +81,7 @@ static uint64_t header_checksum(const struct xseg_header *h)
 /* Computes the layout into hdr. */
 static int plan_layout(const struct xseg_config *cfg, struct xseg_header *h)
 {
-	uint64_t off, heap = round_pow2(cfg->heap_size);
+	uint64_t off, heap;
 
 	if (cfg->nr_ports < 1 || cfg->nr_ports > XSEG_MAX_PORTS)
 		return xseg_fail(EINVAL, "ports %u out of range 1..%u", cfg->nr_ports,
@@ -89,6 +89,8 @@ static int plan_layout(const struct xseg_config *cfg, struct xseg_header *h)
 	if (cfg->nr_requests < 1 || cfg->nr_requests > XSEG_MAX_REQUESTS)
 		return xseg_fail(EINVAL, "requests %u out of range 1..%u", cfg->nr_requests,
 				 XSEG_MAX_REQUESTS);
+	/* Check before rounding: round_pow2 never ends above 2^63. */
+	heap = cfg->heap_size > (1ull << 40) ? 0 : round_pow2(cfg->heap_size);
 	if (heap < 4096 || heap > (1ull << 40))
 		return xseg_fail(EINVAL, "heap size %llu out of range 4K..1T",
 				 (unsigned long long)cfg->heap_size);

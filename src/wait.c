@@ -44,6 +44,13 @@ void xseg_signal_port(struct xseg *s, uint32_t port)
 	}
 }
 
+void xseg_wake_all(struct xseg *s, uint32_t port)
+{
+	struct xseg_port_shm *l = &s->ports[port];
+	atomic_fetch_add(&l->wake_seq, 1);
+	futex(&l->wake_seq, FUTEX_WAKE, INT_MAX, NULL);
+}
+
 static uint32_t leader_of(struct xseg *s, uint32_t port)
 {
 	uint32_t leader = atomic_load_explicit(&s->ports[port].group_leader,
@@ -91,7 +98,10 @@ int xseg_wait(struct xseg *s, uint32_t port, uint64_t timeout_ns)
 	uint32_t seq = atomic_load(&l->wake_seq);
 	if (!group_has_work(s, leader))
 		futex(&l->wake_seq, FUTEX_WAIT, seq, tsp);
-	atomic_fetch_sub(&l->waiters, 1);
+	/* Saturating: a takeover may have reset the count under us. */
+	uint32_t w = atomic_load(&l->waiters);
+	while (w && !atomic_compare_exchange_weak(&l->waiters, &w, w - 1))
+		;
 	return group_has_work(s, leader);
 }
 

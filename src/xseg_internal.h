@@ -173,6 +173,8 @@ static inline pid_t xseg_owner_pid(uint64_t owner)
 }
 bool xseg_port_owned_here(struct xseg *s, uint32_t port);
 void xseg_signal_port(struct xseg *s, uint32_t port);
+/* Wakes every thread asleep on port's word, to look again. */
+void xseg_wake_all(struct xseg *s, uint32_t port);
 /* Requests held by a dead port's owner: fail them back or free them. */
 void xseg_reclaim_port_requests(struct xseg *s, uint32_t port);
 

@@ -1,0 +1,829 @@
+/*
+ * libxseg unit tests, part 1: segments (create, join, destroy, info,
+ * header checks), ports (bind, ranges, leave, info, live owners in other
+ * processes), routing (next hops, cycles, resolve_route) and names/parsing.
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stddef.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../src/xseg_internal.h"
+#include "support/xseg_test_util.h"
+
+static void shm_file(const char *name, char *buf, size_t len)
+{
+	snprintf(buf, len, "/dev/shm/%s", name);
+}
+
+static bool shm_exists(const char *name)
+{
+	char path[256];
+	shm_file(name, path, sizeof(path));
+	return access(path, F_OK) == 0;
+}
+
+static void small_cfg(struct xseg_config *cfg)
+{
+	xseg_config_default(cfg);
+	cfg->nr_ports = 4;
+	cfg->nr_requests = 8;
+	cfg->heap_size = 4096;
+}
+
+#define ck_assert_error_mentions(s)                                          \
+	ck_assert_msg(strstr(xseg_last_error(), (s)) != NULL,                  \
+		      "last error '%s' does not mention '%s'", xseg_last_error(), (s))
+
+/* ==== segment ============================================================ */
+
+START_TEST(config_default_values)
+{
+	struct xseg_config cfg;
+	memset(&cfg, 0xab, sizeof(cfg));
+	xseg_config_default(&cfg);
+	ck_assert_uint_eq(cfg.nr_ports, XSEG_DEFAULT_PORTS);
+	ck_assert_uint_eq(cfg.nr_requests, XSEG_DEFAULT_REQUESTS);
+	ck_assert_uint_eq(cfg.heap_size, XSEG_DEFAULT_HEAP);
+	ck_assert_uint_eq(cfg.mode, 0600);
+}
+END_TEST
+
+START_TEST(create_bad_arguments)
+{
+	struct xseg_config cfg;
+	char name[64], longname[XSEG_NAME_MAX + 2];
+
+	small_cfg(&cfg);
+	xt_make_name(name, sizeof(name));
+	ck_assert_int_eq(xseg_create(name, NULL), -EINVAL);
+	ck_assert_int_eq(xseg_create(NULL, &cfg), -EINVAL);
+	ck_assert_int_eq(xseg_create("", &cfg), -EINVAL);
+	ck_assert_int_eq(xseg_create("a/b", &cfg), -EINVAL);
+	ck_assert_error_mentions("'/'");
+	ck_assert_int_eq(xseg_create("/leading", &cfg), -EINVAL);
+
+	memset(longname, 'x', sizeof(longname));
+	longname[XSEG_NAME_MAX + 1] = '\0';          /* one byte too long */
+	ck_assert_int_eq(xseg_create(longname, &cfg), -ENAMETOOLONG);
+	ck_assert_error_mentions("longer");
+
+	cfg.nr_ports = 0;
+	ck_assert_int_eq(xseg_create(name, &cfg), -EINVAL);
+	ck_assert_error_mentions("ports 0");
+	cfg.nr_ports = XSEG_MAX_PORTS + 1;
+	ck_assert_int_eq(xseg_create(name, &cfg), -EINVAL);
+	small_cfg(&cfg);
+	cfg.nr_requests = 0;
+	ck_assert_int_eq(xseg_create(name, &cfg), -EINVAL);
+	ck_assert_error_mentions("requests 0");
+	cfg.nr_requests = XSEG_MAX_REQUESTS + 1;
+	ck_assert_int_eq(xseg_create(name, &cfg), -EINVAL);
+	small_cfg(&cfg);
+	cfg.heap_size = 0;
+	ck_assert_int_eq(xseg_create(name, &cfg), -EINVAL);
+	cfg.heap_size = 100;
+	ck_assert_int_eq(xseg_create(name, &cfg), -EINVAL);
+	ck_assert_error_mentions("heap size 100");
+	cfg.heap_size = (1ull << 40) + 1;
+	ck_assert_int_eq(xseg_create(name, &cfg), -EINVAL);
+	cfg.heap_size = UINT64_MAX;
+	ck_assert_int_eq(xseg_create(name, &cfg), -EINVAL);
+
+	/* Nothing was left behind by any of these. */
+	ck_assert(!shm_exists(name));
+}
+END_TEST
+
+START_TEST(create_longest_name)
+{
+	struct xseg_config cfg;
+	char name[XSEG_NAME_MAX + 1];
+	struct xseg *seg;
+
+	small_cfg(&cfg);
+	/* Unique, and exactly XSEG_NAME_MAX bytes. */
+	xt_make_name(name, sizeof(name));
+	size_t len = strlen(name);
+	memset(name + len, 'z', XSEG_NAME_MAX - len);
+	name[XSEG_NAME_MAX] = '\0';
+	ck_assert_int_eq(xseg_create(name, &cfg), 0);
+	ck_assert_int_eq(xseg_join(name, &seg), 0);
+	xseg_leave(seg);
+	ck_assert_int_eq(xseg_destroy(name), 0);
+}
+END_TEST
+
+START_TEST(create_exists_and_mode)
+{
+	struct xseg_config cfg;
+	struct stat st;
+	char path[256];
+
+	small_cfg(&cfg);
+	cfg.mode = 0;                       /* 0 means the default, 0600 */
+	xt_make_name(xt_name, sizeof(xt_name));
+	umask(0);                           /* the mode must not depend on it... */
+	ck_assert_int_eq(xseg_create(xt_name, &cfg), 0);
+	ck_assert_int_eq(xseg_create(xt_name, &cfg), -EEXIST);
+	ck_assert_error_mentions(xt_name);
+	shm_file(xt_name, path, sizeof(path));
+	ck_assert_int_eq(stat(path, &st), 0);
+	ck_assert_uint_eq(st.st_mode & 0777, 0600);
+
+	/* ...nor strip bits the caller asked for. */
+	char other[64];
+	xt_make_name(other, sizeof(other));
+	umask(077);
+	cfg.mode = 0640;
+	ck_assert_int_eq(xseg_create(other, &cfg), 0);
+	shm_file(other, path, sizeof(path));
+	ck_assert_int_eq(stat(path, &st), 0);
+	ck_assert_uint_eq(st.st_mode & 0777, 0640);
+	ck_assert_int_eq(xseg_destroy(other), 0);
+	umask(022);
+}
+END_TEST
+
+START_TEST(join_bad_arguments)
+{
+	struct xseg *seg = (struct xseg *)0x1;
+	char name[64];
+
+	xt_make_name(name, sizeof(name));
+	ck_assert_int_eq(xseg_join(name, NULL), -EINVAL);
+	ck_assert_int_eq(xseg_join(name, &seg), -ENOENT);
+	ck_assert_ptr_null(seg);
+	ck_assert_error_mentions(name);
+	ck_assert_int_eq(xseg_join(NULL, &seg), -EINVAL);
+	ck_assert_int_eq(xseg_join("", &seg), -EINVAL);
+	ck_assert_int_eq(xseg_join("x/y", &seg), -EINVAL);
+	xseg_leave(NULL);                   /* harmless */
+}
+END_TEST
+
+/* Maps xt_name's header writable through a second mapping. */
+static struct xseg_header *map_header(int *fd_out)
+{
+	char path[256];
+	shm_file(xt_name, path, sizeof(path));
+	int fd = open(path, O_RDWR);
+	ck_assert_int_ge(fd, 0);
+	void *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	ck_assert(p != MAP_FAILED);
+	*fd_out = fd;
+	return p;
+}
+
+static void unmap_header(struct xseg_header *h, int fd)
+{
+	munmap(h, 4096);
+	close(fd);
+}
+
+static void create_small(void)
+{
+	struct xseg_config cfg;
+	small_cfg(&cfg);
+	xt_make_name(xt_name, sizeof(xt_name));
+	ck_assert_int_eq(xseg_create(xt_name, &cfg), 0);
+}
+
+START_TEST(join_rejects_corrupt_header)
+{
+	struct xseg *seg = NULL;
+	int fd;
+
+	create_small();
+	struct xseg_header *h = map_header(&fd);
+
+	/* A scribbled size field: the checksum no longer matches. */
+	uint32_t saved = h->nr_ports;
+	h->nr_ports = 60000;
+	ck_assert_int_eq(xseg_join(xt_name, &seg), -EBADMSG);
+	ck_assert_ptr_null(seg);
+	ck_assert_error_mentions("checksum");
+	h->nr_ports = saved;
+
+	/* A scribbled offset. */
+	h->heap_off += 4096;
+	ck_assert_int_eq(xseg_join(xt_name, &seg), -EBADMSG);
+	h->heap_off -= 4096;
+
+	/* Bad magic. */
+	h->magic[0] = 'Y';
+	ck_assert_int_eq(xseg_join(xt_name, &seg), -EBADMSG);
+	ck_assert_error_mentions("magic");
+	h->magic[0] = 'X';
+
+	/* Restored: joins again. */
+	ck_assert_int_eq(xseg_join(xt_name, &seg), 0);
+	xseg_leave(seg);
+	seg = NULL;
+
+	/* Random garbage over the whole header. */
+	unsigned char *b = (unsigned char *)h, copy[sizeof(*h)];
+	memcpy(copy, b, sizeof(copy));
+	for (size_t i = 0; i < sizeof(copy); i++)
+		b[i] = (unsigned char)(i * 37 + 11);
+	int rc = xseg_join(xt_name, &seg);
+	ck_assert_msg(rc == -EBADMSG || rc == -EPROTO, "garbage header joined: %d", rc);
+	ck_assert_ptr_null(seg);
+	memcpy(b, copy, sizeof(copy));
+	unmap_header(h, fd);
+}
+END_TEST
+
+START_TEST(join_rejects_other_version)
+{
+	struct xseg *seg = NULL;
+	int fd;
+
+	create_small();
+	struct xseg_header *h = map_header(&fd);
+	h->layout_version = XSEG_LAYOUT_VERSION + 1;
+	ck_assert_int_eq(xseg_join(xt_name, &seg), -EPROTO);
+	ck_assert_ptr_null(seg);
+	ck_assert_error_mentions("version");
+	h->layout_version = XSEG_LAYOUT_VERSION - 1;
+	ck_assert_int_eq(xseg_join(xt_name, &seg), -EPROTO);
+	h->layout_version = XSEG_LAYOUT_VERSION;
+	ck_assert_int_eq(xseg_join(xt_name, &seg), 0);
+	xseg_leave(seg);
+	unmap_header(h, fd);
+}
+END_TEST
+
+START_TEST(join_rejects_unready_and_short)
+{
+	struct xseg *seg = NULL;
+	struct stat st;
+	char path[256];
+	int fd;
+
+	create_small();
+	struct xseg_header *h = map_header(&fd);
+	atomic_store(&h->ready, 0);
+	ck_assert_int_eq(xseg_join(xt_name, &seg), -EAGAIN);
+	atomic_store(&h->ready, 1);
+	unmap_header(h, fd);
+
+	/* A truncated segment: the header says more than the file holds. */
+	shm_file(xt_name, path, sizeof(path));
+	fd = open(path, O_RDWR);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(fstat(fd, &st), 0);
+	ck_assert_int_eq(ftruncate(fd, st.st_size - 4096), 0);
+	ck_assert_int_eq(xseg_join(xt_name, &seg), -EBADMSG);
+	ck_assert_error_mentions("bytes");
+	/* Too small to hold a header at all. */
+	ck_assert_int_eq(ftruncate(fd, 16), 0);
+	ck_assert_int_eq(xseg_join(xt_name, &seg), -EBADMSG);
+	ck_assert_ptr_null(seg);
+	close(fd);
+}
+END_TEST
+
+START_TEST(destroy_semantics)
+{
+	struct xseg *seg;
+	char name[64];
+
+	xt_make_name(name, sizeof(name));
+	ck_assert_int_eq(xseg_destroy(name), -ENOENT);
+	ck_assert_int_eq(xseg_destroy(NULL), -EINVAL);
+	ck_assert_int_eq(xseg_destroy("a/b"), -EINVAL);
+
+	create_small();
+	ck_assert_int_eq(xseg_join(xt_name, &seg), 0);
+	ck_assert_int_eq(xseg_destroy(xt_name), 0);
+	ck_assert(!shm_exists(xt_name));
+	ck_assert_int_eq(xseg_join(xt_name, &xt_seg), -ENOENT);
+	/* A process that joined keeps a working mapping. */
+	ck_assert_int_eq(xseg_bind_port(seg, 0), 0);
+	struct xseg_request *r = xseg_get_request(seg, 0);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_int_eq(xseg_put_request(seg, r), 0);
+	xseg_leave(seg);
+	/* The name can be reused. */
+	struct xseg_config cfg;
+	small_cfg(&cfg);
+	ck_assert_int_eq(xseg_create(xt_name, &cfg), 0);
+}
+END_TEST
+
+START_TEST(segment_info_fresh)
+{
+	struct xseg_segment_info info;
+	struct stat st;
+	char path[256];
+
+	xt_setup_with(5, 33, 5000);     /* heap rounds up to 8K */
+	ck_assert_int_eq(xseg_segment_info(NULL, &info), -EINVAL);
+	ck_assert_int_eq(xseg_segment_info(xt_seg, NULL), -EINVAL);
+	ck_assert_int_eq(xseg_segment_info(xt_seg, &info), 0);
+	ck_assert_uint_eq(info.layout_version, XSEG_LAYOUT_VERSION);
+	ck_assert_uint_eq(info.nr_ports, 5);
+	ck_assert_uint_eq(info.nr_requests, 33);
+	ck_assert_uint_eq(info.free_requests, 33);
+	ck_assert_uint_eq(info.heap_size, 8192);
+	ck_assert_uint_eq(info.heap_used, 0);
+	ck_assert_uint_eq(info.heap_allocs, 0);
+	ck_assert_uint_eq(info.heap_free_largest, 8192);
+	shm_file(xt_name, path, sizeof(path));
+	ck_assert_int_eq(stat(path, &st), 0);
+	ck_assert_uint_eq(info.segment_size, (uint64_t)st.st_size);
+	ck_assert_uint_ge(info.segment_size, 8192 + 33 * sizeof(struct xseg_request));
+	/* Every port starts unbound and unrouted. */
+	for (uint32_t p = 0; p < 5; p++) {
+		struct xseg_port_info pi;
+		ck_assert_int_eq(xseg_port_info(xt_seg, p, &pi), 0);
+		ck_assert_uint_eq(pi.port, p);
+		ck_assert_int_eq(pi.owner, 0);
+		ck_assert_int_eq(pi.owner_alive, 0);
+		ck_assert_uint_eq(pi.next_hop, XSEG_NO_PORT);
+		ck_assert_uint_eq(pi.request_depth, 0);
+		ck_assert_uint_eq(pi.reply_depth, 0);
+		ck_assert_uint_eq(pi.waiters, 0);
+		ck_assert_uint_eq(pi.submitted, 0);
+		ck_assert_uint_eq(pi.replied, 0);
+	}
+}
+END_TEST
+
+START_TEST(last_error_is_per_thread_text)
+{
+	char name[64];
+	struct xseg *seg;
+	xt_make_name(name, sizeof(name));
+	ck_assert_int_eq(xseg_join(name, &seg), -ENOENT);
+	ck_assert_ptr_nonnull(xseg_last_error());
+	ck_assert_error_mentions(name);
+}
+END_TEST
+
+/* ==== ports ============================================================== */
+
+START_TEST(bind_bad_arguments)
+{
+	ck_assert_int_eq(xseg_bind_port(NULL, 0), -EINVAL);
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 16), -EINVAL);
+	ck_assert_int_eq(xseg_bind_port(xt_seg, XSEG_NO_PORT), -EINVAL);
+	ck_assert_int_eq(xseg_bind_range(xt_seg, 3, 2), -EINVAL);
+	ck_assert_int_eq(xseg_bind_range(xt_seg, 10, 16), -EINVAL);
+	ck_assert_int_eq(xseg_bind_range(xt_seg, 0, UINT32_MAX), -EINVAL);
+	ck_assert_error_mentions("0..15");
+	for (uint32_t p = 0; p < 16; p++) {
+		struct xseg_port_info pi;
+		ck_assert_int_eq(xseg_port_info(xt_seg, p, &pi), 0);
+		ck_assert_int_eq(pi.owner, 0);
+	}
+}
+END_TEST
+
+START_TEST(bind_and_double_bind)
+{
+	struct xseg_port_info pi;
+
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 3), 0);
+	ck_assert_int_eq(xseg_port_info(xt_seg, 3, &pi), 0);
+	ck_assert_int_eq(pi.owner, getpid());
+	ck_assert_int_eq(pi.owner_alive, 1);
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 3), -EBUSY);
+	ck_assert_error_mentions("port 3");
+
+	/* A second handle in the same process cannot take it either. */
+	struct xseg *other;
+	ck_assert_int_eq(xseg_join(xt_name, &other), 0);
+	ck_assert_int_eq(xseg_bind_port(other, 3), -EBUSY);
+	ck_assert_int_eq(xseg_bind_port(other, 4), 0);
+	xseg_leave(other);          /* releases 4, not 3 */
+	ck_assert_int_eq(xseg_port_info(xt_seg, 4, &pi), 0);
+	ck_assert_int_eq(pi.owner, 0);
+	ck_assert_int_eq(xseg_port_info(xt_seg, 3, &pi), 0);
+	ck_assert_int_eq(pi.owner, getpid());
+}
+END_TEST
+
+START_TEST(bind_range_is_all_or_nothing)
+{
+	struct xseg_port_info pi;
+
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 6), 0);
+	ck_assert_int_eq(xseg_bind_range(xt_seg, 3, 8), -EBUSY);
+	for (uint32_t p = 3; p <= 8; p++) {
+		ck_assert_int_eq(xseg_port_info(xt_seg, p, &pi), 0);
+		ck_assert_int_eq(pi.owner, p == 6 ? getpid() : 0);
+	}
+	ck_assert_int_eq(xseg_bind_range(xt_seg, 7, 15), 0);
+	for (uint32_t p = 7; p <= 15; p++) {
+		ck_assert_int_eq(xseg_port_info(xt_seg, p, &pi), 0);
+		ck_assert_int_eq(pi.owner, getpid());
+	}
+	ck_assert_int_eq(xseg_bind_range(xt_seg, 0, 0), 0);
+}
+END_TEST
+
+START_TEST(leave_port_semantics)
+{
+	struct xseg_port_info pi;
+
+	ck_assert_int_eq(xseg_leave_port(xt_seg, 16), -EINVAL);
+	ck_assert_int_eq(xseg_leave_port(NULL, 0), -EINVAL);
+	ck_assert_int_eq(xseg_leave_port(xt_seg, 2), -EPERM);
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 2), 0);
+	ck_assert_int_eq(xseg_leave_port(xt_seg, 2), 0);
+	ck_assert_int_eq(xseg_port_info(xt_seg, 2, &pi), 0);
+	ck_assert_int_eq(pi.owner, 0);
+	ck_assert_int_eq(xseg_leave_port(xt_seg, 2), -EPERM);
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 2), 0);
+
+	/* Requests queued on a port stay queued when it is left. */
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 1), 0);
+	struct xseg_request *r = xseg_get_request(xt_seg, 1);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_int_eq(xseg_submit(xt_seg, r, 1, 2), 2);
+	ck_assert_int_eq(xseg_leave_port(xt_seg, 2), 0);
+	ck_assert_int_eq(xseg_port_info(xt_seg, 2, &pi), 0);
+	ck_assert_uint_eq(pi.request_depth, 1);
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 2), 0);
+	struct xseg_request *got;
+	ck_assert_int_eq(xseg_accept(xt_seg, 2, &got, 1), 1);
+	ck_assert_ptr_eq(got, r);
+}
+END_TEST
+
+START_TEST(port_info_bad_arguments)
+{
+	struct xseg_port_info pi;
+	ck_assert_int_eq(xseg_port_info(xt_seg, 16, &pi), -EINVAL);
+	ck_assert_int_eq(xseg_port_info(xt_seg, 0, NULL), -EINVAL);
+	ck_assert_int_eq(xseg_port_info(NULL, 0, &pi), -EINVAL);
+}
+END_TEST
+
+/* A live owner in another process keeps its port; once it is gone (and
+ * reaped) the port can be taken over. */
+START_TEST(live_owner_in_other_process)
+{
+	int up[2], down[2];
+	char c = 0;
+	struct xseg_port_info pi;
+
+	ck_assert_int_eq(pipe(up), 0);
+	ck_assert_int_eq(pipe(down), 0);
+	pid_t pid = xt_fork(20);
+	if (pid == 0) {
+		struct xseg *seg;
+		XT_CHILD_CHECK(xseg_join(xt_name, &seg) == 0, 2, "%s", xseg_last_error());
+		XT_CHILD_CHECK(xseg_bind_range(seg, 3, 5) == 0, 3, "%s", xseg_last_error());
+		XT_CHILD_CHECK(write(up[1], "r", 1) == 1, 4, "write");
+		XT_CHILD_CHECK(read(down[0], &c, 1) == 1, 5, "read");
+		_exit(0);       /* without leaving: the ports stay owned by a dead pid */
+	}
+	ck_assert_int_eq(read(up[0], &c, 1), 1);
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 4), -EBUSY);
+	char pidtext[16];
+	snprintf(pidtext, sizeof(pidtext), "%d", (int)pid);
+	ck_assert_error_mentions(pidtext);
+	ck_assert_int_eq(xseg_bind_range(xt_seg, 0, 3), -EBUSY);
+	ck_assert_int_eq(xseg_port_info(xt_seg, 0, &pi), 0);
+	ck_assert_int_eq(pi.owner, 0);                      /* rolled back */
+	ck_assert_int_eq(xseg_port_info(xt_seg, 5, &pi), 0);
+	ck_assert_int_eq(pi.owner, pid);
+	ck_assert_int_eq(pi.owner_alive, 1);
+	ck_assert_int_eq(xseg_leave_port(xt_seg, 5), -EPERM);  /* not ours */
+
+	ck_assert_int_eq(write(down[1], "q", 1), 1);
+	xt_expect_child_ok(pid, 10000, "port holder");
+	ck_assert_int_eq(xseg_port_info(xt_seg, 5, &pi), 0);
+	ck_assert_int_eq(pi.owner, pid);
+	ck_assert_int_eq(pi.owner_alive, 0);
+	ck_assert_int_eq(xseg_bind_range(xt_seg, 3, 5), 0);
+	ck_assert_int_eq(xseg_port_info(xt_seg, 5, &pi), 0);
+	ck_assert_int_eq(pi.owner, getpid());
+	ck_assert_int_eq(pi.owner_alive, 1);
+}
+END_TEST
+
+/* An owner word whose start time does not match the live process with that
+ * pid is a recycled pid: the port is free to take. */
+START_TEST(recycled_pid_is_not_the_owner)
+{
+	struct xseg_port_info pi;
+
+	/* pid 1 is alive, but did not bind port 7 at this start time. */
+	atomic_store(&xt_seg->ports[7].owner, ((uint64_t)12345 << 32) | 1u);
+	ck_assert_int_eq(xseg_port_info(xt_seg, 7, &pi), 0);
+	ck_assert_int_eq(pi.owner, 1);
+	ck_assert_int_eq(pi.owner_alive, 0);
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 7), 0);
+	ck_assert_int_eq(xseg_port_info(xt_seg, 7, &pi), 0);
+	ck_assert_int_eq(pi.owner, getpid());
+}
+END_TEST
+
+/* ==== routing ============================================================ */
+
+enum { PA = 1, PB = 2, PC = 3, PD = 4 };
+
+START_TEST(next_hop_bad_arguments)
+{
+	ck_assert_int_eq(xseg_set_next_hop(xt_seg, 16, 1), -EINVAL);
+	ck_assert_int_eq(xseg_set_next_hop(xt_seg, 1, 16), -EINVAL);
+	ck_assert_int_eq(xseg_set_next_hop(xt_seg, 1, XSEG_NO_PORT), -EINVAL);
+	ck_assert_int_eq(xseg_set_next_hop(NULL, 1, 2), -EINVAL);
+	ck_assert_int_eq(xseg_clear_next_hop(xt_seg, 16), -EINVAL);
+	ck_assert_uint_eq(xseg_get_next_hop(xt_seg, 16), XSEG_NO_PORT);
+	ck_assert_uint_eq(xseg_get_next_hop(NULL, 0), XSEG_NO_PORT);
+	ck_assert_int_eq(xseg_set_next_hop(xt_seg, 5, 5), -ELOOP);
+	ck_assert_uint_eq(xseg_get_next_hop(xt_seg, 5), XSEG_NO_PORT);
+}
+END_TEST
+
+START_TEST(next_hop_set_clear_cycles)
+{
+	ck_assert_int_eq(xseg_set_next_hop(xt_seg, PB, PC), 0);
+	ck_assert_uint_eq(xseg_get_next_hop(xt_seg, PB), PC);
+	ck_assert_int_eq(xseg_set_next_hop(xt_seg, PC, PB), -ELOOP);
+	ck_assert_error_mentions("cycle");
+	ck_assert_int_eq(xseg_set_next_hop(xt_seg, PC, PD), 0);
+	ck_assert_int_eq(xseg_set_next_hop(xt_seg, PD, PB), -ELOOP);
+	ck_assert_int_eq(xseg_set_next_hop(xt_seg, PD, PC), -ELOOP);
+	ck_assert_uint_eq(xseg_get_next_hop(xt_seg, PD), XSEG_NO_PORT);
+	/* Re-pointing is fine when it closes nothing. */
+	ck_assert_int_eq(xseg_set_next_hop(xt_seg, PB, PD), 0);
+	ck_assert_uint_eq(xseg_get_next_hop(xt_seg, PB), PD);
+	ck_assert_int_eq(xseg_clear_next_hop(xt_seg, PB), 0);
+	ck_assert_uint_eq(xseg_get_next_hop(xt_seg, PB), XSEG_NO_PORT);
+	ck_assert_int_eq(xseg_clear_next_hop(xt_seg, PB), 0);   /* idempotent */
+	ck_assert_int_eq(xseg_clear_next_hop(xt_seg, PC), 0);
+	ck_assert_int_eq(xseg_set_next_hop(xt_seg, PD, PB), 0);
+	struct xseg_port_info pi;
+	ck_assert_int_eq(xseg_port_info(xt_seg, PD, &pi), 0);
+	ck_assert_uint_eq(pi.next_hop, PB);
+}
+END_TEST
+
+static void setup_32_ports(void)
+{
+	xt_setup_with(32, 64, 64 << 10);
+}
+
+START_TEST(next_hop_chain_length_limit)
+{
+	/* 17 ports in a chain are the most a return path can hold. */
+	for (uint32_t i = 16; i-- > 0;)
+		ck_assert_int_eq(xseg_set_next_hop(xt_seg, i, i + 1), 0);
+	ck_assert_int_eq(xseg_set_next_hop(xt_seg, 17, 0), -ELOOP);
+	ck_assert_error_mentions("longer");
+	ck_assert_int_eq(xseg_bind_range(xt_seg, 0, 17), 0);
+	ck_assert_uint_eq(xseg_resolve_route(xt_seg, 20, 0), 16);
+	ck_assert_uint_eq(xseg_resolve_route(xt_seg, 16, 0), 15);
+	ck_assert_uint_eq(xseg_resolve_route(xt_seg, 1, 0), 0);
+	ck_assert_uint_eq(xseg_resolve_route(xt_seg, 0, 0), 0);
+}
+END_TEST
+
+START_TEST(resolve_route_semantics)
+{
+	ck_assert_int_eq(xseg_bind_range(xt_seg, PA, PD), 0);
+	ck_assert_uint_eq(xseg_resolve_route(xt_seg, PA, 16), XSEG_NO_PORT);
+	ck_assert_uint_eq(xseg_resolve_route(xt_seg, PA, PB), PB);
+
+	/* B -> C: A reaches C, C reaches B, B itself reaches B. */
+	ck_assert_int_eq(xseg_set_next_hop(xt_seg, PB, PC), 0);
+	ck_assert_uint_eq(xseg_resolve_route(xt_seg, PA, PB), PC);
+	ck_assert_uint_eq(xseg_resolve_route(xt_seg, PD, PB), PC);
+	ck_assert_uint_eq(xseg_resolve_route(xt_seg, PC, PB), PB);
+	ck_assert_uint_eq(xseg_resolve_route(xt_seg, PB, PB), PB);
+	/* Routes apply to the port they are set on only. */
+	ck_assert_uint_eq(xseg_resolve_route(xt_seg, PA, PC), PC);
+
+	/* B -> C -> D: A reaches D, D reaches C, C reaches B. */
+	ck_assert_int_eq(xseg_set_next_hop(xt_seg, PC, PD), 0);
+	ck_assert_uint_eq(xseg_resolve_route(xt_seg, PA, PB), PD);
+	ck_assert_uint_eq(xseg_resolve_route(xt_seg, 0, PB), PD);
+	ck_assert_uint_eq(xseg_resolve_route(xt_seg, PD, PB), PC);
+	ck_assert_uint_eq(xseg_resolve_route(xt_seg, PC, PB), PB);
+	ck_assert_uint_eq(xseg_resolve_route(xt_seg, PA, PC), PD);
+
+	/* An unbound hop ends the chain. */
+	ck_assert_int_eq(xseg_leave_port(xt_seg, PD), 0);
+	ck_assert_uint_eq(xseg_resolve_route(xt_seg, PA, PB), PC);
+	ck_assert_int_eq(xseg_bind_port(xt_seg, PD), 0);
+	ck_assert_int_eq(xseg_leave_port(xt_seg, PC), 0);
+	ck_assert_uint_eq(xseg_resolve_route(xt_seg, PA, PB), PB);
+	ck_assert_int_eq(xseg_bind_port(xt_seg, PC), 0);
+	ck_assert_uint_eq(xseg_resolve_route(xt_seg, PA, PB), PD);
+
+	/* Cleared: straight to B again. */
+	ck_assert_int_eq(xseg_clear_next_hop(xt_seg, PB), 0);
+	ck_assert_uint_eq(xseg_resolve_route(xt_seg, PA, PB), PB);
+	ck_assert_uint_eq(xseg_resolve_route(xt_seg, PC, PB), PB);
+}
+END_TEST
+
+/* resolve_route is what submit does: check the requests really land there. */
+START_TEST(submit_follows_routes)
+{
+	struct xseg_request *r, *got;
+	struct xseg_port_info pi;
+
+	ck_assert_int_eq(xseg_bind_range(xt_seg, PA, PD), 0);
+	ck_assert_int_eq(xseg_set_next_hop(xt_seg, PB, PC), 0);
+	ck_assert_int_eq(xseg_set_next_hop(xt_seg, PC, PD), 0);
+
+	r = xseg_get_request(xt_seg, PA);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_int_eq(xseg_submit(xt_seg, r, PA, PB), PD);
+	ck_assert_int_eq(xseg_port_info(xt_seg, PD, &pi), 0);
+	ck_assert_uint_eq(pi.request_depth, 1);
+	ck_assert_int_eq(xseg_accept(xt_seg, PD, &got, 1), 1);
+	ck_assert_ptr_eq(got, r);
+	ck_assert_uint_eq(r->dst_port, PB);
+	ck_assert_int_eq(xseg_forward(xt_seg, r, PD, PB), PC);
+	ck_assert_int_eq(xseg_accept(xt_seg, PC, &got, 1), 1);
+	ck_assert_int_eq(xseg_forward(xt_seg, r, PC, PB), PB);
+	ck_assert_int_eq(xseg_accept(xt_seg, PB, &got, 1), 1);
+	ck_assert_ptr_eq(got, r);
+	ck_assert_uint_eq(r->path_len, 3);
+
+	/* The reply retraces the path. */
+	ck_assert_int_eq(xseg_respond(xt_seg, r, PB), PC);
+	ck_assert_int_eq(xseg_receive(xt_seg, PC, &got, 1), 1);
+	ck_assert_int_eq(xseg_respond(xt_seg, r, PC), PD);
+	ck_assert_int_eq(xseg_receive(xt_seg, PD, &got, 1), 1);
+	ck_assert_int_eq(xseg_respond(xt_seg, r, PD), PA);
+	ck_assert_int_eq(xseg_receive(xt_seg, PA, &got, 1), 1);
+	ck_assert_uint_eq(r->path_len, 0);
+	/* An unbound port with no route: nobody to take it. */
+	ck_assert_int_eq(xseg_submit(xt_seg, r, PA, 9), -ENOENT);
+	ck_assert_int_eq(xseg_put_request(xt_seg, r), 0);
+}
+END_TEST
+
+/* ==== names and parsing ==================================================== */
+
+START_TEST(op_names)
+{
+	static const char *names[] = { "PING", "READ", "WRITE", "FLUSH", "DELETE",
+				       "INFO", "COPY", "CONTROL" };
+	ck_assert_int_eq(X_OP_MAX, 8);
+	for (int op = 0; op < X_OP_MAX; op++) {
+		ck_assert_str_eq(xseg_op_name((uint32_t)op), names[op]);
+		ck_assert_int_eq(xseg_op_from_name(names[op]), op);
+	}
+	ck_assert_str_eq(xseg_op_name(X_OP_MAX), "?");
+	ck_assert_str_eq(xseg_op_name(UINT32_MAX), "?");
+	ck_assert_int_eq(xseg_op_from_name("read"), X_READ);
+	ck_assert_int_eq(xseg_op_from_name("wRiTe"), X_WRITE);
+	ck_assert_int_eq(xseg_op_from_name("bogus"), -1);
+	ck_assert_int_eq(xseg_op_from_name("READX"), -1);
+	ck_assert_int_eq(xseg_op_from_name("REA"), -1);
+	ck_assert_int_eq(xseg_op_from_name(""), -1);
+	ck_assert_int_eq(xseg_op_from_name("?"), -1);
+	ck_assert_int_eq(xseg_op_from_name(NULL), -1);
+}
+END_TEST
+
+START_TEST(parse_size_cases)
+{
+	static const struct { const char *s; uint64_t v; } ok[] = {
+		{ "0", 0 }, { "123", 123 }, { "4K", 4096 }, { "4k", 4096 },
+		{ "16M", 16ull << 20 }, { "2G", 2ull << 30 }, { "1T", 1ull << 40 },
+		{ "1KiB", 1024 }, { "1KB", 1024 }, { "3kb", 3072 }, { "1Ki", 1024 },
+		{ "007", 7 }, { "18446744073709551615", UINT64_MAX },
+		{ "16777215T", 16777215ull << 40 }, { "17179869183G", 17179869183ull << 30 },
+	};
+	static const struct { const char *s; int err; } bad[] = {
+		{ "", -EINVAL }, { "-1", -EINVAL }, { "+1", -EINVAL }, { " 1", -EINVAL },
+		{ "1 ", -EINVAL }, { "1X", -EINVAL }, { "K", -EINVAL }, { "1.5M", -EINVAL },
+		{ "1 K", -EINVAL }, { "1KK", -EINVAL }, { "1Kx", -EINVAL }, { "0x10", -EINVAL },
+		{ "1KiBx", -EINVAL }, { "1iB", -EINVAL },
+		{ "18446744073709551616", -ERANGE }, { "99999999999999999999999", -ERANGE },
+		{ "16777216T", -ERANGE }, { "17179869184G", -ERANGE },
+	};
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		uint64_t v = 42;
+		ck_assert_msg(xseg_parse_size(ok[i].s, &v) == 0, "'%s' refused", ok[i].s);
+		ck_assert_msg(v == ok[i].v, "'%s' -> %llu", ok[i].s, (unsigned long long)v);
+	}
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		uint64_t v = 42;
+		int rc = xseg_parse_size(bad[i].s, &v);
+		ck_assert_msg(rc == bad[i].err, "'%s' -> %d, want %d", bad[i].s, rc, bad[i].err);
+		ck_assert_msg(v == 42, "'%s' wrote the output on failure", bad[i].s);
+	}
+	uint64_t v;
+	ck_assert_int_eq(xseg_parse_size(NULL, &v), -EINVAL);
+}
+END_TEST
+
+START_TEST(parse_uint_cases)
+{
+	uint64_t v = 42;
+	ck_assert_int_eq(xseg_parse_uint("0", 10, &v), 0);
+	ck_assert_uint_eq(v, 0);
+	ck_assert_int_eq(xseg_parse_uint("10", 10, &v), 0);
+	ck_assert_uint_eq(v, 10);
+	ck_assert_int_eq(xseg_parse_uint("65534", XSEG_MAX_PORTS, &v), 0);
+	ck_assert_uint_eq(v, 65534);
+	ck_assert_int_eq(xseg_parse_uint("18446744073709551615", UINT64_MAX, &v), 0);
+	ck_assert_uint_eq(v, UINT64_MAX);
+
+	static const struct { const char *s; uint64_t max; int err; } bad[] = {
+		{ "11", 10, -ERANGE }, { "1", 0, -ERANGE },
+		{ "18446744073709551616", UINT64_MAX, -ERANGE },
+		{ "", 10, -EINVAL }, { "-1", 10, -EINVAL }, { "+1", 10, -EINVAL },
+		{ " 1", 10, -EINVAL }, { "1 ", 10, -EINVAL }, { "0x10", 100, -EINVAL },
+		{ "1e3", 10000, -EINVAL }, { "4K", 100000, -EINVAL }, { "abc", 10, -EINVAL },
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		v = 42;
+		int rc = xseg_parse_uint(bad[i].s, bad[i].max, &v);
+		ck_assert_msg(rc == bad[i].err, "'%s' max %llu -> %d, want %d", bad[i].s,
+			      (unsigned long long)bad[i].max, rc, bad[i].err);
+		ck_assert_msg(v == 42, "'%s' wrote the output on failure", bad[i].s);
+	}
+	ck_assert_int_eq(xseg_parse_uint(NULL, 10, &v), -EINVAL);
+}
+END_TEST
+
+START_TEST(now_ns_is_monotonic)
+{
+	uint64_t a = xseg_now_ns();
+	usleep(2000);
+	uint64_t b = xseg_now_ns();
+	ck_assert_uint_gt(a, 0);
+	ck_assert_uint_ge(b - a, 1500000);
+}
+END_TEST
+
+static Suite *api_suite(void)
+{
+	Suite *s = suite_create("xseg_api");
+	TCase *tc;
+
+	tc = tcase_create("segment");
+	tcase_set_timeout(tc, 20);
+	tcase_add_checked_fixture(tc, NULL, xt_teardown);
+	tcase_add_test(tc, config_default_values);
+	tcase_add_test(tc, create_bad_arguments);
+	tcase_add_test(tc, create_longest_name);
+	tcase_add_test(tc, create_exists_and_mode);
+	tcase_add_test(tc, join_bad_arguments);
+	tcase_add_test(tc, join_rejects_corrupt_header);
+	tcase_add_test(tc, join_rejects_other_version);
+	tcase_add_test(tc, join_rejects_unready_and_short);
+	tcase_add_test(tc, destroy_semantics);
+	tcase_add_test(tc, segment_info_fresh);
+	tcase_add_test(tc, last_error_is_per_thread_text);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("ports");
+	tcase_set_timeout(tc, 20);
+	tcase_add_checked_fixture(tc, xt_setup, xt_teardown);
+	tcase_add_test(tc, bind_bad_arguments);
+	tcase_add_test(tc, bind_and_double_bind);
+	tcase_add_test(tc, bind_range_is_all_or_nothing);
+	tcase_add_test(tc, leave_port_semantics);
+	tcase_add_test(tc, port_info_bad_arguments);
+	tcase_add_test(tc, live_owner_in_other_process);
+	tcase_add_test(tc, recycled_pid_is_not_the_owner);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("routing");
+	tcase_set_timeout(tc, 20);
+	tcase_add_checked_fixture(tc, xt_setup, xt_teardown);
+	tcase_add_test(tc, next_hop_bad_arguments);
+	tcase_add_test(tc, next_hop_set_clear_cycles);
+	tcase_add_test(tc, resolve_route_semantics);
+	tcase_add_test(tc, submit_follows_routes);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("routing_long");
+	tcase_set_timeout(tc, 20);
+	tcase_add_checked_fixture(tc, setup_32_ports, xt_teardown);
+	tcase_add_test(tc, next_hop_chain_length_limit);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("names");
+	tcase_add_test(tc, op_names);
+	tcase_add_test(tc, parse_size_cases);
+	tcase_add_test(tc, parse_uint_cases);
+	tcase_add_test(tc, now_ns_is_monotonic);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return xt_run(api_suite());
+}

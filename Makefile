@@ -65,6 +65,8 @@ LIBPEER_A  := $(BUILD)/lib/libpeer.a
 LIBS_sosd := -lrados
 
 .PHONY: all check run install clean bench fuzz
+# Keep test objects: they are intermediates of a pattern rule.
+.SECONDARY:
 all: $(LIBXSEG_A) $(LIBXSEG_SO) $(LIBPEER_A) $(PROGS) $(TESTS)
 
 # V=1 shows full command lines.

@@ -56,16 +56,16 @@ int xseg_parse_size(const char *s, uint64_t *out)
 	if (errno == ERANGE)
 		return -ERANGE;
 	switch (toupper((unsigned char)*end)) {
-	case '\0': break;
+	case '\0': case 'B': break;
 	case 'K': shift = 10; end++; break;
 	case 'M': shift = 20; end++; break;
 	case 'G': shift = 30; end++; break;
 	case 'T': shift = 40; end++; break;
 	default: return -EINVAL;
 	}
-	if (*end == 'i' || *end == 'I')    /* accept KiB-style "Ki" too */
+	if (shift && (*end == 'i' || *end == 'I'))    /* "4KiB" */
 		end++;
-	if ((*end == 'b' || *end == 'B') && shift)
+	if (*end == 'b' || *end == 'B')    /* "512B", "4KB" */
 		end++;
 	if (*end)
 		return -EINVAL;

@@ -195,16 +195,27 @@ struct xseg_request *xseg_request_at(struct xseg *s, uint32_t index)
 	return &s->requests[index];
 }
 
-/* Puts req on `port`'s ring and wakes the port. */
-static void deliver(struct xseg *s, struct xseg_request *req, uint32_t port,
-		    struct xseg_ring *ring, _Atomic uint64_t *counter, uint32_t state)
+/*
+ * Puts req on `port`'s ring and wakes the port. A push fails only when a
+ * peer died half-way through an operation on that ring and left it wedged
+ * (see ring.c); the request then stays with its holder, unchanged, and the
+ * caller reports the error instead of losing the request.
+ */
+static int deliver(struct xseg *s, struct xseg_request *req, uint32_t port,
+		   struct xseg_ring *ring, _Atomic uint64_t *counter, uint32_t state)
 {
+	uint32_t prev_holder = req->holder, prev_state = load_state(req);
 	req->holder = port;
 	store_state(req, state);
-	/* Capacity >= nr_requests, so this cannot fail. */
-	xseg_ring_push(ring, req->index);
+	if (!xseg_ring_push(ring, req->index)) {
+		req->holder = prev_holder;
+		store_state(req, prev_state);
+		return xseg_fail(EIO, "port %u's queue is wedged by a peer that died mid-push",
+				 port);
+	}
 	atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
 	xseg_signal_port(s, port);
+	return 0;
 }
 
 int xseg_submit(struct xseg *s, struct xseg_request *req, uint32_t from, uint32_t dst)
@@ -232,7 +243,11 @@ int xseg_submit(struct xseg *s, struct xseg_request *req, uint32_t from, uint32_
 	req->dst_port = dst;
 	if (!req->submit_ns)
 		req->submit_ns = xseg_now_ns();
-	deliver(s, req, to, xseg_req_ring(s, to), &s->ports[to].submitted, XS_QUEUED);
+	rc = deliver(s, req, to, xseg_req_ring(s, to), &s->ports[to].submitted, XS_QUEUED);
+	if (rc < 0) {
+		req->path_len--;
+		return rc;
+	}
 	return (int)to;
 }
 
@@ -258,9 +273,15 @@ int xseg_respond(struct xseg *s, struct xseg_request *req, uint32_t from)
 	if (hop.port >= s->nr_ports)
 		return xseg_fail(EINVAL, "respond: request %u return port %u out of range",
 				 req->index, hop.port);
+	uint64_t own_cookie = req->priv;
 	req->priv = hop.cookie;
-	deliver(s, req, hop.port, xseg_rep_ring(s, hop.port), &s->ports[hop.port].replied,
-		XS_REPLIED);
+	rc = deliver(s, req, hop.port, xseg_rep_ring(s, hop.port),
+		     &s->ports[hop.port].replied, XS_REPLIED);
+	if (rc < 0) {
+		req->priv = own_cookie;
+		req->path_len++;
+		return rc;
+	}
 	return (int)hop.port;
 }
 

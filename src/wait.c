@@ -95,6 +95,9 @@ int xseg_wait(struct xseg *s, uint32_t port, uint64_t timeout_ns)
 		tsp = &ts;
 	}
 	atomic_fetch_add(&l->waiters, 1);
+	/* Orders the increment before the queue checks below, pairing with the
+	 * signaller's fence between its push and its read of waiters. */
+	atomic_thread_fence(memory_order_seq_cst);
 	uint32_t seq = atomic_load(&l->wake_seq);
 	if (!group_has_work(s, leader))
 		futex(&l->wake_seq, FUTEX_WAIT, seq, tsp);

@@ -699,14 +699,14 @@ START_TEST(parse_size_cases)
 		{ "0", 0 }, { "123", 123 }, { "4K", 4096 }, { "4k", 4096 },
 		{ "16M", 16ull << 20 }, { "2G", 2ull << 30 }, { "1T", 1ull << 40 },
 		{ "1KiB", 1024 }, { "1KB", 1024 }, { "3kb", 3072 }, { "1Ki", 1024 },
-		{ "007", 7 }, { "18446744073709551615", UINT64_MAX },
+		{ "007", 7 }, { "512B", 512 }, { "512b", 512 }, { "18446744073709551615", UINT64_MAX },
 		{ "16777215T", 16777215ull << 40 }, { "17179869183G", 17179869183ull << 30 },
 	};
 	static const struct { const char *s; int err; } bad[] = {
 		{ "", -EINVAL }, { "-1", -EINVAL }, { "+1", -EINVAL }, { " 1", -EINVAL },
 		{ "1 ", -EINVAL }, { "1X", -EINVAL }, { "K", -EINVAL }, { "1.5M", -EINVAL },
 		{ "1 K", -EINVAL }, { "1KK", -EINVAL }, { "1Kx", -EINVAL }, { "0x10", -EINVAL },
-		{ "1KiBx", -EINVAL }, { "1iB", -EINVAL },
+		{ "1KiBx", -EINVAL }, { "1iB", -EINVAL }, { "1BB", -EINVAL }, { "1Bi", -EINVAL },
 		{ "18446744073709551616", -ERANGE }, { "99999999999999999999999", -ERANGE },
 		{ "16777216T", -ERANGE }, { "17179869184G", -ERANGE },
 	};

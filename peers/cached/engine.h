@@ -1,0 +1,170 @@
+/*
+ * The cache engine: everything cached does with objects, buckets and the
+ * blocker, independent of how requests arrive (the peer glue in cached.c
+ * turns xseg requests into cache_req and blocker I/O into cache_bio).
+ *
+ * Objects are xcache entries; each has its buckets (buckets.h) attached
+ * lazily from the bucket pool, and its own xworkq: every job that reads or
+ * changes an object's buckets runs on that queue, one at a time, so an
+ * object needs no lock and objects never wait for each other. There is no
+ * global lock on the hit path: lookup is RCU, the queue is wait-free, the
+ * pool hands out slots from per-thread magazines.
+ *
+ * Write-back: writes land in buckets (DIRTY) and are answered; a flusher
+ * thread writes dirty objects back when dirty data passes the high mark
+ * (until the low mark), coalescing each run of dirty buckets into one
+ * blocker write of at most max_request_size. Write-through: writes go to the
+ * blocker and are answered when it has them, keeping the data VALID.
+ * FLUSH (and a FUA write) is answered only after every write acknowledged
+ * before it is on the blocker and the blocker's own FLUSH returned.
+ *
+ * Ordering: an object never has two flushes in flight; a write-through
+ * write waits while the buckets it covers are being flushed, so the blocker
+ * never gets older data after newer. A request that needs buckets another
+ * request is LOADING waits for them (it is parked on the object and re-run
+ * when the load ends). When the pool has no free bucket, reads and writes
+ * go through to the blocker uncached (merging with cached data), so nothing
+ * ever waits for buckets and a full cache runs at the blocker's speed.
+ */
+#ifndef CACHED_ENGINE_H
+#define CACHED_ENGINE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <xtypes/xwork.h>
+#include <xtypes/xwaitq.h>
+
+#include "bucket_pool.h"
+#include "buckets.h"
+
+enum cache_policy { CACHE_WRITEBACK, CACHE_WRITETHROUGH };
+
+struct cache_config {
+	uint64_t cache_size;        /* bytes in the bucket pool */
+	uint32_t max_objects;
+	uint64_t object_size;
+	uint32_t bucket_size;
+	uint64_t max_request_size;  /* one blocker request, at most */
+	enum cache_policy policy;
+	unsigned dirty_high_pct;    /* flusher starts above this share of the pool */
+	unsigned dirty_low_pct;     /* ... and stops below this */
+};
+
+/* ---- I/O to the blocker, provided by the glue ------------------------------ */
+
+struct cache_bio;
+typedef void (*cache_bio_done_fn)(struct cache_bio *bio);
+
+/* One request to the blocker. The glue embeds it in its own structure. */
+struct cache_bio {
+	uint32_t op;               /* X_READ, X_WRITE, X_FLUSH, X_DELETE, X_INFO, X_COPY */
+	uint32_t flags;
+	uint64_t offset, size;
+	void *data;                /* size bytes, from the glue */
+	/* set by the glue when the blocker answered: */
+	bool served;
+	int error;
+	uint64_t serviced;
+	uint64_t info_size;        /* X_INFO */
+	/* the engine's: */
+	cache_bio_done_fn done;
+	struct cache_object *owner;
+	struct cache_req *req;     /* the client request it serves, if any */
+	uint32_t first, count;     /* buckets it carries */
+	uint64_t started_ns;
+	struct xwork work;
+};
+
+struct cache_backend {
+	/* A blocker request for `name` with a buffer of `size` bytes (and, for
+	 * X_COPY, the source name), or NULL when none is free: the engine then
+	 * waits, and the glue calls cache_engine_bio_freed() when one is. */
+	struct cache_bio *(*alloc)(void *ctx, uint32_t op, const char *name,
+				   uint64_t offset, uint64_t size, const char *copy_src);
+	/* Sends it; bio->done(bio) must then be called exactly once, on a
+	 * thread registered with RCU. */
+	void (*submit)(void *ctx, struct cache_bio *bio);
+	void (*release)(void *ctx, struct cache_bio *bio);
+	void *ctx;
+};
+
+/* ---- client requests ------------------------------------------------------- */
+
+struct cache_object;
+struct cache_req;
+typedef void (*cache_req_done_fn)(struct cache_req *req);
+
+struct cache_req {
+	/* from the glue: */
+	uint32_t op, flags;
+	const char *name;
+	uint64_t offset, size;
+	void *data;                /* READ fills it, WRITE reads it */
+	const char *copy_src;      /* X_COPY: the source object */
+	const char *control;       /* X_CONTROL: the command text */
+	cache_req_done_fn done;
+	/* set by the engine before done(): */
+	bool served;
+	int error;
+	uint64_t serviced;
+	uint64_t info_size;        /* X_INFO */
+	/* the engine's: */
+	struct cache_engine *engine;
+	struct cache_object *obj;
+	struct cache_req *next_parked;
+	int load_error;
+	bool counted;              /* hit/miss already counted */
+	uint32_t fwd_op;           /* op of the forward in progress */
+	struct xwork work;
+};
+
+/* ---- statistics ------------------------------------------------------------- */
+
+struct cache_stats {
+	uint64_t hits, misses, partial_hits;
+	uint64_t read_bytes, write_bytes;       /* from clients */
+	uint64_t blocker_read_bytes, blocker_write_bytes;
+	uint64_t dirty_bytes, cached_bytes, free_bytes;
+	uint64_t objects, evictions, flushes, flush_failures, flush_ns_total;
+	uint64_t waits, uncached;               /* parked; served past a full pool */
+	uint64_t failed;
+	enum cache_policy policy;
+};
+
+/* ---- the engine ------------------------------------------------------------------ */
+
+struct cache_engine;
+
+/* NULL with errno and a message in *why on a bad configuration. */
+struct cache_engine *cache_engine_create(const struct cache_config *cfg,
+					 const struct cache_backend *backend,
+					 const char **why);
+/* Flushes nothing: call cache_engine_drain first. */
+void cache_engine_destroy(struct cache_engine *e);
+
+/* Starts serving `req`; req->done(req) is called exactly once, possibly
+ * before this returns. The calling thread must be an RCU reader. */
+void cache_engine_submit(struct cache_engine *e, struct cache_req *req);
+
+/* The glue freed a blocker request: wake what waited for one. */
+void cache_engine_bio_freed(struct cache_engine *e);
+
+/* Switches the write policy; to write-through first flushes every dirty
+ * byte. done(req) when finished (req->op is ignored). */
+void cache_engine_set_policy(struct cache_engine *e, enum cache_policy p,
+			     struct cache_req *req);
+/* Writes every dirty byte back and forwards a FLUSH: like a FLUSH request. */
+void cache_engine_flush_all(struct cache_engine *e, struct cache_req *req);
+
+/* Runs the flusher's and reclaimer's work once; the glue calls it from a
+ * maintenance thread, and it returns how long to sleep (ns) before the next. */
+uint64_t cache_engine_maintain(struct cache_engine *e);
+
+/* True when nothing is dirty, loading, writing or in flight. */
+bool cache_engine_idle(struct cache_engine *e);
+
+void cache_engine_stats(struct cache_engine *e, struct cache_stats *st);
+
+#endif

@@ -517,7 +517,7 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-static volatile bool maintainer_stop;
+static _Atomic bool maintainer_stop;
 static void *maintainer(void *arg)
 {
 	(void)arg;

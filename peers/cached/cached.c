@@ -1,0 +1,555 @@
+/*
+ * cached: the caching peer. It binds its port, serves every request that
+ * reaches it (addressed to it, or routed to it by `xseg plug` in front of a
+ * blocker) through the cache engine, and talks to the blocker at
+ * --blocker-port with requests of its own.
+ *
+ * This file is the glue between xseg and the engine: worker threads accept
+ * requests and receive blocker replies in batches, a maintenance thread
+ * runs the flusher and reclaimer, and X_CONTROL requests carry the
+ * operator's commands (stats, policy, flush, unplug).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <urcu.h>
+
+#include "xseg/xseg.h"
+#include "engine.h"
+
+#define BATCH 32u
+
+enum log_level { LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG };
+
+struct cached {
+	struct xseg *seg;
+	const char *segment;
+	uint32_t port, blocker_port;
+	unsigned threads;
+	uint64_t spin_ns;
+	enum log_level log_level;
+	const char *pidfile;
+	bool daemonize;
+	struct cache_config cfg;
+	struct cache_engine *engine;
+	_Atomic uint64_t in_flight;        /* client requests accepted, not answered */
+};
+
+static struct cached C;
+static volatile sig_atomic_t stop_requested;
+
+static void logmsg(enum log_level lvl, const char *fmt, ...)
+{
+	static const char *const names[] = { "error", "warn", "info", "debug" };
+	if (lvl > C.log_level)
+		return;
+	char buf[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	fprintf(stderr, "%ld.%03ld cached[%d] %s: %s\n", (long)ts.tv_sec, ts.tv_nsec / 1000000,
+		(int)getpid(), names[lvl], buf);
+}
+
+/* ---- blocker requests (the engine's backend) ------------------------------ */
+
+struct glue_bio {
+	struct cache_bio bio;
+	struct xseg_request *xreq;
+};
+
+static struct cache_bio *backend_alloc(void *ctx, uint32_t op, const char *name,
+				       uint64_t offset, uint64_t size, const char *copy_src)
+{
+	(void)ctx; (void)offset;
+	struct xseg_request *xreq = xseg_get_request(C.seg, C.port);
+	if (!xreq)
+		return NULL;
+	uint64_t datalen = op == X_COPY ? sizeof(struct xseg_request_copy)
+		: op == X_INFO ? sizeof(struct xseg_reply_info) : size;
+	struct glue_bio *g = malloc(sizeof(*g));
+	if (!g || xseg_prep_target(C.seg, xreq, name, datalen) < 0) {
+		free(g);
+		xseg_put_request(C.seg, xreq);
+		return NULL;
+	}
+	memset(g, 0, sizeof(*g));
+	g->xreq = xreq;
+	g->bio.data = xseg_get_data(C.seg, xreq);
+	if (op == X_COPY) {
+		struct xseg_request_copy *cp = g->bio.data;
+		memset(cp, 0, sizeof(*cp));
+		cp->src_len = (uint32_t)strlen(copy_src);
+		memcpy(cp->src, copy_src, cp->src_len);
+	}
+	return &g->bio;
+}
+
+static void backend_submit(void *ctx, struct cache_bio *bio)
+{
+	(void)ctx;
+	struct glue_bio *g = (struct glue_bio *)bio;
+	struct xseg_request *x = g->xreq;
+	x->op = bio->op;
+	x->flags = bio->flags;
+	x->offset = bio->offset;
+	x->size = bio->size;
+	x->priv = (uint64_t)(uintptr_t)g;
+	if (xseg_submit(C.seg, x, C.port, C.blocker_port) < 0) {
+		logmsg(LOG_WARN, "cannot reach blocker port %u: %s", C.blocker_port,
+		       xseg_last_error());
+		bio->served = false;
+		bio->error = EHOSTUNREACH;
+		bio->done(bio);
+	}
+}
+
+static void backend_release(void *ctx, struct cache_bio *bio)
+{
+	(void)ctx;
+	struct glue_bio *g = (struct glue_bio *)bio;
+	xseg_put_request(C.seg, g->xreq);
+	free(g);
+}
+
+/* A blocker reply came back to our port. */
+static void on_blocker_reply(struct xseg_request *x)
+{
+	struct glue_bio *g = (struct glue_bio *)(uintptr_t)x->priv;
+	struct cache_bio *bio = &g->bio;
+	bio->served = x->result == XR_SERVED;
+	bio->error = x->result == XR_FAILED ? x->error : 0;
+	bio->serviced = x->serviced;
+	if (bio->op == X_INFO && bio->served && x->datalen >= sizeof(struct xseg_reply_info))
+		bio->info_size = ((struct xseg_reply_info *)xseg_get_data(C.seg, x))->size;
+	bio->done(bio);
+}
+
+/* ---- client requests ----------------------------------------------------------- */
+
+struct glue_req {
+	struct cache_req req;
+	struct xseg_request *xreq;
+	char control[128];
+	char copy_src[XSEG_MAX_TARGETLEN + 1];
+};
+
+static void respond(struct xseg_request *x, bool served, int error, uint64_t serviced)
+{
+	x->result = served ? XR_SERVED : XR_FAILED;
+	x->error = served ? 0 : error;
+	x->serviced = serviced;
+	if (xseg_respond(C.seg, x, C.port) < 0)
+		logmsg(LOG_ERROR, "cannot answer request %u: %s", x->index, xseg_last_error());
+	atomic_fetch_sub(&C.in_flight, 1);
+}
+
+static void client_done(struct cache_req *r)
+{
+	struct glue_req *g = (struct glue_req *)r;
+	struct xseg_request *x = g->xreq;
+	if (r->op == X_INFO && r->served) {
+		if (x->datalen < sizeof(struct xseg_reply_info) &&
+		    xseg_prep_request(C.seg, x, x->targetlen, sizeof(struct xseg_reply_info)) < 0) {
+			respond(x, false, ENOMEM, 0);
+			free(g);
+			return;
+		}
+		((struct xseg_reply_info *)xseg_get_data(C.seg, x))->size = r->info_size;
+	}
+	respond(x, r->served, r->error, r->serviced);
+	free(g);
+}
+
+/* Writes the statistics as JSON into the request's reply data. */
+static void reply_stats(struct xseg_request *x)
+{
+	struct cache_stats s;
+	char buf[1024];
+	cache_engine_stats(C.engine, &s);
+	int n = snprintf(buf, sizeof(buf),
+		"{\"port\":%u,\"blocker_port\":%u,\"policy\":\"%s\",\"hits\":%" PRIu64
+		",\"misses\":%" PRIu64 ",\"partial_hits\":%" PRIu64 ",\"read_bytes\":%" PRIu64
+		",\"write_bytes\":%" PRIu64 ",\"blocker_read_bytes\":%" PRIu64
+		",\"blocker_write_bytes\":%" PRIu64 ",\"dirty_bytes\":%" PRIu64
+		",\"cached_bytes\":%" PRIu64 ",\"free_bytes\":%" PRIu64 ",\"objects\":%" PRIu64
+		",\"evictions\":%" PRIu64 ",\"flushes\":%" PRIu64 ",\"flush_failures\":%" PRIu64
+		",\"flush_avg_us\":%.1f,\"waits\":%" PRIu64 ",\"uncached\":%" PRIu64
+		",\"failed\":%" PRIu64 "}",
+		C.port, C.blocker_port, s.policy == CACHE_WRITEBACK ? "writeback" : "writethrough",
+		s.hits, s.misses, s.partial_hits, s.read_bytes, s.write_bytes,
+		s.blocker_read_bytes, s.blocker_write_bytes, s.dirty_bytes, s.cached_bytes,
+		s.free_bytes, s.objects, s.evictions, s.flushes, s.flush_failures,
+		s.flushes ? (double)s.flush_ns_total / (double)s.flushes / 1e3 : 0.0,
+		s.waits, s.uncached, s.failed);
+	if (xseg_prep_request(C.seg, x, x->targetlen, (uint64_t)n + 1) < 0) {
+		respond(x, false, ENOMEM, 0);
+		return;
+	}
+	memcpy(xseg_get_data(C.seg, x), buf, (size_t)n + 1);
+	respond(x, true, 0, (uint64_t)n + 1);
+}
+
+/* X_CONTROL: "stats", "policy writeback|writethrough", "flush", "unplug". */
+static void handle_control(struct glue_req *g)
+{
+	struct xseg_request *x = g->xreq;
+	size_t len = x->datalen < sizeof(g->control) - 1 ? x->datalen : sizeof(g->control) - 1;
+	memcpy(g->control, xseg_get_data(C.seg, x), len);
+	g->control[len] = '\0';
+	g->control[strcspn(g->control, "\n")] = '\0';
+	logmsg(LOG_INFO, "control: %s", g->control);
+
+	if (!strcmp(g->control, "stats")) {
+		reply_stats(x);
+		free(g);
+	} else if (!strcmp(g->control, "policy writeback")) {
+		cache_engine_set_policy(C.engine, CACHE_WRITEBACK, &g->req);
+	} else if (!strcmp(g->control, "policy writethrough") || !strcmp(g->control, "unplug")) {
+		/* Unplugging: no new dirty data, every dirty byte on the blocker,
+		 * and only then the answer (xseg unplug then clears the route). */
+		cache_engine_set_policy(C.engine, CACHE_WRITETHROUGH, &g->req);
+	} else if (!strcmp(g->control, "flush")) {
+		cache_engine_flush_all(C.engine, &g->req);
+	} else {
+		respond(x, false, EINVAL, 0);
+		free(g);
+	}
+}
+
+static void on_client_request(struct xseg_request *x)
+{
+	struct glue_req *g = calloc(1, sizeof(*g));
+	atomic_fetch_add(&C.in_flight, 1);
+	if (!g) {
+		respond(x, false, ENOMEM, 0);
+		return;
+	}
+	g->xreq = x;
+	struct cache_req *r = &g->req;
+	r->op = x->op;
+	r->flags = x->flags;
+	r->name = xseg_get_target(C.seg, x);
+	r->offset = x->offset;
+	r->size = x->size;
+	r->data = xseg_get_data(C.seg, x);
+	r->done = client_done;
+	if (!r->name)
+		r->name = "";
+	if ((x->op == X_READ || x->op == X_WRITE) && x->datalen < x->size) {
+		logmsg(LOG_WARN, "%s %s: size %" PRIu64 " over the buffer's %" PRIu64 " bytes",
+		       xseg_op_name(x->op), r->name, x->size, x->datalen);
+		respond(x, false, EINVAL, 0);
+		free(g);
+		return;
+	}
+	if (x->op == X_CONTROL) {
+		handle_control(g);
+		return;
+	}
+	if (x->op == X_COPY) {
+		struct xseg_request_copy *cp = r->data;
+		if (x->datalen < sizeof(*cp) || cp->src_len == 0 || cp->src_len > XSEG_MAX_TARGETLEN) {
+			respond(x, false, EINVAL, 0);
+			free(g);
+			return;
+		}
+		memcpy(g->copy_src, cp->src, cp->src_len);
+		r->copy_src = g->copy_src;
+	}
+	cache_engine_submit(C.engine, r);
+}
+
+/* ---- threads --------------------------------------------------------------------- */
+
+static _Atomic bool workers_stop, maintainer_stop;
+
+static void *worker(void *arg)
+{
+	(void)arg;
+	struct xseg_request *batch[BATCH];
+	rcu_register_thread();
+	while (!atomic_load(&workers_stop)) {
+		/* Requests keep being served while stopping: the drain writes
+		 * back in write-through mode, so nothing new stays dirty. */
+		int n = xseg_accept(C.seg, C.port, batch, BATCH);
+		for (int i = 0; i < n; i++)
+			on_client_request(batch[i]);
+		int m = xseg_receive(C.seg, C.port, batch, BATCH);
+		for (int i = 0; i < m; i++)
+			on_blocker_reply(batch[i]);
+		if (n <= 0 && m <= 0)
+			xseg_poll(C.seg, C.port, C.spin_ns, 100000000ull);
+	}
+	rcu_unregister_thread();
+	return NULL;
+}
+
+static void *maintainer(void *arg)
+{
+	(void)arg;
+	rcu_register_thread();
+	while (!atomic_load(&maintainer_stop)) {
+		uint64_t ns = cache_engine_maintain(C.engine);
+		struct timespec ts = { .tv_sec = 0, .tv_nsec = (long)ns };
+		nanosleep(&ts, NULL);
+	}
+	rcu_unregister_thread();
+	return NULL;
+}
+
+/* Shutdown: flush everything while still serving replies. */
+struct drain_req {
+	struct cache_req req;
+	_Atomic bool done;
+};
+
+static void drain_done(struct cache_req *r)
+{
+	atomic_store(&((struct drain_req *)r)->done, true);
+}
+
+static bool drain(void)
+{
+	struct drain_req d = { .req = { .op = X_CONTROL, .name = "", .done = drain_done } };
+	rcu_register_thread();
+	cache_engine_set_policy(C.engine, CACHE_WRITETHROUGH, &d.req);
+	while (!atomic_load(&d.done) || atomic_load(&C.in_flight) || !cache_engine_idle(C.engine))
+		usleep(1000);
+	rcu_unregister_thread();
+	if (!d.req.served)
+		logmsg(LOG_ERROR, "final flush failed: %s; dirty data could not be written",
+		       strerror(d.req.error));
+	return d.req.served;
+}
+
+/* ---- options ------------------------------------------------------------------------ */
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+"usage: cached --segment NAME --port N --blocker-port N --cache-size SIZE [options]\n"
+"\n"
+"Caches objects in front of a blocker. Put it in a running path with\n"
+"`xseg plug --port BLOCKER --via PORT`; take it out with `xseg unplug --via PORT`.\n"
+"\n"
+"  --segment NAME          segment to join\n"
+"  --port N                cached's port\n"
+"  --blocker-port N        the blocker behind the cache\n"
+"  --cache-size SIZE       bytes of cached data (K, M, G suffixes)\n"
+"  --max-objects N         objects indexed at once (default 1024)\n"
+"  --object-size SIZE      object size (default 4M)\n"
+"  --bucket-size SIZE      unit of caching (default 4K)\n"
+"  --max-request-size SIZE largest request to the blocker (default 512K)\n"
+"  --write-policy writeback|writethrough   (default writeback)\n"
+"  --dirty-high PCT        flusher starts above this share dirty (default 75)\n"
+"  --dirty-low PCT         ... and stops below this (default 50)\n"
+"  --threads N             worker threads (default 2)\n"
+"  --spin-us N             busy-poll before sleeping (default 20)\n"
+"  --log-level error|warn|info|debug   (default warn)\n"
+"  --daemon                run in the background; with --pidfile F\n"
+"  --help\n");
+}
+
+static void die_arg(const char *opt, const char *val, const char *why)
+{
+	fprintf(stderr, "cached: %s: '%s' %s\n", opt, val, why);
+	exit(2);
+}
+
+static uint64_t size_arg(const char *opt, const char *val)
+{
+	uint64_t v;
+	if (xseg_parse_size(val, &v) < 0 || !v)
+		die_arg(opt, val, "is not a size (e.g. 4K, 64M, 1G)");
+	return v;
+}
+
+static uint64_t uint_arg(const char *opt, const char *val, uint64_t max)
+{
+	uint64_t v;
+	if (xseg_parse_uint(val, max, &v) < 0)
+		die_arg(opt, val, "is not a number in range");
+	return v;
+}
+
+static void parse_options(int argc, char **argv)
+{
+	enum { O_SEG = 256, O_PORT, O_BPORT, O_CSIZE, O_MAXOBJ, O_OSIZE, O_BSIZE, O_MRS,
+	       O_POLICY, O_HIGH, O_LOW, O_THREADS, O_SPIN, O_LOG, O_DAEMON, O_PIDFILE, O_HELP };
+	static const struct option opts[] = {
+		{ "segment", required_argument, NULL, O_SEG },
+		{ "port", required_argument, NULL, O_PORT },
+		{ "blocker-port", required_argument, NULL, O_BPORT },
+		{ "cache-size", required_argument, NULL, O_CSIZE },
+		{ "max-objects", required_argument, NULL, O_MAXOBJ },
+		{ "object-size", required_argument, NULL, O_OSIZE },
+		{ "bucket-size", required_argument, NULL, O_BSIZE },
+		{ "max-request-size", required_argument, NULL, O_MRS },
+		{ "write-policy", required_argument, NULL, O_POLICY },
+		{ "dirty-high", required_argument, NULL, O_HIGH },
+		{ "dirty-low", required_argument, NULL, O_LOW },
+		{ "threads", required_argument, NULL, O_THREADS },
+		{ "spin-us", required_argument, NULL, O_SPIN },
+		{ "log-level", required_argument, NULL, O_LOG },
+		{ "daemon", no_argument, NULL, O_DAEMON },
+		{ "pidfile", required_argument, NULL, O_PIDFILE },
+		{ "help", no_argument, NULL, O_HELP },
+		{ NULL, 0, NULL, 0 },
+	};
+	bool have_port = false, have_bport = false;
+	int c;
+
+	C.threads = 2;
+	C.spin_ns = 20000;
+	C.log_level = LOG_WARN;
+	C.cfg = (struct cache_config){ .max_objects = 1024, .object_size = 4u << 20,
+				       .bucket_size = 4096, .max_request_size = 512u << 10,
+				       .policy = CACHE_WRITEBACK, .dirty_high_pct = 75,
+				       .dirty_low_pct = 50 };
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (c) {
+		case O_SEG: C.segment = optarg; break;
+		case O_PORT: C.port = (uint32_t)uint_arg("--port", optarg, XSEG_MAX_PORTS); have_port = true; break;
+		case O_BPORT: C.blocker_port = (uint32_t)uint_arg("--blocker-port", optarg, XSEG_MAX_PORTS); have_bport = true; break;
+		case O_CSIZE: C.cfg.cache_size = size_arg("--cache-size", optarg); break;
+		case O_MAXOBJ: C.cfg.max_objects = (uint32_t)uint_arg("--max-objects", optarg, 1u << 24);
+			if (!C.cfg.max_objects) die_arg("--max-objects", optarg, "must be at least 1");
+			break;
+		case O_OSIZE: C.cfg.object_size = size_arg("--object-size", optarg); break;
+		case O_BSIZE: C.cfg.bucket_size = (uint32_t)size_arg("--bucket-size", optarg); break;
+		case O_MRS: C.cfg.max_request_size = size_arg("--max-request-size", optarg); break;
+		case O_POLICY:
+			if (!strcmp(optarg, "writeback")) C.cfg.policy = CACHE_WRITEBACK;
+			else if (!strcmp(optarg, "writethrough")) C.cfg.policy = CACHE_WRITETHROUGH;
+			else die_arg("--write-policy", optarg, "is not writeback or writethrough");
+			break;
+		case O_HIGH: C.cfg.dirty_high_pct = (unsigned)uint_arg("--dirty-high", optarg, 100); break;
+		case O_LOW: C.cfg.dirty_low_pct = (unsigned)uint_arg("--dirty-low", optarg, 100); break;
+		case O_THREADS: C.threads = (unsigned)uint_arg("--threads", optarg, 64);
+			if (!C.threads) die_arg("--threads", optarg, "must be at least 1");
+			break;
+		case O_SPIN: C.spin_ns = uint_arg("--spin-us", optarg, 1000000) * 1000; break;
+		case O_LOG:
+			if (!strcmp(optarg, "error")) C.log_level = LOG_ERROR;
+			else if (!strcmp(optarg, "warn")) C.log_level = LOG_WARN;
+			else if (!strcmp(optarg, "info")) C.log_level = LOG_INFO;
+			else if (!strcmp(optarg, "debug")) C.log_level = LOG_DEBUG;
+			else die_arg("--log-level", optarg, "is not error, warn, info or debug");
+			break;
+		case O_DAEMON: C.daemonize = true; break;
+		case O_PIDFILE: C.pidfile = optarg; break;
+		case O_HELP: usage(stdout); exit(0);
+		default:
+			fprintf(stderr, "cached: unknown or incomplete option '%s' (see --help)\n",
+				argv[optind - 1]);
+			exit(2);
+		}
+	}
+	if (optind < argc)
+		die_arg("argument", argv[optind], "is not an option (see --help)");
+	if (!C.segment || !have_port || !have_bport || !C.cfg.cache_size) {
+		fprintf(stderr, "cached: --segment, --port, --blocker-port and --cache-size are required\n");
+		exit(2);
+	}
+	if (C.port == C.blocker_port) {
+		fprintf(stderr, "cached: --port and --blocker-port are both %u\n", C.port);
+		exit(2);
+	}
+	if (C.pidfile && !C.daemonize) {
+		fprintf(stderr, "cached: --pidfile goes with --daemon\n");
+		exit(2);
+	}
+}
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	stop_requested = 1;
+}
+
+static int write_pidfile(const char *path)
+{
+	FILE *f = fopen(path, "wx");
+	if (!f) {
+		logmsg(LOG_ERROR, "pidfile %s: %s", path, strerror(errno));
+		return -1;
+	}
+	fprintf(f, "%d\n", (int)getpid());
+	fclose(f);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	pthread_t *workers, maint;
+	const char *why = NULL;
+
+	parse_options(argc, argv);
+	struct cache_backend be = { backend_alloc, backend_submit, backend_release, NULL };
+	C.engine = cache_engine_create(&C.cfg, &be, &why);
+	if (!C.engine) {
+		fprintf(stderr, "cached: %s\n", why);
+		return 2;
+	}
+	if (xseg_join(C.segment, &C.seg) < 0 || xseg_bind_port(C.seg, C.port) < 0) {
+		fprintf(stderr, "cached: %s\n", xseg_last_error());
+		return 1;
+	}
+	if (C.daemonize && daemon(0, 1) < 0) {
+		fprintf(stderr, "cached: cannot daemonize: %s\n", strerror(errno));
+		return 1;
+	}
+	if (C.pidfile && write_pidfile(C.pidfile) < 0)
+		return 1;
+	struct sigaction sa = { .sa_handler = on_signal };
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+
+	logmsg(LOG_INFO, "serving port %u in front of %u: %" PRIu64 " bytes of cache, %s",
+	       C.port, C.blocker_port, C.cfg.cache_size,
+	       C.cfg.policy == CACHE_WRITEBACK ? "write-back" : "write-through");
+	workers = calloc(C.threads, sizeof(*workers));
+	for (unsigned i = 0; i < C.threads; i++)
+		pthread_create(&workers[i], NULL, worker, NULL);
+	pthread_create(&maint, NULL, maintainer, NULL);
+
+	while (!stop_requested)
+		pause();
+	logmsg(LOG_INFO, "stopping: writing back every dirty byte");
+	bool clean = drain();
+	atomic_store(&maintainer_stop, true);
+	pthread_join(maint, NULL);
+	atomic_store(&workers_stop, true);
+	for (unsigned i = 0; i < C.threads; i++)
+		pthread_join(workers[i], NULL);
+	free(workers);
+	/* Whatever still arrived is answered, never left behind. */
+	struct xseg_request *late[BATCH];
+	int n;
+	while ((n = xseg_accept(C.seg, C.port, late, BATCH)) > 0)
+		for (int i = 0; i < n; i++) {
+			atomic_fetch_add(&C.in_flight, 1);
+			respond(late[i], false, ESHUTDOWN, 0);
+		}
+	xseg_leave_port(C.seg, C.port);
+	if (clean)
+		cache_engine_destroy(C.engine);
+	xseg_leave(C.seg);
+	if (C.pidfile)
+		unlink(C.pidfile);
+	logmsg(LOG_INFO, "stopped");
+	return clean ? 0 : 1;
+}

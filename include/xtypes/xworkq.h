@@ -1,0 +1,49 @@
+/*
+ * xworkq.h - jobs serialised per object.
+ *
+ * Any thread enqueues (wait-free: liburcu's wfcqueue); exactly one thread at
+ * a time runs a queue's jobs, in enqueue order.  The thread whose enqueue
+ * finds the queue idle becomes its runner and runs jobs until the queue is
+ * empty, its own job included; a thread that enqueues while another runs
+ * returns at once, and the runner will run its job.  No job is lost or run
+ * twice.
+ *
+ * How: `pending` counts jobs enqueued and not yet finished.  An enqueuer
+ * first links its job, then increments; the one that moves pending from 0
+ * to 1 is the runner.  The runner dequeues and runs one job per decrement
+ * and stops when its decrement brings pending back to 0, so a job counted
+ * by a late increment is always dequeued by the current runner or makes its
+ * enqueuer the next one.  The acq_rel counter also orders one runner's jobs
+ * before the next runner's.
+ *
+ * Costs to know: a runner may run other threads' jobs for as long as they
+ * keep coming; jobs must not block.  A job may enqueue on any queue,
+ * including its own (that job runs after it, on the same runner).
+ * No RCU registration is needed.
+ */
+#ifndef XTYPES_XWORKQ_H
+#define XTYPES_XWORKQ_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <xtypes/xwork.h>
+
+struct xworkq {
+	struct __cds_wfcq_head head;
+	struct cds_wfcq_tail tail;
+	atomic_ulong pending;
+};
+
+void xworkq_init(struct xworkq *q);
+
+/* 0, or -EBUSY if jobs are still queued or running (nothing is freed). */
+int xworkq_destroy(struct xworkq *q);
+
+/*
+ * Queues `work` (see xwork.h for ownership).  Returns true when the calling
+ * thread became the runner and ran the queue dry before returning, false
+ * when another thread is running the queue and will run `work`.
+ */
+bool xworkq_enqueue(struct xworkq *q, struct xwork *work);
+
+#endif /* XTYPES_XWORKQ_H */

@@ -1,0 +1,32 @@
+/* xworkq: serialised jobs per object; protocol in xtypes/xworkq.h. */
+#include <xtypes/xworkq.h>
+
+#include <errno.h>
+#include <urcu/compiler.h>
+
+void xworkq_init(struct xworkq *q)
+{
+	__cds_wfcq_init(&q->head, &q->tail);
+	atomic_init(&q->pending, 0);
+}
+
+int xworkq_destroy(struct xworkq *q)
+{
+	return atomic_load_explicit(&q->pending, memory_order_acquire) ? -EBUSY : 0;
+}
+
+bool xworkq_enqueue(struct xworkq *q, struct xwork *work)
+{
+	xwork_claim(work);
+	cds_wfcq_enqueue(&q->head, &q->tail, &work->link);
+	if (atomic_fetch_add_explicit(&q->pending, 1, memory_order_acq_rel) != 0)
+		return false;
+	/* Runner: pending > 0 guarantees a linked job for each dequeue; the
+	 * blocking dequeue only waits out an enqueuer between its two stores. */
+	do {
+		struct cds_wfcq_node *n = __cds_wfcq_dequeue_blocking(&q->head, &q->tail);
+
+		xwork_run(caa_container_of(n, struct xwork, link));
+	} while (atomic_fetch_sub_explicit(&q->pending, 1, memory_order_acq_rel) != 1);
+	return true;
+}

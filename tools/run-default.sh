@@ -1,13 +1,24 @@
 #!/usr/bin/env bash
 # `make run`: the main job on the embedded default, from segment creation to
-# teardown. For now (issue 2) the path is a client and the null responder:
-# it shows the segment working and measures the IPC limit. Later issues make
-# it bench-xseg -> vlmcd -> cached -> filed.
+# teardown, also when interrupted:
+#
+#   bench-xseg -> vlmcd -> cached (write-back) -> filed (files under a
+#   directory it prints)
+#
+# bench-xseg writes a volume with verifiable data, reads it back verifying
+# every byte, then cached is unplugged (every dirty byte written back to
+# filed) and the volume is read again straight from filed.
 set -u
 cd "$(dirname "$0")/.."
 BIN=${BIN:-$PWD/${BUILD:-build}/bin}
 SEG=${SEGMENT:-xseg-run-$$}
-REQUESTS=${REQUESTS:-200000}
+DATA=${DATA:-$(mktemp -d /tmp/xseg-run-data.XXXXXX)}
+VOLUME=${VOLUME:-vol1}
+VOLSIZE=${VOLSIZE:-256M}
+TOTAL=${TOTAL:-128M}
+BS=${BS:-64K}
+CACHE=${CACHE:-64M}
+FILED=1 CACHED=2 VLMCD=3 CLIENT=10
 pids=()
 
 cleanup() {
@@ -16,27 +27,58 @@ cleanup() {
 	"$BIN/xseg" destroy --segment "$SEG" 2>/dev/null
 }
 trap cleanup EXIT
-trap 'echo "interrupted: stopping"; exit 130' INT TERM
+trap 'echo; echo "interrupted: stopping every peer"; exit 130' INT TERM
 
 step() { echo; echo "== $*"; }
+die() { echo "make run: $*" >&2; exit 1; }
 
-step "creating segment $SEG"
-"$BIN/xseg" create --segment "$SEG" --ports 16 --requests 1024 --heap 64M || exit 1
+wait_bound() {
+	for _ in $(seq 200); do
+		"$BIN/xseg" info --segment "$SEG" --json 2>/dev/null |
+			grep -Eq "\"port\": *$1,[^}]*\"owner\": *[1-9]" && return 0
+		sleep 0.05
+	done
+	die "port $1 was never bound (see the peer's messages above)"
+}
 
-step "starting nulld on port 1"
-"$BIN/nulld" --segment "$SEG" --port 1 --threads 1 & pids+=($!)
-for _ in $(seq 100); do
-	"$BIN/xseg" info --segment "$SEG" --json 2>/dev/null | grep -q '"port": *1,' && break
-	sleep 0.05
-done
+bench() {
+	"$BIN/bench-xseg" --segment "$SEG" --port $CLIENT --target-port $VLMCD \
+		--volume "$VOLUME" --total-size "$TOTAL" --block-size "$BS" --iodepth 16 \
+		--verify full --seed 7 "$@" || die "bench-xseg $* failed"
+}
 
-rc=0
-for depth in 1 16; do
-	step "ipc-bench: $REQUESTS round trips at iodepth $depth"
-	"$BIN/ipc-bench" --segment "$SEG" --port 2 --target-port 1 \
-		--iodepth "$depth" --requests "$REQUESTS" || rc=1
-done
+step "segment $SEG"
+"$BIN/xseg" create --segment "$SEG" --ports 16 --requests 2048 --heap 256M || exit 1
+
+step "filed on port $FILED, data in $DATA"
+"$BIN/filed" --segment "$SEG" --port $FILED --dir "$DATA" --threads 2 & pids+=($!)
+wait_bound $FILED
+
+step "vlmcd on port $VLMCD: volume $VOLUME of $VOLSIZE in 4M objects"
+"$BIN/vlmcd" --segment "$SEG" --port $VLMCD --blocker-port $FILED \
+	--volume "$VOLUME:$VOLSIZE" --object-size 4M & pids+=($!)
+wait_bound $VLMCD
+
+step "cached on port $CACHED ($CACHE, write-back), plugged in front of filed"
+"$BIN/cached" --segment "$SEG" --port $CACHED --blocker-port $FILED \
+	--cache-size "$CACHE" --write-policy writeback --threads 2 & pids+=($!)
+wait_bound $CACHED
+"$BIN/xseg" plug --segment "$SEG" --port $FILED --via $CACHED || die "plug failed"
+
+step "write $TOTAL of verifiable data"
+bench --op write --pattern rand
+step "read it back through the cache, checking every byte"
+bench --op read --pattern rand
+
+step "cache statistics"
+"$BIN/xseg" stats --segment "$SEG" --port $CACHED
+
+step "unplug cached: every dirty byte goes to filed first"
+"$BIN/xseg" unplug --segment "$SEG" --via $CACHED || die "unplug failed"
+step "read the volume straight from filed"
+bench --op read --pattern seq
 
 step "segment after the run"
 "$BIN/xseg" info --segment "$SEG"
-exit $rc
+echo
+echo "make run: all data verified; peers stop now (data stays in $DATA)"

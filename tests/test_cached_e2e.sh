@@ -20,7 +20,7 @@ trap cleanup EXIT
 wait_bound() {   # port
 	for _ in $(seq 200); do
 		"$BIN/xseg" info --segment "$SEG" --json 2>/dev/null |
-			python3 -c "import json,sys; d=json.load(sys.stdin); sys.exit(0 if any(p['port']==$1 and p.get('owner') for p in d['ports']) else 1)" && return 0
+			python3 -c "import json,sys; d=json.load(sys.stdin); sys.exit(0 if any(p['port']==$1 and p.get('owner') for p in d['port_list']) else 1)" && return 0
 		sleep 0.05
 	done
 	fail "nobody bound port $1"

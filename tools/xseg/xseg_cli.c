@@ -1,0 +1,354 @@
+/*
+ * xseg: the segment's admin tool.
+ *
+ *   xseg create  --segment NAME [--ports N] [--requests N] [--heap SIZE] [--mode OCTAL]
+ *   xseg destroy --segment NAME
+ *   xseg info    --segment NAME [--json] [--all]
+ *   xseg route   --segment NAME --port P (--next Q | --clear)
+ *   xseg plug    --segment NAME --port B --via C
+ *   xseg unplug  --segment NAME --via C
+ *   xseg stats   --segment NAME --port N [--json]
+ *
+ * A bad argument: one line on stderr naming it, exit 2. A failure of the
+ * segment or a peer: the reason on stderr, exit 1.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "xseg/xseg.h"
+#include "control.h"
+
+struct args {
+	const char *segment;
+	uint64_t ports, requests, heap, mode;
+	uint32_t port, next, via;
+	bool have_port, have_next, have_via, clear, json, all;
+};
+
+static const char *const usage_text =
+"usage: xseg COMMAND --segment NAME [options]\n"
+"\n"
+"  create   [--ports N] [--requests N] [--heap SIZE] [--mode OCTAL]\n"
+"           make a segment (defaults: 64 ports, 4096 requests, 256M heap, 0600)\n"
+"  destroy  remove the segment's name (peers that joined keep running)\n"
+"  info     [--json] [--all]  sizes, free requests, heap use, and every port\n"
+"           that is bound, routed or has queued requests (--all: every port)\n"
+"  route    --port P --next Q   requests for P go to Q; Q's own reach P\n"
+"  route    --port P --clear    remove P's route\n"
+"  plug     --port B --via C    put peer C (e.g. cached) in front of B, online\n"
+"  unplug   --via C             C writes back all dirty data while still in the\n"
+"           path, then its routes are cleared; returns when that is done\n"
+"  stats    --port N [--json]   a peer's statistics (cached)\n"
+"\n"
+"SIZE takes K, M, G suffixes. Exit status: 0 ok, 1 failure, 2 bad arguments.\n";
+
+static void bad(const char *fmt, const char *a, const char *b)
+{
+	fprintf(stderr, "xseg: ");
+	fprintf(stderr, fmt, a, b);
+	fprintf(stderr, "\n");
+	exit(2);
+}
+
+static uint64_t num(const char *opt, const char *val, uint64_t max)
+{
+	uint64_t v;
+	if (xseg_parse_uint(val, max, &v) < 0)
+		bad("%s: '%s' is not a number in range", opt, val);
+	return v;
+}
+
+static void parse(int argc, char **argv, struct args *a)
+{
+	enum { O_SEG = 256, O_PORTS, O_REQS, O_HEAP, O_MODE, O_PORT, O_NEXT, O_VIA, O_CLEAR,
+	       O_JSON, O_ALL, O_HELP };
+	static const struct option opts[] = {
+		{ "segment", required_argument, NULL, O_SEG },
+		{ "ports", required_argument, NULL, O_PORTS },
+		{ "requests", required_argument, NULL, O_REQS },
+		{ "heap", required_argument, NULL, O_HEAP },
+		{ "mode", required_argument, NULL, O_MODE },
+		{ "port", required_argument, NULL, O_PORT },
+		{ "next", required_argument, NULL, O_NEXT },
+		{ "via", required_argument, NULL, O_VIA },
+		{ "clear", no_argument, NULL, O_CLEAR },
+		{ "json", no_argument, NULL, O_JSON },
+		{ "all", no_argument, NULL, O_ALL },
+		{ "help", no_argument, NULL, O_HELP },
+		{ NULL, 0, NULL, 0 },
+	};
+	int c;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (c) {
+		case O_SEG: a->segment = optarg; break;
+		case O_PORTS: a->ports = num("--ports", optarg, XSEG_MAX_PORTS);
+			if (!a->ports) bad("--ports: '%s' %s", optarg, "must be at least 1");
+			break;
+		case O_REQS: a->requests = num("--requests", optarg, XSEG_MAX_REQUESTS);
+			if (!a->requests) bad("--requests: '%s' %s", optarg, "must be at least 1");
+			break;
+		case O_HEAP:
+			if (xseg_parse_size(optarg, &a->heap) < 0 || !a->heap)
+				bad("--heap: '%s' is not a size (e.g. 64M)%s", optarg, "");
+			break;
+		case O_MODE: {
+			char *end;
+			a->mode = strtoul(optarg, &end, 8);
+			if (!*optarg || *end || a->mode > 0777)
+				bad("--mode: '%s' is not an octal mode like 0600%s", optarg, "");
+			break;
+		}
+		case O_PORT: a->port = (uint32_t)num("--port", optarg, XSEG_MAX_PORTS); a->have_port = true; break;
+		case O_NEXT: a->next = (uint32_t)num("--next", optarg, XSEG_MAX_PORTS); a->have_next = true; break;
+		case O_VIA: a->via = (uint32_t)num("--via", optarg, XSEG_MAX_PORTS); a->have_via = true; break;
+		case O_CLEAR: a->clear = true; break;
+		case O_JSON: a->json = true; break;
+		case O_ALL: a->all = true; break;
+		case O_HELP: fputs(usage_text, stdout); exit(0);
+		default: bad("unknown or incomplete option '%s'%s", argv[optind - 1], " (see --help)");
+		}
+	}
+	if (optind < argc)
+		bad("unexpected argument '%s'%s", argv[optind], " (see --help)");
+	if (!a->segment)
+		bad("--segment is required%s%s", "", "");
+}
+
+static struct xseg *join(const char *name)
+{
+	struct xseg *seg;
+	if (xseg_join(name, &seg) < 0) {
+		fprintf(stderr, "xseg: %s\n", xseg_last_error());
+		exit(1);
+	}
+	return seg;
+}
+
+static void check_port(struct xseg *seg, const char *opt, uint32_t port)
+{
+	struct xseg_segment_info si;
+	xseg_segment_info(seg, &si);
+	if (port >= si.nr_ports) {
+		char v[16], range[32];
+		snprintf(v, sizeof(v), "%u", port);
+		snprintf(range, sizeof(range), "0..%u", si.nr_ports - 1);
+		fprintf(stderr, "xseg: %s: port %s out of range %s\n", opt, v, range);
+		xseg_leave(seg);
+		exit(2);
+	}
+}
+
+static int cmd_create(struct args *a)
+{
+	struct xseg_config cfg;
+	xseg_config_default(&cfg);
+	if (a->ports) cfg.nr_ports = (uint32_t)a->ports;
+	if (a->requests) cfg.nr_requests = (uint32_t)a->requests;
+	if (a->heap) cfg.heap_size = a->heap;
+	if (a->mode) cfg.mode = (mode_t)a->mode;
+	if (xseg_create(a->segment, &cfg) < 0) {
+		fprintf(stderr, "xseg: %s\n", xseg_last_error());
+		return 1;
+	}
+	return 0;
+}
+
+static int cmd_destroy(struct args *a)
+{
+	if (xseg_destroy(a->segment) < 0) {
+		fprintf(stderr, "xseg: %s\n", xseg_last_error());
+		return 1;
+	}
+	return 0;
+}
+
+static bool port_worth_showing(const struct xseg_port_info *p, bool all)
+{
+	return all || p->owner || p->next_hop != XSEG_NO_PORT || p->request_depth ||
+	       p->reply_depth;
+}
+
+static int cmd_info(struct args *a)
+{
+	struct xseg *seg = join(a->segment);
+	struct xseg_segment_info si;
+	xseg_segment_info(seg, &si);
+	if (a->json) {
+		printf("{\"segment\":\"%s\",\"layout_version\":%u,\"size\":%" PRIu64
+		       ",\"ports\":%u,\"requests\":%u,\"free_requests\":%u,\"heap_size\":%" PRIu64
+		       ",\"heap_used\":%" PRIu64 ",\"heap_largest_free\":%" PRIu64
+		       ",\"heap_buffers\":%" PRIu64 ",\"port_list\":[",
+		       a->segment, si.layout_version, si.segment_size, si.nr_ports, si.nr_requests,
+		       si.free_requests, si.heap_size, si.heap_used, si.heap_free_largest,
+		       si.heap_allocs);
+	} else {
+		printf("segment %s: %" PRIu64 " bytes, layout %u\n", a->segment, si.segment_size,
+		       si.layout_version);
+		printf("requests: %u of %u free\n", si.free_requests, si.nr_requests);
+		printf("heap: %" PRIu64 " of %" PRIu64 " bytes used in %" PRIu64
+		       " buffers, largest free block %" PRIu64 "\n",
+		       si.heap_used, si.heap_size, si.heap_allocs, si.heap_free_largest);
+		printf("%6s %8s %6s %6s %8s %8s %8s %12s %12s\n", "port", "owner", "alive",
+		       "next", "queued", "replies", "waiters", "submitted", "replied");
+	}
+	bool first = true;
+	for (uint32_t p = 0; p < si.nr_ports; p++) {
+		struct xseg_port_info pi;
+		if (xseg_port_info(seg, p, &pi) < 0 || !port_worth_showing(&pi, a->all))
+			continue;
+		if (a->json) {
+			printf("%s{\"port\":%u,\"owner\":%d,\"alive\":%s,\"next_hop\":", first ? "" : ",",
+			       p, (int)pi.owner, pi.owner_alive ? "true" : "false");
+			if (pi.next_hop == XSEG_NO_PORT)
+				printf("null");
+			else
+				printf("%u", pi.next_hop);
+			printf(",\"request_depth\":%u,\"reply_depth\":%u,\"waiters\":%u,"
+			       "\"submitted\":%" PRIu64 ",\"replied\":%" PRIu64 "}",
+			       pi.request_depth, pi.reply_depth, pi.waiters, pi.submitted, pi.replied);
+		} else {
+			char next[16] = "-";
+			if (pi.next_hop != XSEG_NO_PORT)
+				snprintf(next, sizeof(next), "%u", pi.next_hop);
+			printf("%6u %8d %6s %6s %8u %8u %8u %12" PRIu64 " %12" PRIu64 "\n", p,
+			       (int)pi.owner, pi.owner ? (pi.owner_alive ? "yes" : "DEAD") : "-", next,
+			       pi.request_depth, pi.reply_depth, pi.waiters, pi.submitted, pi.replied);
+		}
+		first = false;
+	}
+	if (a->json)
+		printf("]}\n");
+	xseg_leave(seg);
+	return 0;
+}
+
+static int cmd_route(struct args *a)
+{
+	if (!a->have_port)
+		bad("route: --port is required%s%s", "", "");
+	if (a->have_next == a->clear)
+		bad("route: give exactly one of --next Q or --clear%s%s", "", "");
+	struct xseg *seg = join(a->segment);
+	check_port(seg, "--port", a->port);
+	int rc;
+	if (a->clear) {
+		rc = xseg_clear_next_hop(seg, a->port);
+	} else {
+		check_port(seg, "--next", a->next);
+		rc = xseg_set_next_hop(seg, a->port, a->next);
+	}
+	if (rc < 0)
+		fprintf(stderr, "xseg: %s\n", xseg_last_error());
+	xseg_leave(seg);
+	return rc < 0 ? 1 : 0;
+}
+
+static int cmd_plug(struct args *a)
+{
+	if (!a->have_port || !a->have_via)
+		bad("plug: --port B and --via C are required%s%s", "", "");
+	struct xseg *seg = join(a->segment);
+	check_port(seg, "--port", a->port);
+	check_port(seg, "--via", a->via);
+	struct xseg_port_info pi;
+	xseg_port_info(seg, a->via, &pi);
+	if (!pi.owner || !pi.owner_alive) {
+		fprintf(stderr, "xseg: plug: nothing is serving port %u; start the peer first\n",
+			a->via);
+		xseg_leave(seg);
+		return 1;
+	}
+	int rc = xseg_set_next_hop(seg, a->port, a->via);
+	if (rc < 0)
+		fprintf(stderr, "xseg: %s\n", xseg_last_error());
+	xseg_leave(seg);
+	return rc < 0 ? 1 : 0;
+}
+
+static int cmd_unplug(struct args *a)
+{
+	if (!a->have_via)
+		bad("unplug: --via C is required%s%s", "", "");
+	struct xseg *seg = join(a->segment);
+	check_port(seg, "--via", a->via);
+	struct xseg_segment_info si;
+	xseg_segment_info(seg, &si);
+	/* While still in the path, the peer writes back every dirty byte;
+	 * the route goes only when that is done, so no read can be stale. */
+	char reply[256];
+	const char *why = "";
+	int rc = control_call(seg, a->via, "unplug", reply, sizeof(reply), 600, &why);
+	if (rc != 0) {
+		fprintf(stderr, "xseg: unplug: port %u could not write back its data: %s; "
+			"routes left in place\n", a->via, why);
+		xseg_leave(seg);
+		return 1;
+	}
+	for (uint32_t p = 0; p < si.nr_ports; p++)
+		if (xseg_get_next_hop(seg, p) == a->via)
+			xseg_clear_next_hop(seg, p);
+	xseg_leave(seg);
+	return 0;
+}
+
+static int cmd_stats(struct args *a)
+{
+	if (!a->have_port)
+		bad("stats: --port is required%s%s", "", "");
+	struct xseg *seg = join(a->segment);
+	check_port(seg, "--port", a->port);
+	char reply[4096];
+	const char *why = "";
+	int rc = control_call(seg, a->port, "stats", reply, sizeof(reply), 10, &why);
+	xseg_leave(seg);
+	if (rc != 0) {
+		fprintf(stderr, "xseg: stats: port %u gave none: %s\n", a->port, why);
+		return 1;
+	}
+	if (a->json) {
+		printf("%s\n", reply);
+		return 0;
+	}
+	/* {"a":1,"b":"x"} -> one "a: 1" line each */
+	for (char *p = reply; *p; p++) {
+		if (*p == '{' || *p == '}' || *p == '"')
+			continue;
+		if (*p == ',')
+			putchar('\n');
+		else if (*p == ':')
+			fputs(": ", stdout);
+		else
+			putchar(*p);
+	}
+	putchar('\n');
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct { const char *name; int (*fn)(struct args *); } cmds[] = {
+		{ "create", cmd_create }, { "destroy", cmd_destroy }, { "info", cmd_info },
+		{ "route", cmd_route }, { "plug", cmd_plug }, { "unplug", cmd_unplug },
+		{ "stats", cmd_stats },
+	};
+	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
+	    !strcmp(argv[1], "help")) {
+		fputs(usage_text, argc < 2 ? stderr : stdout);
+		return argc < 2 ? 2 : 0;
+	}
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+		if (strcmp(argv[1], cmds[i].name))
+			continue;
+		struct args a = { 0 };
+		parse(argc - 1, argv + 1, &a);
+		return cmds[i].fn(&a);
+	}
+	bad("unknown command '%s'%s", argv[1], " (see xseg --help)");
+	return 2;
+}

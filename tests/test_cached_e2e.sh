@@ -63,4 +63,40 @@ run_case writeback 2M rand 2       # 0.5x
 run_case writeback 400K rand 3     # 0.1x
 run_case writethrough 2M rand 4
 run_case writethrough 400K seq 5
+
+echo "--- plug and unplug under load"
+# Writers run back to back (a new seed each run) for as long as the rounds last.
+( seed=20
+  while [ ! -e "$DIR/stop-load" ]; do
+	"$BIN/bench-xseg" --segment "$SEG" --port 11 --target-port 1 --op write --pattern rand \
+		--object-size 64K --verify full --timeout 60 --total-size 8M --block-size 4K \
+		--iodepth 16 --seed $seed --json > "$DIR/load.out" 2> "$DIR/load.err" || exit 1
+	tail -1 "$DIR/load.out" | grep -q '"failed":0,' || exit 1
+	echo $seed >> "$DIR/seeds"; seed=$((seed + 1))
+  done ) & load=$!
+"$BIN/cached" --segment "$SEG" --port 3 --blocker-port 1 --cache-size 4M --max-objects 64 \
+	--object-size 64K --write-policy writeback 2> "$DIR/cached.log" & cpid=$!
+pids+=($cpid)
+wait_bound 3
+for round in 1 2 3; do
+	"$BIN/xseg" plug --segment "$SEG" --port 1 --via 3 || fail "plug under load"
+	sleep 0.4
+	"$BIN/xseg" stats --segment "$SEG" --port 3 --json | python3 -c "import json,sys; d=json.load(sys.stdin); assert d['policy']=='writeback' and d['write_bytes']>0, d" ||
+		fail "round $round: cached saw no write-back traffic while plugged"
+	"$BIN/xseg" unplug --segment "$SEG" --via 3 || fail "unplug under load"
+	"$BIN/xseg" stats --segment "$SEG" --port 3 --json | python3 -c "import json,sys; d=json.load(sys.stdin); assert d['dirty_bytes']==0 and d['policy']=='writethrough', d" ||
+		fail "cached not clean and write-through after unplug"
+	"$BIN/xseg" info --segment "$SEG" --json | grep -q '"next_hop":3' && fail "route left after unplug"
+	sleep 0.2
+done
+touch "$DIR/stop-load"
+wait "$load" || { cat "$DIR/load.err"; fail "writes failed while plugging and unplugging"; }
+kill -TERM "$cpid"; wait "$cpid" || fail "cached exit status after unplug"
+[ "$(wc -l < "$DIR/seeds")" -ge 3 ] || fail "the load ran too little to overlap the rounds"
+while read -r seed; do
+	"$BIN/bench-xseg" --segment "$SEG" --port 11 --target-port 1 --op read --pattern seq \
+		--object-size 64K --verify full --total-size 8M --block-size 64K --iodepth 8 \
+		--seed "$seed" >/dev/null 2>"$DIR/load.err" ||
+		{ cat "$DIR/load.err"; fail "seed $seed: data written across plug/unplug is not intact on filed"; }
+done < "$DIR/seeds"
 echo "cached end to end: ok"

@@ -201,7 +201,7 @@ static void reply_stats(struct xseg_request *x)
 	respond(x, true, 0, (uint64_t)n + 1);
 }
 
-/* X_CONTROL: "stats", "policy writeback|writethrough", "flush", "unplug". */
+/* X_CONTROL: "stats", "policy writeback|writethrough", "flush", "plug", "unplug". */
 static void handle_control(struct glue_req *g)
 {
 	struct xseg_request *x = g->xreq;
@@ -216,6 +216,9 @@ static void handle_control(struct glue_req *g)
 		free(g);
 	} else if (!strcmp(g->control, "policy writeback")) {
 		cache_engine_set_policy(C.engine, CACHE_WRITEBACK, &g->req);
+	} else if (!strcmp(g->control, "plug")) {
+		/* back in a path: the policy it was started with */
+		cache_engine_set_policy(C.engine, C.cfg.policy, &g->req);
 	} else if (!strcmp(g->control, "policy writethrough") || !strcmp(g->control, "unplug")) {
 		/* Unplugging: no new dirty data, every dirty byte on the blocker,
 		 * and only then the answer (xseg unplug then clears the route). */

@@ -264,7 +264,17 @@ static int cmd_plug(struct args *a)
 		xseg_leave(seg);
 		return 1;
 	}
-	int rc = xseg_set_next_hop(seg, a->port, a->via);
+	/* Tell the peer it is going into a path (cached returns to the policy
+	 * it was started with); a peer without control commands is fine. */
+	char reply[64];
+	const char *why = "";
+	int rc = control_call(seg, a->via, "plug", reply, sizeof(reply), 60, &why);
+	if (rc != 0 && rc != EOPNOTSUPP && rc != EINVAL) {
+		fprintf(stderr, "xseg: plug: port %u did not take the plug command: %s\n", a->via, why);
+		xseg_leave(seg);
+		return 1;
+	}
+	rc = xseg_set_next_hop(seg, a->port, a->via);
 	if (rc < 0)
 		fprintf(stderr, "xseg: %s\n", xseg_last_error());
 	xseg_leave(seg);

@@ -594,6 +594,22 @@ void cache_engine_flush_all(struct cache_engine *e, struct cache_req *req)
 	barrier_arrive(b, 0);
 }
 
+/* FLUSH of one object: its dirty data, then the blocker's FLUSH of it. */
+static void flush_one(struct cache_engine *e, struct cache_req *req)
+{
+	struct barrier *b = barrier_new(e, req, flush_barrier_then);
+	if (!b) {
+		finish(e, req, false, ENOMEM, 0);
+		return;
+	}
+	struct xcache_entry *ent = xcache_lookup(e->index, req->name, strlen(req->name));
+	if (ent) {
+		barrier_add(b, xcache_entry_priv(ent));
+		xcache_put(e->index, ent);
+	}
+	barrier_arrive(b, 0);
+}
+
 void cache_engine_set_policy(struct cache_engine *e, enum cache_policy p,
 			     struct cache_req *req)
 {
@@ -1011,7 +1027,10 @@ void cache_engine_submit(struct cache_engine *e, struct cache_req *req)
 		finish(e, req, true, 0, 0);
 		return;
 	case X_FLUSH:
-		cache_engine_flush_all(e, req);
+		if (req->name && *req->name)
+			flush_one(e, req);     /* vlmcd flushes object by object */
+		else
+			cache_engine_flush_all(e, req);
 		return;
 	case X_READ:
 	case X_WRITE: {

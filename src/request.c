@@ -10,6 +10,19 @@
 #include <string.h>
 
 #include "xseg_internal.h"
+#include "xtypes/xannotate.h"
+
+/*
+ * For ThreadSanitizer, which sees one process: a request, its buffer and
+ * the heap blocks under it pass between this process's threads through
+ * other processes (client -> peer -> client, free here, allocated there),
+ * so no per-object edge is visible. Every hand-off (ring push, heap free)
+ * releases and every take (ring pop, heap allocation) acquires this one
+ * object, which models exactly what the rings guarantee: whatever a thread
+ * did before it passed something on happens before whoever takes it next.
+ * Compiles to nothing outside TSan builds.
+ */
+static char tsan_handoff;
 
 static inline uint32_t load_state(const struct xseg_request *r)
 {
@@ -65,8 +78,10 @@ static int check_held(struct xseg *s, struct xseg_request *req, const char *what
 
 static void free_buffer(struct xseg *s, struct xseg_request *req)
 {
-	if (req->bufferlen)
+	if (req->bufferlen) {
+		xannotate_happens_before(&tsan_handoff);
 		xseg_heap_free(s->heap_meta, s->heap, req->buffer);
+	}
 	req->buffer = req->bufferlen = req->data_off = req->datalen = 0;
 	req->targetlen = 0;
 }
@@ -77,6 +92,7 @@ static void release_request(struct xseg *s, struct xseg_request *req)
 	free_buffer(s, req);
 	req->holder = XSEG_NO_PORT;
 	store_state(req, XS_FREE);
+	xannotate_happens_before(&tsan_handoff);
 	xseg_ring_push(s->free_ring, req->index);
 }
 
@@ -98,6 +114,7 @@ struct xseg_request *xseg_get_request(struct xseg *s, uint32_t src)
 		return NULL;
 	}
 	struct xseg_request *r = &s->requests[idx];
+	xannotate_happens_after(&tsan_handoff);
 	r->generation++;
 	r->op = X_PING;
 	r->flags = 0;
@@ -148,6 +165,7 @@ int xseg_prep_request(struct xseg *s, struct xseg_request *req,
 		if (off < 0)
 			return xseg_fail(ENOMEM, "prep request: heap has no free block of %llu bytes",
 					 (unsigned long long)need);
+		xannotate_happens_after(&tsan_handoff);
 		req->buffer = (uint64_t)off;
 		req->bufferlen = got;
 	}
@@ -207,6 +225,7 @@ static int deliver(struct xseg *s, struct xseg_request *req, uint32_t port,
 	uint32_t prev_holder = req->holder, prev_state = load_state(req);
 	req->holder = port;
 	store_state(req, state);
+	xannotate_happens_before(&tsan_handoff);
 	if (!xseg_ring_push(ring, req->index)) {
 		req->holder = prev_holder;
 		store_state(req, prev_state);
@@ -293,6 +312,7 @@ static int take(struct xseg *s, uint32_t port, struct xseg_ring *ring,
 	uint32_t idx;
 	while (n < max && xseg_ring_pop(ring, &idx)) {
 		struct xseg_request *r = &s->requests[idx];
+		xannotate_happens_after(&tsan_handoff);
 		r->holder = port;
 		store_state(r, state);
 		reqs[n++] = r;

@@ -8,7 +8,11 @@ BIN=${BIN:-$PWD/build/bin}
 SEG=cached-e2e-$$
 DIR=$(mktemp -d)
 pids=()
-fail() { echo "FAIL: $*"; exit 1; }
+fail() {
+	echo "FAIL: $*"
+	for log in "$DIR"/*.log; do [ -s "$log" ] && { echo "== $log"; tail -40 "$log"; }; done
+	exit 1
+}
 cleanup() {
 	for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
 	wait 2>/dev/null

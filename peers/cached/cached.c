@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,7 +45,8 @@ struct cached {
 };
 
 static struct cached C;
-static volatile sig_atomic_t stop_requested;
+/* Lock-free atomics are async-signal-safe and visible to every thread. */
+static _Atomic int stop_requested;
 
 static void logmsg(enum log_level lvl, const char *fmt, ...)
 {

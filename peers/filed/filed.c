@@ -45,7 +45,8 @@ static struct {
 	bool verbose;
 } F = { .threads = 2, .spin_ns = 20000, .dirfd = -1 };
 
-static volatile sig_atomic_t stop;
+/* Lock-free atomics are async-signal-safe and visible to every thread. */
+static _Atomic int stop;
 
 static void on_signal(int sig)
 {

@@ -25,7 +25,8 @@ static struct {
 	uint64_t spin_ns;
 } N = { .threads = 1, .spin_ns = 50000 };
 
-static volatile sig_atomic_t stop;
+/* Lock-free atomics are async-signal-safe and visible to every thread. */
+static _Atomic int stop;
 
 static void on_signal(int sig)
 {

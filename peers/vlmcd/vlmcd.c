@@ -56,7 +56,8 @@ static struct {
 	unsigned nr_volumes;
 } V = { .object_size = 4u << 20, .threads = 2, .spin_ns = 20000 };
 
-static volatile sig_atomic_t stop;
+/* Lock-free atomics are async-signal-safe and visible to every thread. */
+static _Atomic int stop;
 static _Atomic uint64_t outstanding;    /* parents not yet answered */
 
 static void on_signal(int sig)

@@ -4,31 +4,8 @@
 # and rand, --verify full. After SIGTERM (which writes every dirty byte back)
 # the data read straight from filed is exactly what was written.
 set -u
-BIN=${BIN:-$PWD/build/bin}
-SEG=cached-e2e-$$
-DIR=$(mktemp -d)
-pids=()
-fail() {
-	echo "FAIL: $*"
-	for log in "$DIR"/*.log; do [ -s "$log" ] && { echo "== $log"; tail -40 "$log"; }; done
-	exit 1
-}
-cleanup() {
-	for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
-	wait 2>/dev/null
-	"$BIN/xseg" destroy --segment "$SEG" 2>/dev/null
-	rm -rf "$DIR"
-}
-trap cleanup EXIT
-
-wait_bound() {   # port
-	for _ in $(seq 200); do
-		"$BIN/xseg" info --segment "$SEG" --json 2>/dev/null |
-			python3 -c "import json,sys; d=json.load(sys.stdin); sys.exit(0 if any(p['port']==$1 and p.get('owner') for p in d['port_list']) else 1)" && return 0
-		sleep 0.05
-	done
-	fail "nobody bound port $1"
-}
+SEG_PREFIX=cached-e2e
+. "$(dirname "$0")/lib.sh"
 
 bench() {   # op pattern extra...
 	local op=$1 pattern=$2; shift 2

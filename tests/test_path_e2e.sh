@@ -4,35 +4,8 @@
 # object boundaries), bad input answered FAILED while the peers keep
 # serving, the xseg tool's errors, and SIGTERM to filed under load.
 set -u
-BIN=${BIN:-$PWD/build/bin}
-SEG=path-e2e-$$
-DIR=$(mktemp -d)
-pids=()
-fail() {
-	echo "FAIL: $*"
-	for log in "$DIR"/*.log; do [ -s "$log" ] && { echo "== $log"; tail -40 "$log"; }; done
-	exit 1
-}
-cleanup() {
-	for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
-	wait 2>/dev/null
-	"$BIN/xseg" destroy --segment "$SEG" 2>/dev/null
-	rm -rf "$DIR"
-}
-trap cleanup EXIT
-wait_bound() {
-	for _ in $(seq 200); do
-		"$BIN/xseg" info --segment "$SEG" --json 2>/dev/null |
-			grep -Eq "\"port\":$1,\"owner\":[1-9]" && return 0
-		sleep 0.05
-	done
-	fail "nobody bound port $1"
-}
-expect_exit() {   # status command...
-	local want=$1; shift
-	"$@" > "$DIR/out" 2> "$DIR/err"; local rc=$?
-	[ $rc -eq "$want" ] || { cat "$DIR/err"; fail "'$*' exited $rc, expected $want"; }
-}
+SEG_PREFIX=path-e2e
+. "$(dirname "$0")/lib.sh"
 
 echo "--- xseg tool: arguments"
 expect_exit 2 "$BIN/xseg"

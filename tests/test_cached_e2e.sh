@@ -45,6 +45,25 @@ run_case writeback 400K rand 3     # 0.1x
 run_case writethrough 2M rand 4
 run_case writethrough 400K seq 5
 
+echo "--- write policy switched online"
+"$BIN/cached" --segment "$SEG" --port 3 --blocker-port 1 --cache-size 8M --max-objects 64 \
+	--object-size 64K --write-policy writeback 2> "$DIR/cached.log" & cpid=$!
+pids+=($cpid)
+wait_bound 3
+"$BIN/xseg" plug --segment "$SEG" --port 1 --via 3 || fail "plug"
+bench write rand --total-size 2M --block-size 4K --iodepth 16 --seed 30
+stat_is() { "$BIN/xseg" stats --segment "$SEG" --port 3 --json | python3 -c "import json,sys; d=json.load(sys.stdin); assert $1, d"; }
+stat_is "d['dirty_bytes'] > 0" || fail "write-back left nothing dirty"
+"$BIN/xseg" policy --segment "$SEG" --port 3 --set writethrough || fail "policy switch"
+stat_is "d['dirty_bytes'] == 0 and d['policy'] == 'writethrough'" || fail "switch to write-through left dirty data"
+bench write rand --total-size 2M --block-size 4K --iodepth 16 --seed 31
+stat_is "d['dirty_bytes'] == 0" || fail "write-through made dirty data"
+"$BIN/xseg" policy --segment "$SEG" --port 3 --set writeback || fail "policy back"
+"$BIN/xseg" unplug --segment "$SEG" --via 3 || fail "unplug"
+kill -TERM "$cpid"; wait "$cpid" || fail "cached exit status"
+bench read seq --total-size 2M --block-size 64K --iodepth 4 --seed 30
+bench read seq --total-size 2M --block-size 64K --iodepth 4 --seed 31
+
 echo "--- plug and unplug under load"
 # Writers run back to back (a new seed each run) for as long as the rounds last.
 ( seed=20

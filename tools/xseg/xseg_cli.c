@@ -8,6 +8,7 @@
  *   xseg plug    --segment NAME --port B --via C
  *   xseg unplug  --segment NAME --via C
  *   xseg stats   --segment NAME --port N [--json]
+ *   xseg policy  --segment NAME --port N --set writeback|writethrough
  *
  * A bad argument: one line on stderr naming it, exit 2. A failure of the
  * segment or a peer: the reason on stderr, exit 1.
@@ -28,6 +29,7 @@ struct args {
 	uint64_t ports, requests, heap, mode;
 	uint32_t port, next, via;
 	bool have_port, have_next, have_via, clear, json, all;
+	const char *set;
 };
 
 static const char *const usage_text =
@@ -44,6 +46,8 @@ static const char *const usage_text =
 "  unplug   --via C             C writes back all dirty data while still in the\n"
 "           path, then its routes are cleared; returns when that is done\n"
 "  stats    --port N [--json]   a peer's statistics (cached)\n"
+"  policy   --port N --set writeback|writethrough   switch cached's write\n"
+"           policy online; to write-through returns once all dirty data is written\n"
 "\n"
 "SIZE takes K, M, G suffixes. Exit status: 0 ok, 1 failure, 2 bad arguments.\n";
 
@@ -66,7 +70,7 @@ static uint64_t num(const char *opt, const char *val, uint64_t max)
 static void parse(int argc, char **argv, struct args *a)
 {
 	enum { O_SEG = 256, O_PORTS, O_REQS, O_HEAP, O_MODE, O_PORT, O_NEXT, O_VIA, O_CLEAR,
-	       O_JSON, O_ALL, O_HELP };
+	       O_JSON, O_ALL, O_SET, O_HELP };
 	static const struct option opts[] = {
 		{ "segment", required_argument, NULL, O_SEG },
 		{ "ports", required_argument, NULL, O_PORTS },
@@ -79,6 +83,7 @@ static void parse(int argc, char **argv, struct args *a)
 		{ "clear", no_argument, NULL, O_CLEAR },
 		{ "json", no_argument, NULL, O_JSON },
 		{ "all", no_argument, NULL, O_ALL },
+		{ "set", required_argument, NULL, O_SET },
 		{ "help", no_argument, NULL, O_HELP },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -110,6 +115,11 @@ static void parse(int argc, char **argv, struct args *a)
 		case O_CLEAR: a->clear = true; break;
 		case O_JSON: a->json = true; break;
 		case O_ALL: a->all = true; break;
+		case O_SET:
+			if (strcmp(optarg, "writeback") && strcmp(optarg, "writethrough"))
+				bad("--set: '%s' is not writeback or writethrough%s", optarg, "");
+			a->set = optarg;
+			break;
 		case O_HELP: fputs(usage_text, stdout); exit(0);
 		default: bad("unknown or incomplete option '%s'%s", argv[optind - 1], " (see --help)");
 		}
@@ -340,12 +350,30 @@ static int cmd_stats(struct args *a)
 	return 0;
 }
 
+static int cmd_policy(struct args *a)
+{
+	if (!a->have_port || !a->set)
+		bad("policy: --port N and --set POLICY are required%s%s", "", "");
+	struct xseg *seg = join(a->segment);
+	check_port(seg, "--port", a->port);
+	char command[64], reply[64];
+	const char *why = "";
+	snprintf(command, sizeof(command), "policy %s", a->set);
+	int rc = control_call(seg, a->port, command, reply, sizeof(reply), 600, &why);
+	xseg_leave(seg);
+	if (rc != 0) {
+		fprintf(stderr, "xseg: policy: port %u: %s\n", a->port, why);
+		return 1;
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct { const char *name; int (*fn)(struct args *); } cmds[] = {
 		{ "create", cmd_create }, { "destroy", cmd_destroy }, { "info", cmd_info },
 		{ "route", cmd_route }, { "plug", cmd_plug }, { "unplug", cmd_unplug },
-		{ "stats", cmd_stats },
+		{ "stats", cmd_stats }, { "policy", cmd_policy },
 	};
 	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
 	    !strcmp(argv[1], "help")) {

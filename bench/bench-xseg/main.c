@@ -25,7 +25,7 @@
 #include "xseg/xseg.h"
 #include "block_data.h"
 #include "block_order.h"
-#include "latency.h"
+#include "../common/latency.h"
 
 #define MAX_IODEPTH     1024u
 #define RECEIVE_BATCH   32u

@@ -2,51 +2,96 @@
  * nulld: answers every request at once as served. It measures the IPC
  * limit: a client's round trips per second against nulld are the most any
  * peer on this segment can see.
+ *
+ * Self-contained on purpose (no peer runtime): the fewer layers between the
+ * rings and the answer, the closer the figure is to what libxseg costs.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "xseg/xseg.h"
 
 #define BATCH 32u
+#define MAX_THREADS 64u
+/* Sleep in slices this long so that a stop request is noticed. */
+#define WAIT_SLICE_NS (100ull * 1000000ull)
+
+enum log_level { L_ERROR, L_WARN, L_INFO, L_DEBUG };
+static const char *const level_names[] = { "error", "warn", "info", "debug" };
 
 static struct {
-	struct xseg *seg;
 	const char *segment;
 	uint32_t port;
 	unsigned threads;
 	uint64_t spin_ns;
-} N = { .threads = 1, .spin_ns = 50000 };
+	enum log_level log_level;
+	bool daemon;
+	const char *pidfile;
+	struct xseg *seg;
+} N = { .threads = 1, .spin_ns = 50000, .log_level = L_INFO };
 
 /* Lock-free atomics are async-signal-safe and visible to every thread. */
 static _Atomic int stop;
+static _Atomic uint64_t answered;
+static bool pidfile_written;
 
 static void on_signal(int sig)
 {
 	(void)sig;
-	stop = 1;
+	atomic_store(&stop, 1);
+}
+
+static void logmsg(enum log_level level, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static void logmsg(enum log_level level, const char *fmt, ...)
+{
+	if (level > N.log_level)
+		return;
+	char line[512];
+	int len = snprintf(line, sizeof(line), "nulld[%d]: %s: ", (int)getpid(),
+			   level_names[level]);
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(line + len, sizeof(line) - (size_t)len - 1, fmt, ap);
+	va_end(ap);
+	strcat(line, "\n");
+	/* one write: lines of different threads never interleave */
+	ssize_t n = write(STDERR_FILENO, line, strlen(line));
+	(void)n;
+}
+
+static void answer(struct xseg_request **batch, int n)
+{
+	for (int i = 0; i < n; i++) {
+		batch[i]->result = XR_SERVED;
+		batch[i]->serviced = batch[i]->size;
+		if (xseg_respond(N.seg, batch[i], N.port) < 0)
+			logmsg(L_ERROR, "%s", xseg_last_error());
+	}
+	atomic_fetch_add_explicit(&answered, (uint64_t)n, memory_order_relaxed);
 }
 
 static void *serve(void *arg)
 {
 	(void)arg;
 	struct xseg_request *batch[BATCH];
-	while (!stop) {
+	while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
 		int n = xseg_accept(N.seg, N.port, batch, BATCH);
-		for (int i = 0; i < n; i++) {
-			batch[i]->result = XR_SERVED;
-			batch[i]->serviced = batch[i]->size;
-			xseg_respond(N.seg, batch[i], N.port);
-		}
-		if (n <= 0)
-			xseg_poll(N.seg, N.port, N.spin_ns, 100000000ull);
+		if (n > 0)
+			answer(batch, n);
+		else
+			xseg_poll(N.seg, N.port, N.spin_ns, WAIT_SLICE_NS);
 	}
 	return NULL;
 }
@@ -54,74 +99,238 @@ static void *serve(void *arg)
 static void usage(FILE *out)
 {
 	fprintf(out,
-"usage: nulld --segment NAME --port N [--threads N] [--spin-us N]\n"
-"Answers every request at once as served (the IPC limit).\n"
-"  --threads N   serving threads (default 1)\n"
-"  --spin-us N   busy-poll this long before sleeping (default 50)\n");
+"usage: nulld --segment NAME --port N [options]\n"
+"Answers every request at once as served: the IPC limit.\n"
+"\n"
+"  --segment NAME     segment to join (made by xseg create)\n"
+"  --port N           port to serve\n"
+"  --threads N        serving threads, 1..%u (default 1)\n"
+"  --spin-us N        busy-poll this long before sleeping (default 50)\n"
+"  --log-level L      error, warn, info (default) or debug; logs go to stderr\n"
+"  --daemon           detach once serving; needs --pidfile\n"
+"  --pidfile F        write the serving process's pid to F\n"
+"  --help\n"
+"SIGTERM or SIGINT: answer what is queued, leave the port, exit 0.\n",
+		MAX_THREADS);
 }
 
-static uint64_t uint_arg(const char *opt, const char *val, uint64_t max)
+static _Noreturn void bad_arg(const char *opt, const char *val, const char *why)
+{
+	fprintf(stderr, "nulld: %s: '%s' %s\n", opt, val, why);
+	exit(2);
+}
+
+static uint64_t uint_arg(const char *opt, const char *val, uint64_t min, uint64_t max)
 {
 	uint64_t v;
-	if (xseg_parse_uint(val, max, &v) < 0) {
-		fprintf(stderr, "nulld: %s: '%s' is not a number in range\n", opt, val);
-		exit(2);
+	int rc = xseg_parse_uint(val, UINT64_MAX, &v);
+	if (rc == -EINVAL)
+		bad_arg(opt, val, "is not a number");
+	if (rc < 0 || v < min || v > max) {
+		char why[64];
+		snprintf(why, sizeof(why), "is out of range %llu..%llu",
+			 (unsigned long long)min, (unsigned long long)max);
+		bad_arg(opt, val, why);
 	}
 	return v;
 }
 
-int main(int argc, char **argv)
+static void parse_options(int argc, char **argv)
 {
+	enum { O_SEG = 256, O_PORT, O_THREADS, O_SPIN, O_LOG, O_DAEMON, O_PIDFILE, O_HELP };
 	static const struct option opts[] = {
-		{ "segment", required_argument, NULL, 's' },
-		{ "port", required_argument, NULL, 'p' },
-		{ "threads", required_argument, NULL, 't' },
-		{ "spin-us", required_argument, NULL, 'S' },
-		{ "help", no_argument, NULL, 'h' },
+		{ "segment", required_argument, NULL, O_SEG },
+		{ "port", required_argument, NULL, O_PORT },
+		{ "threads", required_argument, NULL, O_THREADS },
+		{ "spin-us", required_argument, NULL, O_SPIN },
+		{ "log-level", required_argument, NULL, O_LOG },
+		{ "daemon", no_argument, NULL, O_DAEMON },
+		{ "pidfile", required_argument, NULL, O_PIDFILE },
+		{ "help", no_argument, NULL, O_HELP },
 		{ NULL, 0, NULL, 0 },
 	};
-	int c;
 	bool have_port = false;
+	int c;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
-		case 's': N.segment = optarg; break;
-		case 'p': N.port = (uint32_t)uint_arg("--port", optarg, XSEG_MAX_PORTS); have_port = true; break;
-		case 't': N.threads = (unsigned)uint_arg("--threads", optarg, 64);
-			if (!N.threads) { fprintf(stderr, "nulld: --threads: '%s' must be at least 1\n", optarg); exit(2); }
+		case O_SEG: N.segment = optarg; break;
+		case O_PORT:
+			N.port = (uint32_t)uint_arg("--port", optarg, 0, XSEG_MAX_PORTS - 1);
+			have_port = true;
 			break;
-		case 'S': N.spin_ns = uint_arg("--spin-us", optarg, 1000000) * 1000; break;
-		case 'h': usage(stdout); return 0;
+		case O_THREADS:
+			N.threads = (unsigned)uint_arg("--threads", optarg, 1, MAX_THREADS);
+			break;
+		case O_SPIN: N.spin_ns = uint_arg("--spin-us", optarg, 0, 1000000) * 1000; break;
+		case O_LOG: {
+			unsigned l = 0;
+			while (l <= L_DEBUG && strcmp(optarg, level_names[l]))
+				l++;
+			if (l > L_DEBUG)
+				bad_arg("--log-level", optarg, "is not error, warn, info or debug");
+			N.log_level = (enum log_level)l;
+			break;
+		}
+		case O_DAEMON: N.daemon = true; break;
+		case O_PIDFILE:
+			if (!*optarg)
+				bad_arg("--pidfile", optarg, "is not a file name");
+			N.pidfile = optarg;
+			break;
+		case O_HELP: usage(stdout); exit(0);
 		default:
-			fprintf(stderr, "nulld: unknown or incomplete option '%s' (see --help)\n", argv[optind - 1]);
-			return 2;
+			fprintf(stderr, "nulld: unknown or incomplete option '%s' (see --help)\n",
+				argv[optind - 1]);
+			exit(2);
 		}
 	}
+	if (optind < argc) {
+		fprintf(stderr, "nulld: unexpected argument '%s' (see --help)\n", argv[optind]);
+		exit(2);
+	}
 	if (!N.segment || !have_port) {
-		fprintf(stderr, "nulld: --segment and --port are required\n");
-		return 2;
+		fprintf(stderr, "nulld: --segment and --port are required (see --help)\n");
+		exit(2);
 	}
-	if (xseg_join(N.segment, &N.seg) < 0 || xseg_bind_port(N.seg, N.port) < 0) {
-		fprintf(stderr, "nulld: %s\n", xseg_last_error());
-		return 1;
+	if (N.daemon && !N.pidfile) {
+		fprintf(stderr, "nulld: --daemon needs --pidfile F\n");
+		exit(2);
 	}
+}
+
+/*
+ * Detaches before the port is bound (the port records the binder's pid).
+ * The caller's process waits on a pipe for the daemon's word, so it exits
+ * 0 only once the daemon serves, and 1 if it could not start.
+ */
+static int daemonize(void)
+{
+	int fds[2];
+	if (pipe(fds) < 0) {
+		logmsg(L_ERROR, "--daemon: pipe: %s", strerror(errno));
+		exit(1);
+	}
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid < 0) {
+		logmsg(L_ERROR, "--daemon: fork: %s", strerror(errno));
+		exit(1);
+	}
+	if (pid > 0) {
+		unsigned char status = 1;
+		close(fds[1]);
+		ssize_t n;
+		do
+			n = read(fds[0], &status, 1);
+		while (n < 0 && errno == EINTR);
+		_exit(n == 1 ? status : 1);
+	}
+	close(fds[0]);
+	setsid();
+	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (null >= 0) {
+		dup2(null, STDIN_FILENO);
+		dup2(null, STDOUT_FILENO);   /* stderr stays: it carries the log */
+		close(null);
+	}
+	return fds[1];
+}
+
+static void tell_parent(int fd, unsigned char status)
+{
+	if (fd < 0)
+		return;
+	ssize_t n = write(fd, &status, 1);
+	(void)n;
+	close(fd);
+}
+
+static int write_pidfile(void)
+{
+	int fd = open(N.pidfile, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (fd < 0) {
+		logmsg(L_ERROR, "--pidfile %s: %s", N.pidfile, strerror(errno));
+		return -1;
+	}
+	char buf[32];
+	int len = snprintf(buf, sizeof(buf), "%d\n", (int)getpid());
+	bool ok = write(fd, buf, (size_t)len) == len;
+	close(fd);
+	if (!ok) {
+		logmsg(L_ERROR, "--pidfile %s: write failed", N.pidfile);
+		unlink(N.pidfile);
+	}
+	return ok ? 0 : -1;
+}
+
+/* Joins, binds and starts the threads; logs and returns -1 on failure. */
+static int start(pthread_t *t, unsigned *started)
+{
+	if (xseg_join(N.segment, &N.seg) < 0) {
+		logmsg(L_ERROR, "%s", xseg_last_error());
+		return -1;
+	}
+	if (xseg_bind_port(N.seg, N.port) < 0) {
+		logmsg(L_ERROR, "%s", xseg_last_error());
+		return -1;
+	}
+	if (N.pidfile && write_pidfile() < 0)
+		return -1;
+	pidfile_written = N.pidfile != NULL;
+	for (*started = 0; *started < N.threads; (*started)++) {
+		int rc = pthread_create(&t[*started], NULL, serve, NULL);
+		if (rc) {
+			logmsg(L_ERROR, "cannot start thread %u: %s", *started, strerror(rc));
+			return -1;
+		}
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	parse_options(argc, argv);
+	int ready_fd = N.daemon ? daemonize() : -1;
+
+	/* Handlers before the port is bound: a stop that comes early counts. */
 	struct sigaction sa = { .sa_handler = on_signal };
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
-	pthread_t *t = calloc(N.threads, sizeof(*t));
-	for (unsigned i = 0; i < N.threads; i++)
-		pthread_create(&t[i], NULL, serve, NULL);
-	for (unsigned i = 0; i < N.threads; i++)
+
+	pthread_t t[MAX_THREADS];
+	unsigned started = 0;
+	int rc = start(t, &started);
+	if (rc < 0)
+		atomic_store(&stop, 1);
+	else
+		logmsg(L_INFO, "serving port %u of segment %s with %u thread%s, spin %llu us",
+		       N.port, N.segment, N.threads, N.threads == 1 ? "" : "s",
+		       (unsigned long long)(N.spin_ns / 1000));
+	tell_parent(ready_fd, rc < 0 ? 1 : 0);
+	for (unsigned i = 0; i < started; i++)
 		pthread_join(t[i], NULL);
-	/* answer what is still queued, then go */
-	struct xseg_request *batch[BATCH];
-	int n;
-	while ((n = xseg_accept(N.seg, N.port, batch, BATCH)) > 0)
-		for (int i = 0; i < n; i++) {
-			batch[i]->result = XR_SERVED;
-			xseg_respond(N.seg, batch[i], N.port);
+
+	/* The threads answered every batch they took; answer what is still
+	 * queued, so no client waits on a port nobody serves. */
+	if (N.seg && rc == 0) {
+		struct xseg_request *batch[BATCH];
+		struct xseg_segment_info si;
+		xseg_segment_info(N.seg, &si);
+		/* Bounded: a client that keeps resubmitting must not hold us. */
+		uint64_t left = si.nr_requests;
+		int n;
+		while (left && (n = xseg_accept(N.seg, N.port, batch,
+						left < BATCH ? (unsigned)left : BATCH)) > 0) {
+			answer(batch, n);
+			left -= (uint64_t)n;
 		}
-	free(t);
-	xseg_leave(N.seg);
-	return 0;
+		logmsg(L_INFO, "stopped after %llu requests",
+		       (unsigned long long)atomic_load(&answered));
+	}
+	if (N.seg)
+		xseg_leave(N.seg);
+	if (pidfile_written)
+		unlink(N.pidfile);
+	return rc < 0 ? 1 : 0;
 }

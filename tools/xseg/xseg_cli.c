@@ -32,24 +32,13 @@ struct args {
 	const char *set;
 };
 
-static const char *const usage_text =
-"usage: xseg COMMAND --segment NAME [options]\n"
-"\n"
-"  create   [--ports N] [--requests N] [--heap SIZE] [--mode OCTAL]\n"
-"           make a segment (defaults: 64 ports, 4096 requests, 256M heap, 0600)\n"
-"  destroy  remove the segment's name (peers that joined keep running)\n"
-"  info     [--json] [--all]  sizes, free requests, heap use, and every port\n"
-"           that is bound, routed or has queued requests (--all: every port)\n"
-"  route    --port P --next Q   requests for P go to Q; Q's own reach P\n"
-"  route    --port P --clear    remove P's route\n"
-"  plug     --port B --via C    put peer C (e.g. cached) in front of B, online\n"
-"  unplug   --via C             C writes back all dirty data while still in the\n"
-"           path, then its routes are cleared; returns when that is done\n"
-"  stats    --port N [--json]   a peer's statistics (cached)\n"
-"  policy   --port N --set writeback|writethrough   switch cached's write\n"
-"           policy online; to write-through returns once all dirty data is written\n"
-"\n"
-"SIZE takes K, M, G suffixes. Exit status: 0 ok, 1 failure, 2 bad arguments.\n";
+/* Per command: its synopsis and what it does (xseg help COMMAND). */
+struct command {
+	const char *name;
+	int (*fn)(struct args *);
+	const char *synopsis;
+	const char *help;
+};
 
 static void bad(const char *fmt, const char *a, const char *b)
 {
@@ -59,15 +48,23 @@ static void bad(const char *fmt, const char *a, const char *b)
 	exit(2);
 }
 
-static uint64_t num(const char *opt, const char *val, uint64_t max)
+static uint64_t num(const char *opt, const char *val, uint64_t min, uint64_t max)
 {
 	uint64_t v;
-	if (xseg_parse_uint(val, max, &v) < 0)
-		bad("%s: '%s' is not a number in range", opt, val);
+	int rc = xseg_parse_uint(val, max, &v);
+	if (rc == -EINVAL)
+		bad("%s: '%s' is not a number", opt, val);
+	if (rc < 0 || v < min) {
+		char why[64];
+		snprintf(why, sizeof(why), "is out of range %llu..%llu", (unsigned long long)min,
+			 (unsigned long long)max);
+		fprintf(stderr, "xseg: %s: '%s' %s\n", opt, val, why);
+		exit(2);
+	}
 	return v;
 }
 
-static void parse(int argc, char **argv, struct args *a)
+static void parse(int argc, char **argv, const struct command *cmd, struct args *a)
 {
 	enum { O_SEG = 256, O_PORTS, O_REQS, O_HEAP, O_MODE, O_PORT, O_NEXT, O_VIA, O_CLEAR,
 	       O_JSON, O_ALL, O_SET, O_HELP };
@@ -92,12 +89,8 @@ static void parse(int argc, char **argv, struct args *a)
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
 		case O_SEG: a->segment = optarg; break;
-		case O_PORTS: a->ports = num("--ports", optarg, XSEG_MAX_PORTS);
-			if (!a->ports) bad("--ports: '%s' %s", optarg, "must be at least 1");
-			break;
-		case O_REQS: a->requests = num("--requests", optarg, XSEG_MAX_REQUESTS);
-			if (!a->requests) bad("--requests: '%s' %s", optarg, "must be at least 1");
-			break;
+		case O_PORTS: a->ports = num("--ports", optarg, 1, XSEG_MAX_PORTS); break;
+		case O_REQS: a->requests = num("--requests", optarg, 1, XSEG_MAX_REQUESTS); break;
 		case O_HEAP:
 			if (xseg_parse_size(optarg, &a->heap) < 0 || !a->heap)
 				bad("--heap: '%s' is not a size (e.g. 64M)%s", optarg, "");
@@ -109,9 +102,9 @@ static void parse(int argc, char **argv, struct args *a)
 				bad("--mode: '%s' is not an octal mode like 0600%s", optarg, "");
 			break;
 		}
-		case O_PORT: a->port = (uint32_t)num("--port", optarg, XSEG_MAX_PORTS); a->have_port = true; break;
-		case O_NEXT: a->next = (uint32_t)num("--next", optarg, XSEG_MAX_PORTS); a->have_next = true; break;
-		case O_VIA: a->via = (uint32_t)num("--via", optarg, XSEG_MAX_PORTS); a->have_via = true; break;
+		case O_PORT: a->port = (uint32_t)num("--port", optarg, 0, XSEG_MAX_PORTS - 1); a->have_port = true; break;
+		case O_NEXT: a->next = (uint32_t)num("--next", optarg, 0, XSEG_MAX_PORTS - 1); a->have_next = true; break;
+		case O_VIA: a->via = (uint32_t)num("--via", optarg, 0, XSEG_MAX_PORTS - 1); a->have_via = true; break;
 		case O_CLEAR: a->clear = true; break;
 		case O_JSON: a->json = true; break;
 		case O_ALL: a->all = true; break;
@@ -120,7 +113,7 @@ static void parse(int argc, char **argv, struct args *a)
 				bad("--set: '%s' is not writeback or writethrough%s", optarg, "");
 			a->set = optarg;
 			break;
-		case O_HELP: fputs(usage_text, stdout); exit(0);
+		case O_HELP: printf("usage: %s\n%s", cmd->synopsis, cmd->help); exit(0);
 		default: bad("unknown or incomplete option '%s'%s", argv[optind - 1], " (see --help)");
 		}
 	}
@@ -178,6 +171,21 @@ static int cmd_destroy(struct args *a)
 	return 0;
 }
 
+/* A JSON string: quotes, backslashes and control bytes escaped. */
+static void print_json_string(const char *str)
+{
+	putchar('"');
+	for (const unsigned char *p = (const unsigned char *)str; *p; p++) {
+		if (*p == '"' || *p == '\\')
+			printf("\\%c", *p);
+		else if (*p < 0x20)
+			printf("\\u%04x", *p);
+		else
+			putchar(*p);
+	}
+	putchar('"');
+}
+
 static bool port_worth_showing(const struct xseg_port_info *p, bool all)
 {
 	return all || p->owner || p->next_hop != XSEG_NO_PORT || p->request_depth ||
@@ -190,11 +198,13 @@ static int cmd_info(struct args *a)
 	struct xseg_segment_info si;
 	xseg_segment_info(seg, &si);
 	if (a->json) {
-		printf("{\"segment\":\"%s\",\"layout_version\":%u,\"size\":%" PRIu64
+		printf("{\"segment\":");
+		print_json_string(a->segment);
+		printf(",\"layout_version\":%u,\"size\":%" PRIu64
 		       ",\"ports\":%u,\"requests\":%u,\"free_requests\":%u,\"heap_size\":%" PRIu64
 		       ",\"heap_used\":%" PRIu64 ",\"heap_largest_free\":%" PRIu64
 		       ",\"heap_buffers\":%" PRIu64 ",\"port_list\":[",
-		       a->segment, si.layout_version, si.segment_size, si.nr_ports, si.nr_requests,
+		       si.layout_version, si.segment_size, si.nr_ports, si.nr_requests,
 		       si.free_requests, si.heap_size, si.heap_used, si.heap_free_largest,
 		       si.heap_allocs);
 	} else {
@@ -368,25 +378,80 @@ static int cmd_policy(struct args *a)
 	return 0;
 }
 
+static const struct command commands[] = {
+	{ "create", cmd_create,
+	  "xseg create --segment NAME [--ports N] [--requests N] [--heap SIZE] [--mode OCTAL]",
+	  "Makes a segment (defaults: 64 ports, 4096 requests, 256M heap, mode 0600).\n"
+	  "SIZE takes K, M, G suffixes. Fails if the segment exists.\n" },
+	{ "destroy", cmd_destroy, "xseg destroy --segment NAME",
+	  "Removes the segment's name; peers that joined keep running on it.\n" },
+	{ "info", cmd_info, "xseg info --segment NAME [--json] [--all]",
+	  "Sizes, free requests, heap use (used, largest free block, buffers) and,\n"
+	  "per port that is bound, routed or has queued requests (--all: every\n"
+	  "port): owner pid and whether it is alive, next hop, request and reply\n"
+	  "queue depths, sleeping threads, requests and replies delivered.\n"
+	  "--json: one JSON object.\n" },
+	{ "route", cmd_route, "xseg route --segment NAME --port P (--next Q | --clear)",
+	  "--next Q: requests submitted to P go to Q; what Q sends on to P reaches P,\n"
+	  "and replies return the way they came. --clear: remove P's route.\n"
+	  "Safe while requests flow; a route that closes a cycle is refused.\n" },
+	{ "plug", cmd_plug, "xseg plug --segment NAME --port B --via C",
+	  "Puts the peer serving C (e.g. cached) in front of B, online: requests\n"
+	  "for B go to C; what C sends to B reaches B.\n" },
+	{ "unplug", cmd_unplug, "xseg unplug --segment NAME --via C",
+	  "C writes back all dirty data while still in the path, then every route\n"
+	  "to C is cleared; returns when that is done.\n" },
+	{ "stats", cmd_stats, "xseg stats --segment NAME --port N [--json]",
+	  "A peer's statistics (cached), one 'name: value' per line or one JSON object.\n" },
+	{ "policy", cmd_policy,
+	  "xseg policy --segment NAME --port N --set writeback|writethrough",
+	  "Switches cached's write policy online; switching to writethrough returns\n"
+	  "once all dirty data is written.\n" },
+};
+#define NR_COMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+static const struct command *find_command(const char *name)
+{
+	for (size_t i = 0; i < NR_COMMANDS; i++)
+		if (!strcmp(name, commands[i].name))
+			return &commands[i];
+	return NULL;
+}
+
+static void print_usage(FILE *out)
+{
+	fputs("usage: xseg COMMAND --segment NAME [options]\n\n", out);
+	for (size_t i = 0; i < NR_COMMANDS; i++)
+		fprintf(out, "  %s\n", commands[i].synopsis);
+	fputs("\n'xseg help COMMAND' or 'xseg COMMAND --help' says more.\n"
+	      "Exit status: 0 ok, 1 failure, 2 bad arguments.\n", out);
+}
+
+static int help(int argc, char **argv)
+{
+	if (argc < 3) {
+		print_usage(stdout);
+		return 0;
+	}
+	const struct command *cmd = find_command(argv[2]);
+	if (!cmd)
+		bad("help: unknown command '%s'%s", argv[2], " (see xseg --help)");
+	printf("usage: %s\n%s", cmd->synopsis, cmd->help);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
-	static const struct { const char *name; int (*fn)(struct args *); } cmds[] = {
-		{ "create", cmd_create }, { "destroy", cmd_destroy }, { "info", cmd_info },
-		{ "route", cmd_route }, { "plug", cmd_plug }, { "unplug", cmd_unplug },
-		{ "stats", cmd_stats }, { "policy", cmd_policy },
-	};
-	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
-	    !strcmp(argv[1], "help")) {
-		fputs(usage_text, argc < 2 ? stderr : stdout);
-		return argc < 2 ? 2 : 0;
+	if (argc < 2) {
+		print_usage(stderr);
+		return 2;
 	}
-	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
-		if (strcmp(argv[1], cmds[i].name))
-			continue;
-		struct args a = { 0 };
-		parse(argc - 1, argv + 1, &a);
-		return cmds[i].fn(&a);
-	}
-	bad("unknown command '%s'%s", argv[1], " (see xseg --help)");
-	return 2;
+	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help"))
+		return help(argc, argv);
+	const struct command *cmd = find_command(argv[1]);
+	if (!cmd)
+		bad("unknown command '%s'%s", argv[1], " (see xseg --help)");
+	struct args a = { 0 };
+	parse(argc - 1, argv + 1, cmd, &a);
+	return cmd->fn(&a);
 }

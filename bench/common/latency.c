@@ -36,6 +36,15 @@ void latency_record(struct latency_hist *h, uint64_t ns)
 		h->max = ns;
 }
 
+void latency_merge(struct latency_hist *dst, const struct latency_hist *src)
+{
+	for (unsigned b = 0; b < LATENCY_BUCKETS; b++)
+		dst->buckets[b] += src->buckets[b];
+	dst->count += src->count;
+	if (src->max > dst->max)
+		dst->max = src->max;
+}
+
 double latency_percentile(const struct latency_hist *h, double pct)
 {
 	if (!h->count)

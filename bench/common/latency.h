@@ -1,6 +1,7 @@
 /*
  * Latency histogram: log-linear buckets (32 per power of two, so every
  * recorded value is kept within about 3%), fixed size, no allocation.
+ * Shared by every bench program (bench/common).
  */
 #ifndef BENCH_LATENCY_H
 #define BENCH_LATENCY_H
@@ -18,6 +19,8 @@ struct latency_hist {
 
 void latency_init(struct latency_hist *h);
 void latency_record(struct latency_hist *h, uint64_t ns);
+/* Adds src's records to dst (per-thread histograms into one). */
+void latency_merge(struct latency_hist *dst, const struct latency_hist *src);
 /* The value below which `pct` percent of the records fall (ns). */
 double latency_percentile(const struct latency_hist *h, double pct);
 uint64_t latency_max(const struct latency_hist *h);

@@ -12,8 +12,10 @@ DATA=$(mktemp -d)
 TOTAL=${TOTAL:-64M}
 pids=()
 cleanup() {
-	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
-	wait 2>/dev/null
+	# the cache first: it writes its dirty data back to filed before it exits
+	for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+		kill -TERM "${pids[i]}" 2>/dev/null; wait "${pids[i]}" 2>/dev/null
+	done
 	"$BIN/xseg" destroy --segment "$SEG" 2>/dev/null
 	rm -rf "$DATA"
 }

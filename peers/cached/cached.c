@@ -109,8 +109,11 @@ static void backend_submit(void *ctx, struct cache_bio *bio)
 	x->size = bio->size;
 	x->priv = (uint64_t)(uintptr_t)g;
 	if (xseg_submit(C.seg, x, C.port, C.blocker_port) < 0) {
-		logmsg(LOG_WARN, "cannot reach blocker port %u: %s", C.blocker_port,
-		       xseg_last_error());
+		static _Atomic time_t last_warned;
+		time_t now = time(NULL);
+		if (atomic_exchange(&last_warned, now) != now)   /* once a second */
+			logmsg(LOG_WARN, "cannot reach blocker port %u: %s", C.blocker_port,
+			       xseg_last_error());
 		bio->served = false;
 		bio->error = EHOSTUNREACH;
 		bio->done(bio);
@@ -325,17 +328,38 @@ static void drain_done(struct cache_req *r)
 	atomic_store(&((struct drain_req *)r)->done, true);
 }
 
+/*
+ * Writes every dirty byte back (switching to write-through, so nothing new
+ * gets dirty) while the workers keep serving. A blocker that cannot take
+ * the data is retried for STOP_RETRY_S seconds; then cached gives up and
+ * says how much was not written, rather than hang or exit 0.
+ */
+#define STOP_RETRY_S 30
 static bool drain(void)
 {
-	struct drain_req d = { .req = { .op = X_CONTROL, .name = "", .done = drain_done } };
+	struct drain_req d;
 	rcu_register_thread();
-	cache_engine_set_policy(C.engine, CACHE_WRITETHROUGH, &d.req);
-	while (!atomic_load(&d.done) || atomic_load(&C.in_flight) || !cache_engine_idle(C.engine))
+	uint64_t deadline = (uint64_t)time(NULL) + STOP_RETRY_S;
+	for (;;) {
+		d = (struct drain_req){ .req = { .op = X_CONTROL, .name = "", .done = drain_done } };
+		cache_engine_set_policy(C.engine, CACHE_WRITETHROUGH, &d.req);
+		while (!atomic_load(&d.done))
+			usleep(1000);
+		if (d.req.served || (uint64_t)time(NULL) >= deadline)
+			break;
+		logmsg(LOG_WARN, "write-back failed (%s); retrying", strerror(d.req.error));
+		sleep(1);
+	}
+	while (d.req.served && (atomic_load(&C.in_flight) || !cache_engine_idle(C.engine)))
 		usleep(1000);
 	rcu_unregister_thread();
-	if (!d.req.served)
-		logmsg(LOG_ERROR, "final flush failed: %s; dirty data could not be written",
+	if (!d.req.served) {
+		struct cache_stats st;
+		cache_engine_stats(C.engine, &st);
+		logmsg(LOG_ERROR, "giving up after %d s: %" PRIu64 " dirty bytes could not be "
+		       "written to port %u (%s)", STOP_RETRY_S, st.dirty_bytes, C.blocker_port,
 		       strerror(d.req.error));
+	}
 	return d.req.served;
 }
 

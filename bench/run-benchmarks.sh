@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# `make bench`: every benchmark in turn, figures on stdout. Record what you
+# quote in docs/benchmarks.md together with the command.
+set -u
+cd "$(dirname "$0")/.."
+export BUILD=${BUILD:-build}
+BIN=$PWD/$BUILD/bin
+echo "== xtypes (xcache, xworkq)"; "$BIN/xtypes-bench" ${QUICK:+--quick}
+echo; echo "== IPC limit (nulld)"; bench/run-ipc-bench.sh
+echo; echo "== filed alone vs cached in front of it"
+TMPDIR=${TMPDIR:-/dev/shm} bench/run-cached-bench.sh

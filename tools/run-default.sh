@@ -22,8 +22,10 @@ FILED=1 CACHED=2 VLMCD=3 CLIENT=10
 pids=()
 
 cleanup() {
-	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
-	for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+	# last started first: the cache writes back to filed before filed stops
+	for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+		kill -TERM "${pids[i]}" 2>/dev/null; wait "${pids[i]}" 2>/dev/null
+	done
 	"$BIN/xseg" destroy --segment "$SEG" 2>/dev/null
 }
 trap cleanup EXIT

@@ -337,14 +337,20 @@ static void drain_done(struct cache_req *r)
 #define STOP_RETRY_S 30
 static bool drain(void)
 {
-	struct drain_req d;
+	static struct drain_req d;   /* may be answered after we gave up */
 	rcu_register_thread();
 	uint64_t deadline = (uint64_t)time(NULL) + STOP_RETRY_S;
 	for (;;) {
 		d = (struct drain_req){ .req = { .op = X_CONTROL, .name = "", .done = drain_done } };
 		cache_engine_set_policy(C.engine, CACHE_WRITETHROUGH, &d.req);
-		while (!atomic_load(&d.done))
+		/* a blocker that stopped may never answer at all */
+		while (!atomic_load(&d.done) && (uint64_t)time(NULL) < deadline)
 			usleep(1000);
+		if (!atomic_load(&d.done)) {
+			d.req.served = false;
+			d.req.error = ETIMEDOUT;
+			break;
+		}
 		if (d.req.served || (uint64_t)time(NULL) >= deadline)
 			break;
 		logmsg(LOG_WARN, "write-back failed (%s); retrying", strerror(d.req.error));

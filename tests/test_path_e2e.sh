@@ -70,7 +70,7 @@ bench --op read --pattern seq --total-size 6M --block-size 64K --iodepth 4 --see
 echo "--- SIGTERM to filed under load"
 ( sleep 0.3; kill -TERM "$fpid" ) &
 "$BIN/bench-xseg" --segment "$SEG" --port 11 --target-port 1 --op write --pattern seq \
-	--total-size 512M --block-size 64K --iodepth 16 --seed 3 --timeout 5 \
+	--total-size 512M --block-size 4K --iodepth 1 --seed 3 --timeout 5 \
 	> "$DIR/term.out" 2> "$DIR/term.err"
 rc=$?
 wait "$fpid"; frc=$?

@@ -192,6 +192,9 @@ static void release_node(struct xcache *c, struct xcache_entry *e, bool fire_on_
 {
 	if (fire_on_free && c->ops.on_free)
 		c->ops.on_free(c->priv, e->priv);
+	/* The node's next user must see everything its last one did; the
+	 * hand-over goes through liburcu's stacks, which TSan cannot see. */
+	xannotate_happens_before(e);
 	atomic_store_explicit(&e->word, w_make(ST_FREE, 0, 0), memory_order_release);
 	cds_lfs_push(&c->limbo, &e->pool_node);
 }
@@ -446,6 +449,7 @@ struct xcache_entry *xcache_alloc(struct xcache *c, const char *name, size_t len
 		errno = ENOSPC;
 		return NULL;
 	}
+	xannotate_happens_after(e);
 	if (atomic_load_explicit(&e->word, memory_order_acquire) != w_make(ST_FREE, 0, 0))
 		die("free node is not free");
 	memcpy(e->name, name, len);

@@ -1,330 +1,576 @@
 /*
- * filed: the embedded default blocker. Each object is a file under --dir.
+ * filed: the embedded default blocker. Each object is a file under --dir,
+ * named by the object name.
  *
- * Worker threads accept requests in batches and do pread/pwrite directly;
- * no lock is taken around I/O. Object names are checked before any path is
- * built, and files are opened relative to the directory with O_NOFOLLOW, so
- * no request reaches a file outside --dir.
+ * The runtime's worker threads do pread/pwrite directly, each with its own
+ * small cache of open files; no lock is held around I/O. Names are checked
+ * before any path is used (objects.c) and files are opened relative to the
+ * directory with O_NOFOLLOW, so no request reaches a file outside --dir.
  *
- *   READ    beyond the end of an object, or of a missing one: zeros
- *   WRITE   pwrite; an XF_FUA write is fdatasync'ed before the answer
- *   FLUSH   syncs the directory's file system (everything written before it)
- *   DELETE  unlink (ENOENT when missing)
- *   INFO    file size (0 when missing)
- *   COPY    target becomes a copy of the source named in the payload
+ *   READ    beyond the end of an object, or of a missing one: zeros;
+ *           serviced = size
+ *   WRITE   pwrite of the full size; XF_FUA: fdatasync before the answer
+ *   FLUSH   fdatasync of every object written since the last FLUSH (or only
+ *           the named object, if the FLUSH names one), then the answer.
+ *           Writes are not synced one by one.
+ *   DELETE  unlink; ENOENT when missing
+ *   INFO    struct xseg_reply_info with the file's size (0 when missing)
+ *   COPY    the target becomes a copy of the source the payload names
+ *   PING    served
+ * A request with XF_FLUSH set is preceded by a FLUSH of everything.
  */
-#define _GNU_SOURCE   /* syncfs */
+#define _GNU_SOURCE   /* copy_file_range */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <inttypes.h>
-#include <limits.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "xseg/xseg.h"
+#include "peer/peer.h"
+#include "objects.h"
 
-#define BATCH 16u
+#define COPY_CHUNK (1u << 20)
 
-static struct {
-	struct xseg *seg;
-	const char *segment, *dir;
+struct filed {
+	const char *dir;
 	int dirfd;
-	uint32_t port;
-	unsigned threads;
-	uint64_t spin_ns;
-	unsigned fail_pct;
-	uint64_t fail_seed;
-	bool verbose;
-} F = { .threads = 2, .spin_ns = 20000, .dirfd = -1 };
+	uint64_t max_request;
+	uint64_t max_name;
+	uint64_t fd_cache;
+	uint64_t fail_pct, fail_seed;
+	_Atomic uint64_t fail_counter;
+	_Atomic uint64_t epoch;          /* bumped after each DELETE */
+	_Atomic int dir_dirty;           /* entries created or removed since a sync */
+	pthread_mutex_t dirty_lock;      /* guards dirty */
+	struct obj_set dirty;            /* objects written since the last FLUSH */
+	pthread_mutex_t flush_lock;      /* one FLUSH at a time: a later FLUSH
+					  * returns only after an earlier one */
+};
 
-/* Lock-free atomics are async-signal-safe and visible to every thread. */
-static _Atomic int stop;
+static struct filed F = {
+	.dirfd = -1,
+	.max_request = 16u << 20,
+	.max_name = XSEG_MAX_TARGETLEN,
+	.fd_cache = 64,
+	.dirty_lock = PTHREAD_MUTEX_INITIALIZER,
+	.flush_lock = PTHREAD_MUTEX_INITIALIZER,
+};
 
-static void on_signal(int sig)
+struct filed_thread {
+	struct fd_cache files;
+};
+
+/* ---- options ------------------------------------------------------------- */
+
+enum { OPT_DIR = 1, OPT_MAX_REQUEST, OPT_MAX_NAME, OPT_FD_CACHE, OPT_FAIL_RATE, OPT_FAIL_SEED };
+
+static const struct option filed_options[] = {
+	{ "dir", required_argument, NULL, OPT_DIR },
+	{ "max-request-size", required_argument, NULL, OPT_MAX_REQUEST },
+	{ "max-name-len", required_argument, NULL, OPT_MAX_NAME },
+	{ "fd-cache", required_argument, NULL, OPT_FD_CACHE },
+	{ "fail-rate", required_argument, NULL, OPT_FAIL_RATE },
+	{ "fail-seed", required_argument, NULL, OPT_FAIL_SEED },
+	{ NULL, 0, NULL, 0 },
+};
+
+static const char filed_usage[] =
+"  --dir PATH               directory of the objects (created if missing; required)\n"
+"  --max-request-size SIZE  largest READ/WRITE accepted (default 16M)\n"
+"  --max-name-len N         longest object name accepted (default and at most 255)\n"
+"  --fd-cache N             open files kept per thread (default 64)\n"
+"  --fail-rate PERCENT      fail this share of READs and WRITEs with EIO (fault\n"
+"                           injection for tests; default 0)\n"
+"  --fail-seed N            which ones fail: the same seed, the same sequence (default 0)\n";
+
+static int parse_option(struct peer *p, int val, const char *arg)
 {
-	(void)sig;
-	stop = 1;
+	(void)p;
+	switch (val) {
+	case OPT_DIR:
+		if (!*arg)
+			return peer_arg_error("--dir", arg, "is empty");
+		F.dir = arg;
+		return 0;
+	case OPT_MAX_REQUEST:
+		return peer_arg_size("--max-request-size", arg, 1, 1ull << 40, &F.max_request);
+	case OPT_MAX_NAME:
+		return peer_arg_uint("--max-name-len", arg, 1, XSEG_MAX_TARGETLEN, &F.max_name);
+	case OPT_FD_CACHE:
+		return peer_arg_uint("--fd-cache", arg, 1, 65536, &F.fd_cache);
+	case OPT_FAIL_RATE:
+		return peer_arg_uint("--fail-rate", arg, 0, 100, &F.fail_pct);
+	case OPT_FAIL_SEED:
+		return peer_arg_uint("--fail-seed", arg, 0, UINT64_MAX, &F.fail_seed);
+	}
+	return -1;
 }
 
-/* A name that stays inside --dir: no '/', not "." or "..", no leading '.'. */
-static int check_name(const struct xseg_request *req, const char *name)
+static int check_options(struct peer *p)
 {
-	if (!name || req->targetlen == 0)
-		return EINVAL;
-	if (req->targetlen > NAME_MAX)
-		return ENAMETOOLONG;
-	if (strlen(name) != req->targetlen || strchr(name, '/') || name[0] == '.')
-		return EINVAL;
+	(void)p;
+	if (!F.dir) {
+		fprintf(stderr, "filed: --dir is required (see --help)\n");
+		return -1;
+	}
 	return 0;
 }
 
-static int open_object(const char *name, int flags)
+/* ---- helpers --------------------------------------------------------------- */
+
+static struct fd_cache *files_of(struct peer_thread *t)
 {
-	return openat(F.dirfd, name, flags | O_NOFOLLOW | O_CLOEXEC, 0600);
+	return &((struct filed_thread *)peer_thread_priv(t))->files;
 }
 
-/* Deterministic fault injection: fail this share of READ/WRITE. */
-static bool inject_failure(uint32_t op)
+/* Deterministic fault injection: the n-th READ/WRITE fails when the hash of
+ * (seed, n) falls below the rate. */
+static bool inject_failure(void)
 {
-	static _Atomic uint64_t counter;
-	if (!F.fail_pct || (op != X_READ && op != X_WRITE))
+	if (!F.fail_pct)
 		return false;
-	uint64_t x = atomic_fetch_add(&counter, 1) + F.fail_seed;
-	x ^= x >> 33; x *= 0xff51afd7ed558ccdull; x ^= x >> 33;
+	uint64_t x = atomic_fetch_add(&F.fail_counter, 1) + F.fail_seed * 0x9e3779b97f4a7c15ull;
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdull;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ull;
+	x ^= x >> 33;
 	return x % 100 < F.fail_pct;
 }
 
-static int do_read(struct xseg_request *req, const char *name, char *data)
+static int mark_dirty(const char *name, size_t len)
 {
-	int fd = open_object(name, O_RDONLY);
-	if (fd < 0 && errno != ENOENT)
+	pthread_mutex_lock(&F.dirty_lock);
+	int rc = obj_set_add(&F.dirty, name, len);
+	pthread_mutex_unlock(&F.dirty_lock);
+	return rc < 0 ? -rc : 0;
+}
+
+static int sync_dir(void)
+{
+	if (!atomic_exchange(&F.dir_dirty, 0))
+		return 0;
+	if (fsync(F.dirfd) < 0) {
+		int err = errno;
+		atomic_store(&F.dir_dirty, 1);
+		peer_error("fsync of %s: %s", F.dir, strerror(err));
+		return err;
+	}
+	return 0;
+}
+
+/* fdatasync of each object in the list; the ones that fail go back into the
+ * set. Frees the list. Returns the first error. Called under flush_lock. */
+static int sync_list(struct obj_name *list)
+{
+	int err = 0;
+	while (list) {
+		struct obj_name *n = list;
+		list = n->next;
+		int fd = openat(F.dirfd, n->name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		int e = 0;
+		if (fd < 0) {
+			if (errno != ENOENT)   /* deleted since: nothing to sync */
+				e = errno;
+		} else {
+			if (fdatasync(fd) < 0)
+				e = errno;
+			close(fd);
+		}
+		if (e) {
+			peer_error("FLUSH: sync of object '%s': %s", n->name, strerror(e));
+			if (!err)
+				err = e;
+			mark_dirty(n->name, n->len);
+		}
+		free(n);
+	}
+	return err;
+}
+
+static int flush_all(void)
+{
+	pthread_mutex_lock(&F.flush_lock);
+	pthread_mutex_lock(&F.dirty_lock);
+	struct obj_name *list = obj_set_take_all(&F.dirty);
+	pthread_mutex_unlock(&F.dirty_lock);
+	int err = sync_list(list);
+	int e = sync_dir();
+	pthread_mutex_unlock(&F.flush_lock);
+	return err ? err : e;
+}
+
+static int flush_one(const char *name, size_t len)
+{
+	pthread_mutex_lock(&F.flush_lock);
+	pthread_mutex_lock(&F.dirty_lock);
+	struct obj_name *n = obj_set_remove(&F.dirty, name, len);
+	pthread_mutex_unlock(&F.dirty_lock);
+	int err = sync_list(n);
+	int e = sync_dir();
+	pthread_mutex_unlock(&F.flush_lock);
+	return err ? err : e;
+}
+
+/* After a write: durable now (FUA) or at the next FLUSH. */
+static int after_write(int fd, bool fua, bool created, const char *name, size_t len)
+{
+	if (created)
+		atomic_store(&F.dir_dirty, 1);
+	if (!fua)
+		return mark_dirty(name, len);
+	if (fdatasync(fd) < 0)
 		return errno;
+	return created ? sync_dir() : 0;
+}
+
+/* ---- operations ---------------------------------------------------------------- */
+
+static int do_read(struct peer_thread *t, struct xseg_request *req, const char *name,
+		   size_t len, char *data)
+{
+	bool created;
 	uint64_t done = 0;
+	int fd = fd_cache_get(files_of(t), name, len, false, &created);
+	if (fd < 0 && fd != -ENOENT)
+		return -fd;
 	while (fd >= 0 && done < req->size) {
 		ssize_t n = pread(fd, data + done, req->size - done, (off_t)(req->offset + done));
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
-			int err = errno;
-			close(fd);
-			return err;
+			return errno;
 		}
 		if (n == 0)
 			break;   /* end of the object: the rest reads as zeros */
 		done += (uint64_t)n;
 	}
-	if (fd >= 0)
-		close(fd);
 	memset(data + done, 0, req->size - done);
 	req->serviced = req->size;
 	return 0;
 }
 
-static int do_write(struct xseg_request *req, const char *name, const char *data)
+static int do_write(struct peer_thread *t, struct xseg_request *req, const char *name,
+		    size_t len, const char *data)
 {
-	int fd = open_object(name, O_WRONLY | O_CREAT);
-	if (fd < 0)
-		return errno;
+	bool created;
 	uint64_t done = 0;
+	int fd = fd_cache_get(files_of(t), name, len, true, &created);
+	if (fd < 0)
+		return -fd;
 	while (done < req->size) {
 		ssize_t n = pwrite(fd, data + done, req->size - done, (off_t)(req->offset + done));
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
-			int err = errno;
-			close(fd);
-			return err;
+			return errno;
 		}
 		done += (uint64_t)n;
 	}
-	int err = 0;
-	if ((req->flags & XF_FUA) && fdatasync(fd) < 0)
-		err = errno;
-	close(fd);
-	req->serviced = err ? 0 : req->size;
+	int err = after_write(fd, req->flags & XF_FUA, created, name, len);
+	if (!err)
+		req->serviced = req->size;
 	return err;
 }
 
-static int do_copy(struct xseg_request *req, const char *name, const char *data)
+static int do_delete(const char *name, size_t len)
 {
-	const struct xseg_request_copy *cp = (const void *)data;
-	char src[XSEG_MAX_TARGETLEN + 1];
-	if (req->datalen < sizeof(*cp) || !cp->src_len || cp->src_len > XSEG_MAX_TARGETLEN)
-		return EINVAL;
-	memcpy(src, cp->src, cp->src_len);
-	src[cp->src_len] = '\0';
-	if (strchr(src, '/') || src[0] == '.' || strlen(src) != cp->src_len)
-		return EINVAL;
-	int in = open_object(src, O_RDONLY);
-	if (in < 0)
+	if (unlinkat(F.dirfd, name, 0) < 0)
 		return errno;
-	int out = open_object(name, O_WRONLY | O_CREAT | O_TRUNC);
-	if (out < 0) {
-		int err = errno;
-		close(in);
-		return err;
+	/* After the unlink: a thread that looks at its cache from now on drops
+	 * a descriptor of the unlinked file. */
+	atomic_fetch_add_explicit(&F.epoch, 1, memory_order_release);
+	atomic_store(&F.dir_dirty, 1);
+	pthread_mutex_lock(&F.dirty_lock);
+	free(obj_set_remove(&F.dirty, name, len));
+	pthread_mutex_unlock(&F.dirty_lock);
+	return 0;
+}
+
+static int do_info(struct peer_thread *t, struct xseg_request *req, const char *name)
+{
+	struct stat st;
+	uint64_t size = 0;
+	if (fstatat(F.dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+		if (!S_ISREG(st.st_mode))
+			return EINVAL;
+		size = (uint64_t)st.st_size;
+	} else if (errno != ENOENT) {
+		return errno;
 	}
+	struct xseg_reply_info *info = peer_reply_data(t, req, sizeof(*info));
+	if (!info)
+		return ENOMEM;
+	info->size = size;
+	req->serviced = sizeof(*info);
+	return 0;
+}
+
+/* Copies in to out from the start; returns 0 or an errno. */
+static int copy_contents(int in, int out, uint64_t size, uint64_t *copied)
+{
+	uint64_t done = 0;
+	bool plain = false;
+	char *buf = NULL;
 	int err = 0;
-	char buf[65536];
-	ssize_t n;
-	while ((n = read(in, buf, sizeof(buf))) > 0)
-		if (write(out, buf, (size_t)n) != n) {
-			err = errno ? errno : EIO;
+
+	while (done < size) {
+		size_t want = size - done > COPY_CHUNK ? COPY_CHUNK : (size_t)(size - done);
+		ssize_t n;
+		if (!plain) {
+			loff_t ioff = (loff_t)done, ooff = (loff_t)done;
+			n = copy_file_range(in, &ioff, out, &ooff, want, 0);
+			if (n < 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL ||
+				      errno == EOPNOTSUPP)) {
+				plain = true;
+				continue;
+			}
+		} else {
+			if (!buf && !(buf = malloc(COPY_CHUNK))) {
+				err = ENOMEM;
+				break;
+			}
+			n = pread(in, buf, want, (off_t)done);
+			if (n > 0) {
+				ssize_t w = 0, k;
+				while (w < n) {
+					k = pwrite(out, buf + w, (size_t)(n - w), (off_t)done + w);
+					if (k < 0 && errno != EINTR)
+						break;
+					w += k > 0 ? k : 0;
+				}
+				if (w < n)
+					n = -1;
+			}
+		}
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			err = errno;
 			break;
 		}
-	if (n < 0)
-		err = errno;
-	close(in);
-	close(out);
+		if (n == 0)
+			break;   /* the source shrank meanwhile */
+		done += (uint64_t)n;
+	}
+	free(buf);
+	*copied = done;
 	return err;
 }
 
-static int serve_one(struct xseg_request *req)
+static int do_copy(struct peer_thread *t, struct xseg_request *req, const char *name,
+		   size_t len, const char *data)
 {
-	char *name = xseg_get_target(F.seg, req);
-	char *data = xseg_get_data(F.seg, req);
+	const struct xseg_request_copy *cp = (const void *)data;
+	const char *why;
+	char shown[80];
+	int err;
+
+	if (!data || req->datalen < offsetof(struct xseg_request_copy, src) ||
+	    cp->src_len > XSEG_MAX_TARGETLEN ||
+	    req->datalen < offsetof(struct xseg_request_copy, src) + cp->src_len)
+		return EINVAL;
+	if ((err = obj_check_name(cp->src, cp->src_len, F.max_name, &why)) != 0) {
+		obj_printable(cp->src, cp->src_len, shown, sizeof(shown));
+		peer_warn("refused COPY source name '%s' (%u bytes): %s", shown, cp->src_len, why);
+		return err;
+	}
+	char src[XSEG_MAX_TARGETLEN + 1];
+	memcpy(src, cp->src, cp->src_len);
+	src[cp->src_len] = '\0';
+	int in = openat(F.dirfd, src, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (in < 0)
+		return errno;
+	bool created;
+	int out = fd_cache_get(files_of(t), name, len, true, &created);
+	struct stat si, so;
+	if (out < 0) {
+		err = -out;
+	} else if (fstat(in, &si) < 0 || fstat(out, &so) < 0) {
+		err = errno;
+	} else if (si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
+		req->serviced = (uint64_t)si.st_size;   /* onto itself: nothing to do */
+	} else if (ftruncate(out, 0) < 0) {
+		err = errno;
+	} else {
+		uint64_t copied = 0;
+		err = copy_contents(in, out, (uint64_t)si.st_size, &copied);
+		if (!err)
+			err = after_write(out, req->flags & XF_FUA, created, name, len);
+		if (!err)
+			req->serviced = copied;
+	}
+	close(in);
+	return err;
+}
+
+/* ---- the peer ---------------------------------------------------------------------- */
+
+static int serve(struct peer_thread *t, struct xseg_request *req)
+{
+	char *name = xseg_get_target(peer_segment(peer_of(t)), req);
+	char *data = xseg_get_data(peer_segment(peer_of(t)), req);
+	size_t len = name ? req->targetlen : 0;
+	const char *why;
+	char shown[80];
 	int err;
 
 	req->serviced = 0;
-	if (req->op == X_PING)
-		return 0;
-	if (req->op == X_FLUSH)
-		return syncfs(F.dirfd) < 0 ? errno : 0;
-	if ((err = check_name(req, name)) != 0) {
-		if (F.verbose)
-			fprintf(stderr, "filed: refused object name '%.64s': %s\n", name ? name : "",
-				strerror(err));
+	if ((req->flags & XF_FLUSH) && (err = flush_all()) != 0)
+		return err;
+	if (req->op == X_FLUSH && len == 0)
+		return flush_all();
+	if ((err = obj_check_name(name, len, F.max_name, &why)) != 0) {
+		obj_printable(name, len, shown, sizeof(shown));
+		peer_warn("refused object name '%s' (%zu bytes) in a %s request: %s", shown, len,
+			  xseg_op_name(req->op), why);
 		return err;
 	}
-	if ((req->op == X_READ || req->op == X_WRITE) &&
-	    (req->size > req->datalen || req->offset > INT64_MAX - req->size))
-		return EINVAL;
-	if (inject_failure(req->op))
-		return EIO;
 	switch (req->op) {
 	case X_READ:
-		return do_read(req, name, data);
 	case X_WRITE:
-		return do_write(req, name, data);
-	case X_DELETE:
-		return unlinkat(F.dirfd, name, 0) < 0 ? errno : 0;
-	case X_INFO: {
-		struct stat st;
-		uint64_t size = 0;
-		if (fstatat(F.dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0)
-			size = (uint64_t)st.st_size;
-		else if (errno != ENOENT)
-			return errno;
-		if (req->datalen < sizeof(struct xseg_reply_info) &&
-		    xseg_prep_request(F.seg, req, req->targetlen, sizeof(struct xseg_reply_info)) < 0)
-			return ENOMEM;
-		((struct xseg_reply_info *)xseg_get_data(F.seg, req))->size = size;
-		req->serviced = sizeof(struct xseg_reply_info);
-		return 0;
-	}
-	case X_COPY:
-		return do_copy(req, name, data);
-	default:
-		return EOPNOTSUPP;
-	}
-}
-
-static void answer(struct xseg_request *req, int err)
-{
-	req->result = err ? XR_FAILED : XR_SERVED;
-	req->error = err;
-	if (xseg_respond(F.seg, req, F.port) < 0)
-		fprintf(stderr, "filed: cannot answer: %s\n", xseg_last_error());
-}
-
-static void *worker(void *arg)
-{
-	(void)arg;
-	struct xseg_request *batch[BATCH];
-	while (!stop) {
-		int n = xseg_accept(F.seg, F.port, batch, BATCH);
-		for (int i = 0; i < n; i++)
-			answer(batch[i], serve_one(batch[i]));
-		if (n <= 0)
-			xseg_poll(F.seg, F.port, F.spin_ns, 100000000ull);
-	}
-	return NULL;
-}
-
-static void usage(FILE *out)
-{
-	fprintf(out,
-"usage: filed --segment NAME --port N --dir PATH [options]\n"
-"Stores each object as a file under --dir (created if missing).\n"
-"  --threads N        I/O threads (default 2)\n"
-"  --spin-us N        busy-poll before sleeping (default 20)\n"
-"  --fail-rate PCT    fail this share of reads and writes with EIO (tests)\n"
-"  --fail-seed N      which ones (default 0)\n"
-"  --log-level error|warn|info|debug\n"
-"  --help\n");
-}
-
-static uint64_t uint_arg(const char *opt, const char *val, uint64_t max)
-{
-	uint64_t v;
-	if (xseg_parse_uint(val, max, &v) < 0) {
-		fprintf(stderr, "filed: %s: '%s' is not a number in range\n", opt, val);
-		exit(2);
-	}
-	return v;
-}
-
-int main(int argc, char **argv)
-{
-	static const struct option opts[] = {
-		{ "segment", required_argument, NULL, 's' }, { "port", required_argument, NULL, 'p' },
-		{ "dir", required_argument, NULL, 'd' }, { "threads", required_argument, NULL, 't' },
-		{ "spin-us", required_argument, NULL, 'S' }, { "fail-rate", required_argument, NULL, 'f' },
-		{ "fail-seed", required_argument, NULL, 'F' }, { "log-level", required_argument, NULL, 'l' },
-		{ "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 },
-	};
-	bool have_port = false;
-	int c;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		switch (c) {
-		case 's': F.segment = optarg; break;
-		case 'p': F.port = (uint32_t)uint_arg("--port", optarg, XSEG_MAX_PORTS); have_port = true; break;
-		case 'd': F.dir = optarg; break;
-		case 't': F.threads = (unsigned)uint_arg("--threads", optarg, 256);
-			if (!F.threads) { fprintf(stderr, "filed: --threads: '%s' must be at least 1\n", optarg); return 2; }
-			break;
-		case 'S': F.spin_ns = uint_arg("--spin-us", optarg, 1000000) * 1000; break;
-		case 'f': F.fail_pct = (unsigned)uint_arg("--fail-rate", optarg, 100); break;
-		case 'F': F.fail_seed = uint_arg("--fail-seed", optarg, UINT64_MAX); break;
-		case 'l': F.verbose = strcmp(optarg, "error") != 0; break;
-		case 'h': usage(stdout); return 0;
-		default:
-			fprintf(stderr, "filed: unknown or incomplete option '%s' (see --help)\n", argv[optind - 1]);
-			return 2;
+		if (req->size > req->datalen || req->size > F.max_request ||
+		    req->offset > (uint64_t)INT64_MAX - req->size) {
+			peer_warn("refused %s of %" PRIu64 " bytes at %" PRIu64 " on '%s': the "
+				  "buffer holds %" PRIu64 ", the limit is %" PRIu64,
+				  xseg_op_name(req->op), req->size, req->offset, name, req->datalen,
+				  F.max_request);
+			return EINVAL;
 		}
+		if (inject_failure())
+			return EIO;
+		return req->op == X_READ ? do_read(t, req, name, len, data)
+					 : do_write(t, req, name, len, data);
+	case X_FLUSH:
+		return flush_one(name, len);
+	case X_DELETE:
+		return do_delete(name, len);
+	case X_INFO:
+		return do_info(t, req, name);
+	case X_COPY:
+		return do_copy(t, req, name, len, data);
 	}
-	if (!F.segment || !have_port || !F.dir) {
-		fprintf(stderr, "filed: --segment, --port and --dir are required\n");
-		return 2;
+	return EOPNOTSUPP;
+}
+
+static void on_request(struct peer_thread *t, struct xseg_request *req)
+{
+	int err = serve(t, req);
+	if (err) {
+		peer_debug("%s '%.64s' failed: %s", xseg_op_name(req->op),
+			   req->targetlen ? xseg_get_target(peer_segment(peer_of(t)), req) : "",
+			   strerror(err));
+		peer_fail(t, req, err);
+	} else {
+		peer_complete(t, req);
 	}
-	if (mkdir(F.dir, 0700) < 0 && errno != EEXIST) {
-		fprintf(stderr, "filed: --dir: cannot create '%s': %s\n", F.dir, strerror(errno));
-		return 1;
+}
+
+static int mkdirs(const char *path)
+{
+	char buf[4096];
+	size_t n = strlen(path);
+	if (n >= sizeof(buf)) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	memcpy(buf, path, n + 1);
+	for (char *s = buf + 1; *s; s++) {
+		if (*s != '/')
+			continue;
+		*s = '\0';
+		if (mkdir(buf, 0700) < 0 && errno != EEXIST)
+			return -1;
+		*s = '/';
+	}
+	return mkdir(buf, 0700) < 0 && errno != EEXIST ? -1 : 0;
+}
+
+static int init(struct peer *p)
+{
+	struct rlimit rl;
+
+	if (mkdirs(F.dir) < 0) {
+		peer_error("--dir: cannot create '%s': %s", F.dir, strerror(errno));
+		return -1;
 	}
 	F.dirfd = open(F.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (F.dirfd < 0) {
-		fprintf(stderr, "filed: --dir: cannot open '%s': %s\n", F.dir, strerror(errno));
-		return 1;
+		peer_error("--dir: cannot open '%s': %s", F.dir, strerror(errno));
+		return -1;
 	}
-	if (xseg_join(F.segment, &F.seg) < 0 || xseg_bind_port(F.seg, F.port) < 0) {
-		fprintf(stderr, "filed: %s\n", xseg_last_error());
-		return 1;
+	uint64_t want = F.fd_cache * peer_nr_threads(p) + 64;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+	    want > rl.rlim_cur) {
+		uint64_t fit = rl.rlim_cur > 64 + peer_nr_threads(p) ?
+			       (rl.rlim_cur - 64) / peer_nr_threads(p) : 1;
+		peer_warn("--fd-cache %" PRIu64 " x %u threads exceeds the open file limit %llu; "
+			  "using %" PRIu64, F.fd_cache, peer_nr_threads(p),
+			  (unsigned long long)rl.rlim_cur, fit);
+		F.fd_cache = fit;
 	}
-	struct sigaction sa = { .sa_handler = on_signal };
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGINT, &sa, NULL);
-	pthread_t *t = calloc(F.threads, sizeof(*t));
-	for (unsigned i = 0; i < F.threads; i++)
-		pthread_create(&t[i], NULL, worker, NULL);
-	for (unsigned i = 0; i < F.threads; i++)
-		pthread_join(t[i], NULL);
-	/* Finish what is queued: accepted work is never dropped. */
-	struct xseg_request *batch[BATCH];
-	int n;
-	while ((n = xseg_accept(F.seg, F.port, batch, BATCH)) > 0)
-		for (int i = 0; i < n; i++)
-			answer(batch[i], serve_one(batch[i]));
-	free(t);
-	xseg_leave(F.seg);
-	close(F.dirfd);
+	obj_set_init(&F.dirty);
+	peer_info("objects under %s", F.dir);
 	return 0;
+}
+
+static int thread_init(struct peer_thread *t)
+{
+	struct filed_thread *ft = calloc(1, sizeof(*ft));
+	if (!ft || fd_cache_init(&ft->files, (unsigned)F.fd_cache, F.dirfd, &F.epoch) < 0) {
+		free(ft);
+		return -1;
+	}
+	peer_thread_set_priv(t, ft);
+	return 0;
+}
+
+static void thread_fini(struct peer_thread *t)
+{
+	struct filed_thread *ft = peer_thread_priv(t);
+	if (!ft)
+		return;
+	fd_cache_destroy(&ft->files);
+	free(ft);
+	peer_thread_set_priv(t, NULL);
+}
+
+/* Everything acknowledged is made durable before exit. */
+static void fini(struct peer *p)
+{
+	(void)p;
+	if (flush_all() != 0)
+		peer_error("final sync failed: some written data may not be durable");
+	obj_set_destroy(&F.dirty);
+	close(F.dirfd);
+	F.dirfd = -1;
+}
+
+static const struct peer_ops filed_ops = {
+	.name = "filed",
+	.summary = "Blocker: stores each object as a file under --dir.",
+	.options = filed_options,
+	.options_usage = filed_usage,
+	.parse_option = parse_option,
+	.check_options = check_options,
+	.default_threads = 2,
+	.supported_ops = PEER_OP(X_READ) | PEER_OP(X_WRITE) | PEER_OP(X_FLUSH) |
+			 PEER_OP(X_DELETE) | PEER_OP(X_INFO) | PEER_OP(X_COPY),
+	.accept_batch = 4,
+	.init = init,
+	.thread_init = thread_init,
+	.thread_fini = thread_fini,
+	.on_request = on_request,
+	.fini = fini,
+};
+
+int main(int argc, char **argv)
+{
+	return peer_main(argc, argv, &filed_ops, &F);
 }

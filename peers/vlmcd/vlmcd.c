@@ -1,401 +1,519 @@
 /*
  * vlmcd: the volume composer. A request on (volume, offset, size) becomes
  * requests on the objects that hold that range, named
- * <volume>_<16 hex digits of the object index>, each at most --object-size;
- * a request that crosses object boundaries is split and its replies joined.
- * FLUSH fans out to every object of the volume written since the last
- * FLUSH. Everything goes to --blocker-port, so a cache can be routed in
- * between (xseg plug) without vlmcd knowing.
+ * <volume>_<16 lowercase hex digits of the object index>, each object
+ * --object-size bytes; a request that crosses object boundaries is split into
+ * one request per object (each sized exactly, data copied in for WRITE and
+ * out for READ) and answered when all parts are back: SERVED only if every
+ * part was, serviced = the sum. Requests beyond a volume's end are EINVAL,
+ * unknown volumes ENOENT.
+ *
+ * FLUSH fans out to every object of the volume written since the previous
+ * FLUSH (a bitmap per volume, set when a written part is acknowledged) and
+ * is answered when all those object flushes are. FLUSHes of one volume run
+ * one after the other, so a FLUSH is answered only after every earlier one.
+ * INFO answers the volume's configured size.
+ *
+ * Everything goes to --blocker-port through the runtime's peer_send, so a
+ * cache can be routed in between (xseg plug) without vlmcd knowing. When
+ * the request pool or the heap is empty, the rest of a split is retried
+ * (peer_defer) for up to RETRY_LIMIT_NS, then the request fails.
  */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "xseg/xseg.h"
+#include "peer/peer.h"
 
-#define BATCH 16u
-#define MAX_VOLUMES 64
+#define OBJ_SUFFIX_LEN 17u                               /* "_" + 16 hex digits */
+#define VOLUME_NAME_MAX (XSEG_MAX_TARGETLEN - OBJ_SUFFIX_LEN)
+#define RETRY_LIMIT_NS (10ull * 1000 * 1000 * 1000)
+
+struct job;
 
 struct volume {
-	char name[XSEG_MAX_TARGETLEN - 17 + 1];   /* room for "_<16 hex>" */
+	char name[VOLUME_NAME_MAX + 1];
+	uint32_t len;
 	uint64_t size;
 	uint64_t nr_objects;
-	pthread_mutex_t lock;          /* guards written */
-	uint8_t *written;              /* objects written since the last FLUSH */
+	pthread_mutex_t lock;       /* guards dirty, flushing, flush_queue */
+	uint64_t *dirty;            /* bitmap: objects written since the last FLUSH */
+	bool flushing;              /* a FLUSH of this volume is out */
+	struct job *flush_queue, **flush_tail;   /* FLUSHes waiting for it */
+};
+
+/* One part of a job: a request to the blocker for one object. */
+struct part {
+	struct job *job;
+	uint64_t object;            /* object index */
+	uint64_t obj_off, size;     /* range within the object */
+	uint64_t buf_off;           /* where its bytes sit in the client's buffer */
 };
 
 /* A client request being served in parts. */
-struct parent {
+struct job {
 	struct xseg_request *req;
-	_Atomic uint32_t pending;
-	_Atomic int error;
+	struct volume *vol;
+	uint32_t op;
+	uint64_t nr_parts, issued;
+	uint64_t deadline_ns;
+	_Atomic uint64_t pending;   /* parts out + 1 while issuing */
+	_Atomic int error;          /* the first failure */
 	_Atomic uint64_t serviced;
-};
-
-/* One part: a request to the blocker for one object. */
-struct part {
-	struct parent *parent;
-	uint64_t buf_off;              /* where its bytes sit in the client's buffer */
+	struct peer_work retry;
+	struct job *next_flush;
+	struct part parts[];
 };
 
 static struct {
-	struct xseg *seg;
-	const char *segment;
-	uint32_t port, blocker_port;
-	uint64_t object_size;
-	unsigned threads;
-	uint64_t spin_ns;
-	struct volume volumes[MAX_VOLUMES];
+	struct volume **volumes;
 	unsigned nr_volumes;
-} V = { .object_size = 4u << 20, .threads = 2, .spin_ns = 20000 };
+	uint64_t object_size;
+	uint64_t blocker_port;
+	bool have_blocker;
+} V = { .object_size = 4u << 20 };
 
-/* Lock-free atomics are async-signal-safe and visible to every thread. */
-static _Atomic int stop;
-static _Atomic uint64_t outstanding;    /* parents not yet answered */
+/* ---- options ----------------------------------------------------------------- */
 
-static void on_signal(int sig)
-{
-	(void)sig;
-	stop = 1;
-}
+enum { OPT_VOLUME = 1, OPT_VOLUMES_FILE, OPT_OBJECT_SIZE, OPT_BLOCKER_PORT };
 
-static struct volume *find_volume(const char *name)
+static const struct option vlmcd_options[] = {
+	{ "volume", required_argument, NULL, OPT_VOLUME },
+	{ "volumes-file", required_argument, NULL, OPT_VOLUMES_FILE },
+	{ "object-size", required_argument, NULL, OPT_OBJECT_SIZE },
+	{ "blocker-port", required_argument, NULL, OPT_BLOCKER_PORT },
+	{ NULL, 0, NULL, 0 },
+};
+
+static const char vlmcd_usage[] =
+"  --volume NAME:SIZE     a volume (repeatable; SIZE takes K, M, G suffixes)\n"
+"  --volumes-file F       volumes, one 'NAME SIZE' per line ('#' comments)\n"
+"  --object-size SIZE     bytes per object (default 4M)\n"
+"  --blocker-port N       where object requests go: the next hop (required)\n"
+"Objects are named <volume>_<16 hex digits of the object index>.\n";
+
+static struct volume *find_volume(const char *name, size_t len)
 {
 	for (unsigned i = 0; i < V.nr_volumes; i++)
-		if (!strcmp(V.volumes[i].name, name))
-			return &V.volumes[i];
+		if (V.volumes[i]->len == len && !memcmp(V.volumes[i]->name, name, len))
+			return V.volumes[i];
 	return NULL;
 }
 
-static void answer(struct xseg_request *req, int err, uint64_t serviced)
+static int add_volume(const char *opt, const char *name, const char *size)
 {
-	req->result = err ? XR_FAILED : XR_SERVED;
-	req->error = err;
-	req->serviced = err ? 0 : serviced;
-	if (xseg_respond(V.seg, req, V.port) < 0)
-		fprintf(stderr, "vlmcd: cannot answer: %s\n", xseg_last_error());
+	uint64_t bytes;
+	size_t len = strlen(name);
+
+	if (!len || len > VOLUME_NAME_MAX || name[0] == '.' || strpbrk(name, "/ \t\n"))
+		return peer_arg_error(opt, name, "is not a volume name (1..238 bytes, no '/', "
+				      "no blanks, not starting with '.')");
+	if (find_volume(name, len))
+		return peer_arg_error(opt, name, "is given twice");
+	if (xseg_parse_size(size, &bytes) < 0 || !bytes)
+		return peer_arg_error(opt, size, "is not a volume size (K, M, G suffixes)");
+	struct volume **grown = realloc(V.volumes, (V.nr_volumes + 1) * sizeof(*grown));
+	struct volume *v = calloc(1, sizeof(*v));
+	if (grown)
+		V.volumes = grown;
+	if (!grown || !v) {
+		free(v);
+		return peer_arg_error(opt, name, "does not fit in memory");
+	}
+	memcpy(v->name, name, len + 1);
+	v->len = (uint32_t)len;
+	v->size = bytes;
+	pthread_mutex_init(&v->lock, NULL);
+	v->flush_tail = &v->flush_queue;
+	V.volumes[V.nr_volumes++] = v;
+	return 0;
 }
 
-static void parent_done_one(struct parent *p)
+static int read_volumes_file(const char *path)
 {
-	if (atomic_fetch_sub(&p->pending, 1) != 1)
+	char line[1024], name[512], size[128], extra[2];
+	unsigned lineno = 0;
+	int rc = 0;
+	FILE *f = fopen(path, "r");
+
+	if (!f)
+		return peer_arg_error("--volumes-file", path, strerror(errno));
+	while (!rc && fgets(line, sizeof(line), f)) {
+		lineno++;
+		char *s = line + strspn(line, " \t\r\n");
+		if (*s == '#' || *s == '\0')
+			continue;
+		if (sscanf(s, "%511s %127s %1s", name, size, extra) != 2) {
+			char where[64];
+			snprintf(where, sizeof(where), "line %u is not 'NAME SIZE'", lineno);
+			rc = peer_arg_error("--volumes-file", path, where);
+			break;
+		}
+		rc = add_volume("--volumes-file", name, size);
+	}
+	fclose(f);
+	return rc;
+}
+
+static int parse_option(struct peer *p, int val, const char *arg)
+{
+	(void)p;
+	switch (val) {
+	case OPT_VOLUME: {
+		char buf[512];
+		const char *colon = strrchr(arg, ':');
+		if (!colon || (size_t)(colon - arg) >= sizeof(buf))
+			return peer_arg_error("--volume", arg, "is not NAME:SIZE");
+		memcpy(buf, arg, (size_t)(colon - arg));
+		buf[colon - arg] = '\0';
+		return add_volume("--volume", buf, colon + 1);
+	}
+	case OPT_VOLUMES_FILE:
+		return read_volumes_file(arg);
+	case OPT_OBJECT_SIZE:
+		return peer_arg_size("--object-size", arg, 1, 1ull << 30, &V.object_size);
+	case OPT_BLOCKER_PORT:
+		V.have_blocker = true;
+		return peer_arg_uint("--blocker-port", arg, 0, XSEG_MAX_PORTS - 1, &V.blocker_port);
+	}
+	return -1;
+}
+
+static int check_options(struct peer *p)
+{
+	(void)p;
+	if (!V.have_blocker) {
+		fprintf(stderr, "vlmcd: --blocker-port is required (see --help)\n");
+		return -1;
+	}
+	if (!V.nr_volumes) {
+		fprintf(stderr, "vlmcd: at least one --volume or --volumes-file is required\n");
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- jobs ------------------------------------------------------------------------ */
+
+static void object_name(char *out, const struct volume *v, uint64_t index)
+{
+	snprintf(out, XSEG_MAX_TARGETLEN + 1, "%s_%016" PRIx64, v->name, index);
+}
+
+static void set_error(struct job *job, int err)
+{
+	int none = 0;
+	atomic_compare_exchange_strong(&job->error, &none, err > 0 ? err : EIO);
+}
+
+static void start_flush(struct peer_thread *t, struct job *job);
+
+/* Drops one reference; the last one answers the client. */
+static void job_put(struct peer_thread *t, struct job *job)
+{
+	if (atomic_fetch_sub(&job->pending, 1) != 1)
 		return;
-	answer(p->req, atomic_load(&p->error), atomic_load(&p->serviced));
-	free(p);
-	atomic_fetch_sub(&outstanding, 1);
-}
-
-/* Sends one part; on failure the part counts as failed. */
-static void send_part(struct parent *p, uint32_t op, const char *object, uint64_t offset,
-		      uint64_t size, uint64_t buf_off)
-{
-	struct xseg_request *r = xseg_get_request(V.seg, V.port);
-	struct part *part = malloc(sizeof(*part));
-	if (!r || !part || xseg_prep_target(V.seg, r, object, op == X_FLUSH ? 0 : size) < 0) {
-		atomic_store(&p->error, r ? ENOMEM : ENOBUFS);
-		if (r)
-			xseg_put_request(V.seg, r);
-		free(part);
-		parent_done_one(p);
-		return;
+	struct xseg_request *req = job->req;
+	struct volume *v = job->vol;
+	int err = atomic_load(&job->error);
+	if (err) {
+		peer_fail(t, req, err);
+	} else {
+		req->serviced = job->op == X_FLUSH ? 0 : atomic_load(&job->serviced);
+		peer_complete(t, req);
 	}
-	part->parent = p;
-	part->buf_off = buf_off;
-	r->op = op;
-	r->flags = p->req->flags;
-	r->offset = offset;
-	r->size = size;
-	r->priv = (uint64_t)(uintptr_t)part;
-	if (op == X_WRITE)
-		memcpy(xseg_get_data(V.seg, r), (char *)xseg_get_data(V.seg, p->req) + buf_off, size);
-	if (xseg_submit(V.seg, r, V.port, V.blocker_port) < 0) {
-		atomic_store(&p->error, EHOSTUNREACH);
-		xseg_put_request(V.seg, r);
-		free(part);
-		parent_done_one(p);
+	struct job *next = NULL;
+	if (job->op == X_FLUSH) {
+		pthread_mutex_lock(&v->lock);
+		next = v->flush_queue;
+		if (next) {
+			v->flush_queue = next->next_flush;
+			if (!v->flush_queue)
+				v->flush_tail = &v->flush_queue;
+		} else {
+			v->flushing = false;
+		}
+		pthread_mutex_unlock(&v->lock);
 	}
+	free(job);
+	if (next)
+		start_flush(t, next);
 }
 
-static void on_part_reply(struct xseg_request *r)
+static void part_done(struct peer_thread *t, struct xseg_request *r, void *arg)
 {
-	struct part *part = (struct part *)(uintptr_t)r->priv;
-	struct parent *p = part->parent;
-	if (r->result != XR_SERVED || (r->op != X_FLUSH && r->serviced != r->size)) {
-		atomic_store(&p->error, r->result == XR_FAILED && r->error ? r->error : EIO);
-	} else if (r->op == X_READ || r->op == X_WRITE) {
-		if (r->op == X_READ)
-			memcpy((char *)xseg_get_data(V.seg, p->req) + part->buf_off,
-			       xseg_get_data(V.seg, r), r->size);
-		atomic_fetch_add(&p->serviced, r->size);
+	struct part *part = arg;
+	struct job *job = part->job;
+	struct xseg *seg = peer_segment(peer_of(t));
+
+	if (r->result != XR_SERVED) {
+		set_error(job, r->result == XR_FAILED ? r->error : EIO);
+	} else if (job->op != X_FLUSH && r->serviced != part->size) {
+		peer_warn("object %s_%016" PRIx64 ": %s served %" PRIu64 " of %" PRIu64 " bytes",
+			  job->vol->name, part->object, xseg_op_name(job->op), r->serviced,
+			  part->size);
+		set_error(job, EIO);
+	} else if (job->op == X_READ || job->op == X_WRITE) {
+		if (job->op == X_READ)
+			memcpy((char *)xseg_get_data(seg, job->req) + part->buf_off,
+			       xseg_get_data(seg, r), part->size);
+		else {
+			/* Acknowledged: the next FLUSH must reach this object. */
+			struct volume *v = job->vol;
+			pthread_mutex_lock(&v->lock);
+			v->dirty[part->object / 64] |= 1ull << (part->object % 64);
+			pthread_mutex_unlock(&v->lock);
+		}
+		atomic_fetch_add(&job->serviced, part->size);
 	}
-	xseg_put_request(V.seg, r);
-	free(part);
-	parent_done_one(p);
+	peer_put_request(t, r);
+	job_put(t, job);
 }
 
-static void object_name(char *out, size_t len, const struct volume *v, uint64_t index)
+static void retry_issue(struct peer_thread *t, struct peer_work *w);
+
+/* Sends the parts not sent yet; on an empty pool or heap, tries again later. */
+static void issue(struct peer_thread *t, struct job *job)
 {
-	snprintf(out, len, "%s_%016" PRIx64, v->name, index);
+	struct xseg *seg = peer_segment(peer_of(t));
+	char name[XSEG_MAX_TARGETLEN + 1];
+
+	while (job->issued < job->nr_parts && !atomic_load(&job->error)) {
+		struct part *part = &job->parts[job->issued];
+		object_name(name, job->vol, part->object);
+		struct xseg_request *r = peer_get_request(t, name, part->size);
+		if (!r) {
+			int err = errno;
+			if ((err == ENOBUFS || err == ENOMEM) && xseg_now_ns() < job->deadline_ns) {
+				peer_defer(t, &job->retry, retry_issue);
+				return;
+			}
+			peer_warn("volume %s: no request for object %s: %s", job->vol->name, name,
+				  strerror(err));
+			set_error(job, err);
+			break;
+		}
+		r->op = job->op;
+		r->flags = job->req->flags;
+		r->offset = part->obj_off;
+		r->size = part->size;
+		if (job->op == X_WRITE)
+			memcpy(xseg_get_data(seg, r),
+			       (char *)xseg_get_data(seg, job->req) + part->buf_off, part->size);
+		atomic_fetch_add(&job->pending, 1);
+		int rc = peer_send(t, r, (uint32_t)V.blocker_port, part_done, part);
+		if (rc < 0) {
+			atomic_fetch_sub(&job->pending, 1);
+			peer_put_request(t, r);
+			peer_warn("volume %s: cannot send to blocker port %" PRIu64 ": %s",
+				  job->vol->name, V.blocker_port, xseg_last_error());
+			set_error(job, rc == -ENOENT ? EHOSTUNREACH : -rc);
+			break;
+		}
+		job->issued++;
+	}
+	job_put(t, job);   /* the issuer's reference */
 }
 
-static void serve_rw(struct xseg_request *req, struct volume *v)
+static void retry_issue(struct peer_thread *t, struct peer_work *w)
+{
+	struct job *job = (struct job *)((char *)w - offsetof(struct job, retry));
+	issue(t, job);
+}
+
+static struct job *new_job(struct xseg_request *req, struct volume *v, uint64_t nr_parts)
+{
+	struct job *job = calloc(1, sizeof(*job) + nr_parts * sizeof(struct part));
+	if (!job)
+		return NULL;
+	job->req = req;
+	job->vol = v;
+	job->op = req->op;
+	job->nr_parts = nr_parts;
+	job->deadline_ns = xseg_now_ns() + RETRY_LIMIT_NS;
+	atomic_init(&job->pending, 1);
+	for (uint64_t i = 0; i < nr_parts; i++)
+		job->parts[i].job = job;
+	return job;
+}
+
+static void serve_rw(struct peer_thread *t, struct xseg_request *req, struct volume *v)
 {
 	if (req->size > req->datalen || req->offset > v->size || req->size > v->size - req->offset) {
-		answer(req, EINVAL, 0);
+		peer_info("volume %s: %s of %" PRIu64 " bytes at %" PRIu64 " is beyond its end "
+			  "(%" PRIu64 ") or its buffer (%" PRIu64 ")", v->name,
+			  xseg_op_name(req->op), req->size, req->offset, v->size, req->datalen);
+		peer_fail(t, req, EINVAL);
 		return;
 	}
 	if (req->size == 0) {
-		answer(req, 0, 0);
+		req->serviced = 0;
+		peer_complete(t, req);
 		return;
 	}
 	uint64_t first = req->offset / V.object_size;
 	uint64_t last = (req->offset + req->size - 1) / V.object_size;
-	struct parent *p = calloc(1, sizeof(*p));
-	if (!p) {
-		answer(req, ENOMEM, 0);
+	struct job *job = new_job(req, v, last - first + 1);
+	if (!job) {
+		peer_fail(t, req, ENOMEM);
 		return;
 	}
-	p->req = req;
-	atomic_init(&p->pending, (uint32_t)(last - first + 1) + 1);   /* +1: ours */
-	atomic_fetch_add(&outstanding, 1);
-	if (req->op == X_WRITE) {
-		pthread_mutex_lock(&v->lock);
-		for (uint64_t o = first; o <= last; o++)
-			v->written[o] = 1;
-		pthread_mutex_unlock(&v->lock);
-	}
-	char name[XSEG_MAX_TARGETLEN + 1];
 	uint64_t pos = req->offset, end = req->offset + req->size;
 	for (uint64_t o = first; o <= last; o++) {
+		struct part *part = &job->parts[o - first];
 		uint64_t obj_start = o * V.object_size;
-		uint64_t part_end = end < obj_start + V.object_size ? end : obj_start + V.object_size;
-		object_name(name, sizeof(name), v, o);
-		send_part(p, req->op, name, pos - obj_start, part_end - pos, pos - req->offset);
+		uint64_t part_end = end - obj_start < V.object_size ? end : obj_start + V.object_size;
+		part->object = o;
+		part->obj_off = pos - obj_start;
+		part->size = part_end - pos;
+		part->buf_off = pos - req->offset;
 		pos = part_end;
 	}
-	parent_done_one(p);
+	issue(t, job);
 }
 
-static void serve_flush(struct xseg_request *req, struct volume *v)
+/* Takes the volume's dirty set into the job (called with v->lock held). */
+static struct job *flush_job(struct xseg_request *req, struct volume *v)
 {
-	uint8_t *dirty = calloc(v->nr_objects, 1);
-	if (!dirty) {
-		answer(req, ENOMEM, 0);
-		return;
-	}
-	/* Swap out the written set: writes after this point belong to the
-	 * next FLUSH. */
-	pthread_mutex_lock(&v->lock);
-	uint8_t *was = v->written;
-	v->written = dirty;
-	pthread_mutex_unlock(&v->lock);
-	uint32_t n = 0;
-	for (uint64_t o = 0; o < v->nr_objects; o++)
-		n += was[o];
-	struct parent *p = calloc(1, sizeof(*p));
-	if (!p) {
-		free(was);
-		answer(req, ENOMEM, 0);
-		return;
-	}
-	p->req = req;
-	atomic_init(&p->pending, n + 1);
-	atomic_fetch_add(&outstanding, 1);
-	char name[XSEG_MAX_TARGETLEN + 1];
-	for (uint64_t o = 0; o < v->nr_objects; o++)
-		if (was[o]) {
-			object_name(name, sizeof(name), v, o);
-			send_part(p, X_FLUSH, name, 0, 0, 0);
+	uint64_t words = (v->nr_objects + 63) / 64, n = 0;
+	for (uint64_t w = 0; w < words; w++)
+		n += (uint64_t)__builtin_popcountll(v->dirty[w]);
+	struct job *job = new_job(req, v, n);
+	if (!job)
+		return NULL;
+	n = 0;
+	for (uint64_t w = 0; w < words; w++) {
+		uint64_t bits = v->dirty[w];
+		v->dirty[w] = 0;
+		while (bits) {
+			job->parts[n++].object = w * 64 + (uint64_t)__builtin_ctzll(bits);
+			bits &= bits - 1;
 		}
-	free(was);
-	parent_done_one(p);
+	}
+	return job;
 }
 
-static void serve(struct xseg_request *req)
+/* A FLUSH whose turn came: v->flushing is set and it holds the slot. */
+static void start_flush(struct peer_thread *t, struct job *job)
 {
-	const char *name = xseg_get_target(V.seg, req);
-	struct volume *v = name ? find_volume(name) : NULL;
-	if (req->op == X_PING) {
-		answer(req, 0, 0);
+	struct volume *v = job->vol;
+	pthread_mutex_lock(&v->lock);
+	struct job *real = flush_job(job->req, v);
+	pthread_mutex_unlock(&v->lock);
+	if (!real) {
+		/* Out of memory: answer this one; the slot passes on via job_put. */
+		set_error(job, ENOMEM);
+		job_put(t, job);
 		return;
 	}
+	free(job);
+	issue(t, real);
+}
+
+static void serve_flush(struct peer_thread *t, struct xseg_request *req, struct volume *v)
+{
+	struct job *job = new_job(req, v, 0);   /* a placeholder until its turn */
+	if (!job) {
+		peer_fail(t, req, ENOMEM);
+		return;
+	}
+	pthread_mutex_lock(&v->lock);
+	if (v->flushing) {
+		*v->flush_tail = job;
+		v->flush_tail = &job->next_flush;
+		pthread_mutex_unlock(&v->lock);
+		return;
+	}
+	v->flushing = true;
+	pthread_mutex_unlock(&v->lock);
+	start_flush(t, job);
+}
+
+static void on_request(struct peer_thread *t, struct xseg_request *req)
+{
+	const char *name = xseg_get_target(peer_segment(peer_of(t)), req);
+	struct volume *v = name ? find_volume(name, req->targetlen) : NULL;
+
 	if (!v) {
-		answer(req, ENOENT, 0);
+		peer_info("%s request for unknown volume '%.64s'", xseg_op_name(req->op),
+			  name ? name : "");
+		peer_fail(t, req, ENOENT);
 		return;
 	}
 	switch (req->op) {
 	case X_READ:
 	case X_WRITE:
-		serve_rw(req, v);
-		break;
+		serve_rw(t, req, v);
+		return;
 	case X_FLUSH:
-		serve_flush(req, v);
-		break;
-	case X_INFO:
-		if (req->datalen < sizeof(struct xseg_reply_info) &&
-		    xseg_prep_request(V.seg, req, req->targetlen, sizeof(struct xseg_reply_info)) < 0) {
-			answer(req, ENOMEM, 0);
-			break;
+		serve_flush(t, req, v);
+		return;
+	case X_INFO: {
+		struct xseg_reply_info *info = peer_reply_data(t, req, sizeof(*info));
+		if (!info) {
+			peer_fail(t, req, ENOMEM);
+			return;
 		}
-		((struct xseg_reply_info *)xseg_get_data(V.seg, req))->size = v->size;
-		answer(req, 0, sizeof(struct xseg_reply_info));
-		break;
-	default:
-		answer(req, EOPNOTSUPP, 0);
+		info->size = v->size;
+		req->serviced = sizeof(*info);
+		peer_complete(t, req);
+		return;
 	}
-}
-
-static void *worker(void *arg)
-{
-	(void)arg;
-	struct xseg_request *batch[BATCH];
-	/* Keep receiving replies after a stop until every request is answered. */
-	while (!stop || atomic_load(&outstanding)) {
-		int n = stop ? 0 : xseg_accept(V.seg, V.port, batch, BATCH);
-		for (int i = 0; i < n; i++)
-			serve(batch[i]);
-		int m = xseg_receive(V.seg, V.port, batch, BATCH);
-		for (int i = 0; i < m; i++)
-			on_part_reply(batch[i]);
-		if (n <= 0 && m <= 0)
-			xseg_poll(V.seg, V.port, V.spin_ns, 100000000ull);
 	}
-	return NULL;
+	peer_fail(t, req, EOPNOTSUPP);
 }
 
-static void usage(FILE *out)
+static int init(struct peer *p)
 {
-	fprintf(out,
-"usage: vlmcd --segment NAME --port N --blocker-port N --volume NAME:SIZE... [options]\n"
-"Turns volume I/O into object I/O on objects <volume>_<16 hex digits>.\n"
-"  --volume NAME:SIZE     a volume (repeatable; SIZE takes K, M, G)\n"
-"  --volumes-file F       more volumes, one 'NAME SIZE' per line\n"
-"  --object-size SIZE     object size (default 4M)\n"
-"  --blocker-port N       next hop for object requests\n"
-"  --threads N            (default 2)\n"
-"  --spin-us N            busy-poll before sleeping (default 20)\n");
-}
-
-static void bad(const char *opt, const char *val, const char *why)
-{
-	fprintf(stderr, "vlmcd: %s: '%s' %s\n", opt, val, why);
-	exit(2);
-}
-
-static void add_volume(const char *opt, const char *name, const char *size)
-{
-	uint64_t bytes;
-	if (V.nr_volumes == MAX_VOLUMES)
-		bad(opt, name, "is one volume too many (64 at most)");
-	if (!*name || strlen(name) >= sizeof(V.volumes[0].name) || strchr(name, '/'))
-		bad(opt, name, "is not a valid volume name");
-	if (find_volume(name))
-		bad(opt, name, "is given twice");
-	if (xseg_parse_size(size, &bytes) < 0 || !bytes)
-		bad(opt, size, "is not a size");
-	struct volume *v = &V.volumes[V.nr_volumes++];
-	snprintf(v->name, sizeof(v->name), "%s", name);
-	v->size = bytes;
-}
-
-static void read_volumes_file(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	char line[512], name[256], size[64];
-	if (!f)
-		bad("--volumes-file", path, "cannot be read");
-	while (fgets(line, sizeof(line), f)) {
-		if (line[0] == '#' || line[strspn(line, " \t\n")] == '\0')
-			continue;
-		if (sscanf(line, "%255s %63s", name, size) != 2)
-			bad("--volumes-file", line, "is not 'NAME SIZE'");
-		add_volume("--volumes-file", name, size);
+	(void)p;
+	for (unsigned i = 0; i < V.nr_volumes; i++) {
+		struct volume *v = V.volumes[i];
+		v->nr_objects = (v->size + V.object_size - 1) / V.object_size;
+		v->dirty = calloc((v->nr_objects + 63) / 64, sizeof(uint64_t));
+		if (!v->dirty) {
+			peer_error("out of memory for volume %s", v->name);
+			return -1;
+		}
+		peer_info("volume %s: %" PRIu64 " bytes in %" PRIu64 " objects of %" PRIu64,
+			  v->name, v->size, v->nr_objects, V.object_size);
 	}
-	fclose(f);
+	return 0;
 }
+
+static void fini(struct peer *p)
+{
+	(void)p;
+	for (unsigned i = 0; i < V.nr_volumes; i++) {
+		pthread_mutex_destroy(&V.volumes[i]->lock);
+		free(V.volumes[i]->dirty);
+		free(V.volumes[i]);
+	}
+	free(V.volumes);
+	V.volumes = NULL;
+	V.nr_volumes = 0;
+}
+
+static const struct peer_ops vlmcd_ops = {
+	.name = "vlmcd",
+	.summary = "Volume composer: volume requests become requests on the objects\n"
+		   "<volume>_<16 hex digits>, sent to --blocker-port.",
+	.options = vlmcd_options,
+	.options_usage = vlmcd_usage,
+	.parse_option = parse_option,
+	.check_options = check_options,
+	.default_threads = 2,
+	.supported_ops = PEER_OP(X_READ) | PEER_OP(X_WRITE) | PEER_OP(X_FLUSH) |
+			 PEER_OP(X_INFO),
+	.init = init,
+	.on_request = on_request,
+	.fini = fini,
+};
 
 int main(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "segment", required_argument, NULL, 's' }, { "port", required_argument, NULL, 'p' },
-		{ "blocker-port", required_argument, NULL, 'b' }, { "volume", required_argument, NULL, 'v' },
-		{ "volumes-file", required_argument, NULL, 'f' }, { "object-size", required_argument, NULL, 'o' },
-		{ "threads", required_argument, NULL, 't' }, { "spin-us", required_argument, NULL, 'S' },
-		{ "log-level", required_argument, NULL, 'l' }, { "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
-	bool have_port = false, have_bport = false;
-	uint64_t v;
-	int c;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		switch (c) {
-		case 's': V.segment = optarg; break;
-		case 'p': if (xseg_parse_uint(optarg, XSEG_MAX_PORTS, &v) < 0) bad("--port", optarg, "is not a port number");
-			V.port = (uint32_t)v; have_port = true; break;
-		case 'b': if (xseg_parse_uint(optarg, XSEG_MAX_PORTS, &v) < 0) bad("--blocker-port", optarg, "is not a port number");
-			V.blocker_port = (uint32_t)v; have_bport = true; break;
-		case 'v': {
-			char *colon = strrchr(optarg, ':');
-			if (!colon)
-				bad("--volume", optarg, "is not NAME:SIZE");
-			*colon = '\0';
-			add_volume("--volume", optarg, colon + 1);
-			break;
-		}
-		case 'f': read_volumes_file(optarg); break;
-		case 'o': if (xseg_parse_size(optarg, &V.object_size) < 0 || !V.object_size) bad("--object-size", optarg, "is not a size");
-			break;
-		case 't': if (xseg_parse_uint(optarg, 64, &v) < 0 || !v) bad("--threads", optarg, "is not 1..64");
-			V.threads = (unsigned)v; break;
-		case 'S': if (xseg_parse_uint(optarg, 1000000, &v) < 0) bad("--spin-us", optarg, "is not a number");
-			V.spin_ns = v * 1000; break;
-		case 'l': break;
-		case 'h': usage(stdout); return 0;
-		default:
-			fprintf(stderr, "vlmcd: unknown or incomplete option '%s' (see --help)\n", argv[optind - 1]);
-			return 2;
-		}
-	}
-	if (!V.segment || !have_port || !have_bport || !V.nr_volumes) {
-		fprintf(stderr, "vlmcd: --segment, --port, --blocker-port and at least one --volume are required\n");
-		return 2;
-	}
-	for (unsigned i = 0; i < V.nr_volumes; i++) {
-		struct volume *vol = &V.volumes[i];
-		vol->nr_objects = (vol->size + V.object_size - 1) / V.object_size;
-		vol->written = calloc(vol->nr_objects, 1);
-		pthread_mutex_init(&vol->lock, NULL);
-		if (!vol->written) {
-			fprintf(stderr, "vlmcd: out of memory for volume %s\n", vol->name);
-			return 1;
-		}
-	}
-	if (xseg_join(V.segment, &V.seg) < 0 || xseg_bind_port(V.seg, V.port) < 0) {
-		fprintf(stderr, "vlmcd: %s\n", xseg_last_error());
-		return 1;
-	}
-	struct sigaction sa = { .sa_handler = on_signal };
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGINT, &sa, NULL);
-	pthread_t *t = calloc(V.threads, sizeof(*t));
-	for (unsigned i = 0; i < V.threads; i++)
-		pthread_create(&t[i], NULL, worker, NULL);
-	for (unsigned i = 0; i < V.threads; i++)
-		pthread_join(t[i], NULL);
-	struct xseg_request *late[BATCH];
-	int n;
-	while ((n = xseg_accept(V.seg, V.port, late, BATCH)) > 0)
-		for (int i = 0; i < n; i++)
-			answer(late[i], ESHUTDOWN, 0);
-	free(t);
-	xseg_leave(V.seg);
-	return 0;
+	return peer_main(argc, argv, &vlmcd_ops, &V);
 }

@@ -1,0 +1,257 @@
+/*
+ * The peer runtime (libpeer.a): what every peer program shares.
+ *
+ * A peer describes itself in a struct peer_ops (name, its own options,
+ * callbacks) and hands control to peer_main(). The runtime parses the common
+ * options together with the peer's, joins the segment, binds the port(s),
+ * runs worker threads and stops gracefully on SIGTERM/SIGINT.
+ *
+ *     static const struct peer_ops ops = {
+ *             .name = "filed", .on_request = serve, ...
+ *     };
+ *     int main(int argc, char **argv) { return peer_main(argc, argv, &ops, &state); }
+ *
+ * Ownership. Every request a peer touches has exactly one owner:
+ *   - on_request(t, req): the peer owns an accepted request until it answers
+ *     it (peer_complete, peer_fail, peer_respond) or passes it on with
+ *     peer_forward. An accepted request must be answered exactly once; it is
+ *     never put back into the pool.
+ *   - peer_get_request(): the peer owns a new request until peer_send()
+ *     succeeds or it calls peer_put_request().
+ *   - peer_send()/peer_forward() succeeded: the runtime owns the request until
+ *     the reply arrives; then the callback owns it again. A sent request's
+ *     callback must peer_put_request() it (or send it again); a forwarded
+ *     request's callback must answer it (or forward it again).
+ *   - A call that fails (negative return) leaves the request with the caller.
+ *
+ * Threads. Worker threads accept requests in batches on every bound port and
+ * receive replies in batches; callbacks run on any worker thread (a reply
+ * may arrive on another thread than the one that sent the request), so state
+ * shared between requests needs the peer's own locking. A callback must not
+ * block for long except for the peer's own I/O (filed does pread/pwrite on
+ * the worker thread).
+ *
+ * Return-path cookie. The runtime keeps the context of a send or forward in
+ * a per-process table indexed by the request's pool index and stores a
+ * cookie naming that slot in req->priv before submitting; libxseg restores
+ * each hop's cookie on the way back, so a reply finds its context again even
+ * when the request passed through other forwarders. A reply whose cookie is
+ * not ours (a previous incarnation's) is logged and settled, never trusted.
+ *
+ * Stop. SIGTERM or SIGINT (or peer_stop()) sets a flag. The workers stop
+ * accepting (requests still queued stay for whoever binds the port next),
+ * call ops->on_stop once, and keep receiving replies and running deferred
+ * work until every accepted request is answered, every send has come back
+ * and nothing is deferred. Then ops->fini runs, the ports are unbound, the
+ * pidfile is removed and peer_main returns 0. If that takes longer than
+ * --stop-timeout, peer_main logs what is still outstanding and returns 1.
+ */
+#ifndef PEER_PEER_H
+#define PEER_PEER_H
+
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "xseg/xseg.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct peer;          /* the process: segment, ports, threads, options */
+struct peer_thread;   /* one worker thread */
+
+/* ---- callbacks -------------------------------------------------------- */
+
+/* A reply to peer_send() or peer_forward() arrived: `req` is the caller's
+ * again (see Ownership). `arg` is what was given when sending. */
+typedef void (*peer_reply_fn)(struct peer_thread *t, struct xseg_request *req, void *arg);
+
+/* Work put off with peer_defer(). */
+struct peer_work;
+typedef void (*peer_work_fn)(struct peer_thread *t, struct peer_work *w);
+
+/* Embed one in the object that needs a retry; the runtime links it. */
+struct peer_work {
+	peer_work_fn fn;
+	struct peer_work *next;
+};
+
+/* Bit for an op in peer_ops.supported_ops. */
+#define PEER_OP(op) (1u << (op))
+
+struct peer_ops {
+	const char *name;      /* program name: log lines, error messages */
+	const char *summary;   /* one line for --help */
+	/* The peer's own options: a getopt_long table ended by a zero entry.
+	 * `val` must be below PEER_OPT_RESERVED and not '?', ':' or 'h'.
+	 * NULL when the peer has none. */
+	const struct option *options;
+	/* --help text for those options, lines "  --opt ARG   what (default)\n". */
+	const char *options_usage;
+	/* Called for each of the peer's options in command-line order. Returns
+	 * 0, or non-zero after printing one line naming the bad value (see
+	 * peer_arg_error): peer_main then exits 2. */
+	int (*parse_option)(struct peer *p, int val, const char *arg);
+	/* After every option was parsed: checks that required ones are there.
+	 * Non-zero (after printing one line): exit 2. Optional. */
+	int (*check_options)(struct peer *p);
+	/* Default for --threads (1 when 0). */
+	unsigned default_threads;
+	/* Ops handed to on_request: PEER_OP(X_READ) | ... . Any other op is
+	 * answered FAILED with EOPNOTSUPP by the runtime; a PING that is not in
+	 * the set is answered SERVED. 0 = every op goes to on_request. */
+	uint32_t supported_ops;
+	/* Requests a worker accepts at once (1..16, 0 = 16). A peer that serves
+	 * each request synchronously (filed) takes fewer, so that the other
+	 * workers get some. Replies are always received 16 at a time. */
+	unsigned accept_batch;
+
+	/* After the segment is joined and the ports bound (and after --daemon
+	 * has forked), before the workers start. Non-zero: exit 1. Optional. */
+	int (*init)(struct peer *p);
+	/* On each worker thread, before it serves anything / after its last
+	 * callback. Optional; a non-zero thread_init stops the peer (exit 1). */
+	int (*thread_init)(struct peer_thread *t);
+	void (*thread_fini)(struct peer_thread *t);
+	/* An accepted request (see Ownership). Required. */
+	void (*on_request)(struct peer_thread *t, struct xseg_request *req);
+	/* Once, on the first worker thread that sees a stop begin: the peer may start
+	 * sends (a cache writing back) or defer work; the stop waits for them.
+	 * Optional. */
+	void (*on_stop)(struct peer_thread *t);
+	/* After the workers have ended, before the ports are unbound: the last
+	 * chance to flush local state (filed syncs written objects). Optional. */
+	void (*fini)(struct peer *p);
+};
+
+/* Option values from here on belong to the runtime. */
+#define PEER_OPT_RESERVED 0x7f00
+
+/*
+ * Runs the peer: options, segment, threads, stop. Returns the process exit
+ * status: 0 after a graceful stop or --help, 2 for a bad argument (one line
+ * on stderr naming it), 1 for any other failure. `priv` is the peer's own
+ * state, returned by peer_priv().
+ *
+ * Common options: --segment NAME, --port N or A-B (required), --threads N,
+ * --log-level error|warn|info|debug, --daemon, --pidfile F, --spin-us N,
+ * --stop-timeout SECONDS, --help.
+ */
+int peer_main(int argc, char **argv, const struct peer_ops *ops, void *priv);
+
+/* ---- option helpers (for parse_option / check_options) ------------------ */
+
+/* Prints "NAME: OPT: 'VALUE' WHY" on stderr; returns -1. */
+int peer_arg_error(const char *opt, const char *value, const char *why);
+/* Parses an integer in [min, max] / a size with K, M, G suffixes in
+ * [min, max]; on failure prints one line (peer_arg_error) and returns -1. */
+int peer_arg_uint(const char *opt, const char *value, uint64_t min, uint64_t max,
+		  uint64_t *out);
+int peer_arg_size(const char *opt, const char *value, uint64_t min, uint64_t max,
+		  uint64_t *out);
+
+/* ---- the peer and its threads ------------------------------------------- */
+
+void *peer_priv(struct peer *p);
+struct xseg *peer_segment(struct peer *p);
+/* The first bound port: the source of the peer's own requests. */
+uint32_t peer_port(struct peer *p);
+/* The bound range [first, last]. */
+uint32_t peer_port_last(struct peer *p);
+unsigned peer_nr_threads(struct peer *p);
+const char *peer_name(struct peer *p);
+/* True once a stop began. */
+bool peer_stopping(struct peer *p);
+/* Begins a graceful stop, as SIGTERM does. Safe from any thread. */
+void peer_stop(struct peer *p);
+
+struct peer *peer_of(struct peer_thread *t);
+/* 0 .. nr_threads-1. */
+unsigned peer_thread_index(struct peer_thread *t);
+void *peer_thread_priv(struct peer_thread *t);
+void peer_thread_set_priv(struct peer_thread *t, void *priv);
+
+/* ---- answering accepted requests ---------------------------------------- */
+
+/* result = SERVED, error = 0, then respond. The peer sets serviced. */
+void peer_complete(struct peer_thread *t, struct xseg_request *req);
+/* result = FAILED, error = err (a positive errno), serviced = 0, respond. */
+void peer_fail(struct peer_thread *t, struct xseg_request *req, int err);
+/* Responds with result/error/serviced as the peer set them. */
+void peer_respond(struct peer_thread *t, struct xseg_request *req);
+
+/*
+ * Makes an accepted request's data area at least `len` bytes (for a reply
+ * payload such as struct xseg_reply_info), keeping the target name, and
+ * returns it; NULL when the heap has no room (errno ENOMEM).
+ */
+void *peer_reply_data(struct peer_thread *t, struct xseg_request *req, uint64_t len);
+
+/* ---- the peer's own requests -------------------------------------------- */
+
+/*
+ * A request from the pool for peer_port(), with a buffer for `target` and
+ * `datalen` bytes of data. NULL with errno: ENOBUFS (pool empty) or ENOMEM
+ * (heap full) are transient, retry later (peer_defer); ENAMETOOLONG/EINVAL
+ * are not.
+ */
+struct xseg_request *peer_get_request(struct peer_thread *t, const char *target,
+				      uint64_t datalen);
+/* Returns a request the peer owns (a new one, or a sent one back) to the pool. */
+void peer_put_request(struct peer_thread *t, struct xseg_request *req);
+
+/*
+ * Submits the peer's own request to `dst` (routes apply). When the reply
+ * comes back, cb(t, req, arg) runs on a worker thread. 0, or -errno with the
+ * request still the caller's (-ENOENT: nobody bound dst).
+ */
+int peer_send(struct peer_thread *t, struct xseg_request *req, uint32_t dst,
+	      peer_reply_fn cb, void *arg);
+
+/*
+ * Passes an accepted request on to `dst`; when its reply comes back,
+ * cb(t, req, arg) runs and must answer it (peer_respond keeps the reply's
+ * result). 0, or -errno with the request still the caller's to answer.
+ */
+int peer_forward(struct peer_thread *t, struct xseg_request *req, uint32_t dst,
+		 peer_reply_fn cb, void *arg);
+
+/*
+ * Runs fn(t, w) later on this thread, after the next round of accepts and
+ * replies (so requests freed by replies are there again), at the latest
+ * after about a millisecond. For work that found the pool or the heap empty.
+ * Deferred work keeps a stopping peer alive until it has run.
+ */
+void peer_defer(struct peer_thread *t, struct peer_work *w, peer_work_fn fn);
+
+/* ---- logging --------------------------------------------------------------- */
+
+enum peer_log_level {
+	PEER_LOG_ERROR = 0,
+	PEER_LOG_WARN = 1,
+	PEER_LOG_INFO = 2,
+	PEER_LOG_DEBUG = 3,
+};
+
+/* One line on stderr: "2025-01-31 12:00:00.123 NAME[PID] LEVEL: message".
+ * Lines from different threads never interleave. */
+void peer_log(enum peer_log_level level, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+void peer_vlog(enum peer_log_level level, const char *fmt, va_list ap);
+bool peer_log_enabled(enum peer_log_level level);
+/* Set by --log-level; for programs that log before or without peer_main. */
+void peer_log_setup(const char *name, enum peer_log_level level);
+
+#define peer_error(...) peer_log(PEER_LOG_ERROR, __VA_ARGS__)
+#define peer_warn(...)  peer_log(PEER_LOG_WARN, __VA_ARGS__)
+#define peer_info(...)  peer_log(PEER_LOG_INFO, __VA_ARGS__)
+#define peer_debug(...) \
+	do { if (peer_log_enabled(PEER_LOG_DEBUG)) peer_log(PEER_LOG_DEBUG, __VA_ARGS__); } while (0)
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PEER_PEER_H */

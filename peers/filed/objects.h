@@ -1,0 +1,81 @@
+/*
+ * filed's bookkeeping of objects: checked names, a set of names (the objects
+ * written since the last FLUSH) and a small per-thread cache of open files.
+ */
+#ifndef FILED_OBJECTS_H
+#define FILED_OBJECTS_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * 0 when `name` (len bytes, as the request's targetlen says) may name a file
+ * under the directory; otherwise EINVAL (empty, a NUL inside, a '/', a
+ * leading '.', which covers "." and "..") or ENAMETOOLONG (over max_len),
+ * with *why saying which.
+ */
+int obj_check_name(const char *name, size_t len, size_t max_len, const char **why);
+
+/* Writes a printable rendering of name (at most 64 bytes of it) to out. */
+void obj_printable(const char *name, size_t len, char *out, size_t outlen);
+
+uint64_t obj_hash(const char *name, size_t len);
+
+/* ---- a set of names (not thread-safe: the caller locks) ----------------- */
+
+struct obj_name {
+	struct obj_name *next;
+	uint64_t hash;
+	uint32_t len;
+	char name[];        /* NUL-terminated */
+};
+
+struct obj_set {
+	struct obj_name **buckets;
+	size_t nr_buckets;  /* a power of two */
+	size_t count;
+};
+
+void obj_set_init(struct obj_set *s);
+void obj_set_destroy(struct obj_set *s);
+/* Adds the name unless present: 0, or -ENOMEM. */
+int obj_set_add(struct obj_set *s, const char *name, size_t len);
+/* Takes the name out; the caller frees the node. NULL when absent. */
+struct obj_name *obj_set_remove(struct obj_set *s, const char *name, size_t len);
+/* Empties the set; returns its nodes as a list linked by next. */
+struct obj_name *obj_set_take_all(struct obj_set *s);
+
+/* ---- open files, per thread ---------------------------------------------- */
+
+/*
+ * Entries remember the epoch current when they were opened; a DELETE bumps
+ * the shared epoch after unlinking, so no thread writes through a file
+ * descriptor of an unlinked file afterwards.
+ */
+struct fd_entry {
+	uint64_t hash, epoch, used;
+	int fd;
+	uint32_t len;
+	char name[256];
+};
+
+struct fd_cache {
+	struct fd_entry *entries;
+	unsigned count, capacity;
+	uint64_t tick;
+	int dirfd;
+	_Atomic uint64_t *epoch;
+};
+
+int fd_cache_init(struct fd_cache *c, unsigned capacity, int dirfd, _Atomic uint64_t *epoch);
+void fd_cache_destroy(struct fd_cache *c);
+/*
+ * An fd open for reading and writing on the object, or -errno. With create,
+ * a missing object is created (*created says so); without, -ENOENT. The fd
+ * belongs to the cache: do not close it.
+ */
+int fd_cache_get(struct fd_cache *c, const char *name, size_t len, bool create, bool *created);
+
+#endif /* FILED_OBJECTS_H */

@@ -1,0 +1,481 @@
+/*
+ * The peer runtime: peer_main, the worker threads, answering, sending and
+ * forwarding with a callback on the reply, deferred work and the graceful
+ * stop. See include/peer/peer.h for the contract.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime.h"
+
+/* How long an idle worker sleeps before it looks at the stop flag again. */
+#define IDLE_WAIT_NS   (100ull * 1000 * 1000)
+/* With deferred work pending, it looks again this soon. */
+#define RETRY_WAIT_NS  (1ull * 1000 * 1000)
+
+/* ---- accessors ------------------------------------------------------------ */
+
+void *peer_priv(struct peer *p) { return p->priv; }
+struct xseg *peer_segment(struct peer *p) { return p->seg; }
+uint32_t peer_port(struct peer *p) { return p->cfg.port_first; }
+uint32_t peer_port_last(struct peer *p) { return p->cfg.port_last; }
+unsigned peer_nr_threads(struct peer *p) { return p->cfg.threads; }
+const char *peer_name(struct peer *p) { return p->ops->name; }
+bool peer_stopping(struct peer *p) { return atomic_load(&p->stop) != 0; }
+struct peer *peer_of(struct peer_thread *t) { return t->peer; }
+unsigned peer_thread_index(struct peer_thread *t) { return t->index; }
+void *peer_thread_priv(struct peer_thread *t) { return t->priv; }
+void peer_thread_set_priv(struct peer_thread *t, void *priv) { t->priv = priv; }
+
+void peer_stop(struct peer *p)
+{
+	atomic_store(&p->stop, 1);
+}
+
+/* ---- answering ---------------------------------------------------------------- */
+
+void peer_respond(struct peer_thread *t, struct xseg_request *req)
+{
+	struct peer *p = t->peer;
+	int rc = xseg_respond(p->seg, req, req->holder);
+	if (rc < 0) {
+		peer_error("cannot answer request %u (%s): %s", req->index,
+			   xseg_op_name(req->op), xseg_last_error());
+		/* A request we never accepted is the caller's bug, not an
+		 * answer; a wedged reply queue (EIO) loses it for good. */
+		if (rc != -EIO)
+			return;
+	}
+	atomic_fetch_sub(&p->accepted, 1);
+}
+
+void peer_complete(struct peer_thread *t, struct xseg_request *req)
+{
+	req->result = XR_SERVED;
+	req->error = 0;
+	peer_respond(t, req);
+}
+
+void peer_fail(struct peer_thread *t, struct xseg_request *req, int err)
+{
+	req->result = XR_FAILED;
+	req->error = err > 0 ? err : EIO;
+	req->serviced = 0;
+	peer_respond(t, req);
+}
+
+void *peer_reply_data(struct peer_thread *t, struct xseg_request *req, uint64_t len)
+{
+	struct xseg *seg = t->peer->seg;
+	char name[XSEG_MAX_TARGETLEN + 1];
+	uint32_t tl = req->targetlen;
+	char *target = xseg_get_target(seg, req);
+
+	if (target && req->datalen >= len)
+		return xseg_get_data(seg, req);
+	if (!target || tl > XSEG_MAX_TARGETLEN)
+		tl = 0;
+	if (tl)
+		memcpy(name, target, tl);
+	if (xseg_prep_request(seg, req, tl, len) < 0) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	if (tl)
+		memcpy(xseg_get_target(seg, req), name, tl);
+	return xseg_get_data(seg, req);
+}
+
+/* ---- the peer's own requests ---------------------------------------------------- */
+
+struct xseg_request *peer_get_request(struct peer_thread *t, const char *target,
+				      uint64_t datalen)
+{
+	struct peer *p = t->peer;
+	struct xseg_request *req = xseg_get_request(p->seg, p->cfg.port_first);
+	if (!req)
+		return NULL;   /* errno set: ENOBUFS when the pool is empty */
+	int rc = target ? xseg_prep_target(p->seg, req, target, datalen)
+			: xseg_prep_request(p->seg, req, 0, datalen);
+	if (rc < 0) {
+		xseg_put_request(p->seg, req);
+		errno = -rc;
+		return NULL;
+	}
+	return req;
+}
+
+void peer_put_request(struct peer_thread *t, struct xseg_request *req)
+{
+	if (xseg_put_request(t->peer->seg, req) < 0)
+		peer_error("cannot put request %u back: %s", req->index, xseg_last_error());
+}
+
+static uint64_t cookie_of(struct peer *p, uint32_t index)
+{
+	return p->cookie_salt << 32 | index;
+}
+
+static int submit_with(struct peer_thread *t, struct xseg_request *req, uint32_t dst,
+		       peer_reply_fn cb, void *arg, bool forward)
+{
+	struct peer *p = t->peer;
+
+	if (!req || !cb || req->index >= p->nr_requests)
+		return -EINVAL;
+	struct peer_slot *slot = &p->slots[req->index];
+	if (atomic_load(&slot->armed)) {
+		peer_error("request %u is sent twice", req->index);
+		return -EBUSY;
+	}
+	uint64_t old_priv = req->priv;
+	slot->cb = cb;
+	slot->arg = arg;
+	slot->forward = forward;
+	req->priv = cookie_of(p, req->index);
+	atomic_fetch_add(&p->outstanding, 1);
+	atomic_store_explicit(&slot->armed, 1, memory_order_release);
+	int rc = xseg_submit(p->seg, req, req->holder, dst);
+	if (rc < 0) {
+		atomic_store(&slot->armed, 0);
+		atomic_fetch_sub(&p->outstanding, 1);
+		req->priv = old_priv;
+		peer_debug("%s of request %u to port %u failed: %s",
+			   forward ? "forward" : "send", req->index, dst, xseg_last_error());
+		return rc;
+	}
+	return 0;
+}
+
+int peer_send(struct peer_thread *t, struct xseg_request *req, uint32_t dst,
+	      peer_reply_fn cb, void *arg)
+{
+	return submit_with(t, req, dst, cb, arg, false);
+}
+
+int peer_forward(struct peer_thread *t, struct xseg_request *req, uint32_t dst,
+		 peer_reply_fn cb, void *arg)
+{
+	return submit_with(t, req, dst, cb, arg, true);
+}
+
+/*
+ * A reply came back. Its cookie names the slot of its send; one that does
+ * not (a reply to a previous incarnation of this peer, or a corrupted one)
+ * is settled: answered FAILED if someone upstream waits, otherwise put.
+ */
+static void on_reply(struct peer_thread *t, struct xseg_request *req)
+{
+	struct peer *p = t->peer;
+	uint64_t c = req->priv;
+	uint32_t idx = (uint32_t)c;
+
+	if ((c >> 32) == p->cookie_salt && idx == req->index && idx < p->nr_requests) {
+		struct peer_slot *slot = &p->slots[idx];
+		uint32_t one = 1;
+		if (atomic_compare_exchange_strong_explicit(&slot->armed, &one, 0,
+							    memory_order_acq_rel,
+							    memory_order_acquire)) {
+			slot->cb(t, req, slot->arg);
+			atomic_fetch_sub(&p->outstanding, 1);
+			return;
+		}
+	}
+	peer_warn("reply for request %u (%s) that is not ours (cookie %#" PRIx64 "): settled",
+		  req->index, xseg_op_name(req->op), c);
+	if (req->path_len > 0) {
+		req->result = XR_FAILED;
+		req->error = EPIPE;
+		req->serviced = 0;
+		if (xseg_respond(p->seg, req, req->holder) < 0)
+			peer_error("cannot settle request %u: %s", req->index, xseg_last_error());
+	} else if (xseg_put_request(p->seg, req) < 0) {
+		peer_error("cannot settle request %u: %s", req->index, xseg_last_error());
+	}
+}
+
+/* ---- deferred work -------------------------------------------------------------- */
+
+void peer_defer(struct peer_thread *t, struct peer_work *w, peer_work_fn fn)
+{
+	w->fn = fn;
+	w->next = t->deferred;
+	t->deferred = w;
+	atomic_fetch_add(&t->peer->deferred, 1);
+}
+
+static void run_deferred(struct peer_thread *t)
+{
+	struct peer_work *list = NULL, *w = t->deferred;
+	t->deferred = NULL;
+	while (w) {   /* oldest first */
+		struct peer_work *next = w->next;
+		w->next = list;
+		list = w;
+		w = next;
+	}
+	while (list) {
+		w = list;
+		list = list->next;
+		w->next = NULL;
+		w->fn(t, w);
+		atomic_fetch_sub(&t->peer->deferred, 1);
+	}
+}
+
+/* ---- workers ---------------------------------------------------------------------- */
+
+static void dispatch(struct peer_thread *t, struct xseg_request *req)
+{
+	const struct peer_ops *ops = t->peer->ops;
+	uint32_t op = req->op;
+
+	if (ops->supported_ops && (op >= 32 || !(ops->supported_ops & PEER_OP(op)))) {
+		if (op == X_PING) {
+			req->serviced = 0;
+			peer_complete(t, req);
+			return;
+		}
+		peer_info("request %u: op %u (%s) is not supported here", req->index, op,
+			  xseg_op_name(op));
+		peer_fail(t, req, EOPNOTSUPP);
+		return;
+	}
+	ops->on_request(t, req);
+}
+
+static bool drained(struct peer *p)
+{
+	return !atomic_load(&p->accepted) && !atomic_load(&p->outstanding) &&
+	       !atomic_load(&p->deferred);
+}
+
+static void *worker(void *arg)
+{
+	struct peer_thread *t = arg;
+	struct peer *p = t->peer;
+	const struct peer_ops *ops = p->ops;
+	unsigned batch = ops->accept_batch && ops->accept_batch < PEER_BATCH ?
+			 ops->accept_batch : PEER_BATCH;
+
+	if (ops->thread_init && ops->thread_init(t) != 0) {
+		peer_error("worker %u could not start", t->index);
+		atomic_store(&p->failed, 1);
+		peer_stop(p);
+		atomic_fetch_sub(&p->running, 1);
+		return NULL;
+	}
+	for (;;) {
+		bool stopping = atomic_load(&p->stop);
+		int work = 0;
+
+		if (stopping && ops->on_stop && !atomic_exchange(&p->on_stop_done, 1))
+			ops->on_stop(t);
+		for (uint32_t port = p->cfg.port_first; port <= p->cfg.port_last; port++) {
+			int n = 0;
+			if (!stopping) {
+				n = xseg_accept(p->seg, port, t->batch, batch);
+				if (n > 0) {
+					atomic_fetch_add(&p->accepted, (uint64_t)n);
+					for (int i = 0; i < n; i++)
+						dispatch(t, t->batch[i]);
+					work += n;
+				}
+			}
+			n = xseg_receive(p->seg, port, t->batch, PEER_BATCH);
+			for (int i = 0; i < n; i++)
+				on_reply(t, t->batch[i]);
+			if (n > 0)
+				work += n;
+		}
+		if (t->deferred)
+			run_deferred(t);
+		if (stopping && !t->deferred && drained(p))
+			break;
+		if (work)
+			continue;
+		if (stopping) {
+			/* Queued requests stay for the port's next owner, so the
+			 * port always "has work": sleep briefly instead. */
+			struct timespec ts = { 0, 200 * 1000 };
+			nanosleep(&ts, NULL);
+		} else if (t->deferred) {
+			xseg_poll(p->seg, p->cfg.port_first, 0, RETRY_WAIT_NS);
+		} else {
+			xseg_poll(p->seg, p->cfg.port_first, p->cfg.spin_ns, IDLE_WAIT_NS);
+		}
+	}
+	if (ops->thread_fini)
+		ops->thread_fini(t);
+	atomic_fetch_sub(&p->running, 1);
+	return NULL;
+}
+
+/* ---- main ---------------------------------------------------------------------------- */
+
+static uint64_t make_salt(void)
+{
+	uint64_t x = xseg_now_ns() ^ ((uint64_t)getpid() << 20) ^ (uint64_t)(uintptr_t)&x;
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdull;
+	x ^= x >> 33;
+	x &= 0xffffffffu;
+	return x ? x : 1;
+}
+
+static int join_and_bind(struct peer *p)
+{
+	struct xseg_segment_info si;
+	int rc = xseg_join(p->cfg.segment, &p->seg);
+	if (rc < 0) {
+		peer_error("cannot join segment '%s': %s", p->cfg.segment, xseg_last_error());
+		p->seg = NULL;
+		return -1;
+	}
+	if (xseg_segment_info(p->seg, &si) < 0 || p->cfg.port_last >= si.nr_ports) {
+		peer_error("--port %u-%u: segment '%s' has ports 0..%u", p->cfg.port_first,
+			   p->cfg.port_last, p->cfg.segment, si.nr_ports - 1);
+		return -1;
+	}
+	p->nr_requests = si.nr_requests;
+	p->slots = calloc(si.nr_requests, sizeof(*p->slots));
+	if (!p->slots) {
+		peer_error("out of memory for %u request slots", si.nr_requests);
+		return -1;
+	}
+	if (xseg_bind_range(p->seg, p->cfg.port_first, p->cfg.port_last) < 0) {
+		peer_error("cannot bind --port %u-%u: %s", p->cfg.port_first, p->cfg.port_last,
+			   xseg_last_error());
+		return -1;
+	}
+	return 0;
+}
+
+/* Waits for a stop: a signal, or peer_stop() from a worker. */
+static void wait_for_stop(struct peer *p, const sigset_t *set)
+{
+	struct timespec ts = { 0, 100 * 1000 * 1000 };
+	while (!atomic_load(&p->stop) && atomic_load(&p->running)) {
+		int sig = sigtimedwait(set, NULL, &ts);
+		if (sig == SIGTERM || sig == SIGINT) {
+			peer_info("signal %d: stopping", sig);
+			peer_stop(p);
+		}
+	}
+}
+
+/* Waits for the workers to drain; false after --stop-timeout. */
+static bool wait_for_workers(struct peer *p, const sigset_t *set)
+{
+	uint64_t deadline = xseg_now_ns() + (uint64_t)p->cfg.stop_timeout_s * 1000000000ull;
+	struct timespec ts = { 0, 10 * 1000 * 1000 };
+	while (atomic_load(&p->running)) {
+		if (xseg_now_ns() >= deadline)
+			return false;
+		sigtimedwait(set, NULL, &ts);   /* swallow repeated TERM/INT */
+	}
+	return true;
+}
+
+int peer_main(int argc, char **argv, const struct peer_ops *ops, void *priv)
+{
+	static struct peer peer;   /* one per process */
+	struct peer *p = &peer;
+	int ready_fd = -1, status = 1;
+	bool pidfile_made = false;
+	sigset_t set;
+
+	memset(p, 0, sizeof(*p));
+	p->ops = ops;
+	p->priv = priv;
+	peer_log_setup(ops->name, PEER_LOG_WARN);
+	int rc = peer_parse_args(p, argc, argv);
+	if (rc < 0)
+		return 0;   /* --help */
+	if (rc > 0)
+		return rc;
+	peer_log_setup(ops->name, p->cfg.log_level);
+
+	/* TERM and INT are taken by sigtimedwait in this thread; the workers
+	 * inherit the mask and never see them. */
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	if (p->cfg.daemon && peer_daemonize(&ready_fd) < 0)
+		return 1;
+	if (p->cfg.pidfile) {
+		if (peer_pidfile_create(p->cfg.pidfile) < 0)
+			goto out;
+		pidfile_made = true;
+	}
+	p->cookie_salt = make_salt();
+	if (join_and_bind(p) < 0)
+		goto out;
+	if (ops->init && ops->init(p) != 0) {
+		peer_error("initialization failed");
+		goto out;
+	}
+	p->threads = calloc(p->cfg.threads, sizeof(*p->threads));
+	if (!p->threads) {
+		peer_error("out of memory for %u threads", p->cfg.threads);
+		goto out;
+	}
+	p->main_tid = pthread_self();
+	unsigned started = 0;
+	for (; started < p->cfg.threads; started++) {
+		struct peer_thread *t = &p->threads[started];
+		t->peer = p;
+		t->index = started;
+		atomic_fetch_add(&p->running, 1);
+		if ((rc = pthread_create(&t->tid, NULL, worker, t)) != 0) {
+			atomic_fetch_sub(&p->running, 1);
+			peer_error("cannot start worker %u: %s", started, strerror(rc));
+			atomic_store(&p->failed, 1);
+			peer_stop(p);
+			break;
+		}
+	}
+	peer_info("serving on segment '%s', port %u-%u, %u threads", p->cfg.segment,
+		  p->cfg.port_first, p->cfg.port_last, p->cfg.threads);
+	if (!atomic_load(&p->failed)) {
+		peer_daemon_ready(ready_fd, 0);
+		ready_fd = -1;
+	}
+	wait_for_stop(p, &set);
+	if (!wait_for_workers(p, &set)) {
+		peer_error("stop: gave up after %us with %" PRIu64 " accepted requests unanswered, "
+			   "%" PRIu64 " sends outstanding, %" PRIu64 " deferred",
+			   p->cfg.stop_timeout_s, atomic_load(&p->accepted),
+			   atomic_load(&p->outstanding), atomic_load(&p->deferred));
+		if (pidfile_made)
+			peer_pidfile_remove(p->cfg.pidfile);
+		_exit(1);   /* workers still hold the segment: do not unmap it */
+	}
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(p->threads[i].tid, NULL);
+	if (ops->fini)
+		ops->fini(p);
+	status = atomic_load(&p->failed) ? 1 : 0;
+	peer_info("stopped");
+out:
+	peer_daemon_ready(ready_fd, 1);
+	if (p->seg)
+		xseg_leave(p->seg);
+	p->seg = NULL;
+	free(p->threads);
+	free(p->slots);
+	p->threads = NULL;
+	p->slots = NULL;
+	if (pidfile_made)
+		peer_pidfile_remove(p->cfg.pidfile);
+	return status;
+}

@@ -1,0 +1,80 @@
+/*
+ * Internals of the peer runtime, shared by its files only.
+ */
+#ifndef PEER_RUNTIME_H
+#define PEER_RUNTIME_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "peer/peer.h"
+
+#define PEER_BATCH 16u
+
+/* Common options, as parsed. */
+struct peer_config {
+	const char *segment;
+	uint32_t port_first, port_last;
+	bool have_port;
+	unsigned threads;
+	enum peer_log_level log_level;
+	bool daemon;
+	const char *pidfile;
+	uint64_t spin_ns;
+	unsigned stop_timeout_s;
+};
+
+/* The context of one send or forward, in the slot of the request's pool
+ * index: one request is in at most one send of ours at a time. */
+struct peer_slot {
+	peer_reply_fn cb;
+	void *arg;
+	_Atomic uint32_t armed;   /* 1 while the request is out */
+	bool forward;
+};
+
+struct peer_thread {
+	struct peer *peer;
+	unsigned index;
+	pthread_t tid;
+	void *priv;
+	struct peer_work *deferred;       /* LIFO of work put off */
+	struct xseg_request *batch[PEER_BATCH];
+};
+
+struct peer {
+	const struct peer_ops *ops;
+	void *priv;
+	struct peer_config cfg;
+	struct xseg *seg;
+	uint32_t nr_requests;
+	struct peer_slot *slots;          /* nr_requests of them */
+	uint64_t cookie_salt;             /* high 32 bits of our cookies */
+	struct peer_thread *threads;
+	pthread_t main_tid;
+
+	_Atomic int stop;                 /* a stop began */
+	_Atomic int on_stop_done;
+	_Atomic int failed;               /* a thread_init failed */
+	_Atomic uint64_t accepted;        /* accepted, not yet answered */
+	_Atomic uint64_t outstanding;     /* sends and forwards not yet back */
+	_Atomic uint64_t deferred;        /* peer_work items not yet run */
+	_Atomic unsigned running;         /* worker threads not yet ended */
+};
+
+/* options.c */
+int peer_parse_args(struct peer *p, int argc, char **argv);
+
+/* daemon.c: returns 0 in the daemon, exits in the parents. ready_fd is
+ * written once the daemon is serving (peer_daemon_ready). */
+int peer_daemonize(int *ready_fd);
+void peer_daemon_ready(int ready_fd, int status);
+int peer_pidfile_create(const char *path);
+void peer_pidfile_remove(const char *path);
+
+/* log.c */
+const char *peer_log_name(void);
+
+#endif /* PEER_RUNTIME_H */

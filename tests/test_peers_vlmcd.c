@@ -1,0 +1,658 @@
+/*
+ * vlmcd as a child process, in front of a real filed (data across object
+ * boundaries, object names on disk, volume ends, unknown volumes, an
+ * exhausted request pool) and in front of a fake blocker played by the test
+ * itself (exact splits, FLUSH fan-out and ordering, failed parts, routing).
+ */
+#define _GNU_SOURCE
+#include <check.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "support/peer_test_util.h"
+
+#define BLOCKER 1u
+#define VLMCD 2u
+#define CACHE 5u
+#define CLIENT 10u
+#define TIMEOUT 10000u
+#define OBJ (64u << 10)
+#define VOL_SIZE (1u << 20)
+
+static struct xseg *seg;
+static char segname[64], dir[256], objdir[300], volfile[320];
+static pid_t filed, vlmcd;
+
+static void start_vlmcd(void)
+{
+	FILE *f = fopen(volfile, "w");
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, "# test volumes\n\nfilevol 256K\n");
+	fclose(f);
+	vlmcd = pt_start("vlmcd", (const char *const[]){ "--segment", segname, "--port", "2",
+			 "--blocker-port", "1", "--volume", "vol:1M", "--volume", "small:100K",
+			 "--volumes-file", volfile, "--object-size", "64K", "--threads", "2",
+			 "--log-level", "error", NULL }, NULL);
+	ck_assert_msg(pt_wait_bound(seg, VLMCD, vlmcd, TIMEOUT) == 0, "vlmcd did not bind");
+}
+
+static void make_segment(uint32_t requests)
+{
+	seg = pt_segment(segname, sizeof(segname), 16, requests, 32u << 20);
+	pt_tmpdir(dir, sizeof(dir));
+	snprintf(objdir, sizeof(objdir), "%s/objects", dir);
+	snprintf(volfile, sizeof(volfile), "%s/volumes", dir);
+	ck_assert_int_eq(xseg_bind_port(seg, CLIENT), 0);
+}
+
+/* filed behind vlmcd */
+static void setup_real(void)
+{
+	make_segment(256);
+	filed = pt_start("filed", (const char *const[]){ "--segment", segname, "--port", "1",
+			 "--dir", objdir, "--threads", "2", "--log-level", "error", NULL }, NULL);
+	ck_assert_msg(pt_wait_bound(seg, BLOCKER, filed, TIMEOUT) == 0, "filed did not bind");
+	start_vlmcd();
+}
+
+/* The test plays the blocker. */
+static void setup_fake(void)
+{
+	make_segment(256);
+	ck_assert_int_eq(xseg_bind_port(seg, BLOCKER), 0);
+	start_vlmcd();
+}
+
+/* ---- client side ----------------------------------------------------------------- */
+
+static struct pt_req vreq(uint32_t op, const char *volume, uint64_t offset, uint64_t size,
+			  const void *data, void *out)
+{
+	struct pt_req r = { .op = op, .target = volume, .offset = offset, .size = size,
+			    .data = data, .data_len = data ? size : 0, .out = out,
+			    .out_len = out ? size : 0 };
+	int rc = pt_do(seg, CLIENT, VLMCD, &r, TIMEOUT);
+	ck_assert_msg(rc == 0, "%s on %s: no reply (%d)", xseg_op_name(op), volume, rc);
+	return r;
+}
+
+static void expect_result(struct pt_req r, uint32_t result, int err, const char *what)
+{
+	ck_assert_msg(r.result == result && r.error == err,
+		      "%s: result %u error %d (%s), expected %u/%d", what, r.result, r.error,
+		      strerror(r.error), result, err);
+}
+
+/* The volume as the test wrote it. */
+static unsigned char model[VOL_SIZE];
+
+static void vwrite(uint64_t off, uint64_t size, uint64_t seed)
+{
+	unsigned char *buf = malloc(size);
+	pt_pattern(buf, size, seed, off);
+	struct pt_req r = vreq(X_WRITE, "vol", off, size, buf, NULL);
+	expect_result(r, XR_SERVED, 0, "volume write");
+	ck_assert_uint_eq(r.serviced, size);
+	memcpy(model + off, buf, size);
+	free(buf);
+}
+
+static void vcheck(uint64_t off, uint64_t size)
+{
+	unsigned char *buf = malloc(size);
+	struct pt_req r = vreq(X_READ, "vol", off, size, NULL, buf);
+	expect_result(r, XR_SERVED, 0, "volume read");
+	ck_assert_uint_eq(r.serviced, size);
+	for (uint64_t i = 0; i < size; i++)
+		if (buf[i] != model[off + i])
+			ck_abort_msg("byte %" PRIu64 " of the volume reads %u, expected %u", off + i,
+				     buf[i], model[off + i]);
+	free(buf);
+}
+
+static uint64_t vinfo(const char *volume, int *err)
+{
+	struct xseg_reply_info info = { 0 };
+	struct pt_req r = { .op = X_INFO, .target = volume, .datalen = sizeof(info), .out = &info,
+			    .out_len = sizeof(info) };
+	ck_assert_int_eq(pt_do(seg, CLIENT, VLMCD, &r, TIMEOUT), 0);
+	*err = r.result == XR_SERVED ? 0 : r.error;
+	return info.size;
+}
+
+/* ---- with filed -------------------------------------------------------------------- */
+
+START_TEST(across_object_boundaries)
+{
+	memset(model, 0, sizeof(model));
+	vwrite(60 << 10, 100 << 10, 1);            /* objects 0, 1, 2 */
+	vcheck(60 << 10, 100 << 10);
+	vcheck(0, 256 << 10);                      /* with zeros around it */
+	vwrite(OBJ - 1, 2, 2);                     /* two bytes, two objects */
+	vwrite(3 * OBJ - 7, 3 * OBJ + 13, 3);      /* five objects, unaligned */
+	vwrite(VOL_SIZE - 5000, 5000, 4);          /* up to the very end */
+	vcheck(0, VOL_SIZE);
+	/* random writes, each checked against the model at the end */
+	uint64_t x = 12345;
+	for (int i = 0; i < 60; i++) {
+		x = x * 6364136223846793005ull + 1442695040888963407ull;
+		uint64_t size = 1 + (x >> 20) % (150 << 10);
+		uint64_t off = (x >> 40) % (VOL_SIZE - size + 1);
+		vwrite(off, size, 10 + (uint64_t)i);
+	}
+	vcheck(0, VOL_SIZE);
+	vcheck(OBJ - 100, 200);
+}
+END_TEST
+
+static void expect_object(uint64_t index, uint64_t want_size)
+{
+	char path[600];
+	uint64_t len;
+	snprintf(path, sizeof(path), "%s/vol_%016" PRIx64, objdir, index);
+	unsigned char *file = pt_read_file(path, &len);
+	ck_assert_msg(file != NULL, "object file %s missing", path);
+	ck_assert_msg(len == want_size, "%s holds %" PRIu64 " bytes, expected %" PRIu64, path, len,
+		      want_size);
+	ck_assert_msg(!memcmp(file, model + index * OBJ, len), "%s holds the wrong bytes", path);
+	free(file);
+}
+
+START_TEST(objects_on_disk)
+{
+	memset(model, 0, sizeof(model));
+	vwrite(60 << 10, 100 << 10, 5);   /* 0: 60K..64K, 1: all, 2: 0..32K */
+	vwrite(10 * OBJ + 100, 50, 6);    /* object 10: 'a' in hex */
+	vwrite(15 * OBJ, OBJ, 7);         /* object 15, exactly */
+	expect_object(0, OBJ);
+	expect_object(1, OBJ);
+	expect_object(2, 32 << 10);
+	expect_object(10, 150);
+	expect_object(15, OBJ);
+	char path[600];
+	struct stat st;
+	snprintf(path, sizeof(path), "%s/vol_000000000000000a", objdir);
+	ck_assert_msg(stat(path, &st) == 0, "object 10 not named in lowercase hex");
+	snprintf(path, sizeof(path), "%s/vol_0000000000000003", objdir);
+	ck_assert_msg(stat(path, &st) < 0, "an unwritten object exists");
+	/* the last object of a volume whose size is not a multiple */
+	unsigned char buf[36 << 10];
+	pt_pattern(buf, sizeof(buf), 8, 0);
+	expect_result(vreq(X_WRITE, "small", OBJ, sizeof(buf), buf, NULL), XR_SERVED, 0,
+		      "write to the end of small");
+	snprintf(path, sizeof(path), "%s/small_0000000000000001", objdir);
+	ck_assert_int_eq(stat(path, &st), 0);
+	ck_assert_int_eq(st.st_size, 36 << 10);
+	/* FLUSH through to filed */
+	expect_result(vreq(X_FLUSH, "vol", 0, 0, NULL, NULL), XR_SERVED, 0, "FLUSH");
+	expect_result(vreq(X_FLUSH, "vol", 0, 0, NULL, NULL), XR_SERVED, 0, "FLUSH, nothing dirty");
+}
+END_TEST
+
+START_TEST(concurrent_splits)
+{
+	enum { N = 28, SZ = 32 << 10 };
+	struct xseg_request *reqs[N];
+	unsigned char *buf = malloc(SZ);
+	memset(model, 0, sizeof(model));
+	/* non-overlapping 32K blocks at 16K + i*36K: many cross a boundary */
+	for (int round = 0; round < 2; round++) {
+		for (int i = 0; i < N; i++) {
+			uint64_t off = (16 << 10) + (uint64_t)i * (36 << 10);
+			pt_pattern(buf, SZ, 20, off);
+			if (!round)
+				memcpy(model + off, buf, SZ);
+			struct pt_req r = { .op = round ? X_READ : X_WRITE, .target = "vol",
+					    .offset = off, .size = SZ, .data = round ? NULL : buf,
+					    .data_len = round ? 0 : SZ };
+			reqs[i] = pt_submit(seg, CLIENT, VLMCD, &r);
+			ck_assert_ptr_nonnull(reqs[i]);
+		}
+		for (int k = 0; k < N; k++) {
+			struct xseg_request *rep = pt_receive(seg, CLIENT, TIMEOUT);
+			ck_assert_ptr_nonnull(rep);
+			ck_assert_uint_eq(rep->result, XR_SERVED);
+			ck_assert_uint_eq(rep->serviced, SZ);
+			if (round)
+				ck_assert_msg(!memcmp(xseg_get_data(seg, rep), model + rep->offset, SZ),
+					      "read at %" PRIu64 " differs", rep->offset);
+			xseg_put_request(seg, rep);
+		}
+	}
+	free(buf);
+	vcheck(0, VOL_SIZE);
+}
+END_TEST
+
+START_TEST(volume_ends_and_names)
+{
+	unsigned char buf[8192] = { 0 };
+	expect_result(vreq(X_WRITE, "vol", VOL_SIZE - 4096, 8192, buf, NULL), XR_FAILED, EINVAL,
+		      "write across the end");
+	expect_result(vreq(X_READ, "vol", VOL_SIZE, 1, NULL, buf), XR_FAILED, EINVAL,
+		      "read at the end");
+	expect_result(vreq(X_READ, "vol", UINT64_MAX - 10, 100, NULL, buf), XR_FAILED, EINVAL,
+		      "read at an overflowing offset");
+	expect_result(vreq(X_READ, "small", 100 << 10, 1, NULL, buf), XR_FAILED, EINVAL,
+		      "read past small");
+	struct pt_req r = vreq(X_READ, "vol", VOL_SIZE, 0, NULL, NULL);
+	expect_result(r, XR_SERVED, 0, "empty read at the end");
+	/* size beyond the data area */
+	r = (struct pt_req){ .op = X_WRITE, .target = "vol", .size = 8192, .datalen = 4096 };
+	ck_assert_int_eq(pt_do(seg, CLIENT, VLMCD, &r, TIMEOUT), 0);
+	expect_result(r, XR_FAILED, EINVAL, "size beyond the buffer");
+
+	expect_result(vreq(X_READ, "nosuch", 0, 4096, NULL, buf), XR_FAILED, ENOENT, "unknown volume");
+	expect_result(vreq(X_WRITE, "vo", 0, 4096, buf, NULL), XR_FAILED, ENOENT, "prefix of a volume");
+	expect_result(vreq(X_WRITE, "vol_0000000000000000", 0, 4096, buf, NULL), XR_FAILED, ENOENT,
+		      "an object name");
+	expect_result(vreq(X_FLUSH, "nosuch", 0, 0, NULL, NULL), XR_FAILED, ENOENT, "FLUSH unknown");
+	int err;
+	vinfo("nosuch", &err);
+	ck_assert_int_eq(err, ENOENT);
+	ck_assert_uint_eq(vinfo("vol", &err), VOL_SIZE);
+	ck_assert_int_eq(err, 0);
+	ck_assert_uint_eq(vinfo("small", &err), 100 << 10);
+	ck_assert_uint_eq(vinfo("filevol", &err), 256 << 10);
+	ck_assert_int_eq(err, 0);
+	/* INFO without a data area */
+	r = (struct pt_req){ .op = X_INFO, .target = "vol" };
+	struct xseg_request *req = pt_submit(seg, CLIENT, VLMCD, &r);
+	ck_assert_ptr_nonnull(req);
+	ck_assert_ptr_eq(pt_receive(seg, CLIENT, TIMEOUT), req);
+	ck_assert_uint_eq(req->result, XR_SERVED);
+	ck_assert_uint_eq(((struct xseg_reply_info *)xseg_get_data(seg, req))->size, VOL_SIZE);
+	xseg_put_request(seg, req);
+
+	expect_result(vreq(X_DELETE, "vol", 0, 0, NULL, NULL), XR_FAILED, EOPNOTSUPP, "DELETE");
+	expect_result(vreq(X_PING, NULL, 0, 0, NULL, NULL), XR_SERVED, 0, "PING");
+	/* still serving */
+	memset(model, 0, sizeof(model));
+	vwrite(0, 4096, 9);
+	vcheck(0, 8192);
+}
+END_TEST
+
+START_TEST(sigterm_both)
+{
+	memset(model, 0, sizeof(model));
+	vwrite(OBJ - 10, 20, 10);
+	int status = pt_stop(vlmcd, SIGTERM, TIMEOUT);
+	ck_assert_msg(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		      "vlmcd status %#x", status);
+	status = pt_stop(filed, SIGTERM, TIMEOUT);
+	ck_assert_msg(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		      "filed status %#x", status);
+	struct xseg_port_info info;
+	ck_assert_int_eq(xseg_port_info(seg, VLMCD, &info), 0);
+	ck_assert_int_eq(info.owner, 0);
+	ck_assert_int_eq(xseg_port_info(seg, BLOCKER, &info), 0);
+	ck_assert_int_eq(info.owner, 0);
+}
+END_TEST
+
+START_TEST(options)
+{
+	char log[320];
+	snprintf(log, sizeof(log), "%s/opt.log", dir);
+	struct { int want; const char *const *args; } cases[] = {
+		{ 0, (const char *const[]){ "--help", NULL } },
+		{ 2, (const char *const[]){ "--segment", segname, "--port", "3", "--blocker-port", "1",
+					    NULL } },
+		{ 2, (const char *const[]){ "--segment", segname, "--port", "3", "--volume", "v:1M",
+					    NULL } },
+		{ 2, (const char *const[]){ "--segment", segname, "--port", "3", "--blocker-port", "1",
+					    "--volume", "novalue", NULL } },
+		{ 2, (const char *const[]){ "--segment", segname, "--port", "3", "--blocker-port", "1",
+					    "--volume", "v:1M", "--volume", "v:2M", NULL } },
+		{ 2, (const char *const[]){ "--segment", segname, "--port", "3", "--blocker-port", "1",
+					    "--volume", "a/b:1M", NULL } },
+		{ 2, (const char *const[]){ "--segment", segname, "--port", "3", "--blocker-port", "1",
+					    "--volume", "v:huge", NULL } },
+		{ 2, (const char *const[]){ "--segment", segname, "--port", "3", "--blocker-port", "1",
+					    "--volume", "v:1M", "--object-size", "0", NULL } },
+		{ 2, (const char *const[]){ "--segment", segname, "--port", "3", "--blocker-port", "1",
+					    "--volumes-file", "/no/such/file", NULL } },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		unlink(log);
+		int status = pt_run_prog("vlmcd", cases[i].args, log, TIMEOUT);
+		ck_assert_msg(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == cases[i].want,
+			      "case %zu: status %#x, expected exit %d", i, status, cases[i].want);
+	}
+	/* a bad line in the volumes file is named */
+	FILE *f = fopen(volfile, "w");
+	fprintf(f, "good 1M\nbad line here\n");
+	fclose(f);
+	unlink(log);
+	int status = pt_run_prog("vlmcd", (const char *const[]){ "--segment", segname, "--port", "3",
+				 "--blocker-port", "1", "--volumes-file", volfile, NULL }, log,
+				 TIMEOUT);
+	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 2);
+	uint64_t len;
+	char *out = pt_read_file(log, &len);
+	ck_assert_ptr_nonnull(out);
+	out[len] = '\0';
+	ck_assert_msg(strstr(out, "line 2"), "bad line not named: %s", out);
+	free(out);
+}
+END_TEST
+
+/* A segment with few requests: a request split in 64 parts still goes
+ * through, the rest of the split waiting for requests to come back. */
+static void setup_small_pool(void)
+{
+	make_segment(12);
+	filed = pt_start("filed", (const char *const[]){ "--segment", segname, "--port", "1",
+			 "--dir", objdir, "--log-level", "error", NULL }, NULL);
+	ck_assert(pt_wait_bound(seg, BLOCKER, filed, TIMEOUT) == 0);
+	vlmcd = pt_start("vlmcd", (const char *const[]){ "--segment", segname, "--port", "2",
+			 "--blocker-port", "1", "--volume", "vol:1M", "--object-size", "4K",
+			 "--log-level", "error", NULL }, NULL);
+	ck_assert(pt_wait_bound(seg, VLMCD, vlmcd, TIMEOUT) == 0);
+}
+
+START_TEST(small_request_pool)
+{
+	memset(model, 0, sizeof(model));
+	vwrite(1000, 256 << 10, 11);
+	vcheck(0, 300 << 10);
+	ck_assert_int_eq(pt_stop(vlmcd, SIGTERM, TIMEOUT), 0);
+}
+END_TEST
+
+/* ---- with the test as the blocker ---------------------------------------------- */
+
+static struct xseg_request *blocker_accept(uint32_t port, unsigned timeout_ms)
+{
+	struct xseg_request *req;
+	uint64_t deadline = xseg_now_ns() + (uint64_t)timeout_ms * 1000000;
+	while (xseg_now_ns() < deadline) {
+		if (xseg_accept(seg, port, &req, 1) == 1)
+			return req;
+		xseg_poll(seg, port, 0, 20 * 1000000ull);
+	}
+	return NULL;
+}
+
+static void blocker_answer(struct xseg_request *req, uint32_t port, int err)
+{
+	req->result = err ? XR_FAILED : XR_SERVED;
+	req->error = err;
+	req->serviced = err ? 0 : req->size;
+	ck_assert_int_ge(xseg_respond(seg, req, port), 0);
+}
+
+static bool client_has_reply(unsigned wait_ms)
+{
+	struct xseg_port_info info;
+	usleep(wait_ms * 1000);
+	xseg_port_info(seg, CLIENT, &info);
+	return info.reply_depth > 0;
+}
+
+static int by_target(const void *a, const void *b)
+{
+	struct xseg_request *const *x = a, *const *y = b;
+	return strcmp(xseg_get_target(seg, *x), xseg_get_target(seg, *y));
+}
+
+START_TEST(exact_split)
+{
+	unsigned char *buf = malloc(100 << 10);
+	pt_pattern(buf, 100 << 10, 30, 60 << 10);
+	struct pt_req r = { .op = X_WRITE, .target = "vol", .offset = 60 << 10, .size = 100 << 10,
+			    .data = buf, .data_len = 100 << 10, .flags = XF_FUA };
+	struct xseg_request *req = pt_submit(seg, CLIENT, VLMCD, &r);
+	ck_assert_ptr_nonnull(req);
+	struct xseg_request *parts[3];
+	for (int i = 0; i < 3; i++) {
+		parts[i] = blocker_accept(BLOCKER, TIMEOUT);
+		ck_assert_msg(parts[i] != NULL, "part %d never came", i);
+	}
+	ck_assert_ptr_null(blocker_accept(BLOCKER, 100));
+	qsort(parts, 3, sizeof(parts[0]), by_target);
+	static const struct { const char *name; uint64_t off, size, buf_off; } want[3] = {
+		{ "vol_0000000000000000", 60 << 10, 4 << 10, 0 },
+		{ "vol_0000000000000001", 0, 64 << 10, 4 << 10 },
+		{ "vol_0000000000000002", 0, 32 << 10, 68 << 10 },
+	};
+	for (int i = 0; i < 3; i++) {
+		ck_assert_str_eq(xseg_get_target(seg, parts[i]), want[i].name);
+		ck_assert_uint_eq(parts[i]->op, X_WRITE);
+		ck_assert_uint_eq(parts[i]->offset, want[i].off);
+		ck_assert_uint_eq(parts[i]->size, want[i].size);
+		ck_assert_uint_eq(parts[i]->flags, XF_FUA);
+		ck_assert_uint_ge(parts[i]->datalen, want[i].size);
+		ck_assert_msg(!memcmp(xseg_get_data(seg, parts[i]), buf + want[i].buf_off,
+				      want[i].size), "part %d carries the wrong bytes", i);
+	}
+	blocker_answer(parts[0], BLOCKER, 0);
+	blocker_answer(parts[2], BLOCKER, 0);
+	ck_assert_msg(!client_has_reply(100), "answered before every part was back");
+	blocker_answer(parts[1], BLOCKER, 0);
+	ck_assert_ptr_eq(pt_receive(seg, CLIENT, TIMEOUT), req);
+	ck_assert_uint_eq(req->result, XR_SERVED);
+	ck_assert_uint_eq(req->serviced, 100 << 10);
+	xseg_put_request(seg, req);
+
+	/* a read: each part's bytes land at their place */
+	r = (struct pt_req){ .op = X_READ, .target = "vol", .offset = OBJ - 3, .size = 6 };
+	req = pt_submit(seg, CLIENT, VLMCD, &r);
+	for (int i = 0; i < 2; i++) {
+		struct xseg_request *p = blocker_accept(BLOCKER, TIMEOUT);
+		ck_assert_ptr_nonnull(p);
+		memset(xseg_get_data(seg, p), p->offset ? 'a' : 'b', p->size);
+		blocker_answer(p, BLOCKER, 0);
+	}
+	ck_assert_ptr_eq(pt_receive(seg, CLIENT, TIMEOUT), req);
+	ck_assert_uint_eq(req->result, XR_SERVED);
+	ck_assert_int_eq(memcmp(xseg_get_data(seg, req), "aaabbb", 6), 0);
+	xseg_put_request(seg, req);
+	free(buf);
+}
+END_TEST
+
+static struct xseg_request *submit_write(uint64_t off, uint64_t size)
+{
+	static unsigned char zeros[OBJ];
+	struct pt_req r = { .op = X_WRITE, .target = "vol", .offset = off, .size = size,
+			    .data = zeros, .data_len = size };
+	struct xseg_request *req = pt_submit(seg, CLIENT, VLMCD, &r);
+	ck_assert_ptr_nonnull(req);
+	return req;
+}
+
+/* A write served (or failed) by the test's blocker, part by part. */
+static void blocker_write(uint64_t off, uint64_t size, int fail_part_err)
+{
+	struct xseg_request *req = submit_write(off, size);
+	uint64_t nparts = (off + size - 1) / OBJ - off / OBJ + 1;
+	for (uint64_t i = 0; i < nparts; i++) {
+		struct xseg_request *p = blocker_accept(BLOCKER, TIMEOUT);
+		ck_assert_ptr_nonnull(p);
+		blocker_answer(p, BLOCKER, i == nparts - 1 ? fail_part_err : 0);
+	}
+	ck_assert_ptr_eq(pt_receive(seg, CLIENT, TIMEOUT), req);
+	ck_assert_uint_eq(req->result, fail_part_err ? XR_FAILED : XR_SERVED);
+	ck_assert_int_eq(req->error, fail_part_err);
+	xseg_put_request(seg, req);
+}
+
+/* Collects the FLUSH parts that arrive within wait_ms, sorted by name. */
+static int blocker_flushes(struct xseg_request **out, int max, unsigned wait_ms)
+{
+	int n = 0;
+	struct xseg_request *p;
+	while (n < max && (p = blocker_accept(BLOCKER, wait_ms)) != NULL) {
+		ck_assert_uint_eq(p->op, X_FLUSH);
+		out[n++] = p;
+	}
+	qsort(out, (size_t)n, sizeof(out[0]), by_target);
+	return n;
+}
+
+START_TEST(flush_fans_out)
+{
+	struct xseg_request *parts[16];
+	blocker_write(100, 10, 0);             /* object 0 */
+	blocker_write(3 * OBJ + 5, 10, 0);     /* object 3 */
+	blocker_write(OBJ - 1, 2, 0);          /* objects 0 and 1 */
+	blocker_write(7 * OBJ, 10, EIO);       /* object 7 failed: not dirty */
+
+	struct pt_req r = { .op = X_FLUSH, .target = "vol" };
+	struct xseg_request *flush = pt_submit(seg, CLIENT, VLMCD, &r);
+	ck_assert_ptr_nonnull(flush);
+	int n = blocker_flushes(parts, 16, 300);
+	ck_assert_int_eq(n, 3);
+	ck_assert_str_eq(xseg_get_target(seg, parts[0]), "vol_0000000000000000");
+	ck_assert_str_eq(xseg_get_target(seg, parts[1]), "vol_0000000000000001");
+	ck_assert_str_eq(xseg_get_target(seg, parts[2]), "vol_0000000000000003");
+	blocker_answer(parts[0], BLOCKER, 0);
+	blocker_answer(parts[2], BLOCKER, 0);
+	ck_assert_msg(!client_has_reply(100), "FLUSH answered before every object flushed");
+	blocker_answer(parts[1], BLOCKER, 0);
+	ck_assert_ptr_eq(pt_receive(seg, CLIENT, TIMEOUT), flush);
+	ck_assert_uint_eq(flush->result, XR_SERVED);
+	xseg_put_request(seg, flush);
+
+	/* nothing written since: nothing to flush */
+	flush = pt_submit(seg, CLIENT, VLMCD, &r);
+	ck_assert_ptr_eq(pt_receive(seg, CLIENT, TIMEOUT), flush);
+	ck_assert_uint_eq(flush->result, XR_SERVED);
+	xseg_put_request(seg, flush);
+	ck_assert_ptr_null(blocker_accept(BLOCKER, 50));
+
+	/* a failed object flush fails the FLUSH */
+	blocker_write(OBJ * 2, 10, 0);
+	flush = pt_submit(seg, CLIENT, VLMCD, &r);
+	ck_assert_int_eq(blocker_flushes(parts, 16, 200), 1);
+	blocker_answer(parts[0], BLOCKER, EIO);
+	ck_assert_ptr_eq(pt_receive(seg, CLIENT, TIMEOUT), flush);
+	ck_assert_uint_eq(flush->result, XR_FAILED);
+	ck_assert_int_eq(flush->error, EIO);
+	xseg_put_request(seg, flush);
+}
+END_TEST
+
+/* A FLUSH is answered only after every earlier FLUSH of the volume; the
+ * later one covers what was written while the earlier one was out. */
+START_TEST(flushes_in_order)
+{
+	struct xseg_request *parts[16];
+	struct pt_req r = { .op = X_FLUSH, .target = "vol" };
+	blocker_write(0, 10, 0);
+	struct xseg_request *f1 = pt_submit(seg, CLIENT, VLMCD, &r);
+	ck_assert_int_eq(blocker_flushes(parts, 16, 200), 1);   /* held */
+	blocker_write(OBJ, 10, 0);
+	struct xseg_request *f2 = pt_submit(seg, CLIENT, VLMCD, &r);
+	ck_assert_ptr_nonnull(f2);
+	ck_assert_msg(blocker_accept(BLOCKER, 200) == NULL, "the second FLUSH did not wait");
+	ck_assert(!client_has_reply(0));
+	blocker_answer(parts[0], BLOCKER, 0);
+	ck_assert_ptr_eq(pt_receive(seg, CLIENT, TIMEOUT), f1);
+	ck_assert_uint_eq(f1->result, XR_SERVED);
+	xseg_put_request(seg, f1);
+	ck_assert_int_eq(blocker_flushes(parts, 16, 200), 1);
+	ck_assert_str_eq(xseg_get_target(seg, parts[0]), "vol_0000000000000001");
+	blocker_answer(parts[0], BLOCKER, 0);
+	ck_assert_ptr_eq(pt_receive(seg, CLIENT, TIMEOUT), f2);
+	ck_assert_uint_eq(f2->result, XR_SERVED);
+	xseg_put_request(seg, f2);
+}
+END_TEST
+
+/* Requests for --blocker-port follow its route: a cache plugged in front. */
+START_TEST(follows_routes)
+{
+	ck_assert_int_eq(xseg_bind_port(seg, CACHE), 0);
+	ck_assert_int_eq(xseg_set_next_hop(seg, BLOCKER, CACHE), 0);
+	struct xseg_request *req = submit_write(10, 10);
+	struct xseg_request *p = blocker_accept(CACHE, TIMEOUT);
+	ck_assert_msg(p != NULL, "the part did not reach the port in front");
+	ck_assert_str_eq(xseg_get_target(seg, p), "vol_0000000000000000");
+	/* the "cache" passes it on to the blocker behind it */
+	ck_assert_int_eq(xseg_forward(seg, p, CACHE, BLOCKER), (int)BLOCKER);
+	struct xseg_request *q = blocker_accept(BLOCKER, TIMEOUT);
+	ck_assert_ptr_eq(q, p);
+	blocker_answer(q, BLOCKER, 0);
+	struct xseg_request *back;
+	uint64_t deadline = xseg_now_ns() + TIMEOUT * 1000000ull;
+	while (xseg_receive(seg, CACHE, &back, 1) != 1)
+		ck_assert(xseg_now_ns() < deadline);
+	ck_assert_ptr_eq(back, p);
+	ck_assert_int_ge(xseg_respond(seg, back, CACHE), 0);
+	ck_assert_ptr_eq(pt_receive(seg, CLIENT, TIMEOUT), req);
+	ck_assert_uint_eq(req->result, XR_SERVED);
+	xseg_put_request(seg, req);
+	ck_assert_int_eq(xseg_clear_next_hop(seg, BLOCKER), 0);
+}
+END_TEST
+
+/* The blocker goes away: vlmcd answers with an error, it does not hang. */
+START_TEST(blocker_gone)
+{
+	ck_assert_int_eq(xseg_leave_port(seg, BLOCKER), 0);
+	struct xseg_request *req = submit_write(0, 10);
+	ck_assert_ptr_eq(pt_receive(seg, CLIENT, TIMEOUT), req);
+	ck_assert_uint_eq(req->result, XR_FAILED);
+	ck_assert_int_eq(req->error, EHOSTUNREACH);
+	xseg_put_request(seg, req);
+	/* and stops cleanly */
+	int status = pt_stop(vlmcd, SIGTERM, TIMEOUT);
+	ck_assert_msg(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		      "vlmcd status %#x", status);
+}
+END_TEST
+
+/* SIGTERM while a split is out: vlmcd waits for its parts, answers, exits 0. */
+START_TEST(sigterm_waits_for_parts)
+{
+	struct xseg_request *req = submit_write(OBJ - 5, 10);
+	struct xseg_request *a = blocker_accept(BLOCKER, TIMEOUT);
+	ck_assert_ptr_nonnull(a);
+	kill(vlmcd, SIGTERM);
+	usleep(200 * 1000);
+	int status;
+	ck_assert_msg(waitpid(vlmcd, &status, WNOHANG) == 0, "vlmcd left with a part out");
+	blocker_answer(a, BLOCKER, 0);
+	struct xseg_request *b = blocker_accept(BLOCKER, TIMEOUT);
+	ck_assert_ptr_nonnull(b);
+	blocker_answer(b, BLOCKER, 0);
+	ck_assert_ptr_eq(pt_receive(seg, CLIENT, TIMEOUT), req);
+	ck_assert_uint_eq(req->result, XR_SERVED);
+	xseg_put_request(seg, req);
+	status = pt_stop(vlmcd, 0, TIMEOUT);
+	ck_assert_msg(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		      "vlmcd status %#x", status);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("peers_vlmcd");
+	TCase *real = pt_tcase(s, "with_filed", setup_real, 45);
+	tcase_add_test(real, across_object_boundaries);
+	tcase_add_test(real, objects_on_disk);
+	tcase_add_test(real, concurrent_splits);
+	tcase_add_test(real, volume_ends_and_names);
+	tcase_add_test(real, sigterm_both);
+	tcase_add_test(real, options);
+	tcase_add_test(pt_tcase(s, "small_pool", setup_small_pool, 45), small_request_pool);
+	TCase *fake = pt_tcase(s, "fake_blocker", setup_fake, 45);
+	tcase_add_test(fake, exact_split);
+	tcase_add_test(fake, flush_fans_out);
+	tcase_add_test(fake, flushes_in_order);
+	tcase_add_test(fake, follows_routes);
+	tcase_add_test(fake, blocker_gone);
+	tcase_add_test(fake, sigterm_waits_for_parts);
+	return pt_run(s);
+}

@@ -7,5 +7,6 @@ export BUILD=${BUILD:-build}
 BIN=$PWD/$BUILD/bin
 echo "== xtypes (xcache, xworkq)"; "$BIN/xtypes-bench" ${QUICK:+--quick}
 echo; echo "== IPC limit (nulld)"; bench/run-ipc-bench.sh
+echo; echo "== filed directly and through vlmcd"; bench/run-path-bench.sh
 echo; echo "== filed alone vs cached in front of it"
 TMPDIR=${TMPDIR:-/dev/shm} bench/run-cached-bench.sh

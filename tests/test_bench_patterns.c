@@ -4,6 +4,8 @@
  * any block size over the same data.
  */
 #include <check.h>
+
+#include "support/xseg_test_util.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -113,9 +115,5 @@ int main(void)
 	tcase_add_test(tc, full_verify_catches_damage);
 	tcase_add_test(tc, meta_verify_checks_both_signatures);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return xt_run(s);
 }

@@ -3,6 +3,8 @@
  * everything back after a drain, and no slot shared between threads.
  */
 #include <check.h>
+
+#include "support/xseg_test_util.h"
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -100,9 +102,5 @@ int main(void)
 	tcase_add_test(tc, rejects_bad_sizes);
 	tcase_add_test(tc, threads_never_share_a_slot);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return xt_run(s);
 }

@@ -3,6 +3,8 @@
  * transitions, counters, claim/release, spans at the edges, runs.
  */
 #include <check.h>
+
+#include "support/xseg_test_util.h"
 #include <errno.h>
 
 #include "../peers/cached/buckets.c"
@@ -155,9 +157,5 @@ int main(void)
 	tcase_add_test(tc, spans_at_the_edges);
 	tcase_add_test(tc, runs_are_maximal_and_capped);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return xt_run(s);
 }

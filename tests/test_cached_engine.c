@@ -7,6 +7,8 @@
  * real peers are in test_cached_*.sh.)
  */
 #include <check.h>
+
+#include "support/xseg_test_util.h"
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -584,9 +586,5 @@ int main(void)
 	tcase_add_loop_test(tc, threads_share_a_small_cache_consistently, CACHE_WRITEBACK,
 			    CACHE_WRITETHROUGH + 1);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return xt_run(s);
 }

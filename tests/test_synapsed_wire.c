@@ -3,6 +3,8 @@
  * kind of malformed header refused before its lengths are trusted.
  */
 #include <check.h>
+
+#include "support/xseg_test_util.h"
 #include <string.h>
 
 #include "xseg/xseg.h"
@@ -107,9 +109,5 @@ int main(void)
 	tcase_add_test(tc, short_input_needs_more);
 	tcase_add_test(tc, malformed_headers_are_refused);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return xt_run(s);
 }

@@ -92,12 +92,16 @@ int xseg_has_work(struct xseg *s, uint32_t port)
 	return group_has_work(s, leader_of(s, port));
 }
 
-int xseg_wait(struct xseg *s, uint32_t port, uint64_t timeout_ns)
+/* Work is there: queued on the group, or what the caller's `ready` sees. */
+static bool has_work(struct xseg *s, uint32_t leader, bool (*ready)(void *), void *arg)
+{
+	return group_has_work(s, leader) || (ready && ready(arg));
+}
+
+static int wait_on(struct xseg *s, uint32_t port, uint64_t timeout_ns,
+		   bool (*ready)(void *), void *arg)
 {
 	struct timespec ts, *tsp = NULL;
-
-	if (!xseg_port_valid(s, port))
-		return xseg_fail(EINVAL, "wait: port %u out of range", port);
 	uint32_t leader = leader_of(s, port);
 	struct xseg_port_shm *l = &s->ports[leader];
 
@@ -111,13 +115,28 @@ int xseg_wait(struct xseg *s, uint32_t port, uint64_t timeout_ns)
 	 * signaller's fence between its push and its read of waiters. */
 	full_fence();
 	uint32_t seq = atomic_load(&l->wake_seq);
-	if (!group_has_work(s, leader))
+	if (!has_work(s, leader, ready, arg))
 		futex(&l->wake_seq, FUTEX_WAIT, seq, tsp);
 	/* Saturating: a takeover may have reset the count under us. */
 	uint32_t w = atomic_load(&l->waiters);
 	while (w && !atomic_compare_exchange_weak(&l->waiters, &w, w - 1))
 		;
-	return group_has_work(s, leader);
+	return has_work(s, leader, ready, arg);
+}
+
+int xseg_wait(struct xseg *s, uint32_t port, uint64_t timeout_ns)
+{
+	if (!xseg_port_valid(s, port))
+		return xseg_fail(EINVAL, "wait: port %u out of range", port);
+	return wait_on(s, port, timeout_ns, NULL, NULL);
+}
+
+int xseg_signal(struct xseg *s, uint32_t port)
+{
+	if (!xseg_port_valid(s, port))
+		return xseg_fail(EINVAL, "signal: port %u out of range", port);
+	xseg_signal_port(s, port);
+	return 0;
 }
 
 static inline void cpu_relax(void)
@@ -136,7 +155,8 @@ static inline void cpu_relax(void)
  * sched_yield lets any runnable peer on this core go first and costs little
  * when none is waiting.
  */
-int xseg_poll(struct xseg *s, uint32_t port, uint64_t spin_ns, uint64_t timeout_ns)
+int xseg_poll_until(struct xseg *s, uint32_t port, uint64_t spin_ns, uint64_t timeout_ns,
+		    bool (*ready)(void *), void *arg)
 {
 	if (!xseg_port_valid(s, port))
 		return xseg_fail(EINVAL, "poll: port %u out of range", port);
@@ -145,7 +165,7 @@ int xseg_poll(struct xseg *s, uint32_t port, uint64_t spin_ns, uint64_t timeout_
 		uint64_t start = xseg_now_ns();
 		for (;;) {
 			for (int i = 0; i < 64; i++) {
-				if (group_has_work(s, leader))
+				if (has_work(s, leader, ready, arg))
 					return 1;
 				cpu_relax();
 			}
@@ -154,5 +174,10 @@ int xseg_poll(struct xseg *s, uint32_t port, uint64_t spin_ns, uint64_t timeout_
 			sched_yield();
 		}
 	}
-	return xseg_wait(s, port, timeout_ns);
+	return wait_on(s, port, timeout_ns, ready, arg);
+}
+
+int xseg_poll(struct xseg *s, uint32_t port, uint64_t spin_ns, uint64_t timeout_ns)
+{
+	return xseg_poll_until(s, port, spin_ns, timeout_ns, NULL, NULL);
 }

@@ -54,6 +54,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <urcu/wfcqueue.h>
+
 #include "xseg/xseg.h"
 
 #ifdef __cplusplus
@@ -73,10 +75,12 @@ typedef void (*peer_reply_fn)(struct peer_thread *t, struct xseg_request *req, v
 struct peer_work;
 typedef void (*peer_work_fn)(struct peer_thread *t, struct peer_work *w);
 
-/* Embed one in the object that needs a retry; the runtime links it. */
+/* Embed one in the object that needs a retry or a hand-over; the runtime
+ * links it (the fields are the runtime's). */
 struct peer_work {
 	peer_work_fn fn;
-	struct peer_work *next;
+	struct peer_work *next;           /* peer_defer's list */
+	struct cds_wfcq_node post_node;   /* peer_post's queue */
 };
 
 /* Bit for an op in peer_ops.supported_ops. */
@@ -226,6 +230,16 @@ int peer_forward(struct peer_thread *t, struct xseg_request *req, uint32_t dst,
  * Deferred work keeps a stopping peer alive until it has run.
  */
 void peer_defer(struct peer_thread *t, struct peer_work *w, peer_work_fn fn);
+
+/*
+ * Runs fn(t, w) soon on one of the peer's worker threads, waking one that
+ * sleeps. Safe from any thread of the process: this is how a thread of the
+ * peer's own (a socket loop, a library's completion callback) hands work to
+ * the workers, which alone may touch requests. Everything the caller wrote
+ * before peer_post is visible to fn. Posted work keeps a stopping peer
+ * alive until it has run; `w` must stay valid until fn starts.
+ */
+void peer_post(struct peer *p, struct peer_work *w, peer_work_fn fn);
 
 /* ---- logging --------------------------------------------------------------- */
 

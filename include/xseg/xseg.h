@@ -25,6 +25,7 @@
 #ifndef XSEG_XSEG_H
 #define XSEG_XSEG_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stddef.h>
 #include <sys/types.h>
@@ -300,6 +301,19 @@ int xseg_has_work(struct xseg *seg, uint32_t port);
  */
 int xseg_poll(struct xseg *seg, uint32_t port, uint64_t spin_ns,
 	      uint64_t timeout_ns);
+
+/*
+ * For a process that also gets work from outside the segment (its own
+ * threads): like xseg_poll, but `ready(arg)` is work too. Checked after the
+ * sleeper registered, so work made visible before xseg_signal(seg, port) is
+ * never missed. `ready` must be cheap and must not block.
+ */
+int xseg_poll_until(struct xseg *seg, uint32_t port, uint64_t spin_ns,
+		    uint64_t timeout_ns, bool (*ready)(void *), void *arg);
+
+/* Wakes one thread sleeping on port's group (after work was queued for it
+ * outside the segment). Costs no system call when nobody sleeps. */
+int xseg_signal(struct xseg *seg, uint32_t port);
 
 /* ---- names ----------------------------------------------------------------- */
 

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "runtime.h"
+#include "xtypes/xannotate.h"
 
 /* How long an idle worker sleeps before it looks at the stop flag again. */
 #define IDLE_WAIT_NS   (100ull * 1000 * 1000)
@@ -229,6 +230,49 @@ static void run_deferred(struct peer_thread *t)
 	}
 }
 
+/* ---- work posted from other threads ------------------------------------------------ */
+
+void peer_post(struct peer *p, struct peer_work *w, peer_work_fn fn)
+{
+	w->fn = fn;
+	cds_wfcq_node_init(&w->post_node);
+	atomic_fetch_add(&p->deferred, 1);
+	/* TSan does not see liburcu's ordering: model the hand-over. */
+	xannotate_happens_before(w);
+	cds_wfcq_enqueue(&p->post_head, &p->post_tail, &w->post_node);
+	xseg_signal(p->seg, p->cfg.port_first);
+}
+
+static bool posted_ready(void *arg)
+{
+	struct peer *p = arg;
+	return !cds_wfcq_empty(&p->post_head, &p->post_tail);
+}
+
+/* Takes everything posted so far (one worker at a time) and runs it here. */
+static bool run_posted(struct peer_thread *t)
+{
+	struct peer *p = t->peer;
+	struct __cds_wfcq_head head;
+	struct cds_wfcq_tail tail;
+	struct cds_wfcq_node *node, *next;
+	bool ran = false;
+
+	if (!posted_ready(p) || pthread_mutex_trylock(&p->post_drain) != 0)
+		return false;
+	__cds_wfcq_init(&head, &tail);
+	__cds_wfcq_splice_blocking(&head, &tail, &p->post_head, &p->post_tail);
+	pthread_mutex_unlock(&p->post_drain);
+	__cds_wfcq_for_each_blocking_safe(&head, &tail, node, next) {
+		struct peer_work *w = caa_container_of(node, struct peer_work, post_node);
+		xannotate_happens_after(w);
+		w->fn(t, w);   /* may free or post w again */
+		atomic_fetch_sub(&p->deferred, 1);
+		ran = true;
+	}
+	return ran;
+}
+
 /* ---- workers ---------------------------------------------------------------------- */
 
 static void dispatch(struct peer_thread *t, struct xseg_request *req)
@@ -296,6 +340,8 @@ static void *worker(void *arg)
 		}
 		if (t->deferred)
 			run_deferred(t);
+		if (run_posted(t))
+			work++;
 		if (stopping && !t->deferred && drained(p))
 			break;
 		if (work)
@@ -306,9 +352,11 @@ static void *worker(void *arg)
 			struct timespec ts = { 0, 200 * 1000 };
 			nanosleep(&ts, NULL);
 		} else if (t->deferred) {
-			xseg_poll(p->seg, p->cfg.port_first, 0, RETRY_WAIT_NS);
+			xseg_poll_until(p->seg, p->cfg.port_first, 0, RETRY_WAIT_NS,
+					posted_ready, p);
 		} else {
-			xseg_poll(p->seg, p->cfg.port_first, p->cfg.spin_ns, IDLE_WAIT_NS);
+			xseg_poll_until(p->seg, p->cfg.port_first, p->cfg.spin_ns,
+					IDLE_WAIT_NS, posted_ready, p);
 		}
 	}
 	if (ops->thread_fini)
@@ -392,6 +440,8 @@ int peer_main(int argc, char **argv, const struct peer_ops *ops, void *priv)
 	sigset_t set;
 
 	memset(p, 0, sizeof(*p));
+	__cds_wfcq_init(&p->post_head, &p->post_tail);
+	pthread_mutex_init(&p->post_drain, NULL);
 	p->ops = ops;
 	p->priv = priv;
 	peer_log_setup(ops->name, PEER_LOG_WARN);

@@ -61,6 +61,10 @@ struct peer {
 	_Atomic uint64_t accepted;        /* accepted, not yet answered */
 	_Atomic uint64_t outstanding;     /* sends and forwards not yet back */
 	_Atomic uint64_t deferred;        /* peer_work items not yet run */
+	/* peer_post: any thread enqueues, one worker at a time drains. */
+	struct __cds_wfcq_head post_head;
+	struct cds_wfcq_tail post_tail;
+	pthread_mutex_t post_drain;
 	_Atomic unsigned running;         /* worker threads not yet ended */
 };
 

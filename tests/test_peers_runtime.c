@@ -1,0 +1,220 @@
+/*
+ * The peer runtime's hand-over from a thread of the peer's own to its
+ * workers (peer_post): a forked child runs peer_main with a "relay" peer
+ * whose on_request gives each request to a completer thread; that thread
+ * posts it back and a worker answers it. The parent is the client.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "peer/peer.h"
+#include "support/peer_test_util.h"
+#include "support/xseg_test_util.h"
+
+#define CLIENT 0
+#define RELAY  1
+#define TIMEOUT 20000
+
+/* ---- the relay peer (runs in the child) ---------------------------------------- */
+
+struct relayed {
+	struct peer_work work;
+	struct xseg_request *req;
+	struct relayed *next;
+};
+
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct relayed *head, **tail;
+	unsigned delay_us;     /* the completer waits this long per batch */
+	struct peer *peer;
+	bool quit;
+	pthread_t tid;
+} relay = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0, NULL,
+	    false, 0 };
+
+static void answer(struct peer_thread *t, struct peer_work *w)
+{
+	struct relayed *r = (struct relayed *)w;
+	r->req->serviced = r->req->size;
+	peer_complete(t, r->req);
+	free(r);
+}
+
+/* Not a worker: may not touch requests, only post them back. */
+static void *completer(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&relay.lock);
+	for (;;) {
+		while (!relay.head && !relay.quit)
+			pthread_cond_wait(&relay.cond, &relay.lock);
+		if (!relay.head && relay.quit)
+			break;
+		struct relayed *list = relay.head;
+		relay.head = NULL;
+		relay.tail = &relay.head;
+		pthread_mutex_unlock(&relay.lock);
+		if (relay.delay_us)
+			usleep(relay.delay_us);
+		while (list) {
+			struct relayed *next = list->next;
+			peer_post(relay.peer, &list->work, answer);
+			list = next;
+		}
+		pthread_mutex_lock(&relay.lock);
+	}
+	pthread_mutex_unlock(&relay.lock);
+	return NULL;
+}
+
+static void relay_request(struct peer_thread *t, struct xseg_request *req)
+{
+	struct relayed *r = calloc(1, sizeof(*r));
+	if (!r) {
+		peer_fail(t, req, ENOMEM);
+		return;
+	}
+	r->req = req;
+	pthread_mutex_lock(&relay.lock);
+	*relay.tail = r;
+	relay.tail = &r->next;
+	pthread_cond_signal(&relay.cond);
+	pthread_mutex_unlock(&relay.lock);
+}
+
+static int relay_init(struct peer *p)
+{
+	relay.peer = p;
+	relay.tail = &relay.head;
+	return pthread_create(&relay.tid, NULL, completer, NULL) ? -1 : 0;
+}
+
+static void relay_fini(struct peer *p)
+{
+	(void)p;
+	pthread_mutex_lock(&relay.lock);
+	relay.quit = true;
+	pthread_cond_signal(&relay.cond);
+	pthread_mutex_unlock(&relay.lock);
+	pthread_join(relay.tid, NULL);
+}
+
+static const struct peer_ops relay_ops = {
+	.name = "relay",
+	.summary = "test peer: answers every request from another thread",
+	.init = relay_init,
+	.fini = relay_fini,
+	.on_request = relay_request,
+	.default_threads = 2,
+};
+
+/* ---- the client (the test) ----------------------------------------------------- */
+
+static struct xseg *seg;
+static char segname[64];
+static pid_t child;
+
+static void start_relay(unsigned delay_us, const char *spin_us)
+{
+	seg = pt_segment(segname, sizeof(segname), 4, 512, 8u << 20);
+	ck_assert_int_eq(xseg_bind_port(seg, CLIENT), 0);
+	child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		char *argv[] = { "relay", "--segment", segname, "--port", "1",
+				 "--spin-us", (char *)spin_us, NULL };
+		relay.delay_us = delay_us;
+		_exit(peer_main(7, argv, &relay_ops, NULL));   /* not the parent's atexit */
+	}
+	pt_track_pid(child);
+	ck_assert_int_eq(pt_wait_bound(seg, RELAY, child, TIMEOUT), 0);
+}
+
+/* Keeps `depth` requests in flight until `total` were answered. */
+static void run_load(unsigned total, unsigned depth)
+{
+	unsigned sent = 0, answered = 0;
+	while (answered < total) {
+		while (sent < total && sent - answered < depth) {
+			struct pt_req r = { .op = X_READ, .target = "obj", .size = 64 + sent % 7 };
+			ck_assert_msg(pt_submit(seg, CLIENT, RELAY, &r), "submit: %s",
+				      xseg_last_error());
+			sent++;
+		}
+		struct xseg_request *req = pt_receive(seg, CLIENT, TIMEOUT);
+		ck_assert_msg(req, "no reply after %u of %u", answered, total);
+		ck_assert_uint_eq(req->result, XR_SERVED);
+		ck_assert_uint_eq(req->serviced, req->size);
+		struct pt_req done = { 0 };
+		pt_finish(seg, req, &done);
+		answered++;
+	}
+}
+
+START_TEST(posted_work_answers_every_request)
+{
+	start_relay(0, "20");
+	run_load(xt_scaled(20000, 500), 64);
+	ck_assert_int_eq(pt_stop(child, SIGTERM, TIMEOUT), 0);
+}
+END_TEST
+
+/* With no spinning, each request finds the workers asleep: a post that did
+ * not wake one would cost the 100 ms idle timeout per request, so 100 of
+ * them taking over 5 s means a lost wake-up (not a speed check). */
+START_TEST(post_wakes_a_sleeping_worker)
+{
+	start_relay(0, "0");
+	uint64_t start = xseg_now_ns();
+	run_load(100, 1);
+	uint64_t ms = (xseg_now_ns() - start) / 1000000;
+	ck_assert_msg(ms < 5000, "100 sequential requests took %llu ms: lost wake-ups",
+		      (unsigned long long)ms);
+	ck_assert_int_eq(pt_stop(child, SIGTERM, TIMEOUT), 0);
+}
+END_TEST
+
+/* SIGTERM while every request sits in the completer thread: the stop waits
+ * for the posts, all are answered, exit 0. */
+START_TEST(stop_waits_for_posted_work)
+{
+	enum { N = 32 };
+	start_relay(300 * 1000, "20");
+	for (int i = 0; i < N; i++) {
+		struct pt_req r = { .op = X_READ, .target = "obj", .size = 512 };
+		ck_assert(pt_submit(seg, CLIENT, RELAY, &r));
+	}
+	/* let the relay accept them (they are in the completer's sleep) */
+	usleep(100 * 1000);
+	kill(child, SIGTERM);
+	int answered = 0;
+	while (answered < N) {
+		struct xseg_request *req = pt_receive(seg, CLIENT, TIMEOUT);
+		ck_assert_msg(req, "no reply after %d of %d", answered, N);
+		ck_assert_uint_eq(req->result, XR_SERVED);
+		struct pt_req done = { 0 };
+		pt_finish(seg, req, &done);
+		answered++;
+	}
+	int status = pt_stop(child, SIGTERM, TIMEOUT);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("peers_runtime");
+	TCase *tc = pt_tcase(s, "post", NULL, 120);
+	tcase_add_test(tc, posted_work_answers_every_request);
+	tcase_add_test(tc, post_wakes_a_sleeping_worker);
+	tcase_add_test(tc, stop_waits_for_posted_work);
+	return pt_run(s);
+}

@@ -92,16 +92,15 @@ static void free_list(struct frame *f)
  * connection) and frees the replies (their requester lost them). */
 static void keep_requests(struct frame_queue *q)
 {
-	struct frame_queue keep;
-	struct frame *f;
-	frame_queue_init(&keep);
-	while ((f = frame_queue_pop(q))) {
+	struct frame *f, *all = q->head;
+	frame_queue_init(q);
+	while ((f = all)) {
+		all = f->next;
 		if (f->slot_id)
-			frame_queue_push(&keep, f);
+			frame_queue_push(q, f);
 		else
 			free(f);
 	}
-	*q = keep;
 }
 
 static void close_conn(uint32_t ci, const char *why, int err)
@@ -429,6 +428,13 @@ static void accept_all(void)
 	}
 }
 
+/* A connect failed: until one succeeds, requests fail at once. */
+static void remote_unreachable(int err)
+{
+	atomic_store(&S.remote_down, err > 0 ? err : ECONNREFUSED);
+	outbound_fail_queued(err > 0 ? err : ECONNREFUSED);
+}
+
 static void remote_connect(uint64_t now)
 {
 	struct conn *c = &S.conns[REMOTE_CONN];
@@ -444,6 +450,7 @@ static void remote_connect(uint64_t now)
 	c->retry_at_ns = now + S.timeout_ns;   /* the connect's deadline */
 	int rc = connect(fd, (struct sockaddr *)&S.remote_addr.ss, S.remote_addr.len);
 	if (rc < 0 && errno != EINPROGRESS) {
+		int errno_saved = errno;
 		char why[128];
 		snprintf(why, sizeof(why), "cannot connect: %s; retrying", strerror(errno));
 		c->fd = -1;
@@ -451,6 +458,7 @@ static void remote_connect(uint64_t now)
 		if (!c->warned_down)
 			peer_warn("%s: %s", c->peer, why);
 		c->warned_down = true;
+		remote_unreachable(errno_saved);
 		c->connecting = false;
 		c->retry_at_ns = now + c->backoff_ns;
 		c->backoff_ns = c->backoff_ns * 2 < BACKOFF_MAX_NS ? c->backoff_ns * 2 : BACKOFF_MAX_NS;
@@ -473,11 +481,13 @@ static void remote_connected(void)
 				  strerror(err));
 		c->warned_down = true;
 		close_conn(REMOTE_CONN, strerror(err), ECONNRESET);
+		remote_unreachable(err);
 		return;
 	}
 	c->connecting = false;
 	c->warned_down = false;
 	c->backoff_ns = BACKOFF_MIN_NS;
+	atomic_store(&S.remote_down, 0);
 	conn_up(c);
 	peer_info("connected to %s", c->peer);
 	set_events(c, REMOTE_CONN, EPOLLIN);
@@ -541,8 +551,10 @@ static void *net_loop(void *arg)
 		if (S.have_remote && !atomic_load(&S.quit)) {
 			if (remote->fd < 0 && now >= remote->retry_at_ns)
 				remote_connect(now);
-			else if (remote->connecting && now >= remote->retry_at_ns)
+			else if (remote->connecting && now >= remote->retry_at_ns) {
 				close_conn(REMOTE_CONN, "connect timed out", ETIMEDOUT);
+				remote_unreachable(ETIMEDOUT);
+			}
 		}
 		int timeout_ms = (int)(SWEEP_NS / 1000000);
 		int n = epoll_wait(epfd, evs, 64, timeout_ms);

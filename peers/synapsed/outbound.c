@@ -48,8 +48,10 @@ void outbound_on_request(struct peer_thread *t, struct xseg_request *req)
 	const char *target = xseg_get_target(seg, req);
 	uint32_t tl = target ? req->targetlen : 0;
 
-	if (!S.have_remote) {
-		peer_fail(t, req, ENOTCONN);
+	int down = S.have_remote ? atomic_load(&S.remote_down) : ENOTCONN;
+	if (down) {
+		/* the remote is known unreachable: no waiting for the timeout */
+		peer_fail(t, req, down);
 		return;
 	}
 	if (out > req->datalen) {
@@ -217,6 +219,21 @@ void outbound_expire(uint64_t now_ns)
 			  "is unreachable" : "timed out");
 		finish_locked(s, XR_FAILED, shutdown ? ESHUTDOWN : ETIMEDOUT);
 	}
+	pthread_mutex_unlock(&S.lock);
+}
+
+void outbound_fail_queued(int err)
+{
+	pthread_mutex_lock(&S.lock);
+	uint32_t idx = S.slots.head;
+	while (idx != SLOT_NONE) {
+		struct slot *s = &S.slots.slots[idx];
+		idx = s->next;
+		if (s->state == SLOT_QUEUED)
+			finish_locked(s, XR_FAILED, err);
+	}
+	frame_queue_free(&S.conns[REMOTE_CONN].small);
+	frame_queue_free(&S.conns[REMOTE_CONN].large);
 	pthread_mutex_unlock(&S.lock);
 }
 

@@ -95,6 +95,8 @@ struct synapsed {
 	struct conn conns[MAX_CONNS];
 	int wake_fd;            /* eventfd: workers -> network thread */
 	_Atomic int wake_pending;
+	_Atomic int remote_down;  /* errno of the last failed connect, 0 when up or
+				   * trying: requests then fail at once */
 	_Atomic int stopping;   /* the peer is stopping: serve no new requests */
 	_Atomic int quit;       /* the network thread ends */
 	pthread_t net_thread;
@@ -134,6 +136,9 @@ void outbound_reply_done(struct conn *c, uint32_t ci, const struct wire_header *
 /* Net thread: fails what timed out; drops a connection that stopped
  * answering. Returns the next deadline (ns) or 0. */
 void outbound_expire(uint64_t now_ns);
+/* Net thread: the remote is unreachable: fails every request still
+ * waiting to be sent with `err` and drops their frames. */
+void outbound_fail_queued(int err);
 /* Net thread: connection ci closed; fails its requests with `err`. */
 void outbound_conn_closed(uint32_t ci, uint32_t old_gen, int err);
 

@@ -42,11 +42,13 @@ int inbound_request_header(struct conn *c, uint32_t ci, const struct wire_header
 /* Queues a reply frame on the request's connection and forgets `in`. */
 static void send_reply(struct inbound *in, struct frame *f)
 {
-	bool queued = false;
+	bool queued = false, resume = false;
+	uint32_t ci = in->conn;
 	pthread_mutex_lock(&S.lock);
-	struct conn *c = &S.conns[in->conn];
-	if (c->gen == in->conn_gen && c->incoming)
-		c->incoming--;
+	struct conn *c = &S.conns[ci];
+	if (c->gen == in->conn_gen && c->incoming) {
+		resume = c->incoming-- == MAX_INCOMING;
+	}
 	if (f)
 		queued = conn_queue_locked(c, in->conn_gen, f);
 	pthread_mutex_unlock(&S.lock);
@@ -54,8 +56,10 @@ static void send_reply(struct inbound *in, struct frame *f)
 		peer_error("no memory for the reply to request id %#" PRIx64 ": its requester "
 			   "will time out", in->h.id);
 	free(in);
-	(void)queued;
-	net_wake();   /* also: a paused connection may read again */
+	if (queued)
+		conn_kick(ci);
+	if (resume)
+		net_wake();   /* the connection was not read: it may be again */
 }
 
 static void reply_failed(struct inbound *in, int err)

@@ -52,6 +52,7 @@ void net_wake(void)
 	}
 }
 
+/* wlock held. */
 static void set_events(struct conn *c, uint32_t ci, uint32_t events)
 {
 	if (c->events == events)
@@ -108,17 +109,21 @@ static void close_conn(uint32_t ci, const char *why, int err)
 	struct conn *c = &S.conns[ci];
 	uint64_t now = xseg_now_ns();
 
+	if (c->fd >= 0 && (ci != REMOTE_CONN || !c->connecting || !c->warned_down))
+		peer_warn("connection %s closed: %s", c->peer, why);
+	pthread_mutex_lock(&c->wlock);
 	if (c->fd >= 0) {
-		if (ci != REMOTE_CONN || !c->connecting || !c->warned_down)
-			peer_warn("connection %s closed: %s", c->peer, why);
 		epoll_ctl(epfd, EPOLL_CTL_DEL, c->fd, NULL);
 		close(c->fd);
 	}
 	c->fd = -1;
 	c->events = 0;
+	c->writable = false;
+	c->write_err = 0;
 	c->read_paused = false;
 	free_list(c->writing);
 	c->writing = NULL;
+	pthread_mutex_unlock(&c->wlock);
 	if (c->in_body) {
 		free(c->body_owner ? c->body_owner : c->body);
 		c->in_body = false;
@@ -192,10 +197,11 @@ static void take_frames(struct conn *c, uint32_t ci)
 	pthread_mutex_unlock(&S.lock);
 }
 
-/* Writes what it can; 0, or -1 when the connection failed. */
-static int conn_write(struct conn *c, uint32_t ci)
+/* Writes what it can (wlock held); on a failure the connection is left
+ * for the network thread to close. */
+static void conn_write_locked(struct conn *c, uint32_t ci)
 {
-	for (;;) {
+	while (c->writable) {
 		take_frames(c, ci);
 		if (!c->writing)
 			break;
@@ -210,11 +216,13 @@ static int conn_write(struct conn *c, uint32_t ci)
 			if (errno == EINTR)
 				continue;
 			if (errno == EAGAIN || errno == EWOULDBLOCK) {
-				set_events(c, ci, EPOLLIN * !c->read_paused | EPOLLOUT);
-				return 0;
+				set_events(c, ci, (c->read_paused ? 0 : EPOLLIN) | EPOLLOUT);
+				return;
 			}
-			close_conn(ci, strerror(errno), errno == ETIMEDOUT ? ETIMEDOUT : ECONNRESET);
-			return -1;
+			c->writable = false;
+			c->write_err = errno;
+			net_wake();
+			return;
 		}
 		size_t left = (size_t)w;
 		while (c->writing && left >= c->writing->len - c->writing->done) {
@@ -227,7 +235,39 @@ static int conn_write(struct conn *c, uint32_t ci)
 			c->writing->done += left;
 	}
 	set_events(c, ci, c->read_paused ? 0 : EPOLLIN);
-	return 0;
+}
+
+static bool has_queued(struct conn *c)
+{
+	pthread_mutex_lock(&S.lock);
+	bool any = c->small.head || c->large.head;
+	pthread_mutex_unlock(&S.lock);
+	return any;
+}
+
+void conn_kick(uint32_t ci)
+{
+	struct conn *c = &S.conns[ci];
+	for (;;) {
+		/* Busy: the holder looks at the queues again after unlocking. */
+		if (pthread_mutex_trylock(&c->wlock) != 0)
+			return;
+		bool can = c->writable && !(c->events & EPOLLOUT);
+		if (can)
+			conn_write_locked(c, ci);
+		pthread_mutex_unlock(&c->wlock);
+		if (!can || !has_queued(c))
+			return;
+	}
+}
+
+/* The socket can take more (EPOLLOUT). */
+static void conn_writable(struct conn *c, uint32_t ci)
+{
+	pthread_mutex_lock(&c->wlock);
+	conn_write_locked(c, ci);
+	pthread_mutex_unlock(&c->wlock);
+	conn_kick(ci);
 }
 
 /* ---- reading --------------------------------------------------------------- */
@@ -303,8 +343,10 @@ static int conn_read(struct conn *c, uint32_t ci)
 		for (;;) {
 			if (!c->in_body) {
 				if (must_pause(c)) {
+					pthread_mutex_lock(&c->wlock);
 					c->read_paused = true;
 					set_events(c, ci, c->events & ~(uint32_t)EPOLLIN);
+					pthread_mutex_unlock(&c->wlock);
 					return 0;
 				}
 				int rc = take_header(c, ci);
@@ -415,9 +457,12 @@ static void accept_all(void)
 		}
 		tune_socket(fd);
 		c->used = true;
+		snprintf(c->peer, sizeof(c->peer), "%s", who);
+		pthread_mutex_lock(&c->wlock);
 		c->fd = fd;
 		c->events = EPOLLIN;
-		snprintf(c->peer, sizeof(c->peer), "%s", who);
+		c->writable = true;
+		pthread_mutex_unlock(&c->wlock);
 		if (add_fd(fd, ci, EPOLLIN) < 0) {
 			peer_error("epoll_ctl: %s", strerror(errno));
 			close_conn(ci, "cannot watch it", ECONNRESET);
@@ -445,7 +490,9 @@ static void remote_connect(uint64_t now)
 		return;
 	}
 	tune_socket(fd);
+	pthread_mutex_lock(&c->wlock);
 	c->fd = fd;
+	pthread_mutex_unlock(&c->wlock);
 	c->connecting = true;
 	c->retry_at_ns = now + S.timeout_ns;   /* the connect's deadline */
 	int rc = connect(fd, (struct sockaddr *)&S.remote_addr.ss, S.remote_addr.len);
@@ -453,7 +500,9 @@ static void remote_connect(uint64_t now)
 		int errno_saved = errno;
 		char why[128];
 		snprintf(why, sizeof(why), "cannot connect: %s; retrying", strerror(errno));
+		pthread_mutex_lock(&c->wlock);
 		c->fd = -1;
+		pthread_mutex_unlock(&c->wlock);
 		close(fd);
 		if (!c->warned_down)
 			peer_warn("%s: %s", c->peer, why);
@@ -464,7 +513,9 @@ static void remote_connect(uint64_t now)
 		c->backoff_ns = c->backoff_ns * 2 < BACKOFF_MAX_NS ? c->backoff_ns * 2 : BACKOFF_MAX_NS;
 		return;
 	}
+	pthread_mutex_lock(&c->wlock);
 	c->events = EPOLLOUT;
+	pthread_mutex_unlock(&c->wlock);
 	add_fd(fd, REMOTE_CONN, EPOLLOUT);
 }
 
@@ -490,40 +541,44 @@ static void remote_connected(void)
 	atomic_store(&S.remote_down, 0);
 	conn_up(c);
 	peer_info("connected to %s", c->peer);
+	pthread_mutex_lock(&c->wlock);
+	c->writable = true;
 	set_events(c, REMOTE_CONN, EPOLLIN);
-	conn_write(c, REMOTE_CONN);
+	pthread_mutex_unlock(&c->wlock);
+	conn_kick(REMOTE_CONN);
 }
 
-static bool has_queued(struct conn *c)
-{
-	pthread_mutex_lock(&S.lock);
-	bool any = c->small.head || c->large.head;
-	pthread_mutex_unlock(&S.lock);
-	return any || c->writing;
-}
-
-/* Writes every live connection's queue; resumes paused readers. */
+/* Closes connections whose writes failed, resumes paused readers and
+ * writes what is queued. */
 static void service_conns(void)
 {
 	for (uint32_t ci = 0; ci < MAX_CONNS; ci++) {
 		struct conn *c = &S.conns[ci];
 		if (c->fd < 0 || c->connecting)
 			continue;
-		if (c->read_paused && !must_pause(c)) {
+		pthread_mutex_lock(&c->wlock);
+		int err = c->write_err;
+		bool resume = c->read_paused && !err && !must_pause(c);
+		if (resume) {
 			c->read_paused = false;
 			set_events(c, ci, c->events | EPOLLIN);
-			if (conn_read(c, ci) < 0)
-				continue;
 		}
-		if (!(c->events & EPOLLOUT) && has_queued(c))
-			conn_write(c, ci);
+		pthread_mutex_unlock(&c->wlock);
+		if (err) {
+			close_conn(ci, strerror(err), err == ETIMEDOUT ? ETIMEDOUT : ECONNRESET);
+			continue;
+		}
+		if (resume && conn_read(c, ci) < 0)
+			continue;
+		conn_kick(ci);
 	}
 }
 
 static bool anything_queued(void)
 {
 	for (uint32_t ci = 0; ci < MAX_CONNS; ci++)
-		if (S.conns[ci].fd >= 0 && !S.conns[ci].connecting && has_queued(&S.conns[ci]))
+		if (S.conns[ci].fd >= 0 && !S.conns[ci].connecting &&
+		    (has_queued(&S.conns[ci]) || S.conns[ci].writing))
 			return true;
 	return false;
 }
@@ -587,7 +642,7 @@ static void *net_loop(void *arg)
 			if ((ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) && conn_read(c, ci) < 0)
 				continue;
 			if (ev & EPOLLOUT)
-				conn_write(c, ci);
+				conn_writable(c, ci);
 		}
 		service_conns();
 	}
@@ -609,6 +664,7 @@ int net_start(void)
 		struct conn *c = &S.conns[ci];
 		c->fd = -1;
 		c->gen = 1;
+		pthread_mutex_init(&c->wlock, NULL);
 		frame_queue_init(&c->small);
 		frame_queue_init(&c->large);
 	}

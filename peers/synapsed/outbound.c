@@ -100,7 +100,7 @@ void outbound_on_request(struct peer_thread *t, struct xseg_request *req)
 	 * failed ETIMEDOUT at the deadline. */
 	frame_queue_push(f->len <= SMALL_FRAME ? &c->small : &c->large, f);
 	pthread_mutex_unlock(&S.lock);
-	net_wake();
+	conn_kick(REMOTE_CONN);
 }
 
 /* On a worker: answer the xseg request with the slot's outcome. */

@@ -10,8 +10,9 @@
  * received frames to the workers with peer_post.
  *
  * Locking. S.lock guards the slot table, every connection's `gen`, `up`,
- * queues and `incoming`; the rest of a connection belongs to the network
- * thread.
+ * queues and `incoming`; a connection's wlock guards writing to its socket;
+ * the rest of a connection belongs to the network thread. Lock order:
+ * wlock, then S.lock.
  */
 #ifndef SYNAPSED_H
 #define SYNAPSED_H
@@ -57,14 +58,20 @@ struct conn {
 	bool large_turn;       /* alternation between the queues */
 	uint32_t incoming;     /* requests from it not yet replied to */
 
-	/* network thread only */
+	/* under wlock: writing, by whichever thread gets there (a worker that
+	 * just queued a frame writes it itself; no hand-off, no wake-up) */
+	pthread_mutex_t wlock;
+	bool writable;         /* connected, no write error */
+	int write_err;         /* a write failed: the network thread closes it */
+	bool read_paused;
+	uint32_t events;       /* epoll interest now */
+	struct frame *writing; /* frames taken from the queues, being written */
+
+	/* network thread only (fd also under wlock when it changes) */
 	int fd;                /* -1 when closed */
 	bool used;             /* a slot in S.conns in use (inbound) */
 	bool connecting;
-	bool read_paused;
-	uint32_t events;       /* epoll interest now */
 	char peer[ADDR_TEXT_MAX];
-	struct frame *writing; /* frames taken from the queues, being written */
 	uint64_t last_rx_ns;
 	/* reading: a header in rbuf, then the frame's body */
 	uint8_t *rbuf;
@@ -122,8 +129,11 @@ struct frame *frame_failed_reply(const struct wire_header *req, int err);
 /* net.c */
 int net_start(void);
 void net_stop(void);
-/* Tells the network thread that frames were queued. Any thread. */
+/* Wakes the network thread (a connection to close or to read again). */
 void net_wake(void);
+/* Writes connection ci's queued frames now if nobody else is writing;
+ * any thread. */
+void conn_kick(uint32_t ci);
 
 /* outbound.c: requests to the --remote synapsed */
 void outbound_on_request(struct peer_thread *t, struct xseg_request *req);

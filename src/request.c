@@ -166,6 +166,9 @@ int xseg_prep_request(struct xseg *s, struct xseg_request *req,
 			return xseg_fail(ENOMEM, "prep request: heap has no free block of %llu bytes",
 					 (unsigned long long)need);
 		xannotate_happens_after(&tsan_handoff);
+		/* Splitting a block wrote free links into the heap that another
+		 * process may allocate and fill before we release anything else. */
+		xannotate_happens_before(&tsan_handoff);
 		req->buffer = (uint64_t)off;
 		req->bufferlen = got;
 	}

@@ -30,8 +30,8 @@ wait_log() {
 	fail "'$2' never appeared in $(basename "$1")"
 }
 
-# scaled SIZE_IN_K: SIZE * SCALE, in K, at least 256K.
-scaled() { python3 -c "print(max(256, int($1 * $SCALE)) // 64 * 64)"; }
+# scaled SIZE_IN_K: SIZE * SCALE, in K, a multiple of 1M, at least 1M.
+scaled() { python3 -c "print(max(1024, int($1 * $SCALE)) // 1024 * 1024)"; }
 
 # bench_ok SEGMENT PORT TARGET_PORT ARGS...: a verified run, 0 failed/corrupted.
 bench_ok() {

@@ -68,4 +68,5 @@ for _ in $(seq 150); do
 done
 [ $ok = 1 ] || fail "no traffic after the link came back"
 bench_ok "$SEG" 10 2 --op read --pattern rand --total-size "$T" --block-size 64K --iodepth 16 --seed 1
+grep -l "Sanitizer" "$DIR"/*.log && fail "a sanitizer reported an error (logs above)"
 echo "synapsed across namespaces: ok"

@@ -181,7 +181,10 @@ static void issue(struct peer_thread *t, struct cmd *cmd)
 		if (!r) {
 			/* An empty pool or heap is retried by the last hold. */
 			int err = errno;
-			if ((err != ENOBUFS && err != ENOMEM) || xseg_now_ns() >= cmd->deadline_ns) {
+			pthread_mutex_lock(&cmd->lock);
+			uint64_t deadline = cmd->deadline_ns;
+			pthread_mutex_unlock(&cmd->lock);
+			if ((err != ENOBUFS && err != ENOMEM) || xseg_now_ns() >= deadline) {
 				peer_warn("export %s: no request for the path: %s", cmd->exp->name,
 					  strerror(err));
 				note_error(cmd, err);
@@ -195,6 +198,8 @@ static void issue(struct peer_thread *t, struct cmd *cmd)
 		if (claimed) {
 			cmd->issued += len;
 			cmd->holds++;
+			/* Progress: the retry limit counts from the last chunk out. */
+			cmd->deadline_ns = xseg_now_ns() + RETRY_LIMIT_NS;
 		}
 		pthread_mutex_unlock(&cmd->lock);
 		if (!claimed) {
@@ -223,8 +228,8 @@ static void issue(struct peer_thread *t, struct cmd *cmd)
 static void start(struct peer_thread *t, struct peer_work *w)
 {
 	struct cmd *cmd = cmd_of(w);
-	cmd->deadline_ns = xseg_now_ns() + RETRY_LIMIT_NS;
 	pthread_mutex_lock(&cmd->lock);
+	cmd->deadline_ns = xseg_now_ns() + RETRY_LIMIT_NS;
 	cmd->holds++;   /* the issuer's hold */
 	pthread_mutex_unlock(&cmd->lock);
 	issue(t, cmd);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "nbdd.h"
+#include "peer/volumes.h"
 
 struct nbdd_config nbdd_cfg = {
 	.max_request = 32u << 20,
@@ -37,19 +38,13 @@ uint16_t nbdd_transmission_flags(void)
 	       NBD_FLAG_SEND_TRIM | NBD_FLAG_SEND_WRITE_ZEROES | NBD_FLAG_CAN_MULTI_CONN;
 }
 
-/* Same names and sizes as vlmcd takes: the target name is the volume. */
-static int add_export(const char *opt, const char *name, const char *size)
+/* An export per volume, in vlmcd's syntax: the target name is the volume. */
+static int add_export(void *ctx, const char *opt, const char *name, uint64_t bytes)
 {
-	uint64_t bytes;
+	(void)ctx;
 	size_t len = strlen(name);
-
-	if (!len || len > XSEG_MAX_TARGETLEN - 17 || name[0] == '.' || strpbrk(name, "/ \t\n"))
-		return peer_arg_error(opt, name, "is not a volume name (1..238 bytes, no '/', "
-				      "no blanks, not starting with '.')");
 	if (nbdd_find_export((const uint8_t *)name, (uint32_t)len))
 		return peer_arg_error(opt, name, "is given twice");
-	if (xseg_parse_size(size, &bytes) < 0 || !bytes)
-		return peer_arg_error(opt, size, "is not a volume size (K, M, G suffixes)");
 	struct nbd_export *grown = realloc(nbdd_cfg.exports,
 					   (nbdd_cfg.nr_exports + 1) * sizeof(*grown));
 	char *copy = strdup(name);
@@ -62,32 +57,6 @@ static int add_export(const char *opt, const char *name, const char *size)
 	nbdd_cfg.exports[nbdd_cfg.nr_exports++] =
 		(struct nbd_export){ .name = copy, .name_len = (uint32_t)len, .size = bytes };
 	return 0;
-}
-
-static int read_volumes_file(const char *path)
-{
-	char line[1024], name[512], size[128], extra[2];
-	unsigned lineno = 0;
-	int rc = 0;
-	FILE *f = fopen(path, "r");
-
-	if (!f)
-		return peer_arg_error("--volumes-file", path, strerror(errno));
-	while (!rc && fgets(line, sizeof(line), f)) {
-		lineno++;
-		char *s = line + strspn(line, " \t\r\n");
-		if (*s == '#' || *s == '\0')
-			continue;
-		if (sscanf(s, "%511s %127s %1s", name, size, extra) != 2) {
-			char where[64];
-			snprintf(where, sizeof(where), "line %u is not 'NAME SIZE'", lineno);
-			rc = peer_arg_error("--volumes-file", path, where);
-			break;
-		}
-		rc = add_export("--volumes-file", name, size);
-	}
-	fclose(f);
-	return rc;
 }
 
 /* ---- options ------------------------------------------------------------------------- */
@@ -141,17 +110,10 @@ static int parse_option(struct peer *p, int val, const char *arg)
 			return peer_arg_error("--unix", arg, "is not a socket path (1..107 bytes)");
 		nbdd_cfg.unix_path = (char *)arg;
 		return 0;
-	case OPT_VOLUME: {
-		char buf[512];
-		const char *colon = strrchr(arg, ':');
-		if (!colon || (size_t)(colon - arg) >= sizeof(buf))
-			return peer_arg_error("--volume", arg, "is not NAME:SIZE");
-		memcpy(buf, arg, (size_t)(colon - arg));
-		buf[colon - arg] = '\0';
-		return add_export("--volume", buf, colon + 1);
-	}
+	case OPT_VOLUME:
+		return peer_volume_arg("--volume", arg, add_export, NULL);
 	case OPT_VOLUMES_FILE:
-		return read_volumes_file(arg);
+		return peer_volumes_file("--volumes-file", arg, add_export, NULL);
 	case OPT_MAX_REQUEST:
 		return peer_arg_size("--max-request-size", arg, 4096, 1u << 30, &nbdd_cfg.max_request);
 	case OPT_CHUNK_SIZE:

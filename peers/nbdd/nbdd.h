@@ -77,9 +77,9 @@ struct cmd {
 	struct nbd_request req;
 	uint8_t *payload;               /* WRITE data (req.length bytes) */
 	struct out_buf *reply;          /* simple reply; READ: data follows it */
-	uint64_t deadline_ns;           /* give up retrying an empty pool then */
 
 	pthread_mutex_t lock;           /* guards what follows */
+	uint64_t deadline_ns;           /* give up retrying an empty pool then */
 	uint64_t issued;                /* bytes (FLUSH: 1) handed out to chunks */
 	unsigned holds;                 /* chunks out + threads issuing */
 	bool finished;

@@ -9,7 +9,7 @@
 set -u
 SEG_PREFIX=nbdd-e2e
 . "$(dirname "$0")/lib.sh"
-RAW="python3 $(dirname "$0")/support/nbd_raw_client.py"
+RAW="python3 $(cd "$(dirname "$0")" && pwd)/support/nbd_raw_client.py"
 SCALE=${XSEG_STRESS_SCALE:-1}
 scaled() { python3 -c "print(max($2, int($1 * $SCALE)))"; }
 
@@ -106,6 +106,8 @@ echo "--- fio nbd engine: 4K randwrite then randread, iodepth 16, two connection
 fsize=$(scaled 16 4)M
 fjob=(--ioengine=nbd --uri="$URI" --bs=4k --iodepth=16 --numjobs=2 --size=$fsize
       --offset_increment=$fsize --verify=crc32c --verify_fatal=1 --group_reporting)
+# in $DIR: fio leaves its verify state files in the current directory
+cd "$DIR" || fail "cd $DIR"
 fio --name=w --rw=randwrite --do_verify=0 "${fjob[@]}" > "$DIR/fio.w" 2>&1 ||
 	{ tail -20 "$DIR/fio.w"; fail "fio randwrite"; }
 # verify_only replays the randwrite job as random reads, checking every block
@@ -113,6 +115,7 @@ fio --name=w --rw=randwrite --verify_only "${fjob[@]}" > "$DIR/fio.r" 2>&1 ||
 	{ tail -20 "$DIR/fio.r"; fail "fio verify"; }
 grep -q "err= 0" "$DIR/fio.w" && grep -q "err= 0" "$DIR/fio.r" || fail "fio counted errors"
 grep -qE "read: IOPS=" "$DIR/fio.r" || { cat "$DIR/fio.r"; fail "fio verify read nothing"; }
+cd - > /dev/null || fail "cd back"
 
 echo "--- leaving clients left nothing behind; SIGTERM"
 total=$("$BIN/xseg" info --segment "$SEG" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["requests"])')

@@ -26,15 +26,27 @@ stop_path() {
 trap 'stop_path; rm -rf "$DATA"' EXIT
 command -v fio > /dev/null || { echo "fio is missing: run tools/install-deps" >&2; exit 1; }
 
+wait_bound() {
+	for _ in $(seq 200); do
+		"$BIN/xseg" info --segment "$SEG" --json 2>/dev/null |
+			grep -Eq "\"port\":$1,\"owner\":[1-9]" && return 0
+		sleep 0.05
+	done
+	echo "nobody bound port $1" >&2; exit 1
+}
+
 start_path() {   # $1: cached | direct
 	"$BIN/xseg" create --segment "$SEG" --ports 16 --requests 2048 --heap 512M >/dev/null || exit 1
 	"$BIN/filed" --segment "$SEG" --port 1 --dir "$DATA/objects" --threads 2 & pids+=($!)
+	wait_bound 1
 	local next=1
 	if [ "$1" = cached ]; then
 		"$BIN/cached" --segment "$SEG" --port 3 --blocker-port 1 --cache-size "$CACHE" & pids+=($!)
+		wait_bound 3
 		next=3
 	fi
 	"$BIN/vlmcd" --segment "$SEG" --port 2 --blocker-port $next --volume vol:$SIZE & pids+=($!)
+	wait_bound 2
 	"$BIN/nbdd" --segment "$SEG" --port 4 --target-port 2 --volume vol:$SIZE --unix "$SOCK" & pids+=($!)
 	for _ in $(seq 100); do [ -S "$SOCK" ] && break; sleep 0.05; done
 }
@@ -45,7 +57,8 @@ job() {   # $1: randwrite | randread
 		--iodepth=16 --size=$SIZE --output-format=json 2>/dev/null |
 	python3 -c "
 import json, sys
-d = json.load(sys.stdin)['jobs'][0]
+text = sys.stdin.read()   # fio's nbd engine prints a line before the JSON
+d = json.loads(text[text.index('{'):])['jobs'][0]
 s = d['write' if '$1' == 'randwrite' else 'read']
 p = s['clat_ns']['percentile']
 assert d['error'] == 0

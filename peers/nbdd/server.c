@@ -12,7 +12,7 @@
  *
  * Flow control: a connection with --max-inflight commands (or
  * MAX_INFLIGHT_BYTES) whose replies are not yet written stops being read
- * until some are; a client that never reads its replies cannot make nbdd
+ * until half of them are; a client that never reads its replies cannot make nbdd
  * buffer without bound.
  */
 #define _GNU_SOURCE   /* accept4 */
@@ -149,8 +149,9 @@ static void release_locked(struct conn *c, struct out_buf *ob)
 	c->inflight -= ob->charge;
 	c->inflight_bytes -= ob->charge_bytes;
 	free(ob);
-	if (c->paused && c->inflight < nbdd_cfg.max_inflight &&
-	    c->inflight_bytes < MAX_INFLIGHT_BYTES) {
+	/* Resume at half the limits, not at the first reply written. */
+	if (c->paused && c->inflight <= nbdd_cfg.max_inflight / 2 &&
+	    c->inflight_bytes <= MAX_INFLIGHT_BYTES / 2) {
 		c->paused = false;
 		kick(c);   /* bytes may wait in its input buffer */
 	}
@@ -532,6 +533,8 @@ static bool parse_input(struct conn *c, const char **why)
 		    (c->inflight >= nbdd_cfg.max_inflight || c->inflight_bytes >= MAX_INFLIGHT_BYTES)) {
 			c->paused = stop = true;
 			update_events_locked(c);
+			peer_debug("%s: not reading: %" PRIu64 " commands, %" PRIu64 " bytes unanswered",
+				   c->peer_name, c->inflight, c->inflight_bytes);
 		}
 		pthread_mutex_unlock(&c->lock);
 		if (stop)

@@ -169,6 +169,29 @@ def main():
         for i in range(32):
             request(s, READ, 100 + i, (i % 8) << 20, 1 << 20)
         s.close()   # without reading a single reply
+    elif case in ("flow-control", "leave-paused"):
+        # More replies than nbdd keeps unwritten (128M, 128 commands): it
+        # stops reading this connection, and must resume once we read.
+        handshake(s, b"vol")
+        n = 300
+        # in one send: as many small sends would fill a Unix socket's budget
+        s.sendall(b"".join(struct.pack(">IHHQQI", REQ_MAGIC, 0, READ, 5000 + i,
+                                       (i % 16) << 20, 1 << 20) for i in range(n)))
+        if case == "leave-paused":
+            import time
+            time.sleep(0.5)
+            s.close()
+            return
+        seen = set()
+        for _ in range(n):
+            error, cookie = reply(s)
+            recv_exact(s, 1 << 20)
+            if error:
+                fail("read %d failed: %d" % (cookie, error))
+            seen.add(cookie)
+        if seen != set(range(5000, 5000 + n)):
+            fail("flow control: replies lost or duplicated")
+        request(s, DISC, 1, 0, 0)
     else:
         fail("unknown case " + case)
 

@@ -225,8 +225,8 @@ static void finish(struct peer_thread *t, struct sosd_op *op, int err)
 {
 	struct order_waiter *released = NULL;
 
-	if (op->mutation)
-		released = write_order_end(&S.order, &op->order);
+	/* Answer before ending the mutation, so that a FLUSH it releases is
+	 * answered after it (a client sees the write's reply first). */
 	if (err) {
 		if (err != ENOENT || op->req->op != X_DELETE)
 			warn_failure(op, err);
@@ -234,6 +234,8 @@ static void finish(struct peer_thread *t, struct sosd_op *op, int err)
 	} else {
 		peer_complete(t, op->req);
 	}
+	if (op->mutation)
+		released = write_order_end(&S.order, &op->order);
 	free(op->copy_buf);
 	free(op);
 	while (released) {

@@ -43,6 +43,7 @@
 #include <unistd.h>
 
 #include "peer/peer.h"
+#include "xtypes/xannotate.h"
 #include "write_order.h"
 
 #define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
@@ -210,9 +211,13 @@ static void warn_failure(const struct sosd_op *op, int err)
 		return;
 	}
 	uint64_t more = atomic_exchange(&S.failures_unlogged, 0);
-	peer_warn("%s '%s' in pool '%s' failed: %s%s (%" PRIu64 " more failures since the "
-		  "last warning)", xseg_op_name(op->req->op), op->oid, S.pool, strerror(err),
-		  err == ETIMEDOUT ? " (cluster down or slow? see --op-timeout)" : "", more);
+	char also[64] = "";
+	if (more)
+		snprintf(also, sizeof(also), "; %" PRIu64 " more failed since the last warning",
+			 more);
+	peer_warn("%s '%s' in pool '%s' failed: %s%s%s", xseg_op_name(op->req->op), op->oid,
+		  S.pool, strerror(err),
+		  err == ETIMEDOUT ? " (cluster down or slow? see --op-timeout)" : "", also);
 }
 
 /* ---- answering --------------------------------------------------------------- */
@@ -251,6 +256,9 @@ static void op_completed(struct peer_thread *t, struct peer_work *w);
 static void on_rados_complete(rados_completion_t c, void *arg)
 {
 	struct sosd_op *op = arg;
+	/* librados is not built with TSan: model its hand-over of op from the
+	 * submitting worker to this thread. */
+	xannotate_happens_after(op);
 	op->rc = rados_aio_get_return_value(c);
 	peer_post(S.peer, &op->work, op_completed);
 }
@@ -283,6 +291,7 @@ static int submit_stage(struct peer_thread *t, struct sosd_op *op, enum stage st
 	int rc = new_completion(op, stage);
 	if (rc < 0)
 		return rc;
+	xannotate_happens_before(op);
 	switch (stage) {
 	case ST_READ:
 		rc = rados_aio_read(S.io, op->oid, op->comp, data_of(t, req), req->size,

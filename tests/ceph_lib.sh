@@ -12,6 +12,9 @@ for tool in ceph-mon ceph-osd ceph rados; do
 		echo "SKIP: $tool not installed (tools/install-deps --ceph)"; exit 0; }
 done
 
+# librados is not instrumented: see tsan-rados.supp.
+export TSAN_OPTIONS="${TSAN_OPTIONS:-} suppressions=$ROOT/tests/tsan-rados.supp"
+
 ceph_cleanup() {
 	"$MICRO_CEPH" stop "$CEPH_DIR" >/dev/null 2>&1
 	cleanup

@@ -67,8 +67,15 @@ bench --op read --total-size 16M --seed 5 --timeout 60 > "$DIR/b.out" 2> "$DIR/b
 	{ cat "$DIR/b.err"; fail "reads after the OSD came back"; }
 tail -1 "$DIR/b.out" | grep -q '"failed":0,"corrupted":0' || fail "data changed across the outage"
 
-echo "--- OSD restarted under load: writes wait, none is lost"
-bench --op write --total-size 64M --block-size 4K --seed 6 --timeout 60 \
+echo "--- OSD restarted under load: writes wait (a long --op-timeout), none is lost"
+kill -TERM $spid
+wait $spid; rc=$?
+[ $rc -eq 0 ] || fail "sosd exited $rc on SIGTERM"
+"$BIN/sosd" --segment "$SEG" --port 1 --pool xseg --conf "$CONF" --threads 2 \
+	--op-timeout 120 2>> "$DIR/sosd.log" & spid=$!
+pids+=($spid)
+wait_bound 1
+bench --op write --total-size 64M --block-size 4K --seed 6 --timeout 150 \
 	> "$DIR/load.out" 2> "$DIR/load.err" & bpid=$!
 sleep 0.5
 kill -0 $bpid || fail "the writer ended before the outage began"

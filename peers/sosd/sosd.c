@@ -291,39 +291,44 @@ static int submit_stage(struct peer_thread *t, struct sosd_op *op, enum stage st
 	int rc = new_completion(op, stage);
 	if (rc < 0)
 		return rc;
+	/* Everything read from op is read before the hand-over: once submitted,
+	 * op belongs to the completion (another thread may run it at once). */
+	rados_completion_t comp = op->comp;
+	char *copy_buf = op->copy_buf;
+	uint64_t copy_len = op->copy_len, stat_size = op->stat_size;
+	uint64_t size = req->size, offset = req->offset;
+	char *data = data_of(t, req);
 	xannotate_happens_before(op);
 	switch (stage) {
 	case ST_READ:
-		rc = rados_aio_read(S.io, op->oid, op->comp, data_of(t, req), req->size,
-				    req->offset);
+		rc = rados_aio_read(S.io, op->oid, comp, data, size, offset);
 		break;
 	case ST_WRITE:
-		if (req->size == 0) {
+		if (size == 0) {
 			/* A zero-length write creates the object, as filed's does;
 			 * RADOS skips an empty write extent. */
 			rados_write_op_t w = rados_create_write_op();
 			rados_write_op_create(w, LIBRADOS_CREATE_IDEMPOTENT, NULL);
-			rc = rados_aio_write_op_operate(w, S.io, op->comp, op->oid, NULL, 0);
+			rc = rados_aio_write_op_operate(w, S.io, comp, op->oid, NULL, 0);
 			rados_release_write_op(w);
 		} else {
-			rc = rados_aio_write(S.io, op->oid, op->comp, data_of(t, req), req->size,
-					     req->offset);
+			rc = rados_aio_write(S.io, op->oid, comp, data, size, offset);
 		}
 		break;
 	case ST_DELETE:
-		rc = rados_aio_remove(S.io, op->oid, op->comp);
+		rc = rados_aio_remove(S.io, op->oid, comp);
 		break;
 	case ST_INFO:
-		rc = rados_aio_stat(S.io, op->oid, op->comp, &op->stat_size, &op->stat_mtime);
+		rc = rados_aio_stat(S.io, op->oid, comp, &op->stat_size, &op->stat_mtime);
 		break;
 	case ST_COPY_STAT:
-		rc = rados_aio_stat(S.io, op->src, op->comp, &op->stat_size, &op->stat_mtime);
+		rc = rados_aio_stat(S.io, op->src, comp, &op->stat_size, &op->stat_mtime);
 		break;
 	case ST_COPY_READ:
-		rc = rados_aio_read(S.io, op->src, op->comp, op->copy_buf, op->stat_size, 0);
+		rc = rados_aio_read(S.io, op->src, comp, copy_buf, stat_size, 0);
 		break;
 	case ST_COPY_WRITE:
-		rc = rados_aio_write_full(S.io, op->oid, op->comp, op->copy_buf, op->copy_len);
+		rc = rados_aio_write_full(S.io, op->oid, comp, copy_buf, copy_len);
 		break;
 	}
 	if (rc < 0)

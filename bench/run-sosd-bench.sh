@@ -6,7 +6,8 @@
 #      in front of it: 4K and 64K random writes and reads at iodepth 16
 #   3. the sustained run: cache = 1/2 of the workload, write-back
 # One line per run. Environment: TOTAL (workload, default 64M), SECONDS_RB
-# (rados bench seconds per run, 5), DEPTH (16), SIZES ("4K 64K").
+# (rados bench seconds per run, 5), DEPTH (16), SIZES ("4K 64K"),
+# SOSD_THREADS (1).
 set -u
 cd "$(dirname "$0")/.."
 BIN=${BIN:-$PWD/${BUILD:-build}/bin}
@@ -80,7 +81,8 @@ else
 fi
 
 "$BIN/xseg" create --segment "$SEG" --ports 16 --requests 2048 --heap 512M >/dev/null || exit 1
-"$BIN/sosd" --segment "$SEG" --port 1 --pool xseg --conf "$CONF" --threads 2 & pids+=($!)
+"$BIN/sosd" --segment "$SEG" --port 1 --pool xseg --conf "$CONF" \
+	--threads "${SOSD_THREADS:-1}" & pids+=($!)
 wait_bound 1
 
 seed=200

@@ -621,7 +621,8 @@ static const struct peer_ops sosd_ops = {
 	.options_usage = sosd_usage,
 	.parse_option = parse_option,
 	.check_options = check_options,
-	.default_threads = 2,
+	.default_threads = 1,   /* a worker only starts and answers: one keeps up
+				 * with librados; more only add wake-ups */
 	.supported_ops = PEER_OP(X_READ) | PEER_OP(X_WRITE) | PEER_OP(X_FLUSH) |
 			 PEER_OP(X_DELETE) | PEER_OP(X_INFO) | PEER_OP(X_COPY),
 	.init = init,

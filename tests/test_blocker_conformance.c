@@ -17,7 +17,7 @@
  *
  * Object names carry this run's pid, so runs against a shared pool never see
  * each other's objects. The segment of an external blocker needs a heap of
- * at least 4 x --max-size.
+ * at least 4 x --max-size and 100 + 16 ports for each run of the suite.
  */
 #define _GNU_SOURCE
 #include <check.h>
@@ -50,10 +50,12 @@ static void setup(void)
 	if (ext_segment) {
 		ck_assert_msg(xseg_join(ext_segment, &seg) == 0, "cannot join segment %s: %s",
 			      ext_segment, xseg_last_error());
-		/* Each case runs in its own process: take the first free port
-		 * from 100 up (a dead case's port is taken over). */
-		for (client = 100; client < 1000; client++)
-			if (client != blocker && xseg_bind_port(seg, client) == 0)
+		/* Each case runs in its own process, on a port no earlier case
+		 * used: replies still owed to a failed case must not reach
+		 * this one. */
+		struct xseg_port_info info;
+		for (client = 100; xseg_port_info(seg, client, &info) == 0; client++)
+			if (client != blocker && !info.owner && xseg_bind_port(seg, client) == 0)
 				return;
 		ck_abort_msg("no free client port in %s", ext_segment);
 	}
@@ -92,18 +94,11 @@ static struct pt_req do_req(uint32_t op, const char *target, uint64_t offset, ui
 	return r;
 }
 
-static void expect_served(struct pt_req r, const char *what)
-{
-	ck_assert_msg(r.result == XR_SERVED, "%s: result %u error %d (%s)", what, r.result,
-		      r.error, strerror(r.error));
-}
-
-static void expect_failed(struct pt_req r, int err, const char *what)
-{
-	ck_assert_msg(r.result == XR_FAILED && r.error == err,
-		      "%s: result %u error %d (%s), expected FAILED %d (%s)", what, r.result,
-		      r.error, strerror(r.error), err, strerror(err));
-}
+/* r may be a call's result: copied, so that its address can be taken */
+#define expect_served(r, what) \
+	do { struct pt_req r_ = (r); pt_expect_served(&r_, (what)); } while (0)
+#define expect_failed(r, err, what) \
+	do { struct pt_req r_ = (r); pt_expect_failed(&r_, (err), (what)); } while (0)
 
 static void write_obj(const char *name, uint64_t off, uint64_t size, uint64_t seed)
 {

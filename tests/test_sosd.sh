@@ -22,7 +22,7 @@ grep -q "'5s'" "$DIR/err" || fail "bad --op-timeout not named"
 [ "$(wc -l < "$DIR/err")" -eq 1 ] || fail "more than one line for a bad argument"
 
 ceph_start
-"$BIN/xseg" create --segment "$SEG" --ports 128 --requests 1024 --heap 128M || fail "xseg create"
+"$BIN/xseg" create --segment "$SEG" --ports 256 --requests 1024 --heap 128M || fail "xseg create"
 
 echo "--- no cluster: fails within seconds, naming the conf and the monitors"
 dead_port=3399

@@ -304,11 +304,34 @@ static void *worker(void *arg)
 	return NULL;
 }
 
+/*
+ * A blocker that died (SIGKILL, a crash) never answers: reaping its port
+ * fails what it held and what is queued for it back to us (the engine
+ * keeps dirty data and retries), and new requests fail at once until a
+ * blocker binds the port again.
+ */
+static void reap_dead_blocker(void)
+{
+	uint32_t to = xseg_resolve_route(C.seg, C.port, C.blocker_port);
+	if (to == XSEG_NO_PORT)
+		return;
+	int n = xseg_reap_port(C.seg, to, EHOSTDOWN);
+	if (n > 0)
+		logmsg(LOG_WARN, "blocker port %u: its owner died; failed %d queued requests "
+		       "back, dirty data stays until a blocker binds the port", to, n - 1);
+}
+
 static void *maintainer(void *arg)
 {
 	(void)arg;
 	rcu_register_thread();
+	uint64_t next_reap = 0;
 	while (!atomic_load(&maintainer_stop)) {
+		uint64_t now = xseg_now_ns();
+		if (now >= next_reap) {
+			reap_dead_blocker();
+			next_reap = now + 100000000ull;
+		}
 		uint64_t ns = cache_engine_maintain(C.engine);
 		struct timespec ts = { .tv_sec = 0, .tv_nsec = (long)ns };
 		nanosleep(&ts, NULL);

@@ -182,6 +182,7 @@ int xseg_bind_range(struct xseg *s, uint32_t first, uint32_t last)
 	for (p = first; p <= last; p++) {
 		if ((rc = take_port(s, p, false)) < 0)
 			break;
+		atomic_store(&s->ports[p].reaped, 0);
 		s->bound[p] = 1;
 	}
 	if (rc < 0) {
@@ -215,6 +216,16 @@ int xseg_leave_port(struct xseg *s, uint32_t port)
 	return 0;
 }
 
+/* The owner died; or the port was reaped and a request slipped into its
+ * queue in the instant of that reap. */
+static bool needs_reap(struct xseg *s, uint32_t port, uint64_t owner)
+{
+	if (owner)
+		return !xseg_owner_alive(owner);
+	return atomic_load(&s->ports[port].reaped) &&
+	       xseg_ring_nonempty(xseg_req_ring(s, port));
+}
+
 int xseg_reap_port(struct xseg *s, uint32_t port, int err)
 {
 	if (!xseg_port_valid(s, port))
@@ -222,17 +233,15 @@ int xseg_reap_port(struct xseg *s, uint32_t port, int err)
 	if (err <= 0)
 		return xseg_fail(EINVAL, "reap: error %d is not an errno", err);
 	struct xseg_port_shm *p = &s->ports[port];
-	uint64_t cur = atomic_load(&p->owner);
-	if (!cur || xseg_owner_alive(cur))
+	if (!needs_reap(s, port, atomic_load(&p->owner)))
 		return 0;
 	pthread_mutex_lock(&s->bind_lock);
-	/* A new owner may have bound it since: take_port decides again. */
-	cur = atomic_load(&p->owner);
 	/* Announced before the takeover: a binder that finds us owning the
 	 * port waits for the reap instead of failing. A count: two clients
 	 * may reap at once (one of them finds nothing to do). */
 	atomic_fetch_add(&p->reaping, 1);
-	if (!cur || xseg_owner_alive(cur) || take_port(s, port, true) < 0) {
+	/* A new owner may have bound it since: decide again. */
+	if (!needs_reap(s, port, atomic_load(&p->owner)) || take_port(s, port, true) < 0) {
 		atomic_fetch_sub(&p->reaping, 1);
 		pthread_mutex_unlock(&s->bind_lock);
 		return 0;
@@ -240,6 +249,7 @@ int xseg_reap_port(struct xseg *s, uint32_t port, int err)
 	s->bound[port] = 1;
 	uint32_t failed = xseg_fail_queued_requests(s, port, err);
 	ungroup(s, port);
+	atomic_store(&p->reaped, 1);
 	release_port(s, port);
 	atomic_fetch_sub(&p->reaping, 1);
 	s->bound[port] = 0;

@@ -124,6 +124,9 @@ struct xseg_port_shm {
 	/* Non-zero while a client reaps the port of a dead owner (it owns the
 	 * port for that instant): a binder waits instead of failing EBUSY. */
 	_Atomic uint32_t reaping;
+	/* Set by a reap, cleared by the next bind: a request that slipped
+	 * into the queue in the instant of the reap is failed by the next. */
+	_Atomic uint32_t reaped;
 	/* Wake-up: one line, touched by every waiter and signaller. */
 	_Alignas(XSEG_CACHELINE) _Atomic uint32_t wake_seq;
 	_Atomic uint32_t waiters;

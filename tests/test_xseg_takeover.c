@@ -8,6 +8,7 @@
 #include <check.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdatomic.h>
@@ -238,6 +239,73 @@ START_TEST(reaped_dead_server_fails_everything)
 	/* A new server binds the port as usual. */
 	ck_assert_int_eq(xseg_bind_port(xt_seg, SERVER), 0);
 	ck_assert_int_eq(xseg_leave_port(xt_seg, SERVER), 0);
+	assert_segment_whole();
+}
+END_TEST
+
+/* Submitters racing the reaps of a dead port: every submit that succeeded
+ * gets exactly one reply (a request that slipped in during a reap is
+ * failed by the next reap), every other fails ENOENT. */
+struct racer {
+	uint32_t port, dst;
+	_Atomic bool stop;
+	uint64_t sent;
+};
+
+static void *race_submits(void *arg)
+{
+	struct racer *r = arg;
+	while (!atomic_load(&r->stop)) {
+		struct xseg_request *req = xseg_get_request(xt_seg, r->port);
+		if (!req)
+			continue;
+		if (xseg_submit(xt_seg, req, r->port, r->dst) >= 0)
+			r->sent++;
+		else
+			ck_assert_int_eq(xseg_put_request(xt_seg, req), 0);
+	}
+	return NULL;
+}
+
+START_TEST(reaps_racing_submits_answer_every_request)
+{
+	enum { CLIENT = 0, SERVER = 1, RACER = 2 };
+	int up[2];
+	ck_assert_int_eq(pipe(up), 0);
+	ck_assert_int_eq(xseg_bind_port(xt_seg, CLIENT), 0);
+	ck_assert_int_eq(xseg_bind_port(xt_seg, RACER), 0);
+	for (int round = 0; round < (int)xt_scaled(20, 4); round++) {
+		struct racer r = { .port = RACER, .dst = SERVER };
+		pthread_t tid;
+		pid_t pid = fork_server(SERVER, 0, up[1]);
+		wait_byte(up[0], 'r');
+		wait_byte(up[0], 'a');
+		/* submits race the kill and the reaps */
+		ck_assert_int_eq(pthread_create(&tid, NULL, race_submits, &r), 0);
+		kill_and_reap(pid);
+		uint64_t got = 0;
+		for (int i = 0; i < 200; i++) {
+			ck_assert_int_ge(xseg_reap_port(xt_seg, SERVER, EHOSTDOWN), 0);
+			struct xseg_request *rep[16];
+			int n = xseg_receive(xt_seg, RACER, rep, 16);
+			for (int k = 0; k < n; k++) {
+				ck_assert_int_eq(rep[k]->error, EHOSTDOWN);
+				ck_assert_int_eq(xseg_put_request(xt_seg, rep[k]), 0);
+			}
+			got += (uint64_t)(n > 0 ? n : 0);
+		}
+		atomic_store(&r.stop, true);
+		pthread_join(tid, NULL);
+		xseg_reap_port(xt_seg, SERVER, EHOSTDOWN);
+		while (got < r.sent) {
+			struct xseg_request *rep[1];
+			receive_n(RACER, rep, 1);
+			ck_assert_int_eq(rep[0]->error, EHOSTDOWN);
+			ck_assert_int_eq(xseg_put_request(xt_seg, rep[0]), 0);
+			got++;
+		}
+		ck_assert_uint_eq(got, r.sent);
+	}
 	assert_segment_whole();
 }
 END_TEST
@@ -541,6 +609,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, xt_teardown);
 	tcase_add_test(tc, killed_server_requests_fail_back);
 	tcase_add_test(tc, reaped_dead_server_fails_everything);
+	tcase_add_test(tc, reaps_racing_submits_answer_every_request);
 	tcase_add_test(tc, killed_forwarder_requests_fail_back);
 	tcase_add_test(tc, killed_mid_traffic_repeatedly);
 	suite_add_tcase(s, tc);

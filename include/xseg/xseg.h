@@ -209,7 +209,7 @@ int xseg_leave_port(struct xseg *seg, uint32_t port);
  * (ENOENT) instead of waiting for a peer that is gone. Returns 0 when the
  * owner is alive or the port unbound (nothing done), else 1 + the number of
  * queued requests failed. A request submitted in the instant of the reap
- * may stay queued for the port's next owner.
+ * slips into the unbound port's queue: the next call fails it too.
  */
 int xseg_reap_port(struct xseg *seg, uint32_t port, int err);
 

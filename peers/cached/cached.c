@@ -196,13 +196,13 @@ static void reply_stats(struct xseg_request *x)
 		",\"cached_bytes\":%" PRIu64 ",\"free_bytes\":%" PRIu64 ",\"objects\":%" PRIu64
 		",\"evictions\":%" PRIu64 ",\"flushes\":%" PRIu64 ",\"flush_failures\":%" PRIu64
 		",\"flush_avg_us\":%.1f,\"waits\":%" PRIu64 ",\"uncached\":%" PRIu64
-		",\"failed\":%" PRIu64 "}",
+		",\"failed\":%" PRIu64 ",\"blocker_in_flight\":%" PRIu64 "}",
 		C.port, C.blocker_port, s.policy == CACHE_WRITEBACK ? "writeback" : "writethrough",
 		s.hits, s.misses, s.partial_hits, s.read_bytes, s.write_bytes,
 		s.blocker_read_bytes, s.blocker_write_bytes, s.dirty_bytes, s.cached_bytes,
 		s.free_bytes, s.objects, s.evictions, s.flushes, s.flush_failures,
 		s.flushes ? (double)s.flush_ns_total / (double)s.flushes / 1e3 : 0.0,
-		s.waits, s.uncached, s.failed);
+		s.waits, s.uncached, s.failed, s.blocker_in_flight);
 	if (xseg_prep_request(C.seg, x, x->targetlen, (uint64_t)n + 1) < 0) {
 		respond(x, false, ENOMEM, 0);
 		return;
@@ -384,8 +384,9 @@ static bool drain(void)
 	if (!d.req.served) {
 		struct cache_stats st;
 		cache_engine_stats(C.engine, &st);
-		logmsg(LOG_ERROR, "giving up after %d s: %" PRIu64 " dirty bytes could not be "
-		       "written to port %u (%s)", STOP_RETRY_S, st.dirty_bytes, C.blocker_port,
+		logmsg(LOG_ERROR, "giving up after %d s: %" PRIu64 " dirty bytes not written to "
+		       "port %u, %" PRIu64 " requests to it unanswered (%s)", STOP_RETRY_S,
+		       st.dirty_bytes, C.blocker_port, st.blocker_in_flight,
 		       strerror(d.req.error));
 	}
 	return d.req.served;

@@ -1342,5 +1342,6 @@ void cache_engine_stats(struct cache_engine *e, struct cache_stats *s)
 	s->waits = atomic_load(&e->st.waits);
 	s->uncached = atomic_load(&e->st.uncached);
 	s->failed = atomic_load(&e->st.failed);
+	s->blocker_in_flight = atomic_load(&e->bios_in_flight);
 	s->policy = (enum cache_policy)atomic_load(&e->policy);
 }

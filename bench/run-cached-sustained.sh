@@ -26,14 +26,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-wait_bound() {
-	for _ in $(seq 200); do
-		"$BIN/xseg" info --segment "$SEG" --json 2>/dev/null |
-			grep -Eq "\"port\": *$1,[^}]*\"owner\": *[1-9]" && return 0
-		sleep 0.05
-	done
-	echo "port $1 never bound" >&2; exit 1
-}
+. bench/bench_lib.sh
 
 bytes=$(python3 -c "
 s='$TOTAL'; m={'K':1<<10,'M':1<<20,'G':1<<30}

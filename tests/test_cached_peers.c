@@ -201,7 +201,7 @@ static void many_writers_one_object(unsigned rounds)
 
 START_TEST(many_threads_one_object_cache_holds_it)
 {
-	many_writers_one_object((unsigned)xt_scaled(6, 2));
+	many_writers_one_object((unsigned)xt_scaled(6, 1));
 }
 END_TEST
 

@@ -28,9 +28,9 @@
 #include <string.h>
 
 #include "peer/peer.h"
+#include "peer/volumes.h"
 
-#define OBJ_SUFFIX_LEN 17u                               /* "_" + 16 hex digits */
-#define VOLUME_NAME_MAX (XSEG_MAX_TARGETLEN - OBJ_SUFFIX_LEN)
+#define VOLUME_NAME_MAX PEER_VOLUME_NAME_MAX
 #define RETRY_LIMIT_NS (10ull * 1000 * 1000 * 1000)
 
 struct job;
@@ -104,18 +104,13 @@ static struct volume *find_volume(const char *name, size_t len)
 	return NULL;
 }
 
-static int add_volume(const char *opt, const char *name, const char *size)
+/* A volume from --volume or --volumes-file, its name and size checked. */
+static int add_volume(void *ctx, const char *opt, const char *name, uint64_t bytes)
 {
-	uint64_t bytes;
+	(void)ctx;
 	size_t len = strlen(name);
-
-	if (!len || len > VOLUME_NAME_MAX || name[0] == '.' || strpbrk(name, "/ \t\n"))
-		return peer_arg_error(opt, name, "is not a volume name (1..238 bytes, no '/', "
-				      "no blanks, not starting with '.')");
 	if (find_volume(name, len))
 		return peer_arg_error(opt, name, "is given twice");
-	if (xseg_parse_size(size, &bytes) < 0 || !bytes)
-		return peer_arg_error(opt, size, "is not a volume size (K, M, G suffixes)");
 	struct volume **grown = realloc(V.volumes, (V.nr_volumes + 1) * sizeof(*grown));
 	struct volume *v = calloc(1, sizeof(*v));
 	if (grown)
@@ -133,47 +128,14 @@ static int add_volume(const char *opt, const char *name, const char *size)
 	return 0;
 }
 
-static int read_volumes_file(const char *path)
-{
-	char line[1024], name[512], size[128], extra[2];
-	unsigned lineno = 0;
-	int rc = 0;
-	FILE *f = fopen(path, "r");
-
-	if (!f)
-		return peer_arg_error("--volumes-file", path, strerror(errno));
-	while (!rc && fgets(line, sizeof(line), f)) {
-		lineno++;
-		char *s = line + strspn(line, " \t\r\n");
-		if (*s == '#' || *s == '\0')
-			continue;
-		if (sscanf(s, "%511s %127s %1s", name, size, extra) != 2) {
-			char where[64];
-			snprintf(where, sizeof(where), "line %u is not 'NAME SIZE'", lineno);
-			rc = peer_arg_error("--volumes-file", path, where);
-			break;
-		}
-		rc = add_volume("--volumes-file", name, size);
-	}
-	fclose(f);
-	return rc;
-}
-
 static int parse_option(struct peer *p, int val, const char *arg)
 {
 	(void)p;
 	switch (val) {
-	case OPT_VOLUME: {
-		char buf[512];
-		const char *colon = strrchr(arg, ':');
-		if (!colon || (size_t)(colon - arg) >= sizeof(buf))
-			return peer_arg_error("--volume", arg, "is not NAME:SIZE");
-		memcpy(buf, arg, (size_t)(colon - arg));
-		buf[colon - arg] = '\0';
-		return add_volume("--volume", buf, colon + 1);
-	}
+	case OPT_VOLUME:
+		return peer_volume_arg("--volume", arg, add_volume, NULL);
 	case OPT_VOLUMES_FILE:
-		return read_volumes_file(arg);
+		return peer_volumes_file("--volumes-file", arg, add_volume, NULL);
 	case OPT_OBJECT_SIZE:
 		return peer_arg_size("--object-size", arg, 1, 1ull << 30, &V.object_size);
 	case OPT_BLOCKER_PORT:

@@ -1,0 +1,242 @@
+/*
+ * One NBD command on the worker threads. READ, WRITE, TRIM and
+ * WRITE_ZEROES become requests on the export's volume of at most
+ * --chunk-size bytes each, up to CHUNKS_IN_FLIGHT of them at once, sent to
+ * the target port (vlmcd); the command is answered when every chunk is
+ * back, with the first error if any failed. TRIM and WRITE_ZEROES write
+ * zeros, so both read back as zeros whatever is behind vlmcd. FLUSH is one
+ * X_FLUSH of the volume: vlmcd's barrier covers every write it has
+ * acknowledged, from any connection. FUA sets XF_FUA on every chunk.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nbdd.h"
+
+#define CHUNKS_IN_FLIGHT 8u
+/* How long a command waits for the request pool or heap before failing. */
+#define RETRY_LIMIT_NS (10ull * 1000 * 1000 * 1000)
+
+static struct cmd *cmd_of(struct peer_work *w)
+{
+	return (struct cmd *)((char *)w - offsetof(struct cmd, work));
+}
+
+struct cmd *cmd_new(struct conn *c, const struct nbd_export *exp,
+		    const struct nbd_request *req)
+{
+	struct cmd *cmd = calloc(1, sizeof(*cmd));
+	if (!cmd)
+		return NULL;
+	uint32_t data = req->type == NBD_CMD_READ ? req->length : 0;
+	cmd->reply = out_buf_new(NBD_SIMPLE_REPLY_LEN + data);
+	if (!cmd->reply) {
+		free(cmd);
+		return NULL;
+	}
+	cmd->reply->charge = 1;
+	cmd->reply->charge_bytes = req->length;
+	if (req->type == NBD_CMD_WRITE && req->length) {
+		cmd->payload = malloc(req->length);
+		if (!cmd->payload) {
+			free(cmd->reply);
+			free(cmd);
+			return NULL;
+		}
+	}
+	cmd->conn = c;
+	cmd->exp = exp;
+	cmd->req = *req;
+	pthread_mutex_init(&cmd->lock, NULL);
+	return cmd;
+}
+
+void cmd_free(struct cmd *cmd)
+{
+	pthread_mutex_destroy(&cmd->lock);
+	free(cmd->payload);
+	free(cmd->reply);
+	free(cmd);
+}
+
+/* Answers the client and lets go of the command. */
+static void finish(struct cmd *cmd)
+{
+	uint32_t err = nbd_error_from_errno(cmd->error);
+	struct out_buf *ob = cmd->reply;
+	struct conn *c = cmd->conn;
+
+	if (err) {
+		peer_info("%s of %" PRIu32 " bytes at %" PRIu64 " on %s failed: %s",
+			  nbd_cmd_name(cmd->req.type), cmd->req.length, cmd->req.offset,
+			  cmd->exp->name, strerror(cmd->error));
+		ob->len = NBD_SIMPLE_REPLY_LEN;   /* no data after an error */
+	}
+	nbd_encode_simple_reply(ob->data, err, cmd->req.cookie);
+	cmd->reply = NULL;
+	cmd_free(cmd);
+	conn_send(c, ob);
+	conn_put(c);
+}
+
+/* Units to issue: bytes, or one FLUSH. */
+static uint64_t span(const struct cmd *cmd)
+{
+	return cmd->req.type == NBD_CMD_FLUSH ? 1 : cmd->req.length;
+}
+
+static void issue(struct peer_thread *t, struct cmd *cmd);
+static void drop_hold(struct peer_thread *t, struct cmd *cmd, int err);
+
+static void retry_issue(struct peer_thread *t, struct peer_work *w)
+{
+	struct cmd *cmd = cmd_of(w);
+	pthread_mutex_lock(&cmd->lock);
+	cmd->holds++;
+	pthread_mutex_unlock(&cmd->lock);
+	issue(t, cmd);
+	drop_hold(t, cmd, 0);
+}
+
+/*
+ * Drops a hold (a chunk out, or a thread issuing), noting err. Whoever drops
+ * the last one answers the command, or, when the pool or heap ran dry with
+ * chunks still to send, retries later: nobody else would.
+ */
+static void drop_hold(struct peer_thread *t, struct cmd *cmd, int err)
+{
+	bool last = false;
+	pthread_mutex_lock(&cmd->lock);
+	cmd->holds--;
+	if (err && !cmd->error)
+		cmd->error = err;
+	if (!cmd->holds && !cmd->finished) {
+		if (cmd->error || cmd->issued == span(cmd))
+			last = cmd->finished = true;
+		else
+			peer_defer(t, &cmd->work, retry_issue);
+	}
+	pthread_mutex_unlock(&cmd->lock);
+	if (last)
+		finish(cmd);
+}
+
+static void note_error(struct cmd *cmd, int err)
+{
+	pthread_mutex_lock(&cmd->lock);
+	if (!cmd->error)
+		cmd->error = err;
+	pthread_mutex_unlock(&cmd->lock);
+}
+
+static void chunk_done(struct peer_thread *t, struct xseg_request *r, void *arg)
+{
+	struct cmd *cmd = arg;
+	int err = 0;
+
+	if (r->result != XR_SERVED)
+		err = r->result == XR_FAILED && r->error > 0 ? r->error : EIO;
+	else if (cmd->req.type != NBD_CMD_FLUSH && r->serviced != r->size)
+		err = EIO;
+	else if (cmd->req.type == NBD_CMD_READ)   /* chunks never overlap: no lock */
+		memcpy(cmd->reply->data + NBD_SIMPLE_REPLY_LEN + (r->offset - cmd->req.offset),
+		       xseg_get_data(peer_segment(peer_of(t)), r), r->size);
+	peer_put_request(t, r);
+	if (err)
+		note_error(cmd, err);
+	else
+		issue(t, cmd);   /* this chunk's hold keeps the command alive */
+	drop_hold(t, cmd, 0);
+}
+
+static uint32_t xseg_op_of(uint16_t type)
+{
+	switch (type) {
+	case NBD_CMD_READ: return X_READ;
+	case NBD_CMD_FLUSH: return X_FLUSH;
+	}
+	return X_WRITE;   /* WRITE, TRIM, WRITE_ZEROES */
+}
+
+/* Sends chunks until CHUNKS_IN_FLIGHT are out or none is left. The caller
+ * holds the command. */
+static void issue(struct peer_thread *t, struct cmd *cmd)
+{
+	struct xseg *seg = peer_segment(peer_of(t));
+	bool is_flush = cmd->req.type == NBD_CMD_FLUSH;
+	uint64_t cap = is_flush ? 0 : cmd->req.length < nbdd_cfg.chunk_size ?
+		       cmd->req.length : nbdd_cfg.chunk_size;
+
+	for (;;) {
+		pthread_mutex_lock(&cmd->lock);
+		bool more = !cmd->error && cmd->issued < span(cmd) &&
+			    cmd->holds <= CHUNKS_IN_FLIGHT;
+		pthread_mutex_unlock(&cmd->lock);
+		if (!more)
+			return;
+		struct xseg_request *r = peer_get_request(t, cmd->exp->name, cap);
+		if (!r) {
+			/* An empty pool or heap is retried by the last hold. */
+			int err = errno;
+			pthread_mutex_lock(&cmd->lock);
+			uint64_t deadline = cmd->deadline_ns;
+			pthread_mutex_unlock(&cmd->lock);
+			if ((err != ENOBUFS && err != ENOMEM) || xseg_now_ns() >= deadline) {
+				peer_warn("export %s: no request for the path: %s", cmd->exp->name,
+					  strerror(err));
+				note_error(cmd, err);
+			}
+			return;
+		}
+		pthread_mutex_lock(&cmd->lock);
+		uint64_t start = cmd->issued;
+		uint64_t len = is_flush ? 1 : span(cmd) - start < cap ? span(cmd) - start : cap;
+		bool claimed = !cmd->error && start < span(cmd);
+		if (claimed) {
+			cmd->issued += len;
+			cmd->holds++;
+			/* Progress: the retry limit counts from the last chunk out. */
+			cmd->deadline_ns = xseg_now_ns() + RETRY_LIMIT_NS;
+		}
+		pthread_mutex_unlock(&cmd->lock);
+		if (!claimed) {
+			peer_put_request(t, r);
+			return;
+		}
+		r->op = xseg_op_of(cmd->req.type);
+		r->flags = cmd->req.flags & NBD_CMD_FLAG_FUA ? XF_FUA : 0;
+		r->offset = is_flush ? 0 : cmd->req.offset + start;
+		r->size = is_flush ? 0 : len;
+		if (cmd->req.type == NBD_CMD_WRITE)
+			memcpy(xseg_get_data(seg, r), cmd->payload + start, len);
+		else if (r->op == X_WRITE)
+			memset(xseg_get_data(seg, r), 0, len);
+		int rc = peer_send(t, r, (uint32_t)nbdd_cfg.target_port, chunk_done, cmd);
+		if (rc < 0) {
+			peer_warn("export %s: cannot send to target port %" PRIu64 ": %s",
+				  cmd->exp->name, nbdd_cfg.target_port, xseg_last_error());
+			peer_put_request(t, r);
+			drop_hold(t, cmd, rc == -ENOENT ? EHOSTUNREACH : -rc);
+			return;
+		}
+	}
+}
+
+static void start(struct peer_thread *t, struct peer_work *w)
+{
+	struct cmd *cmd = cmd_of(w);
+	pthread_mutex_lock(&cmd->lock);
+	cmd->deadline_ns = xseg_now_ns() + RETRY_LIMIT_NS;
+	cmd->holds++;   /* the issuer's hold */
+	pthread_mutex_unlock(&cmd->lock);
+	issue(t, cmd);
+	drop_hold(t, cmd, 0);
+}
+
+void cmd_post(struct peer *p, struct cmd *cmd)
+{
+	peer_post(p, &cmd->work, start);
+}

@@ -1,0 +1,199 @@
+/*
+ * nbdd: serves volumes to NBD clients (qemu, fio, nbdcopy, the kernel's
+ * nbd-client) over TCP and a Unix socket. Each --volume is an export of the
+ * same name; NBD commands become requests on that volume sent to
+ * --target-port (vlmcd), so a cache plugged in behind vlmcd serves them too.
+ * See nbdd.h for the modules and threads.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nbdd.h"
+#include "peer/volumes.h"
+
+struct nbdd_config nbdd_cfg = {
+	.max_request = 32u << 20,
+	.chunk_size = 1u << 20,
+	.max_inflight = 128,
+};
+
+/* ---- exports ------------------------------------------------------------------------ */
+
+const struct nbd_export *nbdd_find_export(const uint8_t *name, uint32_t len)
+{
+	for (unsigned i = 0; i < nbdd_cfg.nr_exports; i++)
+		if (nbdd_cfg.exports[i].name_len == len && !memcmp(nbdd_cfg.exports[i].name, name, len))
+			return &nbdd_cfg.exports[i];
+	return NULL;
+}
+
+uint16_t nbdd_transmission_flags(void)
+{
+	/* vlmcd's FLUSH covers every write it acknowledged, whichever
+	 * connection sent it: that is what CAN_MULTI_CONN promises. */
+	return NBD_FLAG_HAS_FLAGS | NBD_FLAG_SEND_FLUSH | NBD_FLAG_SEND_FUA |
+	       NBD_FLAG_SEND_TRIM | NBD_FLAG_SEND_WRITE_ZEROES | NBD_FLAG_CAN_MULTI_CONN;
+}
+
+/* An export per volume, in vlmcd's syntax: the target name is the volume. */
+static int add_export(void *ctx, const char *opt, const char *name, uint64_t bytes)
+{
+	(void)ctx;
+	size_t len = strlen(name);
+	if (nbdd_find_export((const uint8_t *)name, (uint32_t)len))
+		return peer_arg_error(opt, name, "is given twice");
+	struct nbd_export *grown = realloc(nbdd_cfg.exports,
+					   (nbdd_cfg.nr_exports + 1) * sizeof(*grown));
+	char *copy = strdup(name);
+	if (grown)
+		nbdd_cfg.exports = grown;
+	if (!grown || !copy) {
+		free(copy);
+		return peer_arg_error(opt, name, "does not fit in memory");
+	}
+	nbdd_cfg.exports[nbdd_cfg.nr_exports++] =
+		(struct nbd_export){ .name = copy, .name_len = (uint32_t)len, .size = bytes };
+	return 0;
+}
+
+/* ---- options ------------------------------------------------------------------------- */
+
+enum {
+	OPT_TARGET_PORT = 1, OPT_LISTEN, OPT_UNIX, OPT_VOLUME, OPT_VOLUMES_FILE,
+	OPT_MAX_REQUEST, OPT_CHUNK_SIZE, OPT_MAX_INFLIGHT,
+};
+
+static const struct option nbdd_options[] = {
+	{ "target-port", required_argument, NULL, OPT_TARGET_PORT },
+	{ "listen", required_argument, NULL, OPT_LISTEN },
+	{ "unix", required_argument, NULL, OPT_UNIX },
+	{ "volume", required_argument, NULL, OPT_VOLUME },
+	{ "volumes-file", required_argument, NULL, OPT_VOLUMES_FILE },
+	{ "max-request-size", required_argument, NULL, OPT_MAX_REQUEST },
+	{ "chunk-size", required_argument, NULL, OPT_CHUNK_SIZE },
+	{ "max-inflight", required_argument, NULL, OPT_MAX_INFLIGHT },
+	{ NULL, 0, NULL, 0 },
+};
+
+static const char nbdd_usage[] =
+"  --target-port N        where volume requests go: vlmcd's port (required)\n"
+"  --listen ADDR:PORT     TCP address to serve (repeatable, up to 4; [::1]:N for IPv6)\n"
+"  --unix PATH            Unix socket to serve (at least one of --listen, --unix)\n"
+"  --volume NAME:SIZE     an export: vlmcd's volume NAME (repeatable)\n"
+"  --volumes-file F       exports, one 'NAME SIZE' per line ('#' comments)\n"
+"  --max-request-size S   largest READ/WRITE, announced as the maximum block\n"
+"                         size (default 32M)\n"
+"  --chunk-size S         largest request sent to the target (default 1M)\n"
+"  --max-inflight N       commands per connection before it is not read (128)\n"
+"Clients: qemu-io -f raw nbd://HOST:PORT/NAME, nbd+unix:///NAME?socket=PATH.\n";
+
+static int parse_option(struct peer *p, int val, const char *arg)
+{
+	(void)p;
+	switch (val) {
+	case OPT_TARGET_PORT:
+		nbdd_cfg.have_target = true;
+		return peer_arg_uint("--target-port", arg, 0, XSEG_MAX_PORTS - 1,
+				     &nbdd_cfg.target_port);
+	case OPT_LISTEN:
+		if (nbdd_cfg.nr_listen == 4)
+			return peer_arg_error("--listen", arg, "is one too many (at most 4)");
+		if (!strrchr(arg, ':'))
+			return peer_arg_error("--listen", arg, "is not ADDR:PORT");
+		nbdd_cfg.listen[nbdd_cfg.nr_listen++] = (char *)arg;
+		return 0;
+	case OPT_UNIX:
+		if (!*arg || strlen(arg) >= 108)
+			return peer_arg_error("--unix", arg, "is not a socket path (1..107 bytes)");
+		nbdd_cfg.unix_path = (char *)arg;
+		return 0;
+	case OPT_VOLUME:
+		return peer_volume_arg("--volume", arg, add_export, NULL);
+	case OPT_VOLUMES_FILE:
+		return peer_volumes_file("--volumes-file", arg, add_export, NULL);
+	case OPT_MAX_REQUEST:
+		return peer_arg_size("--max-request-size", arg, 4096, 1u << 30, &nbdd_cfg.max_request);
+	case OPT_CHUNK_SIZE:
+		return peer_arg_size("--chunk-size", arg, 4096, 64u << 20, &nbdd_cfg.chunk_size);
+	case OPT_MAX_INFLIGHT:
+		return peer_arg_uint("--max-inflight", arg, 1, 65536, &nbdd_cfg.max_inflight);
+	}
+	return -1;
+}
+
+static int check_options(struct peer *p)
+{
+	(void)p;
+	if (!nbdd_cfg.have_target) {
+		fprintf(stderr, "nbdd: --target-port is required (see --help)\n");
+		return -1;
+	}
+	if (!nbdd_cfg.nr_exports) {
+		fprintf(stderr, "nbdd: at least one --volume or --volumes-file is required\n");
+		return -1;
+	}
+	if (!nbdd_cfg.nr_listen && !nbdd_cfg.unix_path) {
+		fprintf(stderr, "nbdd: at least one --listen or --unix is required\n");
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- the peer ------------------------------------------------------------------------ */
+
+static int init(struct peer *p)
+{
+	if (server_open(p) < 0)
+		return -1;
+	for (unsigned i = 0; i < nbdd_cfg.nr_exports; i++)
+		peer_info("export %s: %" PRIu64 " bytes", nbdd_cfg.exports[i].name,
+			  nbdd_cfg.exports[i].size);
+	return server_start();
+}
+
+static void on_request(struct peer_thread *t, struct xseg_request *req)
+{
+	/* Nobody sends nbdd requests; answer whatever arrives. */
+	peer_fail(t, req, EOPNOTSUPP);
+}
+
+static void on_stop(struct peer_thread *t)
+{
+	(void)t;
+	server_stop();   /* after this, nothing more is posted */
+}
+
+static void fini(struct peer *p)
+{
+	(void)p;
+	server_close();
+	for (unsigned i = 0; i < nbdd_cfg.nr_exports; i++)
+		free(nbdd_cfg.exports[i].name);
+	free(nbdd_cfg.exports);
+	nbdd_cfg.exports = NULL;
+	nbdd_cfg.nr_exports = 0;
+}
+
+static const struct peer_ops nbdd_ops = {
+	.name = "nbdd",
+	.summary = "Serves volumes over NBD: each --volume is an export whose commands\n"
+		   "go to --target-port (vlmcd).",
+	.options = nbdd_options,
+	.options_usage = nbdd_usage,
+	.parse_option = parse_option,
+	.check_options = check_options,
+	.default_threads = 2,
+	.supported_ops = PEER_OP(X_PING),
+	.init = init,
+	.on_request = on_request,
+	.on_stop = on_stop,
+	.fini = fini,
+};
+
+int main(int argc, char **argv)
+{
+	return peer_main(argc, argv, &nbdd_ops, &nbdd_cfg);
+}

@@ -1,0 +1,109 @@
+/*
+ * nbdd's modules and what they share:
+ *   nbdd.c    options, exports, the peer_ops, main
+ *   server.c  the socket thread: listeners, connections, handshake, reading
+ *             requests, writing replies (epoll, non-blocking)
+ *   cmd.c     one NBD command on the worker threads: requests to the
+ *             target port in chunks, the reply handed back to its connection
+ *   proto.c   the wire format (pure functions)
+ *
+ * Threads: one socket thread owns every connection's input side; commands
+ * go to the runtime's workers with peer_post; a worker queues the reply on
+ * its connection and writes as much as the socket takes at once (under the
+ * connection's lock); the socket thread writes the rest when the socket is
+ * writable again.
+ */
+#ifndef NBDD_NBDD_H
+#define NBDD_NBDD_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "peer/peer.h"
+#include "proto.h"
+
+struct nbd_export {
+	char *name;
+	uint32_t name_len;
+	uint64_t size;
+};
+
+struct nbdd_config {
+	struct nbd_export *exports;
+	unsigned nr_exports;
+	uint64_t target_port;
+	bool have_target;
+	char *listen[4];              /* ADDR:PORT */
+	unsigned nr_listen;
+	char *unix_path;
+	uint64_t max_request;         /* largest READ/WRITE; announced as block size max */
+	uint64_t chunk_size;          /* largest request sent to the target */
+	uint64_t max_inflight;        /* commands per connection before it stops reading */
+};
+
+extern struct nbdd_config nbdd_cfg;
+
+const struct nbd_export *nbdd_find_export(const uint8_t *name, uint32_t len);
+uint16_t nbdd_transmission_flags(void);
+
+/* ---- output: what a connection sends ---------------------------------------------- */
+
+/* A block of bytes queued on a connection. `charge` is what it counts
+ * against the connection's in-flight limit (a command's reply: 1). */
+struct out_buf {
+	struct out_buf *next;
+	uint32_t len;
+	uint32_t charge;
+	uint64_t charge_bytes;
+	uint8_t data[];
+};
+struct out_buf *out_buf_new(uint32_t len);
+
+struct conn;
+/* Queues `ob` (or frees it when the connection is gone) and writes what the
+ * socket takes now. Any thread. */
+void conn_send(struct conn *c, struct out_buf *ob);
+void conn_get(struct conn *c);
+void conn_put(struct conn *c);
+
+/* ---- commands ------------------------------------------------------------------------ */
+
+struct cmd {
+	struct peer_work work;          /* posted start, deferred retries */
+	struct conn *conn;              /* holds a reference */
+	const struct nbd_export *exp;
+	struct nbd_request req;
+	uint8_t *payload;               /* WRITE data (req.length bytes) */
+	struct out_buf *reply;          /* simple reply; READ: data follows it */
+
+	pthread_mutex_t lock;           /* guards what follows */
+	uint64_t deadline_ns;           /* give up retrying an empty pool then */
+	uint64_t issued;                /* bytes (FLUSH: 1) handed out to chunks */
+	unsigned holds;                 /* chunks out + threads issuing */
+	bool finished;
+	int error;                      /* first errno from the path */
+};
+
+/* A command for `c` (the caller's reference is taken over); NULL when out
+ * of memory. READ commands get their reply buffer now. */
+struct cmd *cmd_new(struct conn *c, const struct nbd_export *exp,
+		    const struct nbd_request *req);
+void cmd_free(struct cmd *cmd);
+/* Hands a complete command to the workers. */
+void cmd_post(struct peer *p, struct cmd *cmd);
+
+/* ---- the socket thread -------------------------------------------------------------- */
+
+/* Opens the listeners: 0, or -1 after logging which address failed. */
+int server_open(struct peer *p);
+/* Starts the socket thread. */
+int server_start(void);
+/* Stops it: no more connections or requests; returns once it has ended, so
+ * nothing is posted afterwards. */
+void server_stop(void);
+/* Frees what is left (after the workers ended). */
+void server_close(void);
+
+#endif /* NBDD_NBDD_H */

@@ -1,0 +1,888 @@
+/*
+ * The socket thread: accepts connections on TCP and Unix listeners, runs
+ * each connection's handshake and reads its requests, all with one epoll
+ * loop over non-blocking sockets. A complete request becomes a struct cmd
+ * posted to the workers (cmd.c); replies come back through conn_send(),
+ * which any thread may call.
+ *
+ * A connection is freed when its last reference goes: the socket thread
+ * holds one while the socket is open, every command one until its reply is
+ * queued. So a client that disappears mid-request leaves its commands to
+ * finish on the path; their replies are dropped and nothing is left behind.
+ *
+ * Flow control: a connection with --max-inflight commands (or
+ * MAX_INFLIGHT_BYTES) whose replies are not yet written stops being read
+ * until half of them are; a client that never reads its replies cannot make nbdd
+ * buffer without bound.
+ */
+#define _GNU_SOURCE   /* accept4 */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "nbdd.h"
+
+#define IN_BUF_SIZE (64u * 1024)
+#define MAX_INFLIGHT_BYTES (128ull << 20)
+#define MAX_LISTENERS 5
+#define WRITE_IOVS 64
+
+enum source_kind { SRC_LISTENER, SRC_CONN, SRC_WAKE };
+
+enum phase { PH_CLIENT_FLAGS, PH_OPTIONS, PH_TRANSMISSION };
+
+struct conn {
+	enum source_kind kind;      /* first: epoll's data.ptr names a source */
+	int fd;
+	atomic_uint refs;
+	char peer_name[64];         /* for log lines */
+
+	/* The socket thread's own. */
+	struct conn *prev, *next;   /* open connections, then closed ones */
+	bool closed;
+	enum phase phase;
+	uint32_t client_flags;
+	const struct nbd_export *exp;
+	uint8_t in[IN_BUF_SIZE];
+	size_t in_len;
+	struct cmd *filling;        /* WRITE whose payload is being read */
+	uint32_t filled;
+	uint64_t discard;           /* payload bytes of a refused WRITE to skip */
+
+	/* Shared: under lock. */
+	pthread_mutex_t lock;
+	struct out_buf *out_head, **out_tail;
+	uint32_t out_off;           /* bytes of out_head already written */
+	bool dead;                  /* closed: output is dropped */
+	bool broken;                /* a write failed: the socket thread closes it */
+	bool want_out;              /* waiting for EPOLLOUT */
+	bool paused;                /* too much in flight: not reading */
+	bool disc;                  /* DISC (or ABORT): close once drained */
+	bool kicked;                /* on the socket thread's kick list */
+	uint64_t inflight, inflight_bytes;
+	struct conn *next_kick;
+};
+
+struct listener {
+	enum source_kind kind;
+	int fd;
+	char name[128];
+};
+
+static struct {
+	struct peer *peer;
+	int epfd, wakefd;
+	enum source_kind wake_kind;
+	struct listener listeners[MAX_LISTENERS];
+	unsigned nr_listeners;
+	struct conn *conns;             /* open connections (socket thread) */
+	struct conn *zombies;           /* closed in this round of events: freed after it */
+	pthread_t thread;
+	bool started;
+	atomic_int stop;
+	pthread_mutex_t kick_lock;
+	struct conn *kicks;             /* connections the socket thread must look at */
+} S = { .epfd = -1, .wakefd = -1, .wake_kind = SRC_WAKE,
+	.kick_lock = PTHREAD_MUTEX_INITIALIZER };
+
+/* ---- output ----------------------------------------------------------------------- */
+
+struct out_buf *out_buf_new(uint32_t len)
+{
+	struct out_buf *ob = malloc(sizeof(*ob) + len);
+	if (ob) {
+		ob->next = NULL;
+		ob->len = len;
+		ob->charge = 0;
+		ob->charge_bytes = 0;
+	}
+	return ob;
+}
+
+static bool drained_locked(const struct conn *c)
+{
+	return !c->inflight && !c->out_head;
+}
+
+/* Asks the socket thread to look at c (resume reading, close). */
+static void kick(struct conn *c)
+{
+	pthread_mutex_lock(&S.kick_lock);
+	if (!c->kicked) {
+		c->kicked = true;
+		conn_get(c);
+		c->next_kick = S.kicks;
+		S.kicks = c;
+	}
+	pthread_mutex_unlock(&S.kick_lock);
+	uint64_t one = 1;
+	if (write(S.wakefd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		peer_warn("cannot wake the socket thread: %s", strerror(errno));
+}
+
+static void update_events_locked(struct conn *c)
+{
+	if (c->dead)
+		return;
+	struct epoll_event ev = { .data.ptr = c };
+	ev.events = (c->paused || c->disc ? 0 : EPOLLIN) | (c->want_out ? EPOLLOUT : 0);
+	if (epoll_ctl(S.epfd, EPOLL_CTL_MOD, c->fd, &ev) < 0)
+		peer_warn("%s: epoll: %s", c->peer_name, strerror(errno));
+}
+
+/* Takes a written or dropped buffer off the books (lock held). */
+static void release_locked(struct conn *c, struct out_buf *ob)
+{
+	c->inflight -= ob->charge;
+	c->inflight_bytes -= ob->charge_bytes;
+	free(ob);
+	/* Resume at half the limits, not at the first reply written. */
+	if (c->paused && c->inflight <= nbdd_cfg.max_inflight / 2 &&
+	    c->inflight_bytes <= MAX_INFLIGHT_BYTES / 2) {
+		c->paused = false;
+		kick(c);   /* bytes may wait in its input buffer */
+	}
+}
+
+/* Writes what the socket takes now (lock held). */
+static void flush_locked(struct conn *c)
+{
+	while (c->out_head && !c->dead && !c->broken) {
+		struct iovec iov[WRITE_IOVS];
+		int n = 0;
+		uint32_t off = c->out_off;
+		for (struct out_buf *ob = c->out_head; ob && n < WRITE_IOVS; ob = ob->next) {
+			iov[n].iov_base = ob->data + off;
+			iov[n].iov_len = ob->len - off;
+			off = 0;
+			n++;
+		}
+		struct msghdr msg = { .msg_iov = iov, .msg_iovlen = (size_t)n };
+		ssize_t w = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK) {
+				if (!c->want_out) {
+					c->want_out = true;
+					update_events_locked(c);
+				}
+				return;
+			}
+			peer_info("%s: write: %s", c->peer_name, strerror(errno));
+			c->broken = true;
+			kick(c);
+			return;
+		}
+		size_t left = (size_t)w;
+		while (left) {
+			struct out_buf *ob = c->out_head;
+			size_t rest = ob->len - c->out_off;
+			if (left < rest) {
+				c->out_off += (uint32_t)left;
+				break;
+			}
+			left -= rest;
+			c->out_off = 0;
+			c->out_head = ob->next;
+			if (!c->out_head)
+				c->out_tail = &c->out_head;
+			release_locked(c, ob);
+		}
+	}
+	if (c->want_out && !c->out_head) {
+		c->want_out = false;
+		update_events_locked(c);
+	}
+	if (c->disc && drained_locked(c))
+		kick(c);   /* everything answered: close it */
+}
+
+void conn_send(struct conn *c, struct out_buf *ob)
+{
+	pthread_mutex_lock(&c->lock);
+	if (c->dead) {
+		release_locked(c, ob);
+	} else {
+		ob->next = NULL;
+		*c->out_tail = ob;
+		c->out_tail = &ob->next;
+		flush_locked(c);
+	}
+	pthread_mutex_unlock(&c->lock);
+}
+
+void conn_get(struct conn *c)
+{
+	atomic_fetch_add(&c->refs, 1);
+}
+
+void conn_put(struct conn *c)
+{
+	if (atomic_fetch_sub(&c->refs, 1) != 1)
+		return;
+	close(c->fd);
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+}
+
+/* Queues bytes the socket thread makes (handshake replies, early errors). */
+static void send_bytes(struct conn *c, const void *data, uint32_t len, uint32_t charge)
+{
+	struct out_buf *ob = out_buf_new(len);
+	if (!ob) {
+		peer_warn("%s: out of memory for a reply: closing", c->peer_name);
+		pthread_mutex_lock(&c->lock);
+		c->broken = true;
+		pthread_mutex_unlock(&c->lock);
+		kick(c);
+		return;
+	}
+	memcpy(ob->data, data, len);
+	ob->charge = charge;
+	pthread_mutex_lock(&c->lock);
+	c->inflight += charge;
+	pthread_mutex_unlock(&c->lock);
+	conn_send(c, ob);
+}
+
+/* ---- connections -------------------------------------------------------------------- */
+
+static void conn_close(struct conn *c, const char *why)
+{
+	peer_info("%s: closed: %s", c->peer_name, why);
+	epoll_ctl(S.epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	shutdown(c->fd, SHUT_RDWR);
+	pthread_mutex_lock(&c->lock);
+	c->dead = true;
+	while (c->out_head) {
+		struct out_buf *ob = c->out_head;
+		c->out_head = ob->next;
+		release_locked(c, ob);
+	}
+	c->out_tail = &c->out_head;
+	if (c->filling) {
+		c->inflight -= c->filling->reply->charge;
+		c->inflight_bytes -= c->filling->reply->charge_bytes;
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (c->filling) {
+		cmd_free(c->filling);
+		c->filling = NULL;
+		conn_put(c);   /* the command's reference */
+	}
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		S.conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	/* Events of this round may still name it: its reference goes after. */
+	c->closed = true;
+	c->prev = NULL;
+	c->next = S.zombies;
+	S.zombies = c;
+}
+
+static void free_zombies(void)
+{
+	while (S.zombies) {
+		struct conn *c = S.zombies;
+		S.zombies = c->next;
+		conn_put(c);   /* the socket thread's reference */
+	}
+}
+
+static void accept_one(const struct listener *l)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	int fd = accept4(l->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	if (fd < 0) {
+		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+			peer_warn("accept on %s: %s", l->name, strerror(errno));
+		return;
+	}
+	struct conn *c = calloc(1, sizeof(*c));
+	if (!c) {
+		peer_warn("accept on %s: out of memory", l->name);
+		close(fd);
+		return;
+	}
+	c->kind = SRC_CONN;
+	c->fd = fd;
+	atomic_init(&c->refs, 1);
+	c->out_tail = &c->out_head;
+	pthread_mutex_init(&c->lock, NULL);
+	if (ss.ss_family == AF_INET || ss.ss_family == AF_INET6) {
+		char host[INET6_ADDRSTRLEN], serv[16];
+		int one = 1;
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		if (getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), serv, sizeof(serv),
+				NI_NUMERICHOST | NI_NUMERICSERV) == 0)
+			snprintf(c->peer_name, sizeof(c->peer_name), "%s:%s", host, serv);
+	}
+	if (!c->peer_name[0])
+		snprintf(c->peer_name, sizeof(c->peer_name), "unix client fd %d", fd);
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = c };
+	if (epoll_ctl(S.epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+		peer_warn("%s: epoll: %s", c->peer_name, strerror(errno));
+		conn_put(c);
+		return;
+	}
+	c->next = S.conns;
+	if (S.conns)
+		S.conns->prev = c;
+	S.conns = c;
+	peer_info("%s: connected", c->peer_name);
+	uint8_t hello[NBD_HELLO_LEN];
+	nbd_encode_hello(hello);
+	send_bytes(c, hello, sizeof(hello), 0);
+}
+
+/* ---- handshake ------------------------------------------------------------------------ */
+
+static void option_reply(struct conn *c, uint32_t option, uint32_t type, const void *data,
+			 uint32_t len)
+{
+	uint8_t buf[NBD_OPTION_REPLY_LEN + 64];
+	if (len > sizeof(buf) - NBD_OPTION_REPLY_LEN)
+		len = 0;   /* never: our replies are small */
+	nbd_encode_option_reply(buf, option, type, len);
+	if (len)
+		memcpy(buf + NBD_OPTION_REPLY_LEN, data, len);
+	send_bytes(c, buf, NBD_OPTION_REPLY_LEN + len, 0);
+}
+
+static void list_exports(struct conn *c)
+{
+	for (unsigned i = 0; i < nbdd_cfg.nr_exports; i++) {
+		const struct nbd_export *e = &nbdd_cfg.exports[i];
+		uint32_t len = 4 + e->name_len;
+		uint8_t *buf = malloc(NBD_OPTION_REPLY_LEN + len);
+		if (!buf)
+			break;
+		nbd_encode_option_reply(buf, NBD_OPT_LIST, NBD_REP_SERVER, len);
+		uint8_t *p = buf + NBD_OPTION_REPLY_LEN;
+		p[0] = (uint8_t)(e->name_len >> 24), p[1] = (uint8_t)(e->name_len >> 16);
+		p[2] = (uint8_t)(e->name_len >> 8), p[3] = (uint8_t)e->name_len;
+		memcpy(p + 4, e->name, e->name_len);
+		send_bytes(c, buf, NBD_OPTION_REPLY_LEN + len, 0);
+		free(buf);
+	}
+	option_reply(c, NBD_OPT_LIST, NBD_REP_ACK, NULL, 0);
+}
+
+/* An empty name asks for the default export: the first one. */
+static const struct nbd_export *lookup(const uint8_t *name, uint32_t len)
+{
+	if (!len)
+		return nbdd_cfg.nr_exports ? &nbdd_cfg.exports[0] : NULL;
+	return nbdd_find_export(name, len);
+}
+
+static void info_or_go(struct conn *c, uint32_t option, const uint8_t *data, uint32_t len)
+{
+	struct nbd_export_query q;
+	if (nbd_decode_export_query(data, len, &q) < 0) {
+		option_reply(c, option, NBD_REP_ERR_INVALID, NULL, 0);
+		return;
+	}
+	const struct nbd_export *e = lookup(q.name, q.name_len);
+	if (!e) {
+		peer_info("%s: unknown export '%.*s'", c->peer_name, (int)(q.name_len > 64 ? 64 : q.name_len),
+			  (const char *)q.name);
+		option_reply(c, option, NBD_REP_ERR_UNKNOWN, NULL, 0);
+		return;
+	}
+	uint8_t info[NBD_INFO_BLOCK_SIZE_LEN];
+	nbd_encode_info_export(info, e->size, nbdd_transmission_flags());
+	option_reply(c, option, NBD_REP_INFO, info, NBD_INFO_EXPORT_LEN);
+	/* Any alignment works (vlmcd takes byte ranges); the maximum bounds
+	 * READ and WRITE. Sent even when not asked: clients ignore it then. */
+	nbd_encode_info_block_size(info, 1, 4096, (uint32_t)nbdd_cfg.max_request);
+	option_reply(c, option, NBD_REP_INFO, info, NBD_INFO_BLOCK_SIZE_LEN);
+	option_reply(c, option, NBD_REP_ACK, NULL, 0);
+	if (option == NBD_OPT_GO) {
+		c->exp = e;
+		c->phase = PH_TRANSMISSION;
+		peer_info("%s: serving export %s", c->peer_name, e->name);
+	}
+}
+
+/* Returns false when the connection must close. */
+static bool handle_option(struct conn *c, const struct nbd_option *opt, const uint8_t *data)
+{
+	switch (opt->option) {
+	case NBD_OPT_EXPORT_NAME: {
+		const struct nbd_export *e = lookup(data, opt->length);
+		if (!e)
+			return false;   /* the spec: no error reply to this option */
+		uint8_t buf[NBD_EXPORT_NAME_REPLY_LEN];
+		size_t n = nbd_encode_export_name_reply(buf, e->size, nbdd_transmission_flags(),
+							c->client_flags & NBD_FLAG_NO_ZEROES);
+		send_bytes(c, buf, (uint32_t)n, 0);
+		c->exp = e;
+		c->phase = PH_TRANSMISSION;
+		return true;
+	}
+	case NBD_OPT_ABORT:
+		option_reply(c, opt->option, NBD_REP_ACK, NULL, 0);
+		pthread_mutex_lock(&c->lock);
+		c->disc = true;
+		pthread_mutex_unlock(&c->lock);
+		return true;
+	case NBD_OPT_LIST:
+		if (opt->length)
+			option_reply(c, opt->option, NBD_REP_ERR_INVALID, NULL, 0);
+		else
+			list_exports(c);
+		return true;
+	case NBD_OPT_INFO:
+	case NBD_OPT_GO:
+		info_or_go(c, opt->option, data, opt->length);
+		return true;
+	}
+	/* STARTTLS, STRUCTURED_REPLY, meta contexts, ...: simple replies only. */
+	option_reply(c, opt->option, NBD_REP_ERR_UNSUP, NULL, 0);
+	return true;
+}
+
+/* ---- transmission ------------------------------------------------------------------------ */
+
+static void reply_now(struct conn *c, uint64_t cookie, uint32_t error)
+{
+	uint8_t buf[NBD_SIMPLE_REPLY_LEN];
+	nbd_encode_simple_reply(buf, error, cookie);
+	send_bytes(c, buf, sizeof(buf), 1);
+}
+
+/* A new command: accounted, then filled (WRITE) or posted. False: close. */
+static bool start_cmd(struct conn *c, const struct nbd_request *req)
+{
+	conn_get(c);
+	struct cmd *cmd = cmd_new(c, c->exp, req);
+	if (!cmd) {
+		conn_put(c);
+		reply_now(c, req->cookie, NBD_ENOMEM);
+		c->discard = nbd_request_payload(req);
+		return true;
+	}
+	pthread_mutex_lock(&c->lock);
+	c->inflight += cmd->reply->charge;
+	c->inflight_bytes += cmd->reply->charge_bytes;
+	pthread_mutex_unlock(&c->lock);
+	if (cmd->payload) {
+		c->filling = cmd;
+		c->filled = 0;
+	} else {
+		cmd_post(S.peer, cmd);
+	}
+	return true;
+}
+
+static bool handle_request(struct conn *c, const struct nbd_request *req)
+{
+	uint32_t err = nbd_check_request(req, c->exp->size, (uint32_t)nbdd_cfg.max_request);
+	if (err) {
+		peer_info("%s: %s (flags %#x) of %" PRIu32 " bytes at %" PRIu64 " refused: %s",
+			  c->peer_name, nbd_cmd_name(req->type), req->flags, req->length,
+			  req->offset, strerror((int)err));
+		reply_now(c, req->cookie, err);
+		c->discard = nbd_request_payload(req);
+		return true;
+	}
+	if (req->type == NBD_CMD_DISC) {
+		pthread_mutex_lock(&c->lock);
+		c->disc = true;
+		bool now = drained_locked(c);
+		pthread_mutex_unlock(&c->lock);
+		if (now)
+			kick(c);
+		return true;
+	}
+	if (req->type != NBD_CMD_FLUSH && !req->length) {
+		reply_now(c, req->cookie, 0);
+		return true;
+	}
+	return start_cmd(c, req);
+}
+
+/* Consumes what the input buffer holds; false when the connection must close
+ * (why in *why). */
+static bool parse_input(struct conn *c, const char **why)
+{
+	size_t pos = 0;
+	for (;;) {
+		pthread_mutex_lock(&c->lock);
+		bool stop = c->paused || c->disc || c->broken;
+		if (!stop && c->phase == PH_TRANSMISSION && !c->filling && !c->discard &&
+		    (c->inflight >= nbdd_cfg.max_inflight || c->inflight_bytes >= MAX_INFLIGHT_BYTES)) {
+			c->paused = stop = true;
+			update_events_locked(c);
+			peer_debug("%s: not reading: %" PRIu64 " commands, %" PRIu64 " bytes unanswered",
+				   c->peer_name, c->inflight, c->inflight_bytes);
+		}
+		pthread_mutex_unlock(&c->lock);
+		if (stop)
+			break;
+		const uint8_t *b = c->in + pos;
+		size_t avail = c->in_len - pos;
+		if (c->discard) {
+			size_t n = avail < c->discard ? avail : (size_t)c->discard;
+			c->discard -= n;
+			pos += n;
+			if (c->discard)
+				break;
+			continue;
+		}
+		if (c->filling) {
+			struct cmd *cmd = c->filling;
+			size_t want = cmd->req.length - c->filled;
+			size_t n = avail < want ? avail : want;
+			memcpy(cmd->payload + c->filled, b, n);
+			c->filled += (uint32_t)n;
+			pos += n;
+			if (c->filled < cmd->req.length)
+				break;
+			c->filling = NULL;
+			cmd_post(S.peer, cmd);
+			continue;
+		}
+		int n;
+		if (c->phase == PH_CLIENT_FLAGS) {
+			n = nbd_decode_client_flags(b, avail, &c->client_flags);
+			if (n > 0)
+				c->phase = PH_OPTIONS;
+		} else if (c->phase == PH_OPTIONS) {
+			struct nbd_option opt;
+			n = nbd_decode_option(b, avail, &opt);
+			if (n > 0) {
+				if (avail - (size_t)n < opt.length) {
+					n = 0;   /* its data is not all here yet */
+				} else {
+					if (!handle_option(c, &opt, b + n)) {
+						*why = "unknown export in NBD_OPT_EXPORT_NAME";
+						return false;
+					}
+					n += (int)opt.length;
+				}
+			}
+		} else {
+			struct nbd_request req;
+			n = nbd_decode_request(b, avail, &req);
+			if (n > 0 && !handle_request(c, &req)) {
+				*why = "out of memory";
+				return false;
+			}
+		}
+		if (n < 0) {
+			*why = nbd_proto_error_name(n);
+			return false;
+		}
+		if (n == 0)
+			break;
+		pos += (size_t)n;
+	}
+	memmove(c->in, c->in + pos, c->in_len - pos);
+	c->in_len -= pos;
+	return true;
+}
+
+/* Reads and parses until the socket is empty or the connection pauses. */
+static void conn_readable(struct conn *c)
+{
+	const char *why = NULL;
+	for (;;) {
+		if (!parse_input(c, &why))
+			break;
+		pthread_mutex_lock(&c->lock);
+		bool stop = c->paused || c->disc || c->broken;
+		pthread_mutex_unlock(&c->lock);
+		if (stop)
+			return;
+		/* A large WRITE payload goes straight into its buffer. */
+		uint8_t *dst = c->in + c->in_len;
+		size_t room = sizeof(c->in) - c->in_len;
+		bool direct = c->filling && !c->in_len;
+		if (direct) {
+			dst = c->filling->payload + c->filled;
+			room = c->filling->req.length - c->filled;
+		}
+		if (!room) {
+			why = "request does not fit in the input buffer";
+			break;
+		}
+		ssize_t r = recv(c->fd, dst, room, MSG_DONTWAIT);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return;
+		if (r <= 0) {
+			why = r == 0 ? (c->filling || c->in_len ? "client left mid-message" :
+					"client left") : strerror(errno);
+			break;
+		}
+		if (direct) {
+			c->filled += (uint32_t)r;
+			if (c->filled == c->filling->req.length) {
+				struct cmd *cmd = c->filling;
+				c->filling = NULL;
+				cmd_post(S.peer, cmd);
+			}
+		} else {
+			c->in_len += (size_t)r;
+		}
+	}
+	conn_close(c, why);
+}
+
+/* A kick: resume reading, or close after DISC or a failed write. */
+static void conn_kicked(struct conn *c)
+{
+	if (c->closed)
+		return;
+	pthread_mutex_lock(&c->lock);
+	bool dead = c->dead, broken = c->broken, done = c->disc && drained_locked(c);
+	if (!dead && !broken && !done)
+		update_events_locked(c);
+	pthread_mutex_unlock(&c->lock);
+	if (dead)
+		return;
+	if (broken)
+		conn_close(c, "write failed");
+	else if (done)
+		conn_close(c, "disconnected");
+	else
+		conn_readable(c);
+}
+
+static void run_kicks(void)
+{
+	uint64_t count;
+	if (read(S.wakefd, &count, sizeof(count)) < 0 && errno != EAGAIN)
+		peer_warn("wake-up read: %s", strerror(errno));
+	pthread_mutex_lock(&S.kick_lock);
+	struct conn *list = S.kicks;
+	S.kicks = NULL;
+	for (struct conn *c = list; c; c = c->next_kick)
+		c->kicked = false;
+	pthread_mutex_unlock(&S.kick_lock);
+	while (list) {
+		struct conn *c = list;
+		list = c->next_kick;
+		conn_kicked(c);
+		conn_put(c);
+	}
+}
+
+static void *server_loop(void *arg)
+{
+	(void)arg;
+	struct epoll_event events[64];
+	while (!atomic_load(&S.stop)) {
+		int n = epoll_wait(S.epfd, events, 64, 200);
+		if (n < 0 && errno != EINTR) {
+			peer_error("epoll_wait: %s", strerror(errno));
+			break;
+		}
+		for (int i = 0; i < n; i++) {
+			enum source_kind *kind = events[i].data.ptr;
+			if (*kind == SRC_WAKE) {
+				run_kicks();
+			} else if (*kind == SRC_LISTENER) {
+				accept_one((struct listener *)kind);
+			} else {
+				struct conn *c = (struct conn *)kind;
+				if (c->closed)
+					continue;
+				uint32_t e = events[i].events;
+				if (e & EPOLLOUT) {
+					pthread_mutex_lock(&c->lock);
+					flush_locked(c);
+					pthread_mutex_unlock(&c->lock);
+				}
+				/* Input first: a Unix client that writes and closes
+				 * reports both. HUP alone (not reading): it is gone. */
+				if (e & EPOLLIN)
+					conn_readable(c);
+				else if (e & (EPOLLHUP | EPOLLERR))
+					conn_close(c, "connection reset");
+			}
+		}
+		free_zombies();
+	}
+	/* Stop: no new connections or requests; commands in flight finish on
+	 * the workers and their replies are dropped. */
+	for (unsigned i = 0; i < S.nr_listeners; i++) {
+		close(S.listeners[i].fd);
+		S.listeners[i].fd = -1;
+	}
+	run_kicks();
+	while (S.conns)
+		conn_close(S.conns, "nbdd stops");
+	free_zombies();
+	return NULL;
+}
+
+/* ---- listeners -------------------------------------------------------------------------- */
+
+static int add_listener(int fd, const char *name)
+{
+	struct listener *l = &S.listeners[S.nr_listeners++];
+	l->kind = SRC_LISTENER;
+	l->fd = fd;
+	snprintf(l->name, sizeof(l->name), "%s", name);
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = l };
+	if (listen(fd, 64) < 0 || epoll_ctl(S.epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+		peer_error("cannot listen on %s: %s", name, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+static int open_tcp(const char *spec)
+{
+	char host[256];
+	const char *colon = strrchr(spec, ':');
+	size_t hl = colon ? (size_t)(colon - spec) : 0;
+	if (!colon || hl >= sizeof(host)) {
+		peer_error("--listen '%s' is not ADDR:PORT", spec);
+		return -1;
+	}
+	memcpy(host, spec, hl);
+	host[hl] = '\0';
+	char *h = host;
+	if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']') {   /* [::1]:10809 */
+		host[hl - 1] = '\0';
+		h = host + 1;
+	}
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_PASSIVE | AI_NUMERICSERV }, *res;
+	int rc = getaddrinfo(*h ? h : NULL, colon + 1, &hints, &res);
+	if (rc) {
+		peer_error("--listen '%s': %s", spec, gai_strerror(rc));
+		return -1;
+	}
+	int fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	int one = 1;
+	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+	    bind(fd, res->ai_addr, res->ai_addrlen) < 0) {
+		peer_error("cannot bind --listen '%s': %s", spec, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		freeaddrinfo(res);
+		return -1;
+	}
+	freeaddrinfo(res);
+	return add_listener(fd, spec);
+}
+
+static int open_unix(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	if (strlen(path) >= sizeof(sa.sun_path)) {
+		peer_error("--unix '%s': path too long", path);
+		return -1;
+	}
+	strcpy(sa.sun_path, path);
+	struct stat st;
+	if (lstat(path, &st) == 0) {
+		/* A socket nobody answers on is a previous run's: replace it. */
+		int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		bool live = probe >= 0 && S_ISSOCK(st.st_mode) &&
+			    connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+		if (probe >= 0)
+			close(probe);
+		if (!S_ISSOCK(st.st_mode) || live) {
+			peer_error("--unix '%s': %s", path,
+				   live ? "another server listens there" : "exists and is not a socket");
+			return -1;
+		}
+		unlink(path);
+	}
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		peer_error("cannot bind --unix '%s': %s", path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	return add_listener(fd, path);
+}
+
+int server_open(struct peer *p)
+{
+	S.peer = p;
+	S.epfd = epoll_create1(EPOLL_CLOEXEC);
+	S.wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &S.wake_kind };
+	if (S.epfd < 0 || S.wakefd < 0 || epoll_ctl(S.epfd, EPOLL_CTL_ADD, S.wakefd, &ev) < 0) {
+		peer_error("epoll/eventfd: %s", strerror(errno));
+		return -1;
+	}
+	for (unsigned i = 0; i < nbdd_cfg.nr_listen; i++)
+		if (open_tcp(nbdd_cfg.listen[i]) < 0)
+			return -1;
+	if (nbdd_cfg.unix_path && open_unix(nbdd_cfg.unix_path) < 0)
+		return -1;
+	return 0;
+}
+
+int server_start(void)
+{
+	int rc = pthread_create(&S.thread, NULL, server_loop, NULL);
+	if (rc) {
+		peer_error("cannot start the socket thread: %s", strerror(rc));
+		return -1;
+	}
+	S.started = true;
+	return 0;
+}
+
+void server_stop(void)
+{
+	if (!S.started)
+		return;
+	atomic_store(&S.stop, 1);
+	uint64_t one = 1;
+	if (write(S.wakefd, &one, sizeof(one)) < 0)
+		peer_warn("cannot wake the socket thread: %s", strerror(errno));
+	pthread_join(S.thread, NULL);
+	S.started = false;
+}
+
+void server_close(void)
+{
+	server_stop();
+	/* Kicks queued by the last replies hold references. */
+	while (S.kicks) {
+		struct conn *c = S.kicks;
+		S.kicks = c->next_kick;
+		conn_put(c);
+	}
+	for (unsigned i = 0; i < S.nr_listeners; i++)
+		if (S.listeners[i].fd >= 0)
+			close(S.listeners[i].fd);
+	S.nr_listeners = 0;
+	if (nbdd_cfg.unix_path)
+		unlink(nbdd_cfg.unix_path);
+	if (S.wakefd >= 0)
+		close(S.wakefd);
+	if (S.epfd >= 0)
+		close(S.epfd);
+	S.wakefd = S.epfd = -1;
+}

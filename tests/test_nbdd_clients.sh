@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# nbdd with clients nobody here wrote: nbdd -> vlmcd -> cached -> filed,
+# driven by qemu-io (patterns at aligned and unaligned offsets, verified),
+# qemu-img convert (an image in and back out, identical bytes), nbdcopy,
+# nbdinfo and fio's nbd engine (4K randwrite then randread, fio's verify),
+# plus a raw socket sending what real clients do not (garbage, truncated
+# and bad requests, clients leaving mid-flight): those connections close,
+# errors are the spec's, and the server keeps serving the others.
+set -u
+SEG_PREFIX=nbdd-e2e
+. "$(dirname "$0")/lib.sh"
+RAW="python3 $(cd "$(dirname "$0")" && pwd)/support/nbd_raw_client.py"
+SCALE=${XSEG_STRESS_SCALE:-1}
+scaled() { python3 -c "print(max($2, int($1 * $SCALE)))"; }
+
+for tool in qemu-io qemu-img nbdcopy nbdinfo fio python3; do
+	command -v $tool > /dev/null || fail "$tool is missing: run tools/install-deps"
+done
+
+echo "--- arguments"
+expect_exit 0 "$BIN/nbdd" --help
+expect_exit 2 "$BIN/nbdd" --segment "$SEG" --port 4 --target-port x --volume v:1M --unix "$DIR/s"
+grep -q "'x'" "$DIR/err" || fail "bad --target-port not named"
+expect_exit 2 "$BIN/nbdd" --segment "$SEG" --port 4 --target-port 2 --volume v:lots --unix "$DIR/s"
+grep -q "'lots'" "$DIR/err" || fail "bad volume size not named"
+[ "$(wc -l < "$DIR/err")" -eq 1 ] || fail "more than one line for a bad argument"
+expect_exit 2 "$BIN/nbdd" --segment "$SEG" --port 4 --target-port 2 --volume v:1M --listen nocolon
+grep -q "'nocolon'" "$DIR/err" || fail "bad --listen not named"
+expect_exit 2 "$BIN/nbdd" --segment "$SEG" --port 4 --target-port 2 --volume v:1M
+
+echo "--- the path: nbdd -> vlmcd -> cached -> filed"
+"$BIN/xseg" create --segment "$SEG" --ports 16 --requests 1024 --heap 256M || fail "create"
+"$BIN/filed" --segment "$SEG" --port 1 --dir "$DIR/data" 2> "$DIR/filed.log" & pids+=($!)
+wait_bound 1
+"$BIN/cached" --segment "$SEG" --port 3 --blocker-port 1 --cache-size 32M \
+	2> "$DIR/cached.log" & pids+=($!)
+wait_bound 3
+"$BIN/vlmcd" --segment "$SEG" --port 2 --blocker-port 3 --volume vol:64M --volume small:1M \
+	2> "$DIR/vlmcd.log" & pids+=($!)
+wait_bound 2
+TCP=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+SOCK=$DIR/nbd.sock
+"$BIN/nbdd" --segment "$SEG" --port 4 --target-port 2 --volume vol:64M --volume small:1M \
+	--unix "$SOCK" --listen "127.0.0.1:$TCP" 2> "$DIR/nbdd.log" & nbdd_pid=$!
+pids+=($nbdd_pid)
+wait_bound 4
+for _ in $(seq 100); do [ -S "$SOCK" ] && break; sleep 0.05; done
+URI="nbd+unix:///vol?socket=$SOCK"
+
+echo "--- nbdinfo"
+nbdinfo "$URI" > "$DIR/info" 2>&1 || { cat "$DIR/info"; fail "nbdinfo"; }
+grep -q "export-size: 67108864" "$DIR/info" || fail "nbdinfo: wrong size"
+for f in can_flush can_fua can_trim can_zero can_multi_conn; do
+	grep -q "$f: true" "$DIR/info" || fail "nbdinfo: $f not offered"
+done
+grep -q "block_size_maximum: 33554432" "$DIR/info" || fail "nbdinfo: block size not announced"
+nbdinfo --list "nbd://127.0.0.1:$TCP" > "$DIR/list" 2>&1 || fail "nbdinfo --list over TCP"
+grep -q 'export="vol"' "$DIR/list" && grep -q 'export="small"' "$DIR/list" ||
+	fail "nbdinfo --list does not show both exports"
+
+echo "--- qemu-io: patterns at aligned and unaligned offsets"
+qio() { qemu-io -f raw "$@" > "$DIR/qio.out" 2>&1 || { cat "$DIR/qio.out"; fail "qemu-io $*"; }
+	! grep -qiE "fail|error" "$DIR/qio.out" || { cat "$DIR/qio.out"; fail "qemu-io reported a failure"; }; }
+writes=() reads=()
+lens=(4096 512 12345 65553 1048579 1 4097 131072)
+for i in $(seq 0 29); do
+	off=$(( i * 2097152 + (i * 4099) % 1048576 ))
+	len=${lens[$((i % ${#lens[@]}))]}
+	pat=$(( i * 7 % 254 + 1 ))
+	writes+=(-c "write -P $pat $off $len")
+	reads+=(-c "read -P $pat $off $len")
+done
+qio "$URI" "${writes[@]}" -c flush
+qio "$URI" "${reads[@]}"
+qio "nbd://127.0.0.1:$TCP/vol" "${reads[@]}"      # the same bytes over TCP
+qio "$URI" -c "write -z 4097 100000" -c "read -P 0 4097 100000" \
+	-c "write -P 0x11 2097152 8192" -c "discard 2097152 8192" -c "read -P 0 2097152 8192" \
+	-c "write -f -P 0x22 3000000 5000" -c "read -P 0x22 3000000 5000"
+
+echo "--- qemu-img convert in and out"
+mb=$(scaled 24 8)
+head -c $((mb << 20)) /dev/urandom > "$DIR/img.raw"
+dd if=/dev/zero of="$DIR/img.raw" bs=1M seek=2 count=2 conv=notrunc status=none   # a zero run
+qemu-img convert -n -f raw -O raw "$DIR/img.raw" "$URI" 2> "$DIR/err" || { cat "$DIR/err"; fail "convert in"; }
+qemu-img convert -f raw -O raw "$URI" "$DIR/out.raw" 2> "$DIR/err" || { cat "$DIR/err"; fail "convert out"; }
+cmp -n $((mb << 20)) "$DIR/img.raw" "$DIR/out.raw" || fail "qemu-img: bytes differ after a round trip"
+[ "$(stat -c %s "$DIR/out.raw")" = 67108864 ] || fail "qemu-img: wrong size out"
+
+echo "--- nbdcopy"
+nbdcopy "$URI" "$DIR/copy.raw" || fail "nbdcopy out"
+cmp "$DIR/out.raw" "$DIR/copy.raw" || fail "nbdcopy out differs from qemu-img's"
+head -c 1048576 /dev/urandom > "$DIR/small.raw"
+nbdcopy "$DIR/small.raw" "nbd+unix:///small?socket=$SOCK" || fail "nbdcopy in"
+nbdcopy -C 2 "nbd://127.0.0.1:$TCP/small" "$DIR/small.back" || fail "nbdcopy back over TCP"
+cmp "$DIR/small.raw" "$DIR/small.back" || fail "nbdcopy: bytes differ"
+
+echo "--- raw socket: bad clients are closed, good ones keep being served"
+for case in garbage-handshake bad-option-magic huge-option unknown-export truncated-request \
+	    truncated-payload bad-request-magic errors out-of-order leave-in-flight \
+	    flow-control leave-paused; do
+	timeout 60 $RAW "$SOCK" $case || fail "raw client: $case"
+done
+qio "$URI" "${reads[@]:26}"   # slots past what convert and the raw clients wrote
+kill -0 $nbdd_pid || fail "nbdd died"
+
+echo "--- fio nbd engine: 4K randwrite then randread, iodepth 16, two connections"
+fsize=$(scaled 16 4)M
+fjob=(--ioengine=nbd --uri="$URI" --bs=4k --iodepth=16 --numjobs=2 --size=$fsize
+      --offset_increment=$fsize --verify=crc32c --verify_fatal=1 --group_reporting)
+# in $DIR: fio leaves its verify state files in the current directory
+cd "$DIR" || fail "cd $DIR"
+fio --name=w --rw=randwrite --do_verify=0 "${fjob[@]}" > "$DIR/fio.w" 2>&1 ||
+	{ tail -20 "$DIR/fio.w"; fail "fio randwrite"; }
+# verify_only replays the randwrite job as random reads, checking every block
+fio --name=w --rw=randwrite --verify_only "${fjob[@]}" > "$DIR/fio.r" 2>&1 ||
+	{ tail -20 "$DIR/fio.r"; fail "fio verify"; }
+grep -q "err= 0" "$DIR/fio.w" && grep -q "err= 0" "$DIR/fio.r" || fail "fio counted errors"
+grep -qE "read: IOPS=" "$DIR/fio.r" || { cat "$DIR/fio.r"; fail "fio verify read nothing"; }
+cd - > /dev/null || fail "cd back"
+
+echo "--- leaving clients left nothing behind; SIGTERM"
+total=$("$BIN/xseg" info --segment "$SEG" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["requests"])')
+free=0
+for _ in $(seq 100); do
+	free=$("$BIN/xseg" info --segment "$SEG" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["free_requests"])')
+	[ "$free" = "$total" ] && break
+	sleep 0.1
+done
+[ "$free" = "$total" ] || fail "$((total - free)) requests not back in the pool"
+kill -TERM $nbdd_pid
+wait $nbdd_pid; rc=$?
+[ $rc -eq 0 ] || fail "nbdd exited $rc on SIGTERM"
+[ -e "$SOCK" ] && fail "unix socket left behind"
+echo ok

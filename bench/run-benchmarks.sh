@@ -14,5 +14,5 @@ echo; echo "== sosd on a single-node Ceph, alone and behind cached"
 if command -v ceph-mon >/dev/null && command -v ceph-osd >/dev/null; then
 	bench/run-sosd-bench.sh
 else
-	echo "skipped: no Ceph here (tools/install-deps --ceph --bench)"
+	echo "skipped: no Ceph here (tools/install-deps --ceph)"
 fi

@@ -25,7 +25,8 @@ CONF=$(WATCH_PID=$$ tools/micro-ceph start "$CEPH_DIR" | tail -1)
 [ -f "$CONF" ] || { echo "micro-ceph did not start" >&2; exit 1; }
 "$BIN/xseg" create --segment "$SEG" --ports 16 --requests 2048 --heap 256M >/dev/null || exit 1
 "$BIN/sosd" --segment "$SEG" --port 1 --pool xseg --conf "$CONF" & spid=$!
-sleep 1
+. bench/bench_lib.sh
+wait_bound 1
 
 fio_iops() {   # rw bs
 	fio --name=vs --ioengine=rados --clientname=admin --pool=xseg --conf="$CONF" --rw="$1" \

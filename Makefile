@@ -48,7 +48,7 @@ PROG_DIRS   := $(sort $(patsubst %/,%,$(dir $(PROG_MAIN_SRC))))
 PROGS       := $(addprefix $(BUILD)/bin/,$(notdir $(PROG_DIRS)))
 TEST_SRC    := $(wildcard tests/test_*.c)
 TEST_SUPPORT_SRC := $(wildcard tests/support/*.c)
-TESTS       := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+TEST_PROGS  := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
@@ -67,7 +67,7 @@ LIBS_sosd := -lrados
 .PHONY: all check run install clean bench fuzz
 # Keep test objects: they are intermediates of a pattern rule.
 .SECONDARY:
-all: $(LIBXSEG_A) $(LIBXSEG_SO) $(LIBPEER_A) $(PROGS) $(TESTS)
+all: $(LIBXSEG_A) $(LIBXSEG_SO) $(LIBPEER_A) $(PROGS) $(TEST_PROGS)
 
 # V=1 shows full command lines.
 Q := $(if $(V),,@)

@@ -10,3 +10,9 @@ echo; echo "== IPC limit (nulld)"; bench/run-ipc-bench.sh
 echo; echo "== filed directly and through vlmcd"; bench/run-path-bench.sh
 echo; echo "== filed alone vs cached in front of it"
 TMPDIR=${TMPDIR:-/dev/shm} bench/run-cached-bench.sh
+echo; echo "== sosd on a single-node Ceph, alone and behind cached"
+if command -v ceph-mon >/dev/null && command -v ceph-osd >/dev/null; then
+	bench/run-sosd-bench.sh
+else
+	echo "skipped: no Ceph here (tools/install-deps --ceph)"
+fi

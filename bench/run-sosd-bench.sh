@@ -30,14 +30,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 die() { echo "run-sosd-bench: $*" >&2; exit 1; }
 
-wait_bound() {
-	for _ in $(seq 200); do
-		"$BIN/xseg" info --segment "$SEG" --json 2>/dev/null |
-			grep -Eq "\"port\": *$1,[^}]*\"owner\": *[1-9]" && return 0
-		sleep 0.05
-	done
-	die "port $1 never bound"
-}
+. bench/bench_lib.sh
 
 bytes() { numfmt --from=iec "$1"; }
 

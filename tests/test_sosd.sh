@@ -21,6 +21,11 @@ expect_exit 2 "$BIN/sosd" --segment "$SEG" --port 1 --pool p --conf /dev/null --
 grep -q "'5s'" "$DIR/err" || fail "bad --op-timeout not named"
 [ "$(wc -l < "$DIR/err")" -eq 1 ] || fail "more than one line for a bad argument"
 
+expect_exit 0 "$MICRO_CEPH" --help
+expect_exit 2 "$MICRO_CEPH" frobnicate "$CEPH_DIR"
+grep -q "frobnicate" "$DIR/err" && [ "$(wc -l < "$DIR/err")" -eq 1 ] ||
+	fail "micro-ceph: a bad action is not named in one line"
+
 ceph_start
 "$BIN/xseg" create --segment "$SEG" --ports 256 --requests 1024 --heap 128M || fail "xseg create"
 

@@ -10,11 +10,6 @@ set -u
 SEG_PREFIX=sosd-e2e
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/ceph_lib.sh"
-# Under TSan this takes minutes, and cached trips a TSan report of its own
-# (engine.c name_ok, reported to its owner): the normal and ASan builds run it.
-if [ "${SANITIZE:-}" = thread ]; then
-	echo "SKIP: not under SANITIZE=thread (too slow; see the comment above)"; exit 0
-fi
 
 bench() {   # volume op pattern extra...
 	local vol=$1 op=$2 pattern=$3; shift 3

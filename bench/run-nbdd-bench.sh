@@ -2,7 +2,8 @@
 # The thesis's fio job (§7.5: bs=4k, iodepth=16, randwrite then randread)
 # through nbdd, fio's nbd engine over the Unix socket:
 #   nbdd -> vlmcd -> cached -> filed     and     nbdd -> vlmcd -> filed
-# (the micro-Ceph variant needs sosd, which this branch does not have).
+# (the micro-Ceph variant needs sosd, which this branch does not have), and
+# for reference qemu-nbd serving a raw file (QEMU_NBD= leaves it out).
 # filed keeps its data under $TMPDIR (tmpfs by default). Knobs: SIZE (the
 # volume and the amount written, 256M), CACHE (cached's size, 512M),
 # RUNS (runs per configuration; the median is printed, 3).
@@ -21,7 +22,7 @@ stop_path() {
 	done
 	pids=()
 	"$BIN/xseg" destroy --segment "$SEG" 2>/dev/null
-	rm -rf "$DATA/objects"
+	rm -rf "$DATA/objects" "$DATA/objects.raw" "$SOCK"
 }
 trap 'stop_path; rm -rf "$DATA"' EXIT
 command -v fio > /dev/null || { echo "fio is missing: run tools/install-deps" >&2; exit 1; }
@@ -35,7 +36,14 @@ wait_bound() {
 	echo "nobody bound port $1" >&2; exit 1
 }
 
-start_path() {   # $1: cached | direct
+start_path() {   # $1: cached | direct | qemu-nbd
+	if [ "$1" = qemu-nbd ]; then   # reference: a raw file on $TMPDIR, no path
+		truncate -s "$SIZE" "$DATA/objects.raw"
+		qemu-nbd --socket="$SOCK" --format=raw --export-name=vol --cache=writeback \
+			--persistent --shared=4 "$DATA/objects.raw" & pids+=($!)
+		for _ in $(seq 100); do [ -S "$SOCK" ] && break; sleep 0.05; done
+		return
+	fi
 	"$BIN/xseg" create --segment "$SEG" --ports 16 --requests 2048 --heap 512M >/dev/null || exit 1
 	"$BIN/filed" --segment "$SEG" --port 1 --dir "$DATA/objects" --threads 2 & pids+=($!)
 	wait_bound 1
@@ -68,7 +76,7 @@ print('%.0f %.1f %.1f' % (s['iops'], p['50.000000'] / 1e3, p['99.000000'] / 1e3)
 median() { sort -n -k1 | awk '{ a[NR] = $0 } END { print a[int((NR + 1) / 2)] }'; }
 
 echo "# fio nbd engine, bs=4k iodepth=16, $SIZE, median of $RUNS runs (IOPS p50_us p99_us)"
-for path in cached direct; do
+for path in cached direct ${QEMU_NBD:-qemu-nbd}; do
 	w=() r=()
 	for run in $(seq "$RUNS"); do
 		start_path $path
@@ -76,6 +84,6 @@ for path in cached direct; do
 		r+=("$(job randread)")
 		stop_path
 	done
-	printf '%s\n' "${w[@]}" | median | awk -v p=$path '{ printf "%-7s randwrite %8d IOPS  p50 %7.1f us  p99 %8.1f us\n", p, $1, $2, $3 }'
-	printf '%s\n' "${r[@]}" | median | awk -v p=$path '{ printf "%-7s randread  %8d IOPS  p50 %7.1f us  p99 %8.1f us\n", p, $1, $2, $3 }'
+	printf '%s\n' "${w[@]}" | median | awk -v p=$path '{ printf "%-8s randwrite %8d IOPS  p50 %7.1f us  p99 %8.1f us\n", p, $1, $2, $3 }'
+	printf '%s\n' "${r[@]}" | median | awk -v p=$path '{ printf "%-8s randread  %8d IOPS  p50 %7.1f us  p99 %8.1f us\n", p, $1, $2, $3 }'
 done

@@ -10,3 +10,4 @@ echo; echo "== IPC limit (nulld)"; bench/run-ipc-bench.sh
 echo; echo "== filed directly and through vlmcd"; bench/run-path-bench.sh
 echo; echo "== filed alone vs cached in front of it"
 TMPDIR=${TMPDIR:-/dev/shm} bench/run-cached-bench.sh
+echo; echo "== fio over NBD: nbdd with and without cached"; bench/run-nbdd-bench.sh

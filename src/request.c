@@ -81,6 +81,7 @@ static void free_buffer(struct xseg *s, struct xseg_request *req)
 	if (req->bufferlen) {
 		xannotate_happens_before(&tsan_handoff);
 		xseg_heap_free(s->heap_meta, s->heap, req->buffer);
+		xannotate_happens_before(&tsan_handoff);   /* its free-list writes */
 	}
 	req->buffer = req->bufferlen = req->data_off = req->datalen = 0;
 	req->targetlen = 0;
@@ -166,6 +167,10 @@ int xseg_prep_request(struct xseg *s, struct xseg_request *req,
 			return xseg_fail(ENOMEM, "prep request: heap has no free block of %llu bytes",
 					 (unsigned long long)need);
 		xannotate_happens_after(&tsan_handoff);
+		/* The allocator wrote free-list nodes into the heap: hand those
+		 * writes over too, or a thread reading a buffer another process
+		 * carved from them later looks unordered to TSan. */
+		xannotate_happens_before(&tsan_handoff);
 		req->buffer = (uint64_t)off;
 		req->bufferlen = got;
 	}

@@ -79,9 +79,12 @@ static int check_held(struct xseg *s, struct xseg_request *req, const char *what
 static void free_buffer(struct xseg *s, struct xseg_request *req)
 {
 	if (req->bufferlen) {
+		/* The heap's free lists live in blocks other processes used:
+		 * acquire before touching them, release after (TSan only). */
 		xannotate_happens_before(&tsan_handoff);
+		xannotate_happens_after(&tsan_handoff);
 		xseg_heap_free(s->heap_meta, s->heap, req->buffer);
-		xannotate_happens_before(&tsan_handoff);   /* its free-list writes */
+		xannotate_happens_before(&tsan_handoff);
 	}
 	req->buffer = req->bufferlen = req->data_off = req->datalen = 0;
 	req->targetlen = 0;
@@ -162,6 +165,7 @@ int xseg_prep_request(struct xseg *s, struct xseg_request *req,
 	if (req->bufferlen < need) {
 		uint64_t got;
 		free_buffer(s, req);
+		xannotate_happens_after(&tsan_handoff);
 		int64_t off = xseg_heap_alloc(s->heap_meta, s->heap, need, &got);
 		if (off < 0)
 			return xseg_fail(ENOMEM, "prep request: heap has no free block of %llu bytes",

@@ -121,17 +121,28 @@ grep -q "err= 0" "$DIR/fio.w" && grep -q "err= 0" "$DIR/fio.r" || fail "fio coun
 grep -qE "read: IOPS=" "$DIR/fio.r" || { cat "$DIR/fio.r"; fail "fio verify read nothing"; }
 cd - > /dev/null || fail "cd back"
 
-echo "--- leaving clients left nothing behind; SIGTERM"
-total=$("$BIN/xseg" info --segment "$SEG" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["requests"])')
-free=0
-for _ in $(seq 100); do
-	free=$("$BIN/xseg" info --segment "$SEG" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["free_requests"])')
-	[ "$free" = "$total" ] && break
-	sleep 0.1
-done
-[ "$free" = "$total" ] || fail "$((total - free)) requests not back in the pool"
+echo "--- leaving clients left nothing behind"
+pool_full() {   # waits until every request is back in the pool
+	local total free=0
+	total=$("$BIN/xseg" info --segment "$SEG" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["requests"])')
+	for _ in $(seq 100); do
+		free=$("$BIN/xseg" info --segment "$SEG" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["free_requests"])')
+		[ "$free" = "$total" ] && return 0
+		sleep 0.1
+	done
+	fail "$1: $((total - free)) requests not back in the pool"
+}
+pool_full "after the clients left"
+
+echo "--- SIGTERM with a client writing: exit 0, nothing left behind"
+( cd "$DIR" && $T fio --name=busy --ioengine=nbd --uri="$URI" --rw=randwrite --bs=64k \
+	--iodepth=16 --size=32M --time_based --runtime=30 > "$DIR/fio.busy" 2>&1 ) & busy=$!
+sleep 2
+kill -0 $busy 2>/dev/null || { cat "$DIR/fio.busy"; fail "fio did not start"; }
 kill -TERM $nbdd_pid
 wait $nbdd_pid; rc=$?
 [ $rc -eq 0 ] || fail "nbdd exited $rc on SIGTERM"
 [ -e "$SOCK" ] && fail "unix socket left behind"
+wait $busy && fail "fio went on without its server"
+pool_full "after nbdd stopped under load"
 echo ok

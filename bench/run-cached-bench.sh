@@ -21,14 +21,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-wait_bound() {
-	for _ in $(seq 200); do
-		"$BIN/xseg" info --segment "$SEG" --json 2>/dev/null |
-			grep -Eq "\"port\": *$1,[^}]*\"owner\": *[1-9]" && return 0
-		sleep 0.05
-	done
-	echo "port $1 never bound" >&2; exit 1
-}
+. bench/bench_lib.sh
 
 seed=100
 run() {   # label op bs depth [total]

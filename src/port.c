@@ -100,11 +100,12 @@ static void set_group(struct xseg *s, uint32_t first, uint32_t last)
 }
 
 /* Takes `port` for this process, from nobody or from a dead owner. */
-static int take_port(struct xseg *s, uint32_t port)
+static int take_port(struct xseg *s, uint32_t port, bool reaper)
 {
 	struct xseg_port_shm *p = &s->ports[port];
 	uint64_t me = self_owner_word();
 	uint64_t cur = atomic_load(&p->owner);
+	unsigned reap_waits = 0;
 
 	if (!me)
 		return xseg_fail(ESRCH, "cannot read this process's start time from /proc");
@@ -116,6 +117,11 @@ static int take_port(struct xseg *s, uint32_t port)
 		}
 		if (xseg_owner_pid(cur) == xseg_self_pid())
 			return xseg_fail(EBUSY, "port %u is already bound by this process", port);
+		if (!reaper && atomic_load(&p->reaping) && reap_waits++ < 10000) {
+			usleep(100);   /* a reap lasts microseconds */
+			cur = atomic_load(&p->owner);
+			continue;
+		}
 		if (xseg_owner_alive(cur))
 			return xseg_fail(EBUSY, "port %u is bound by live pid %d", port,
 					 (int)xseg_owner_pid(cur));
@@ -174,7 +180,7 @@ int xseg_bind_range(struct xseg *s, uint32_t first, uint32_t last)
 	pthread_mutex_lock(&s->bind_lock);
 	uint32_t p;
 	for (p = first; p <= last; p++) {
-		if ((rc = take_port(s, p)) < 0)
+		if ((rc = take_port(s, p, false)) < 0)
 			break;
 		s->bound[p] = 1;
 	}
@@ -207,6 +213,38 @@ int xseg_leave_port(struct xseg *s, uint32_t port)
 	s->bound[port] = 0;
 	pthread_mutex_unlock(&s->bind_lock);
 	return 0;
+}
+
+int xseg_reap_port(struct xseg *s, uint32_t port, int err)
+{
+	if (!xseg_port_valid(s, port))
+		return xseg_fail(EINVAL, "reap: port %u out of range", port);
+	if (err <= 0)
+		return xseg_fail(EINVAL, "reap: error %d is not an errno", err);
+	struct xseg_port_shm *p = &s->ports[port];
+	uint64_t cur = atomic_load(&p->owner);
+	if (!cur || xseg_owner_alive(cur))
+		return 0;
+	pthread_mutex_lock(&s->bind_lock);
+	/* A new owner may have bound it since: take_port decides again. */
+	cur = atomic_load(&p->owner);
+	/* Announced before the takeover: a binder that finds us owning the
+	 * port waits for the reap instead of failing. A count: two clients
+	 * may reap at once (one of them finds nothing to do). */
+	atomic_fetch_add(&p->reaping, 1);
+	if (!cur || xseg_owner_alive(cur) || take_port(s, port, true) < 0) {
+		atomic_fetch_sub(&p->reaping, 1);
+		pthread_mutex_unlock(&s->bind_lock);
+		return 0;
+	}
+	s->bound[port] = 1;
+	uint32_t failed = xseg_fail_queued_requests(s, port, err);
+	ungroup(s, port);
+	release_port(s, port);
+	atomic_fetch_sub(&p->reaping, 1);
+	s->bound[port] = 0;
+	pthread_mutex_unlock(&s->bind_lock);
+	return 1 + (int)failed;
 }
 
 int xseg_port_info(struct xseg *s, uint32_t port, struct xseg_port_info *info)

@@ -22,7 +22,14 @@
  * did before it passed something on happens before whoever takes it next.
  * Compiles to nothing outside TSan builds.
  */
-static char tsan_handoff;
+char xseg_tsan_handoff;
+
+/* The holder is read without a lock by a takeover's scan of the pool
+ * (xseg_reclaim_port_requests) while live threads change it. */
+static inline void set_holder(struct xseg_request *r, uint32_t port)
+{
+	__atomic_store_n(&r->holder, port, __ATOMIC_RELAXED);
+}
 
 static inline uint32_t load_state(const struct xseg_request *r)
 {
@@ -81,10 +88,10 @@ static void free_buffer(struct xseg *s, struct xseg_request *req)
 	if (req->bufferlen) {
 		/* The heap's free lists live in blocks other processes used:
 		 * acquire before touching them, release after (TSan only). */
-		xannotate_happens_before(&tsan_handoff);
-		xannotate_happens_after(&tsan_handoff);
+		xannotate_happens_before(&xseg_tsan_handoff);
+		xannotate_happens_after(&xseg_tsan_handoff);
 		xseg_heap_free(s->heap_meta, s->heap, req->buffer);
-		xannotate_happens_before(&tsan_handoff);
+		xannotate_happens_before(&xseg_tsan_handoff);
 	}
 	req->buffer = req->bufferlen = req->data_off = req->datalen = 0;
 	req->targetlen = 0;
@@ -94,9 +101,9 @@ static void free_buffer(struct xseg *s, struct xseg_request *req)
 static void release_request(struct xseg *s, struct xseg_request *req)
 {
 	free_buffer(s, req);
-	req->holder = XSEG_NO_PORT;
+	set_holder(req, XSEG_NO_PORT);
 	store_state(req, XS_FREE);
-	xannotate_happens_before(&tsan_handoff);
+	xannotate_happens_before(&xseg_tsan_handoff);
 	xseg_ring_push(s->free_ring, req->index);
 }
 
@@ -118,7 +125,7 @@ struct xseg_request *xseg_get_request(struct xseg *s, uint32_t src)
 		return NULL;
 	}
 	struct xseg_request *r = &s->requests[idx];
-	xannotate_happens_after(&tsan_handoff);
+	xannotate_happens_after(&xseg_tsan_handoff);
 	r->generation++;
 	r->op = X_PING;
 	r->flags = 0;
@@ -129,7 +136,7 @@ struct xseg_request *xseg_get_request(struct xseg *s, uint32_t src)
 	r->submit_ns = 0;
 	r->src_port = src;
 	r->dst_port = XSEG_NO_PORT;
-	r->holder = src;
+	set_holder(r, src);
 	r->path_len = 0;
 	store_state(r, XS_ALLOCATED);
 	return r;
@@ -165,16 +172,16 @@ int xseg_prep_request(struct xseg *s, struct xseg_request *req,
 	if (req->bufferlen < need) {
 		uint64_t got;
 		free_buffer(s, req);
-		xannotate_happens_after(&tsan_handoff);
+		xannotate_happens_after(&xseg_tsan_handoff);
 		int64_t off = xseg_heap_alloc(s->heap_meta, s->heap, need, &got);
 		if (off < 0)
 			return xseg_fail(ENOMEM, "prep request: heap has no free block of %llu bytes",
 					 (unsigned long long)need);
-		xannotate_happens_after(&tsan_handoff);
+		xannotate_happens_after(&xseg_tsan_handoff);
 		/* The allocator wrote free-list nodes into the heap: hand those
 		 * writes over too, or a thread reading a buffer another process
 		 * carved from them later looks unordered to TSan. */
-		xannotate_happens_before(&tsan_handoff);
+		xannotate_happens_before(&xseg_tsan_handoff);
 		req->buffer = (uint64_t)off;
 		req->bufferlen = got;
 	}
@@ -232,11 +239,11 @@ static int deliver(struct xseg *s, struct xseg_request *req, uint32_t port,
 		   struct xseg_ring *ring, _Atomic uint64_t *counter, uint32_t state)
 {
 	uint32_t prev_holder = req->holder, prev_state = load_state(req);
-	req->holder = port;
+	set_holder(req, port);
 	store_state(req, state);
-	xannotate_happens_before(&tsan_handoff);
+	xannotate_happens_before(&xseg_tsan_handoff);
 	if (!xseg_ring_push(ring, req->index)) {
-		req->holder = prev_holder;
+		set_holder(req, prev_holder);
 		store_state(req, prev_state);
 		return xseg_fail(EIO, "port %u's queue is wedged by a peer that died mid-push",
 				 port);
@@ -321,8 +328,8 @@ static int take(struct xseg *s, uint32_t port, struct xseg_ring *ring,
 	uint32_t idx;
 	while (n < max && xseg_ring_pop(ring, &idx)) {
 		struct xseg_request *r = &s->requests[idx];
-		xannotate_happens_after(&tsan_handoff);
-		r->holder = port;
+		xannotate_happens_after(&xseg_tsan_handoff);
+		set_holder(r, port);
 		store_state(r, state);
 		reqs[n++] = r;
 	}
@@ -374,6 +381,27 @@ static void settle_dead_holders(struct xseg *s, struct xseg_request *r, uint32_t
 	release_request(s, r);
 }
 
+/* Fails every request queued on `port` (held by nobody yet) back to its
+ * issuer with `err`. The caller owns the port. Returns how many. */
+uint32_t xseg_fail_queued_requests(struct xseg *s, uint32_t port, int err)
+{
+	uint32_t idx, n = 0;
+
+	while (xseg_ring_pop(xseg_req_ring(s, port), &idx)) {
+		struct xseg_request *r = &s->requests[idx];
+		xannotate_happens_after(&xseg_tsan_handoff);
+		set_holder(r, port);
+		store_state(r, XS_ACCEPTED);
+		r->result = XR_FAILED;
+		r->error = err;
+		r->serviced = 0;
+		if (xseg_respond(s, r, port) < 0)
+			release_request(s, r);
+		n++;
+	}
+	return n;
+}
+
 /*
  * Called when `port` is taken over from a dead owner. Requests the dead
  * process held at that port, and replies still queued for it, are settled
@@ -385,11 +413,13 @@ void xseg_reclaim_port_requests(struct xseg *s, uint32_t port)
 	struct xseg_request *r;
 	uint32_t idx;
 
+	/* What the dead process wrote reached us through the segment. */
+	xannotate_happens_after(&xseg_tsan_handoff);
 	/* A queued reply is settled as if the dead owner had received it: a
 	 * forwarded request still owes its issuer an answer. */
 	while (xseg_ring_pop(xseg_rep_ring(s, port), &idx)) {
 		r = &s->requests[idx];
-		r->holder = port;
+		set_holder(r, port);
 		store_state(r, XS_RECEIVED);
 		settle_dead_holders(s, r, port);
 	}

@@ -121,6 +121,9 @@ struct xseg_port_shm {
 	_Atomic uint32_t group_leader;   /* port whose futex wakes this one */
 	_Atomic uint32_t group_first;    /* set on the leader: its group */
 	_Atomic uint32_t group_count;
+	/* Non-zero while a client reaps the port of a dead owner (it owns the
+	 * port for that instant): a binder waits instead of failing EBUSY. */
+	_Atomic uint32_t reaping;
 	/* Wake-up: one line, touched by every waiter and signaller. */
 	_Alignas(XSEG_CACHELINE) _Atomic uint32_t wake_seq;
 	_Atomic uint32_t waiters;
@@ -173,6 +176,11 @@ static inline pid_t xseg_owner_pid(uint64_t owner)
 }
 bool xseg_port_owned_here(struct xseg *s, uint32_t port);
 void xseg_signal_port(struct xseg *s, uint32_t port);
+/* ThreadSanitizer cannot see one process hand memory to another (through a
+ * ring, or the heap's process-shared lock): every such hand-over is
+ * modelled as a release/acquire of this one object (xannotate.h). */
+extern char xseg_tsan_handoff;
+uint32_t xseg_fail_queued_requests(struct xseg *s, uint32_t port, int err);
 /* Wakes every thread asleep on port's word, to look again. */
 void xseg_wake_all(struct xseg *s, uint32_t port);
 /* Requests held by a dead port's owner: fail them back or free them. */

@@ -10,7 +10,7 @@ pids=()
 fail() {
 	echo "FAIL: $*"
 	for log in "$DIR"/*.log; do
-		[ -s "$log" ] && { echo "== $log"; tail -40 "$log"; }
+		[ -s "$log" ] && { echo "== $log"; tail -"${LOG_LINES:-40}" "$log"; }
 	done
 	exit 1
 }

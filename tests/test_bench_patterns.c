@@ -108,6 +108,7 @@ int main(void)
 {
 	Suite *s = suite_create("bench_patterns");
 	TCase *tc = tcase_create("patterns");
+	tcase_set_timeout(tc, 60);   /* 300000-block permutations: slow under TSan on a busy machine */
 	tcase_add_test(tc, rand_visits_each_block_once);
 	tcase_add_test(tc, rand_order_depends_on_seed_only);
 	tcase_add_test(tc, seq_is_identity);

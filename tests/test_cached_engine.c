@@ -47,6 +47,7 @@ static struct {
 	struct fake_object objs[MAX_OBJS * 4];
 	int nobjs;
 	_Atomic int fail_writes;           /* fail every WRITE while set */
+	_Atomic int hold;                  /* serve nothing while set */
 	_Atomic int flushes, writes;
 	bool stop;
 	pthread_t threads[2];
@@ -130,7 +131,7 @@ static void *blk_thread(void *arg)
 	rcu_register_thread();
 	pthread_mutex_lock(&blk.lock);
 	for (;;) {
-		while (!blk.queue && !blk.stop)
+		while ((!blk.queue || atomic_load(&blk.hold)) && !blk.stop)
 			pthread_cond_wait(&blk.cond, &blk.lock);
 		if (!blk.queue)
 			break;
@@ -461,6 +462,50 @@ START_TEST(blocker_failure_keeps_dirty_data)
 }
 END_TEST
 
+/* More dirty runs than blocker requests may be out at once, and the
+ * blocker holds every request: a FLUSH must wait for requests to come
+ * back, not spin re-queueing flushes on the submitting thread (it did:
+ * cache_engine_submit never returned). */
+START_TEST(flush_waits_for_free_blocker_requests)
+{
+	enum { OBJECTS = 70, RUNS = OBJECTS * (OBJ_SIZE / BKT_SIZE / 2) };
+	ck_assert_uint_gt(RUNS, MAX_BIOS_IN_FLIGHT);
+	setup_with(8 << 20, 128, CACHE_WRITEBACK);
+	unsigned char w[BKT_SIZE];
+	char name[16];
+	for (int i = 0; i < OBJECTS; i++) {
+		snprintf(name, sizeof(name), "h%d", i);
+		for (uint32_t b = 0; b < OBJ_SIZE / BKT_SIZE; b += 2) {   /* every other bucket */
+			fill(w, sizeof(w), (unsigned)(i * 100 + b));
+			ck_assert_int_eq(do_write(name, (uint64_t)b * BKT_SIZE, sizeof(w), w), 0);
+		}
+	}
+	atomic_store(&blk.hold, 1);
+	struct sync_req s = { .r = { .op = X_FLUSH, .name = "", .done = sync_done } };
+	pthread_mutex_init(&s.lock, NULL);
+	pthread_cond_init(&s.cond, NULL);
+	cache_engine_submit(blk.engine, &s.r);   /* must return */
+	ck_assert_uint_eq(atomic_load(&blk.engine->bios_in_flight), MAX_BIOS_IN_FLIGHT);
+	pthread_mutex_lock(&blk.lock);
+	atomic_store(&blk.hold, 0);
+	pthread_cond_broadcast(&blk.cond);
+	pthread_mutex_unlock(&blk.lock);
+	pthread_mutex_lock(&s.lock);
+	while (!s.done)
+		pthread_cond_wait(&s.cond, &s.lock);
+	pthread_mutex_unlock(&s.lock);
+	ck_assert(s.r.served);
+	for (int i = 0; i < OBJECTS; i++) {
+		snprintf(name, sizeof(name), "h%d", i);
+		for (uint32_t b = 0; b < OBJ_SIZE / BKT_SIZE; b += 2) {
+			fill(w, sizeof(w), (unsigned)(i * 100 + b));
+			ck_assert(blk_has(name, (uint64_t)b * BKT_SIZE, w, sizeof(w)));
+		}
+	}
+	teardown();
+}
+END_TEST
+
 START_TEST(policy_switch_flushes_everything)
 {
 	setup_with(1 << 20, 16, CACHE_WRITEBACK);
@@ -582,6 +627,7 @@ int main(void)
 	tcase_add_test(tc, copy_flushes_source_first);
 	tcase_add_test(tc, small_cache_evicts_and_loses_nothing);
 	tcase_add_test(tc, blocker_failure_keeps_dirty_data);
+	tcase_add_test(tc, flush_waits_for_free_blocker_requests);
 	tcase_add_test(tc, policy_switch_flushes_everything);
 	tcase_add_loop_test(tc, threads_share_a_small_cache_consistently, CACHE_WRITEBACK,
 			    CACHE_WRITETHROUGH + 1);

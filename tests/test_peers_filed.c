@@ -69,18 +69,11 @@ static struct pt_req do_req(uint32_t op, const char *target, uint64_t offset, ui
 	return r;
 }
 
-static void expect_served(struct pt_req r, const char *what)
-{
-	ck_assert_msg(r.result == XR_SERVED, "%s: result %u error %d (%s)", what, r.result,
-		      r.error, strerror(r.error));
-}
-
-static void expect_failed(struct pt_req r, int err, const char *what)
-{
-	ck_assert_msg(r.result == XR_FAILED && r.error == err,
-		      "%s: result %u error %d (%s), expected FAILED %d (%s)", what, r.result,
-		      r.error, strerror(r.error), err, strerror(err));
-}
+/* r may be a call's result: copied, so that its address can be taken */
+#define expect_served(r, what) \
+	do { struct pt_req r_ = (r); pt_expect_served(&r_, (what)); } while (0)
+#define expect_failed(r, err, what) \
+	do { struct pt_req r_ = (r); pt_expect_failed(&r_, (err), (what)); } while (0)
 
 static void write_obj(const char *name, uint64_t off, uint64_t size, uint64_t seed)
 {

@@ -77,6 +77,40 @@ static void assert_segment_whole(void)
 	ck_assert_uint_eq(info.heap_free_largest, info.heap_size);
 }
 
+/*
+ * A child that binds `port`, issues two requests of its own (one with a
+ * buffer), writes 'r', accepts `held` requests, writes 'a' and waits to be
+ * killed.
+ */
+static pid_t fork_server(uint32_t port, int held, int up)
+{
+	pid_t pid = xt_fork(30);
+	if (pid == 0) {
+		struct xseg *seg;
+		struct xseg_request *reqs[NREQS];
+		int n = 0;
+		XT_CHILD_CHECK(xseg_join(xt_name, &seg) == 0, 2, "%s", xseg_last_error());
+		XT_CHILD_CHECK(xseg_bind_port(seg, port) == 0, 3, "%s", xseg_last_error());
+		/* Requests it issued itself, one with a buffer: back to the pool. */
+		struct xseg_request *mine = xseg_get_request(seg, port);
+		XT_CHILD_CHECK(mine && xseg_prep_target(seg, mine, "scratch", 3000) == 0, 4,
+			       "%s", xseg_last_error());
+		XT_CHILD_CHECK(xseg_get_request(seg, port), 4, "%s", xseg_last_error());
+		XT_CHILD_CHECK(write(up, "r", 1) == 1, 5, "write");
+		while (n < held) {
+			int k = xseg_accept(seg, port, reqs + n, (unsigned)(held - n));
+			XT_CHILD_CHECK(k >= 0, 6, "%s", xseg_last_error());
+			n += k;
+			if (!k)
+				xseg_poll(seg, port, 0, 100000000ull);
+		}
+		XT_CHILD_CHECK(write(up, "a", 1) == 1, 7, "write");
+		for (;;)
+			pause();
+	}
+	return pid;
+}
+
 /* ---- a server killed holding accepted requests --------------------------- */
 
 START_TEST(killed_server_requests_fail_back)
@@ -88,30 +122,7 @@ START_TEST(killed_server_requests_fail_back)
 
 	ck_assert_int_eq(pipe(up), 0);
 	ck_assert_int_eq(xseg_bind_port(xt_seg, CLIENT), 0);
-	pid_t pid = xt_fork(30);
-	if (pid == 0) {
-		struct xseg *seg;
-		struct xseg_request *reqs[HELD];
-		int n = 0;
-		XT_CHILD_CHECK(xseg_join(xt_name, &seg) == 0, 2, "%s", xseg_last_error());
-		XT_CHILD_CHECK(xseg_bind_port(seg, SERVER) == 0, 3, "%s", xseg_last_error());
-		/* Requests it issued itself, one with a buffer: back to the pool. */
-		struct xseg_request *mine = xseg_get_request(seg, SERVER);
-		XT_CHILD_CHECK(mine && xseg_prep_target(seg, mine, "scratch", 3000) == 0, 4,
-			       "%s", xseg_last_error());
-		XT_CHILD_CHECK(xseg_get_request(seg, SERVER), 4, "%s", xseg_last_error());
-		XT_CHILD_CHECK(write(up[1], "r", 1) == 1, 5, "write");
-		while (n < HELD) {
-			int k = xseg_accept(seg, SERVER, reqs + n, HELD - (unsigned)n);
-			XT_CHILD_CHECK(k >= 0, 6, "%s", xseg_last_error());
-			n += k;
-			if (!k)
-				xseg_poll(seg, SERVER, 0, 100000000ull);
-		}
-		XT_CHILD_CHECK(write(up[1], "a", 1) == 1, 7, "write");
-		for (;;)
-			pause();
-	}
+	pid_t pid = fork_server(SERVER, HELD, up[1]);
 	wait_byte(up[0], 'r');
 	for (uint64_t i = 0; i < HELD; i++)
 		issue(CLIENT, SERVER, i);
@@ -171,6 +182,62 @@ START_TEST(killed_server_requests_fail_back)
 	}
 	ck_assert_uint_eq(xt_bitmap_count(&seen), HELD + QUEUED + 1);
 	xt_bitmap_free(&seen);
+	assert_segment_whole();
+}
+END_TEST
+
+/* ---- a dead server reaped by its client ------------------------------------ */
+
+START_TEST(reaped_dead_server_fails_everything)
+{
+	enum { CLIENT = 0, SERVER = 1, HELD = 5, QUEUED = 3 };
+	struct xseg_request *got[HELD + QUEUED];
+	struct xseg_port_info pi;
+	int up[2];
+
+	ck_assert_int_eq(pipe(up), 0);
+	ck_assert_int_eq(xseg_bind_port(xt_seg, CLIENT), 0);
+	pid_t pid = fork_server(SERVER, HELD, up[1]);
+	wait_byte(up[0], 'r');
+	for (uint64_t i = 0; i < HELD; i++)
+		issue(CLIENT, SERVER, i);
+	wait_byte(up[0], 'a');
+	for (uint64_t i = HELD; i < HELD + QUEUED; i++)
+		issue(CLIENT, SERVER, i);
+
+	/* Alive: nothing to reap. */
+	ck_assert_int_eq(xseg_reap_port(xt_seg, SERVER, EHOSTDOWN), 0);
+	ck_assert_int_eq(xseg_reap_port(xt_seg, SERVER, 0), -EINVAL);
+	kill_and_reap(pid);
+	ck_assert_int_eq(xseg_reap_port(xt_seg, SERVER, EHOSTDOWN), 1 + QUEUED);
+	/* Unbound now: a second reap does nothing, a submit fails at once. */
+	ck_assert_int_eq(xseg_reap_port(xt_seg, SERVER, EHOSTDOWN), 0);
+	ck_assert_int_eq(xseg_port_info(xt_seg, SERVER, &pi), 0);
+	ck_assert_int_eq(pi.owner, 0);
+	ck_assert_uint_eq(pi.request_depth, 0);
+	struct xseg_request *r = xseg_get_request(xt_seg, CLIENT);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_int_eq(xseg_submit(xt_seg, r, CLIENT, SERVER), -ENOENT);
+	ck_assert_int_eq(xseg_put_request(xt_seg, r), 0);
+
+	/* Every request is answered once: EPIPE for the accepted ones,
+	 * EHOSTDOWN for the queued ones, cookies restored. */
+	struct xt_bitmap seen;
+	xt_bitmap_init(&seen, HELD + QUEUED);
+	receive_n(CLIENT, got, HELD + QUEUED);
+	for (int i = 0; i < HELD + QUEUED; i++) {
+		r = got[i];
+		ck_assert(!xt_bitmap_set(&seen, r->offset));
+		ck_assert_uint_eq(r->result, XR_FAILED);
+		ck_assert_int_eq(r->error, r->offset < HELD ? EPIPE : EHOSTDOWN);
+		ck_assert_uint_eq(r->priv, xt_cookie(r->offset, SALT));
+		ck_assert_int_eq(xseg_put_request(xt_seg, r), 0);
+	}
+	ck_assert_int_eq(xseg_receive(xt_seg, CLIENT, got, 1), 0);
+	xt_bitmap_free(&seen);
+	/* A new server binds the port as usual. */
+	ck_assert_int_eq(xseg_bind_port(xt_seg, SERVER), 0);
+	ck_assert_int_eq(xseg_leave_port(xt_seg, SERVER), 0);
 	assert_segment_whole();
 }
 END_TEST
@@ -473,6 +540,7 @@ int main(void)
 	tcase_set_timeout(tc, 55);
 	tcase_add_checked_fixture(tc, setup, xt_teardown);
 	tcase_add_test(tc, killed_server_requests_fail_back);
+	tcase_add_test(tc, reaped_dead_server_fails_everything);
 	tcase_add_test(tc, killed_forwarder_requests_fail_back);
 	tcase_add_test(tc, killed_mid_traffic_repeatedly);
 	suite_add_tcase(s, tc);

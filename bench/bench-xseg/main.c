@@ -248,6 +248,8 @@ struct slot {
 	uint64_t started_ns;
 };
 
+#define SLICES 20
+
 struct bench {
 	struct options opt;
 	struct xseg *seg;
@@ -259,6 +261,11 @@ struct bench {
 	uint32_t nfree;
 	uint32_t in_flight;
 	struct run_stats st;
+	/* When each twentieth of the blocks was answered: throughput over
+	 * the run (a cache filling up, a flusher falling behind). */
+	uint64_t start_ns;
+	uint64_t slice_end_ns[SLICES];
+	unsigned slices_done;
 };
 
 static int submit_block(struct bench *b, uint32_t slot_no)
@@ -305,6 +312,9 @@ static void complete(struct bench *b, struct xseg_request *req)
 
 	latency_record(&b->st.hist, now - s->started_ns);
 	b->st.received++;
+	while (b->slices_done < SLICES &&
+	       b->st.received * SLICES >= (b->slices_done + 1) * b->blocks)
+		b->slice_end_ns[b->slices_done++] = now;
 	b->in_flight--;
 	if (req->result != XR_SERVED || req->serviced != req->size) {
 		b->st.failed++;
@@ -368,6 +378,7 @@ static int run(struct bench *b, double *seconds)
 {
 	struct xseg_request *done[RECEIVE_BATCH];
 	uint64_t start = xseg_now_ns(), last = start, last_received = 0;
+	b->start_ns = start;
 	uint64_t spin_ns = b->opt.spin_us * 1000, timeout_ns = b->opt.timeout_s * 1000000000ull;
 	int rc = 0;
 
@@ -399,6 +410,21 @@ static int run(struct bench *b, double *seconds)
 	return rc;
 }
 
+/* IOPS in each twentieth of the run, as a JSON array. */
+static void print_slices(const struct bench *b)
+{
+	uint64_t prev = b->start_ns;
+	printf("[");
+	for (unsigned i = 0; i < b->slices_done; i++) {
+		uint64_t before = i ? (uint64_t)i * b->blocks / SLICES : 0;
+		uint64_t upto = (uint64_t)(i + 1) * b->blocks / SLICES;
+		double dt = (double)(b->slice_end_ns[i] - prev) / 1e9;
+		printf("%s%.1f", i ? "," : "", dt > 0 ? (double)(upto - before) / dt : 0.0);
+		prev = b->slice_end_ns[i];
+	}
+	printf("]");
+}
+
 static void report(const struct bench *b, double seconds)
 {
 	const struct options *o = &b->opt;
@@ -419,14 +445,18 @@ static void report(const struct bench *b, double seconds)
 	printf("  time       %.3f s\n", seconds);
 	printf("  throughput %.0f IOPS, %.2f MiB/s\n", iops, mib);
 	printf("  latency us p50 %.1f  p99 %.1f  p99.9 %.1f  max %.1f\n", p50, p99, p999, max);
-	if (o->json)
+	if (o->json) {
 		printf("{\"op\":\"%s\",\"pattern\":\"%s\",\"block_size\":%" PRIu64 ",\"iodepth\":%u,"
 		       "\"requests\":%" PRIu64 ",\"failed\":%" PRIu64 ",\"corrupted\":%" PRIu64 ","
 		       "\"seconds\":%.6f,\"iops\":%.1f,\"mib_per_s\":%.3f,\"lat_us_p50\":%.2f,"
-		       "\"lat_us_p99\":%.2f,\"lat_us_p999\":%.2f,\"lat_us_max\":%.2f,\"verify\":\"%s\"}\n",
+		       "\"lat_us_p99\":%.2f,\"lat_us_p999\":%.2f,\"lat_us_max\":%.2f,\"verify\":\"%s\","
+		       "\"slice_iops\":",
 		       op, pat, o->block_size, o->iodepth, b->st.received, b->st.failed,
 		       b->st.corrupted, seconds, iops, mib, p50, p99, p999, max,
 		       o->verify == VERIFY_FULL ? "full" : o->verify == VERIFY_META ? "meta" : "none");
+		print_slices(b);
+		printf("}\n");
+	}
 	fflush(stdout);
 }
 

@@ -201,6 +201,18 @@ int xseg_bind_range(struct xseg *seg, uint32_t first, uint32_t last);
 /* Gives the port up. Requests still queued on it stay queued. */
 int xseg_leave_port(struct xseg *seg, uint32_t port);
 
+/*
+ * For a peer that waits on another: when `port`'s owner has died and nobody
+ * took the port over, settles what the dead owner held (as a takeover does:
+ * EPIPE upstream), fails the requests queued on it back to their issuers
+ * with `err`, and leaves the port unbound, so that new submits fail at once
+ * (ENOENT) instead of waiting for a peer that is gone. Returns 0 when the
+ * owner is alive or the port unbound (nothing done), else 1 + the number of
+ * queued requests failed. A request submitted in the instant of the reap
+ * may stay queued for the port's next owner.
+ */
+int xseg_reap_port(struct xseg *seg, uint32_t port, int err);
+
 struct xseg_port_info {
 	uint32_t port;
 	pid_t    owner;           /* 0 = unbound */

@@ -42,6 +42,7 @@ struct cached {
 	struct cache_config cfg;
 	struct cache_engine *engine;
 	_Atomic uint64_t in_flight;        /* client requests accepted, not answered */
+	union glue_slot *slots;            /* one per request of the pool, by index */
 };
 
 static struct cached C;
@@ -71,6 +72,21 @@ struct glue_bio {
 	struct xseg_request *xreq;
 };
 
+struct glue_req {
+	struct cache_req req;
+	struct xseg_request *xreq;
+	char control[128];
+	char copy_src[XSEG_MAX_TARGETLEN + 1];
+};
+
+/* A pool request is a client's (accepted here) or ours (sent to the
+ * blocker), never both, and is ours until answered or put back: its glue
+ * lives in the slot of its index, so no request costs a malloc. */
+union glue_slot {
+	struct glue_bio bio;
+	struct glue_req req;
+};
+
 static struct cache_bio *backend_alloc(void *ctx, uint32_t op, const char *name,
 				       uint64_t offset, uint64_t size, const char *copy_src)
 {
@@ -80,12 +96,11 @@ static struct cache_bio *backend_alloc(void *ctx, uint32_t op, const char *name,
 		return NULL;
 	uint64_t datalen = op == X_COPY ? sizeof(struct xseg_request_copy)
 		: op == X_INFO ? sizeof(struct xseg_reply_info) : size;
-	struct glue_bio *g = malloc(sizeof(*g));
-	if (!g || xseg_prep_target(C.seg, xreq, name, datalen) < 0) {
-		free(g);
+	if (xseg_prep_target(C.seg, xreq, name, datalen) < 0) {
 		xseg_put_request(C.seg, xreq);
 		return NULL;
 	}
+	struct glue_bio *g = &C.slots[xreq->index].bio;
 	memset(g, 0, sizeof(*g));
 	g->xreq = xreq;
 	g->bio.data = xseg_get_data(C.seg, xreq);
@@ -124,8 +139,7 @@ static void backend_release(void *ctx, struct cache_bio *bio)
 {
 	(void)ctx;
 	struct glue_bio *g = (struct glue_bio *)bio;
-	xseg_put_request(C.seg, g->xreq);
-	free(g);
+	xseg_put_request(C.seg, g->xreq);   /* the slot is free from here */
 }
 
 /* A blocker reply came back to our port. */
@@ -142,13 +156,6 @@ static void on_blocker_reply(struct xseg_request *x)
 }
 
 /* ---- client requests ----------------------------------------------------------- */
-
-struct glue_req {
-	struct cache_req req;
-	struct xseg_request *xreq;
-	char control[128];
-	char copy_src[XSEG_MAX_TARGETLEN + 1];
-};
 
 static void respond(struct xseg_request *x, bool served, int error, uint64_t serviced)
 {
@@ -168,13 +175,11 @@ static void client_done(struct cache_req *r)
 		if (x->datalen < sizeof(struct xseg_reply_info) &&
 		    xseg_prep_request(C.seg, x, x->targetlen, sizeof(struct xseg_reply_info)) < 0) {
 			respond(x, false, ENOMEM, 0);
-			free(g);
 			return;
 		}
 		((struct xseg_reply_info *)xseg_get_data(C.seg, x))->size = r->info_size;
 	}
 	respond(x, r->served, r->error, r->serviced);
-	free(g);
 }
 
 /* Writes the statistics as JSON into the request's reply data. */
@@ -218,7 +223,6 @@ static void handle_control(struct glue_req *g)
 
 	if (!strcmp(g->control, "stats")) {
 		reply_stats(x);
-		free(g);
 	} else if (!strcmp(g->control, "policy writeback")) {
 		cache_engine_set_policy(C.engine, CACHE_WRITEBACK, &g->req);
 	} else if (!strcmp(g->control, "plug")) {
@@ -232,18 +236,14 @@ static void handle_control(struct glue_req *g)
 		cache_engine_flush_all(C.engine, &g->req);
 	} else {
 		respond(x, false, EINVAL, 0);
-		free(g);
 	}
 }
 
 static void on_client_request(struct xseg_request *x)
 {
-	struct glue_req *g = calloc(1, sizeof(*g));
+	struct glue_req *g = &C.slots[x->index].req;
 	atomic_fetch_add(&C.in_flight, 1);
-	if (!g) {
-		respond(x, false, ENOMEM, 0);
-		return;
-	}
+	memset(&g->req, 0, sizeof(g->req));
 	g->xreq = x;
 	struct cache_req *r = &g->req;
 	r->op = x->op;
@@ -259,7 +259,6 @@ static void on_client_request(struct xseg_request *x)
 		logmsg(LOG_WARN, "%s %s: size %" PRIu64 " over the buffer's %" PRIu64 " bytes",
 		       xseg_op_name(x->op), r->name, x->size, x->datalen);
 		respond(x, false, EINVAL, 0);
-		free(g);
 		return;
 	}
 	if (x->op == X_CONTROL) {
@@ -270,10 +269,10 @@ static void on_client_request(struct xseg_request *x)
 		struct xseg_request_copy *cp = r->data;
 		if (x->datalen < sizeof(*cp) || cp->src_len == 0 || cp->src_len > XSEG_MAX_TARGETLEN) {
 			respond(x, false, EINVAL, 0);
-			free(g);
 			return;
 		}
 		memcpy(g->copy_src, cp->src, cp->src_len);
+		g->copy_src[cp->src_len] = '\0';
 		r->copy_src = g->copy_src;
 	}
 	cache_engine_submit(C.engine, r);
@@ -304,11 +303,34 @@ static void *worker(void *arg)
 	return NULL;
 }
 
+/*
+ * A blocker that died (SIGKILL, a crash) never answers: reaping its port
+ * fails what it held and what is queued for it back to us (the engine
+ * keeps dirty data and retries), and new requests fail at once until a
+ * blocker binds the port again.
+ */
+static void reap_dead_blocker(void)
+{
+	uint32_t to = xseg_resolve_route(C.seg, C.port, C.blocker_port);
+	if (to == XSEG_NO_PORT)
+		return;
+	int n = xseg_reap_port(C.seg, to, EHOSTDOWN);
+	if (n > 0)
+		logmsg(LOG_WARN, "blocker port %u: its owner died; failed %d queued requests "
+		       "back, dirty data stays until a blocker binds the port", to, n - 1);
+}
+
 static void *maintainer(void *arg)
 {
 	(void)arg;
 	rcu_register_thread();
+	uint64_t next_reap = 0;
 	while (!atomic_load(&maintainer_stop)) {
+		uint64_t now = xseg_now_ns();
+		if (now >= next_reap) {
+			reap_dead_blocker();
+			next_reap = now + 100000000ull;
+		}
 		uint64_t ns = cache_engine_maintain(C.engine);
 		struct timespec ts = { .tv_sec = 0, .tv_nsec = (long)ns };
 		nanosleep(&ts, NULL);
@@ -543,6 +565,12 @@ int main(int argc, char **argv)
 		fprintf(stderr, "cached: %s\n", xseg_last_error());
 		return 1;
 	}
+	struct xseg_segment_info si;
+	if (xseg_segment_info(C.seg, &si) < 0 ||
+	    !(C.slots = calloc(si.nr_requests, sizeof(*C.slots)))) {
+		fprintf(stderr, "cached: no memory for the glue of %u requests\n", si.nr_requests);
+		return 1;
+	}
 	if (C.daemonize && daemon(0, 1) < 0) {
 		fprintf(stderr, "cached: cannot daemonize: %s\n", strerror(errno));
 		return 1;
@@ -583,6 +611,7 @@ int main(int argc, char **argv)
 	if (clean)
 		cache_engine_destroy(C.engine);
 	xseg_leave(C.seg);
+	free(C.slots);
 	if (C.pidfile)
 		unlink(C.pidfile);
 	logmsg(LOG_INFO, "stopped");

@@ -36,6 +36,8 @@ struct cache_object {
 	bool flush_again, deleting, on_dirty_list;
 	int flush_error;                   /* of the current flush cycle */
 	_Atomic bool flush_queued;
+	_Atomic bool flush_io_wait;        /* a flush waits for a free bio */
+	struct xwork flush_io_work;
 	_Atomic uint64_t dirty_end;        /* highest byte written back-cached */
 	struct xwork flush_work;
 	struct cds_list_head dirty_link;   /* on e->dirty while dirty */
@@ -361,7 +363,7 @@ static void flush_cycle_done(struct cache_object *o)
 		mark_clean(o);
 	} else if (error) {
 		notify_waiters(o, error);   /* dirty data stays for a later try */
-	} else if (o->flush_again || o->waiters) {
+	} else if ((o->flush_again || o->waiters) && !atomic_load(&o->flush_io_wait)) {
 		queue_flush(o);
 	}
 	o->flush_again = false;
@@ -394,6 +396,31 @@ static void flush_write_done_job(struct xwork *w, void *arg)
 	obj_put(o);
 }
 
+static void flush_after_io_wait(struct xwork *w, void *arg)
+{
+	(void)w;
+	struct cache_object *o = arg;
+	atomic_store(&o->flush_io_wait, false);
+	queue_flush(o);
+	obj_put(o);
+}
+
+/*
+ * Every blocker request is out: flush again once one comes back. Re-queueing
+ * at once would spin on this object's queue, on the very threads that
+ * should receive the replies.
+ */
+static void flush_when_io_frees(struct cache_object *o)
+{
+	bool expected = false;
+	if (!atomic_compare_exchange_strong(&o->flush_io_wait, &expected, true))
+		return;
+	obj_get(o);
+	STAT_ADD(o->e, waits, 1);
+	xwork_init(&o->flush_io_work, flush_after_io_wait, o);
+	xwaitq_enqueue(&o->e->io_waitq, &o->flush_io_work);
+}
+
 static void flush_job(struct xwork *w, void *arg)
 {
 	(void)w;
@@ -414,7 +441,10 @@ static void flush_job(struct xwork *w, void *arg)
 			uint64_t size = (uint64_t)len * e->geo.bucket_size;
 			struct cache_bio *bio = bio_alloc(e, X_WRITE, o->name, off, size, NULL);
 			if (!bio) {
-				o->flush_again = true;   /* the maintainer retries */
+				if (o->flushes)
+					o->flush_again = true;   /* when those come back */
+				else
+					flush_when_io_frees(o);
 				break;
 			}
 			for (uint32_t k = 0; k < len; k++) {
@@ -1128,6 +1158,7 @@ static int on_init(void *priv, void *node_priv)
 	o->flush_again = o->deleting = o->on_dirty_list = false;
 	o->flush_error = 0;
 	atomic_store(&o->flush_queued, false);
+	atomic_store(&o->flush_io_wait, false);
 	atomic_store(&o->dirty_end, 0);
 	atomic_fetch_add(&e->nodes_used, 1);
 	return 0;

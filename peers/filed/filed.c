@@ -44,6 +44,7 @@ struct filed {
 	uint64_t max_name;
 	uint64_t fd_cache;
 	uint64_t fail_pct, fail_seed;
+	uint64_t delay_us;   /* --delay-us: a slow disk, for tests */
 	_Atomic uint64_t fail_counter;
 	_Atomic uint64_t epoch;          /* bumped after each DELETE */
 	_Atomic int dir_dirty;           /* entries created or removed since a sync */
@@ -68,7 +69,8 @@ struct filed_thread {
 
 /* ---- options ------------------------------------------------------------- */
 
-enum { OPT_DIR = 1, OPT_MAX_REQUEST, OPT_MAX_NAME, OPT_FD_CACHE, OPT_FAIL_RATE, OPT_FAIL_SEED };
+enum { OPT_DIR = 1, OPT_MAX_REQUEST, OPT_MAX_NAME, OPT_FD_CACHE, OPT_FAIL_RATE, OPT_FAIL_SEED,
+       OPT_DELAY };
 
 static const struct option filed_options[] = {
 	{ "dir", required_argument, NULL, OPT_DIR },
@@ -77,6 +79,7 @@ static const struct option filed_options[] = {
 	{ "fd-cache", required_argument, NULL, OPT_FD_CACHE },
 	{ "fail-rate", required_argument, NULL, OPT_FAIL_RATE },
 	{ "fail-seed", required_argument, NULL, OPT_FAIL_SEED },
+	{ "delay-us", required_argument, NULL, OPT_DELAY },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -87,7 +90,9 @@ static const char filed_usage[] =
 "  --fd-cache N             open files kept per thread (default 64)\n"
 "  --fail-rate PERCENT      fail this share of READs and WRITEs with EIO (fault\n"
 "                           injection for tests; default 0)\n"
-"  --fail-seed N            which ones fail: the same seed, the same sequence (default 0)\n";
+"  --fail-seed N            which ones fail: the same seed, the same sequence (default 0)\n"
+"  --delay-us N             sleep this long before each READ/WRITE: a slow disk\n"
+"                           (for tests; default 0)\n";
 
 static int parse_option(struct peer *p, int val, const char *arg)
 {
@@ -108,6 +113,8 @@ static int parse_option(struct peer *p, int val, const char *arg)
 		return peer_arg_uint("--fail-rate", arg, 0, 100, &F.fail_pct);
 	case OPT_FAIL_SEED:
 		return peer_arg_uint("--fail-seed", arg, 0, UINT64_MAX, &F.fail_seed);
+	case OPT_DELAY:
+		return peer_arg_uint("--delay-us", arg, 0, 10000000, &F.delay_us);
 	}
 	return -1;
 }
@@ -443,6 +450,8 @@ static int serve(struct peer_thread *t, struct xseg_request *req)
 				  F.max_request);
 			return EINVAL;
 		}
+		if (F.delay_us)
+			usleep((useconds_t)F.delay_us);
 		if (inject_failure())
 			return EIO;
 		return req->op == X_READ ? do_read(t, req, name, len, data)

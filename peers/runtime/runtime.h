@@ -50,6 +50,8 @@ struct peer {
 	struct peer_config cfg;
 	struct xseg *seg;
 	uint32_t nr_requests;
+	uint32_t nr_ports;
+	_Atomic uint64_t *dst_seen;       /* bitmap: ports we sent to */
 	struct peer_slot *slots;          /* nr_requests of them */
 	uint64_t cookie_salt;             /* high 32 bits of our cookies */
 	struct peer_thread *threads;

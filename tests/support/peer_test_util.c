@@ -438,3 +438,16 @@ int pt_run(Suite *s)
 	sweep();
 	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
+
+void pt_expect_served(const struct pt_req *r, const char *what)
+{
+	ck_assert_msg(r->result == XR_SERVED, "%s: result %u error %d (%s)", what, r->result,
+		      r->error, strerror(r->error));
+}
+
+void pt_expect_failed(const struct pt_req *r, int err, const char *what)
+{
+	ck_assert_msg(r->result == XR_FAILED && r->error == err,
+		      "%s: result %u error %d (%s), expected FAILED %d (%s)", what, r->result,
+		      r->error, strerror(r->error), err, strerror(err));
+}

@@ -94,6 +94,11 @@ void pt_finish(struct xseg *seg, struct xseg_request *req, struct pt_req *r);
 int pt_do(struct xseg *seg, uint32_t src, uint32_t dst, struct pt_req *r,
 	  unsigned timeout_ms);
 
+/* Check assertions on a finished request: SERVED / FAILED with `err`;
+ * `what` names it in the failure message. */
+void pt_expect_served(const struct pt_req *r, const char *what);
+void pt_expect_failed(const struct pt_req *r, int err, const char *what);
+
 /* Fills buf with bytes derived from (seed, position). */
 void pt_pattern(void *buf, uint64_t len, uint64_t seed, uint64_t pos);
 

@@ -1,0 +1,12 @@
+# Shared by the bench/run-*.sh scripts (sourced, not run): BIN and SEG are
+# set by the caller; wait_bound waits for a peer to bind its port.
+
+# Waits until someone has bound port $1 of $SEG (10 s at most), else exits.
+wait_bound() {
+	for _ in $(seq 200); do
+		"$BIN/xseg" info --segment "$SEG" --json 2>/dev/null |
+			grep -Eq "\"port\": *$1,[^}]*\"owner\": *[1-9]" && return 0
+		sleep 0.05
+	done
+	echo "port $1 never bound" >&2; exit 1
+}

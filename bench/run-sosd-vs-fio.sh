@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# sosd alone against fio's rados engine, interleaved (fio, sosd, fio, sosd,
+# ...) so that both see the same load on a shared machine: 4K and 64K random
+# writes and reads at iodepth 16, REPEAT (3) rounds, IOPS per run. Same
+# workload shape for both: TOTAL (64M) in 4M objects.
+set -u
+cd "$(dirname "$0")/.."
+BIN=${BIN:-$PWD/${BUILD:-build}/bin}
+REPEAT=${REPEAT:-3}
+TOTAL=${TOTAL:-64M}
+SEG=sosd-vs-fio-$$
+CEPH_DIR=$(mktemp -d /tmp/sosd-vs-fio.XXXXXX)
+spid=
+cleanup() {
+	[ -n "$spid" ] && { kill -TERM "$spid" 2>/dev/null; wait "$spid" 2>/dev/null; }
+	"$BIN/xseg" destroy --segment "$SEG" 2>/dev/null
+	tools/micro-ceph stop "$CEPH_DIR" 2>/dev/null
+	rm -rf "$CEPH_DIR"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+command -v fio >/dev/null && fio --enghelp 2>/dev/null | grep -qw rados ||
+	{ echo "fio with the rados engine is needed (tools/install-deps --bench)" >&2; exit 1; }
+CONF=$(WATCH_PID=$$ tools/micro-ceph start "$CEPH_DIR" | tail -1)
+[ -f "$CONF" ] || { echo "micro-ceph did not start" >&2; exit 1; }
+"$BIN/xseg" create --segment "$SEG" --ports 16 --requests 2048 --heap 256M >/dev/null || exit 1
+"$BIN/sosd" --segment "$SEG" --port 1 --pool xseg --conf "$CONF" & spid=$!
+sleep 1
+
+fio_iops() {   # rw bs
+	fio --name=vs --ioengine=rados --clientname=admin --pool=xseg --conf="$CONF" --rw="$1" \
+		--bs="$2" --iodepth=16 --size="$TOTAL" --nrfiles=$(( $(numfmt --from=iec "$TOTAL") / 4194304 )) \
+		--output-format=json 2>/dev/null |
+	python3 -c "import json,sys; j=json.load(sys.stdin)['jobs'][0]; print(round(j['read' if '$1' == 'randread' else 'write']['iops']))"
+}
+sosd_iops() {   # op bs seed
+	"$BIN/bench-xseg" --segment "$SEG" --port 10 --target-port 1 --op "$1" --pattern rand \
+		--total-size "$TOTAL" --block-size "$2" --iodepth 16 --object-size 4M --seed "$3" \
+		--timeout 120 --json | tail -1 | python3 -c "import json,sys; print(round(json.load(sys.stdin)['iops']))"
+}
+for bs in 4K 64K; do for r in $(seq "$REPEAT"); do
+	echo "$bs write  fio $(fio_iops randwrite "$bs")  sosd $(sosd_iops write "$bs" "$r")"
+	echo "$bs read   fio $(fio_iops randread "$bs")  sosd $(sosd_iops read "$bs" "$r")"
+done; done

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# synapsed over loopback (issue 7): bench-xseg on segment A -> synapsed A
+# ==TCP==> synapsed B -> TARGET on segment B, against bench-xseg straight to
+# TARGET on segment B (the same path without synapsed). 4K and 64K random
+# reads and writes at iodepth 1 and 16.
+#   TARGET=filed (default; data under $TMPDIR, tmpfs by default) or nulld
+#   TOTAL (default 64M per run), THREADS (synapsed workers, default 2)
+set -u
+cd "$(dirname "$0")/.."
+BIN=${BIN:-$PWD/${BUILD:-build}/bin}
+export TMPDIR=${TMPDIR:-/dev/shm}
+SEGA=syn-bench-a-$$ SEGB=syn-bench-b-$$
+DATA=$(mktemp -d)
+TOTAL=${TOTAL:-64M} TARGET=${TARGET:-filed} THREADS=${THREADS:-2}
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+pids=()
+cleanup() {
+	for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+		kill -TERM "${pids[i]}" 2>/dev/null; wait "${pids[i]}" 2>/dev/null
+	done
+	"$BIN/xseg" destroy --segment "$SEGA" 2>/dev/null
+	"$BIN/xseg" destroy --segment "$SEGB" 2>/dev/null
+	rm -rf "$DATA"
+}
+trap cleanup EXIT
+for s in "$SEGA" "$SEGB"; do
+	"$BIN/xseg" create --segment "$s" --ports 16 --requests 2048 --heap 512M >/dev/null || exit 1
+done
+case $TARGET in
+filed) "$BIN/filed" --segment "$SEGB" --port 1 --dir "$DATA" --threads 2 & pids+=($!) ;;
+nulld) "$BIN/nulld" --segment "$SEGB" --port 1 & pids+=($!) ;;
+*) echo "TARGET must be filed or nulld" >&2; exit 2 ;;
+esac
+"$BIN/synapsed" --segment "$SEGB" --port 2 --listen "127.0.0.1:$PORT" --target-port 1 \
+	--threads "$THREADS" & pids+=($!)
+sleep 0.3
+"$BIN/synapsed" --segment "$SEGA" --port 2 --remote "127.0.0.1:$PORT" --threads "$THREADS" & pids+=($!)
+sleep 0.5
+seed=0
+for bs in ${SIZES:-4K 64K}; do for depth in ${DEPTHS:-1 16}; do for op in ${OPS:-write read}; do
+	[ $op = write ] && seed=$((seed + 1))
+	for path in direct synapsed; do
+		if [ $path = direct ]; then seg=$SEGB tport=1; else seg=$SEGA tport=2; fi
+		"$BIN/bench-xseg" --segment "$seg" --port 10 --target-port $tport --object-size 4M \
+			--op $op --pattern rand --total-size "$TOTAL" --block-size $bs --iodepth $depth \
+			--seed $seed --json |
+		tail -1 | python3 -c "import json,sys; d=json.load(sys.stdin); print(f\"$TARGET {'$path':8} {d['op']:5} bs={d['block_size']//1024:>2}K depth={d['iodepth']:>2} {d['iops']:>9.0f} IOPS {d['mib_per_s']:>8.1f} MiB/s p50 {d['lat_us_p50']:>7.1f} us p99 {d['lat_us_p99']:>8.1f} us failed {d['failed']}\")"
+	done
+done; done; done

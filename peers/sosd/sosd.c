@@ -1,0 +1,636 @@
+/*
+ * sosd: the RADOS blocker. Each object is a RADOS object of the same name in
+ * --pool.
+ *
+ * Every request becomes one or more asynchronous librados operations
+ * (rados_aio_*); nothing blocks a thread per request, so as many requests are
+ * in flight as the segment holds. librados completes them on its own
+ * threads, where the callback only records the result and hands the request
+ * back to a worker thread with peer_post(); the worker answers it. The
+ * request's data area (shared memory) is the I/O buffer: librados reads into
+ * it and copies out of it, no bounce buffer.
+ *
+ *   READ    a missing object, or beyond its end: zeros; serviced = size
+ *   WRITE   the full size; RADOS answers once the write is durable, so
+ *           XF_FUA needs nothing more. A zero-length WRITE creates the object
+ *   FLUSH   waits until every WRITE, COPY and DELETE accepted before it has
+ *           completed (write_order.c); named or not, it is the same barrier
+ *   DELETE  remove; ENOENT when missing
+ *   INFO    struct xseg_reply_info with the object's size (0 when missing)
+ *   COPY    the target becomes a copy of the source the payload names
+ *           (stat, read, write_full; the C API has no copy-from)
+ *   PING    served by the runtime
+ * A request with XF_FLUSH set is preceded by a FLUSH barrier.
+ *
+ * Names follow filed's rules (empty, a NUL, '/' or a leading '.': EINVAL),
+ * so a volume that works on one blocker works on the other.
+ *
+ * Cluster down or slow: every operation carries --op-timeout, after which it
+ * fails with ETIMEDOUT; the peer keeps serving and succeeds again once the
+ * cluster answers. Start fails within --connect-timeout with the conf file
+ * and the monitor addresses named.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <rados/librados.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "peer/peer.h"
+#include "xtypes/xannotate.h"
+#include "write_order.h"
+
+#define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+
+struct sosd {
+	const char *pool, *conf, *id;
+	uint64_t op_timeout, connect_timeout;
+	uint64_t max_request, max_name, max_copy;
+	struct peer *peer;
+	rados_t cluster;
+	rados_ioctx_t io;
+	struct write_order order;
+	_Atomic int64_t last_warn_s;     /* rate limit of failure warnings */
+	_Atomic uint64_t failures_unlogged;
+};
+
+static struct sosd S = {
+	.id = "admin",
+	.op_timeout = 30,
+	.connect_timeout = 10,
+	.max_request = 16u << 20,
+	.max_name = XSEG_MAX_TARGETLEN,
+	.max_copy = 128u << 20,
+	.last_warn_s = -1,
+};
+
+/* Where a request stands between librados operations. */
+enum stage {
+	ST_READ, ST_WRITE, ST_DELETE, ST_INFO,
+	ST_COPY_STAT, ST_COPY_READ, ST_COPY_WRITE,
+};
+
+/* One accepted request while sosd owns it. */
+struct sosd_op {
+	struct peer_work work;        /* the completion, posted to a worker */
+	struct order_entry order;     /* a mutation in flight */
+	struct order_waiter waiter;   /* behind a FLUSH barrier */
+	struct xseg_request *req;
+	rados_completion_t comp;
+	int rc;                       /* librados's return value */
+	enum stage stage;
+	bool mutation;
+	uint64_t stat_size;
+	time_t stat_mtime;
+	char *copy_buf;
+	uint64_t copy_len;
+	char oid[XSEG_MAX_TARGETLEN + 1];
+	char src[XSEG_MAX_TARGETLEN + 1];
+};
+
+/* ---- options ------------------------------------------------------------- */
+
+enum {
+	OPT_POOL = 1, OPT_CONF, OPT_ID, OPT_OP_TIMEOUT, OPT_CONNECT_TIMEOUT,
+	OPT_MAX_REQUEST, OPT_MAX_NAME, OPT_MAX_COPY,
+};
+
+static const struct option sosd_options[] = {
+	{ "pool", required_argument, NULL, OPT_POOL },
+	{ "conf", required_argument, NULL, OPT_CONF },
+	{ "id", required_argument, NULL, OPT_ID },
+	{ "op-timeout", required_argument, NULL, OPT_OP_TIMEOUT },
+	{ "connect-timeout", required_argument, NULL, OPT_CONNECT_TIMEOUT },
+	{ "max-request-size", required_argument, NULL, OPT_MAX_REQUEST },
+	{ "max-name-len", required_argument, NULL, OPT_MAX_NAME },
+	{ "max-copy-size", required_argument, NULL, OPT_MAX_COPY },
+	{ NULL, 0, NULL, 0 },
+};
+
+static const char sosd_usage[] =
+"  --pool NAME              RADOS pool of the objects (required)\n"
+"  --conf FILE              ceph.conf of the cluster (required)\n"
+"  --id NAME                client id, without 'client.' (default admin)\n"
+"  --op-timeout SECONDS     a RADOS operation not done by then fails with\n"
+"                           ETIMEDOUT; 0 waits forever (default 30)\n"
+"  --connect-timeout SECONDS  give up connecting at start (default 10)\n"
+"  --max-request-size SIZE  largest READ/WRITE accepted (default 16M)\n"
+"  --max-name-len N         longest object name accepted (default and at most 255)\n"
+"  --max-copy-size SIZE     largest COPY source (read whole; default 128M)\n";
+
+static int parse_option(struct peer *p, int val, const char *arg)
+{
+	(void)p;
+	switch (val) {
+	case OPT_POOL:
+		if (!*arg)
+			return peer_arg_error("--pool", arg, "is empty");
+		S.pool = arg;
+		return 0;
+	case OPT_CONF:
+		if (!*arg)
+			return peer_arg_error("--conf", arg, "is empty");
+		S.conf = arg;
+		return 0;
+	case OPT_ID:
+		if (!*arg || strncmp(arg, "client.", 7) == 0)
+			return peer_arg_error("--id", arg, "must be a name without 'client.'");
+		S.id = arg;
+		return 0;
+	case OPT_OP_TIMEOUT:
+		return peer_arg_uint("--op-timeout", arg, 0, 86400, &S.op_timeout);
+	case OPT_CONNECT_TIMEOUT:
+		return peer_arg_uint("--connect-timeout", arg, 1, 3600, &S.connect_timeout);
+	case OPT_MAX_REQUEST:
+		return peer_arg_size("--max-request-size", arg, 1, 64u << 20, &S.max_request);
+	case OPT_MAX_NAME:
+		return peer_arg_uint("--max-name-len", arg, 1, XSEG_MAX_TARGETLEN, &S.max_name);
+	case OPT_MAX_COPY:
+		return peer_arg_size("--max-copy-size", arg, 1, 1ull << 30, &S.max_copy);
+	}
+	return -1;
+}
+
+static int check_options(struct peer *p)
+{
+	(void)p;
+	if (!S.pool) {
+		fprintf(stderr, "sosd: --pool is required (see --help)\n");
+		return -1;
+	}
+	if (!S.conf) {
+		fprintf(stderr, "sosd: --conf is required (see --help)\n");
+		return -1;
+	}
+	if (access(S.conf, R_OK) < 0)
+		return peer_arg_error("--conf", S.conf, strerror(errno));
+	return 0;
+}
+
+/* ---- names and failures ------------------------------------------------------ */
+
+/* 0, or EINVAL/ENAMETOOLONG with *why: the same rules as filed. */
+static int check_name(const char *name, size_t len, const char **why)
+{
+	*why = !name || len == 0           ? "is empty"
+	       : len > S.max_name           ? "is too long"
+	       : memchr(name, '\0', len)    ? "contains a NUL byte"
+	       : memchr(name, '/', len)     ? "contains '/'"
+	       : name[0] == '.'             ? "starts with '.'"
+	       : NULL;
+	if (!*why)
+		return 0;
+	return len > S.max_name ? ENAMETOOLONG : EINVAL;
+}
+
+/* A name as it can be shown in a log line. */
+static void printable(const char *name, size_t len, char *out, size_t outlen)
+{
+	size_t n = 0;
+	for (size_t i = 0; name && i < len && i < 64 && n + 1 < outlen; i++)
+		out[n++] = (name[i] >= 0x20 && name[i] < 0x7f) ? name[i] : '?';
+	out[n] = '\0';
+}
+
+/* A cluster that is down fails every request: one warning a second, saying
+ * how many went unlogged, instead of one line each. */
+static void warn_failure(const struct sosd_op *op, int err)
+{
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	int64_t last = atomic_load(&S.last_warn_s);
+	if (last == (int64_t)now.tv_sec ||
+	    !atomic_compare_exchange_strong(&S.last_warn_s, &last, (int64_t)now.tv_sec)) {
+		atomic_fetch_add(&S.failures_unlogged, 1);
+		return;
+	}
+	uint64_t more = atomic_exchange(&S.failures_unlogged, 0);
+	char also[64] = "";
+	if (more)
+		snprintf(also, sizeof(also), "; %" PRIu64 " more failed since the last warning",
+			 more);
+	peer_warn("%s '%s' in pool '%s' failed: %s%s%s", xseg_op_name(op->req->op), op->oid,
+		  S.pool, strerror(err),
+		  err == ETIMEDOUT ? " (cluster down or slow? see --op-timeout)" : "", also);
+}
+
+/* ---- answering --------------------------------------------------------------- */
+
+static void start_op(struct peer_thread *t, struct sosd_op *op);
+
+/* Answers the request (err 0: served), frees op, and lets through the
+ * barriers that were waiting for this mutation. */
+static void finish(struct peer_thread *t, struct sosd_op *op, int err)
+{
+	struct order_waiter *released = NULL;
+
+	/* Answer before ending the mutation, so that a FLUSH it releases is
+	 * answered after it (a client sees the write's reply first). */
+	if (err) {
+		if (err != ENOENT || op->req->op != X_DELETE)
+			warn_failure(op, err);
+		peer_fail(t, op->req, err);
+	} else {
+		peer_complete(t, op->req);
+	}
+	if (op->mutation)
+		released = write_order_end(&S.order, &op->order);
+	free(op->copy_buf);
+	free(op);
+	while (released) {
+		struct order_waiter *w = released;
+		released = w->next;
+		start_op(t, container_of(w, struct sosd_op, waiter));
+	}
+}
+
+/* librados's thread: record the result and hand the request to a worker. */
+static void op_completed(struct peer_thread *t, struct peer_work *w);
+
+static void on_rados_complete(rados_completion_t c, void *arg)
+{
+	struct sosd_op *op = arg;
+	/* librados is not built with TSan: model its hand-over of op from the
+	 * submitting worker to this thread. */
+	xannotate_happens_after(op);
+	op->rc = rados_aio_get_return_value(c);
+	peer_post(S.peer, &op->work, op_completed);
+}
+
+/* A fresh completion for the next librados call; 0 or -errno. */
+static int new_completion(struct sosd_op *op, enum stage stage)
+{
+	op->stage = stage;
+	return rados_aio_create_completion2(op, on_rados_complete, &op->comp);
+}
+
+/* After a failed submission: the completion will never fire. */
+static void submit_failed(struct peer_thread *t, struct sosd_op *op, int rc)
+{
+	rados_aio_release(op->comp);
+	op->comp = NULL;
+	finish(t, op, -rc);
+}
+
+/* ---- the operations ------------------------------------------------------------- */
+
+static char *data_of(struct peer_thread *t, struct xseg_request *req)
+{
+	return xseg_get_data(peer_segment(peer_of(t)), req);
+}
+
+static int submit_stage(struct peer_thread *t, struct sosd_op *op, enum stage stage)
+{
+	struct xseg_request *req = op->req;
+	int rc = new_completion(op, stage);
+	if (rc < 0)
+		return rc;
+	/* Everything read from op is read before the hand-over: once submitted,
+	 * op belongs to the completion (another thread may run it at once). */
+	rados_completion_t comp = op->comp;
+	char *copy_buf = op->copy_buf;
+	uint64_t copy_len = op->copy_len, stat_size = op->stat_size;
+	uint64_t size = req->size, offset = req->offset;
+	char *data = data_of(t, req);
+	xannotate_happens_before(op);
+	switch (stage) {
+	case ST_READ:
+		rc = rados_aio_read(S.io, op->oid, comp, data, size, offset);
+		break;
+	case ST_WRITE:
+		if (size == 0) {
+			/* A zero-length write creates the object, as filed's does;
+			 * RADOS skips an empty write extent. */
+			rados_write_op_t w = rados_create_write_op();
+			rados_write_op_create(w, LIBRADOS_CREATE_IDEMPOTENT, NULL);
+			rc = rados_aio_write_op_operate(w, S.io, comp, op->oid, NULL, 0);
+			rados_release_write_op(w);
+		} else {
+			rc = rados_aio_write(S.io, op->oid, comp, data, size, offset);
+		}
+		break;
+	case ST_DELETE:
+		rc = rados_aio_remove(S.io, op->oid, comp);
+		break;
+	case ST_INFO:
+		rc = rados_aio_stat(S.io, op->oid, comp, &op->stat_size, &op->stat_mtime);
+		break;
+	case ST_COPY_STAT:
+		rc = rados_aio_stat(S.io, op->src, comp, &op->stat_size, &op->stat_mtime);
+		break;
+	case ST_COPY_READ:
+		rc = rados_aio_read(S.io, op->src, comp, copy_buf, stat_size, 0);
+		break;
+	case ST_COPY_WRITE:
+		rc = rados_aio_write_full(S.io, op->oid, comp, copy_buf, copy_len);
+		break;
+	}
+	if (rc < 0)
+		submit_failed(t, op, rc);
+	return 0;
+}
+
+/* Starts (or, after a barrier, resumes) the request's first operation. */
+static void start_op(struct peer_thread *t, struct sosd_op *op)
+{
+	struct xseg_request *req = op->req;
+	enum stage stage;
+	int rc;
+
+	switch (req->op) {
+	case X_FLUSH:
+		finish(t, op, 0);   /* the barrier is passed: nothing to sync */
+		return;
+	case X_READ:
+		if (req->size == 0) {   /* RADOS reads the whole object for length 0 */
+			finish(t, op, 0);
+			return;
+		}
+		stage = ST_READ;
+		break;
+	case X_WRITE:
+		stage = ST_WRITE;
+		break;
+	case X_DELETE:
+		stage = ST_DELETE;
+		break;
+	case X_INFO:
+		stage = ST_INFO;
+		break;
+	case X_COPY:
+		stage = ST_COPY_STAT;
+		break;
+	default:
+		finish(t, op, EOPNOTSUPP);
+		return;
+	}
+	if ((rc = submit_stage(t, op, stage)) < 0)
+		finish(t, op, -rc);
+}
+
+/* The COPY payload names the source: 0 or EINVAL/ENAMETOOLONG. */
+static int parse_copy_source(struct peer_thread *t, struct sosd_op *op)
+{
+	struct xseg_request *req = op->req;
+	const struct xseg_request_copy *cp = (const void *)data_of(t, req);
+	const char *why;
+	char shown[80];
+
+	if (!cp || req->datalen < offsetof(struct xseg_request_copy, src) ||
+	    cp->src_len > XSEG_MAX_TARGETLEN ||
+	    req->datalen < offsetof(struct xseg_request_copy, src) + cp->src_len)
+		return EINVAL;
+	int err = check_name(cp->src, cp->src_len, &why);
+	if (err) {
+		printable(cp->src, cp->src_len, shown, sizeof(shown));
+		peer_warn("refused COPY source name '%s' (%u bytes): %s", shown, cp->src_len, why);
+		return err;
+	}
+	memcpy(op->src, cp->src, cp->src_len);
+	op->src[cp->src_len] = '\0';
+	return 0;
+}
+
+/* A worker thread: the librados operation of op is done. */
+static void op_completed(struct peer_thread *t, struct peer_work *w)
+{
+	struct sosd_op *op = container_of(w, struct sosd_op, work);
+	struct xseg_request *req = op->req;
+	int rc = op->rc, err;
+
+	rados_aio_release(op->comp);
+	op->comp = NULL;
+	switch (op->stage) {
+	case ST_READ:
+		if (rc == -ENOENT)
+			rc = 0;   /* a missing object reads as zeros */
+		if (rc < 0)
+			break;
+		if ((uint64_t)rc > req->size)
+			rc = (int)req->size;
+		memset(data_of(t, req) + rc, 0, req->size - (uint64_t)rc);
+		req->serviced = req->size;
+		rc = 0;
+		break;
+	case ST_WRITE:
+		if (rc >= 0)
+			req->serviced = req->size;
+		break;
+	case ST_DELETE:
+		break;
+	case ST_INFO: {
+		if (rc == -ENOENT) {
+			op->stat_size = 0;   /* like filed: a missing object has size 0 */
+			rc = 0;
+		}
+		if (rc < 0)
+			break;
+		struct xseg_reply_info *info = peer_reply_data(t, req, sizeof(*info));
+		if (!info) {
+			rc = -ENOMEM;
+			break;
+		}
+		info->size = op->stat_size;
+		req->serviced = sizeof(*info);
+		break;
+	}
+	case ST_COPY_STAT:
+		if (rc < 0)
+			break;
+		if (strcmp(op->src, op->oid) == 0) {   /* onto itself: nothing to do */
+			req->serviced = op->stat_size;
+			break;
+		}
+		if (op->stat_size > S.max_copy) {
+			peer_warn("refused COPY of '%s' (%" PRIu64 " bytes) to '%s': larger than "
+				  "--max-copy-size %" PRIu64, op->src, op->stat_size, op->oid,
+				  S.max_copy);
+			rc = -EFBIG;
+			break;
+		}
+		if (!(op->copy_buf = malloc(op->stat_size ? op->stat_size : 1))) {
+			rc = -ENOMEM;
+			break;
+		}
+		if (op->stat_size == 0) {
+			op->copy_len = 0;
+			err = submit_stage(t, op, ST_COPY_WRITE);
+		} else {
+			err = submit_stage(t, op, ST_COPY_READ);
+		}
+		if (err)
+			finish(t, op, -err);
+		return;
+	case ST_COPY_READ:
+		if (rc < 0)
+			break;
+		op->copy_len = (uint64_t)rc;   /* the source may have shrunk since */
+		if ((err = submit_stage(t, op, ST_COPY_WRITE)) != 0)
+			finish(t, op, -err);
+		return;
+	case ST_COPY_WRITE:
+		if (rc >= 0)
+			req->serviced = op->copy_len;
+		break;
+	}
+	finish(t, op, rc < 0 ? -rc : 0);
+}
+
+/* Checks what can be checked without the cluster; 0 or an errno. */
+static int check_request(struct peer_thread *t, struct sosd_op *op)
+{
+	struct xseg_request *req = op->req;
+	const char *name = req->targetlen ? xseg_get_target(peer_segment(peer_of(t)), req) : NULL;
+	size_t len = name ? req->targetlen : 0;
+	const char *why;
+	char shown[80];
+	int err;
+
+	if (req->op == X_FLUSH && len == 0)
+		return 0;
+	if ((err = check_name(name, len, &why)) != 0) {
+		printable(name, len, shown, sizeof(shown));
+		peer_warn("refused object name '%s' (%zu bytes) in a %s request: %s", shown, len,
+			  xseg_op_name(req->op), why);
+		return err;
+	}
+	memcpy(op->oid, name, len);
+	op->oid[len] = '\0';
+	switch (req->op) {
+	case X_READ:
+	case X_WRITE:
+		if (req->size > req->datalen || req->size > S.max_request ||
+		    req->offset > (uint64_t)INT64_MAX - req->size) {
+			peer_warn("refused %s of %" PRIu64 " bytes at %" PRIu64 " on '%s': the "
+				  "buffer holds %" PRIu64 ", the limit is %" PRIu64,
+				  xseg_op_name(req->op), req->size, req->offset, op->oid,
+				  req->datalen, S.max_request);
+			return EINVAL;
+		}
+		return 0;
+	case X_COPY:
+		return parse_copy_source(t, op);
+	}
+	return 0;
+}
+
+static void on_request(struct peer_thread *t, struct xseg_request *req)
+{
+	struct sosd_op *op = calloc(1, sizeof(*op));
+	int err;
+
+	if (!op) {
+		peer_fail(t, req, ENOMEM);
+		return;
+	}
+	op->req = req;
+	req->serviced = 0;
+	if ((err = check_request(t, op)) != 0) {
+		peer_fail(t, req, err);
+		free(op);
+		return;
+	}
+	op->mutation = req->op == X_WRITE || req->op == X_COPY || req->op == X_DELETE;
+	if (req->op == X_FLUSH || (req->flags & XF_FLUSH)) {
+		if (!write_order_barrier(&S.order, &op->waiter, op->mutation ? &op->order : NULL))
+			return;   /* a completing mutation starts it (finish) */
+	} else if (op->mutation) {
+		write_order_begin(&S.order, &op->order);
+	}
+	start_op(t, op);
+}
+
+/* ---- the cluster ------------------------------------------------------------------- */
+
+static int set_conf(const char *key, uint64_t value)
+{
+	char text[32];
+	snprintf(text, sizeof(text), "%" PRIu64, value);
+	int rc = rados_conf_set(S.cluster, key, text);
+	if (rc < 0)
+		peer_error("cannot set %s = %s: %s", key, text, strerror(-rc));
+	return rc;
+}
+
+static int init(struct peer *p)
+{
+	char mons[256] = "?";
+	int rc;
+
+	S.peer = p;
+	write_order_init(&S.order);
+	if ((rc = rados_create(&S.cluster, S.id)) < 0) {
+		peer_error("cannot create a RADOS client 'client.%s': %s", S.id, strerror(-rc));
+		return -1;
+	}
+	if ((rc = rados_conf_read_file(S.cluster, S.conf)) < 0) {
+		peer_error("cannot read the Ceph configuration '%s': %s", S.conf, strerror(-rc));
+		goto fail;
+	}
+	rados_conf_get(S.cluster, "mon_host", mons, sizeof(mons));
+	/* Bounded waits: at start, and for every operation afterwards. */
+	if (set_conf("client_mount_timeout", S.connect_timeout) < 0 ||
+	    set_conf("rados_mon_op_timeout", S.op_timeout) < 0 ||
+	    set_conf("rados_osd_op_timeout", S.op_timeout) < 0)
+		goto fail;
+	peer_info("connecting to the cluster of %s (monitors %s) as client.%s", S.conf, mons,
+		  S.id);
+	if ((rc = rados_connect(S.cluster)) < 0) {
+		peer_error("cannot connect to the Ceph cluster of %s (monitors %s) as client.%s "
+			   "within %" PRIu64 " s: %s", S.conf, mons, S.id, S.connect_timeout,
+			   strerror(-rc));
+		goto fail;
+	}
+	if ((rc = rados_ioctx_create(S.cluster, S.pool, &S.io)) < 0) {
+		peer_error("cannot open pool '%s' of the cluster of %s (monitors %s): %s", S.pool,
+			   S.conf, mons, rc == -ENOENT ? "no such pool" : strerror(-rc));
+		goto fail;
+	}
+	peer_info("serving pool '%s' of the cluster of %s", S.pool, S.conf);
+	return 0;
+fail:
+	rados_shutdown(S.cluster);
+	S.cluster = NULL;
+	write_order_destroy(&S.order);
+	return -1;
+}
+
+/* Every request was answered, so no librados operation is left. */
+static void fini(struct peer *p)
+{
+	(void)p;
+	if (S.io)
+		rados_ioctx_destroy(S.io);
+	if (S.cluster)
+		rados_shutdown(S.cluster);
+	S.io = NULL;
+	S.cluster = NULL;
+	write_order_destroy(&S.order);
+}
+
+static const struct peer_ops sosd_ops = {
+	.name = "sosd",
+	.summary = "Blocker: stores each object as a RADOS object in --pool.",
+	.options = sosd_options,
+	.options_usage = sosd_usage,
+	.parse_option = parse_option,
+	.check_options = check_options,
+	.default_threads = 1,   /* a worker only starts and answers: one keeps up
+				 * with librados; more only add wake-ups */
+	.supported_ops = PEER_OP(X_READ) | PEER_OP(X_WRITE) | PEER_OP(X_FLUSH) |
+			 PEER_OP(X_DELETE) | PEER_OP(X_INFO) | PEER_OP(X_COPY),
+	.init = init,
+	.on_request = on_request,
+	.fini = fini,
+};
+
+int main(int argc, char **argv)
+{
+	return peer_main(argc, argv, &sosd_ops, &S);
+}

@@ -1,0 +1,178 @@
+/*
+ * Inbound: requests that arrive from the network are submitted to
+ * --target-port, and each reply goes back on the connection the request
+ * came from (if it is still the same connection: a reply for a closed one
+ * is dropped, its requester has already failed the request).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "synapsed.h"
+
+/* How long a request waits for a free xseg request or heap space. */
+#define RETRY_LIMIT_NS (10ull * 1000 * 1000 * 1000)
+
+struct inbound {
+	struct peer_work work;
+	uint32_t conn, conn_gen;
+	uint64_t deadline_ns;
+	struct wire_header h;
+	uint8_t body[];        /* target, data: as on the wire */
+};
+
+int inbound_request_header(struct conn *c, uint32_t ci, const struct wire_header *h,
+			   uint8_t **body, void **owner)
+{
+	struct inbound *in = malloc(sizeof(*in) + h->target_len + h->data_len);
+	if (!in) {
+		peer_error("connection %s: no memory for a request of %" PRIu64 " bytes",
+			   c->peer, h->data_len);
+		return -1;
+	}
+	in->conn = ci;
+	in->conn_gen = c->gen;   /* read by the network thread only: no lock */
+	in->h = *h;
+	*owner = in;
+	*body = in->body;
+	return 0;
+}
+
+/* Queues a reply frame on the request's connection and forgets `in`. */
+static void send_reply(struct inbound *in, struct frame *f)
+{
+	bool queued = false, resume = false;
+	uint32_t ci = in->conn;
+	pthread_mutex_lock(&S.lock);
+	struct conn *c = &S.conns[ci];
+	if (c->gen == in->conn_gen && c->incoming) {
+		resume = c->incoming-- == MAX_INCOMING;
+	}
+	if (f)
+		queued = conn_queue_locked(c, in->conn_gen, f);
+	pthread_mutex_unlock(&S.lock);
+	if (!f)
+		peer_error("no memory for the reply to request id %#" PRIx64 ": its requester "
+			   "will time out", in->h.id);
+	free(in);
+	if (queued)
+		conn_kick(ci);
+	if (resume)
+		net_wake();   /* the connection was not read: it may be again */
+}
+
+static void reply_failed(struct inbound *in, int err)
+{
+	send_reply(in, frame_failed_reply(&in->h, err));
+}
+
+/* On a worker: the target's reply to our request. */
+static void target_replied(struct peer_thread *t, struct xseg_request *r, void *arg)
+{
+	struct inbound *in = arg;
+	struct xseg *seg = peer_segment(peer_of(t));
+	bool served = r->result == XR_SERVED;
+	uint64_t out = 0;
+
+	if (served && r->op != X_WRITE) {
+		out = r->serviced < r->datalen ? r->serviced : r->datalen;
+		if (out > WIRE_MAX_DATA)
+			out = WIRE_MAX_DATA;
+	}
+	struct frame *f = frame_new(out);
+	if (f) {
+		/* INFO answers more than it was asked for: size grows to
+		 * serviced so that the frame keeps serviced <= size. */
+		struct wire_header h = {
+			.kind = WIRE_REPLY, .result = served ? XR_SERVED : XR_FAILED,
+			.op = in->h.op, .flags = in->h.flags, .id = in->h.id,
+			.offset = in->h.offset,
+			.size = served && r->serviced > in->h.size ? r->serviced : in->h.size,
+			.serviced = served ? r->serviced : 0,
+			.error = served ? 0 : r->error > 0 && r->error <= WIRE_MAX_ERRNO ? r->error
+									   : EIO,
+			.data_len = out,
+		};
+		wire_encode_header(&h, f->bytes);
+		if (out)
+			memcpy(f->bytes + WIRE_HEADER_LEN, xseg_get_data(seg, r), out);
+	}
+	peer_put_request(t, r);
+	send_reply(in, f);
+}
+
+/* On a worker: submit the request to --target-port. */
+static void submit(struct peer_thread *t, struct peer_work *w)
+{
+	struct inbound *in = (struct inbound *)((char *)w - offsetof(struct inbound, work));
+	const struct wire_header *h = &in->h;
+	char target[WIRE_MAX_TARGET + 1];
+	uint8_t *data = in->body + h->target_len;
+
+	memcpy(target, in->body, h->target_len);
+	target[h->target_len] = '\0';
+
+	if (!S.have_target) {
+		reply_failed(in, EHOSTUNREACH);
+		return;
+	}
+	if (memchr(target, '\0', h->target_len) ||
+	    (h->op == X_WRITE && h->data_len != h->size)) {
+		peer_info("request id %#" PRIx64 ": a NUL in its target or WRITE data of %" PRIu64
+			  " bytes for size %" PRIu64 ": EINVAL", h->id, h->data_len, h->size);
+		reply_failed(in, EINVAL);
+		return;
+	}
+	if (h->op == X_READ && h->size > WIRE_MAX_DATA) {
+		reply_failed(in, EFBIG);
+		return;
+	}
+	uint64_t datalen = h->op == X_READ ? h->size : h->data_len;
+	struct xseg_request *r = peer_get_request(t, h->target_len ? target : NULL, datalen);
+	if (!r) {
+		int err = errno;
+		if ((err == ENOBUFS || err == ENOMEM) && xseg_now_ns() < in->deadline_ns) {
+			peer_defer(t, &in->work, submit);
+			return;
+		}
+		peer_warn("request id %#" PRIx64 ": no xseg request: %s", h->id, strerror(err));
+		reply_failed(in, err);
+		return;
+	}
+	r->op = h->op;
+	r->flags = h->flags;
+	r->offset = h->offset;
+	r->size = h->size;
+	if (h->data_len)
+		memcpy(xseg_get_data(peer_segment(peer_of(t)), r), data, h->data_len);
+	int rc = peer_send(t, r, (uint32_t)S.target_port, target_replied, in);
+	if (rc < 0) {
+		peer_put_request(t, r);
+		peer_warn("request id %#" PRIx64 ": cannot submit to port %" PRIu64 ": %s", h->id,
+			  S.target_port, xseg_last_error());
+		reply_failed(in, rc == -ENOENT ? EHOSTUNREACH : -rc);
+	}
+}
+
+void inbound_request_done(void *owner)
+{
+	struct inbound *in = owner;
+	in->deadline_ns = xseg_now_ns() + RETRY_LIMIT_NS;
+
+	pthread_mutex_lock(&S.lock);
+	struct conn *c = &S.conns[in->conn];
+	bool same = c->gen == in->conn_gen;
+	if (same)
+		c->incoming++;
+	pthread_mutex_unlock(&S.lock);
+	if (!same) {
+		free(in);
+		return;
+	}
+	if (atomic_load(&S.stopping)) {
+		reply_failed(in, ESHUTDOWN);
+		return;
+	}
+	peer_post(S.peer, &in->work, submit);
+}

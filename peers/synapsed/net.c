@@ -1,0 +1,729 @@
+/*
+ * synapsed's network thread: one epoll loop over the listening socket, the
+ * --remote link, the accepted connections and an eventfd the workers write
+ * when they queue frames. Sockets are non-blocking; a socket that cannot
+ * take more is watched for EPOLLOUT, never retried in a loop.
+ *
+ * Reading: a 64-byte header is decoded (wire.c) before anything is
+ * allocated; the body then goes into a buffer of exactly its size. A header
+ * that breaks a rule, or a reply that names no request in flight, closes the
+ * connection with a log line; the rest of the peer keeps serving. A
+ * connection that has MAX_INCOMING requests out is not read until some are
+ * answered.
+ *
+ * Writing: frames are taken from a connection's queues in batches (small
+ * and large frames alternate) and written with writev.
+ */
+#define _GNU_SOURCE   /* accept4 */
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "synapsed.h"
+
+#define RBUF_SIZE        (256u * 1024)
+#define READ_BUDGET      (1u << 20)     /* bytes per connection per turn */
+#define WRITE_BATCH      (1u << 20)     /* bytes taken from the queues at once */
+#define WRITE_IOV        64
+#define BACKOFF_MIN_NS   (100ull * 1000 * 1000)
+#define BACKOFF_MAX_NS   (2ull * 1000 * 1000 * 1000)
+#define SWEEP_NS         (50ull * 1000 * 1000)
+#define QUIT_FLUSH_NS    (2ull * 1000 * 1000 * 1000)
+#define TAG_WAKE         (MAX_CONNS + 1)
+#define TAG_LISTEN       (MAX_CONNS + 2)
+
+static int epfd = -1, listen_fd = -1;
+
+void net_wake(void)
+{
+	if (!atomic_exchange(&S.wake_pending, 1)) {
+		uint64_t one = 1;
+		if (write(S.wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+			peer_error("cannot wake the network thread: %s", strerror(errno));
+	}
+}
+
+/* wlock held. */
+static void set_events(struct conn *c, uint32_t ci, uint32_t events)
+{
+	if (c->events == events)
+		return;
+	struct epoll_event ev = { .events = events, .data.u64 = ci };
+	if (epoll_ctl(epfd, EPOLL_CTL_MOD, c->fd, &ev) < 0)
+		peer_error("epoll_ctl on connection %s: %s", c->peer, strerror(errno));
+	c->events = events;
+}
+
+static void tune_socket(int fd)
+{
+	int one = 1, idle = (int)(S.timeout_ns / 3000000000ull) + 1, intvl = 1, cnt = 3;
+	unsigned user_timeout = (unsigned)(S.timeout_ns / 1000000);
+
+	/* Small frames go out at once; a cut link is noticed within the
+	 * timeout even when idle (keepalive) or with data unacknowledged. */
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+	setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof(user_timeout));
+}
+
+/* ---- closing ------------------------------------------------------------ */
+
+static void free_list(struct frame *f)
+{
+	while (f) {
+		struct frame *next = f->next;
+		free(f);
+		f = next;
+	}
+}
+
+/* Keeps the request frames of q (the remote link's, sent on the next
+ * connection) and frees the replies (their requester lost them). */
+static void keep_requests(struct frame_queue *q)
+{
+	struct frame *f, *all = q->head;
+	frame_queue_init(q);
+	while ((f = all)) {
+		all = f->next;
+		if (f->slot_id)
+			frame_queue_push(q, f);
+		else
+			free(f);
+	}
+}
+
+static void close_conn(uint32_t ci, const char *why, int err)
+{
+	struct conn *c = &S.conns[ci];
+	uint64_t now = xseg_now_ns();
+
+	if (c->fd >= 0 && (ci != REMOTE_CONN || !c->connecting || !c->warned_down))
+		peer_warn("connection %s closed: %s", c->peer, why);
+	pthread_mutex_lock(&c->wlock);
+	if (c->fd >= 0) {
+		epoll_ctl(epfd, EPOLL_CTL_DEL, c->fd, NULL);
+		close(c->fd);
+	}
+	c->fd = -1;
+	c->events = 0;
+	c->writable = false;
+	c->write_err = 0;
+	c->read_paused = false;
+	free_list(c->writing);
+	c->writing = NULL;
+	pthread_mutex_unlock(&c->wlock);
+	if (c->in_body) {
+		free(c->body_owner ? c->body_owner : c->body);
+		c->in_body = false;
+	}
+	c->body = NULL;
+	c->body_owner = NULL;
+	c->rlen = c->rpos = 0;
+
+	pthread_mutex_lock(&S.lock);
+	uint32_t old_gen = c->gen;
+	c->gen++;
+	c->up = false;
+	c->incoming = 0;
+	if (ci == REMOTE_CONN) {
+		keep_requests(&c->small);
+		keep_requests(&c->large);
+	} else {
+		frame_queue_free(&c->small);
+		frame_queue_free(&c->large);
+	}
+	pthread_mutex_unlock(&S.lock);
+	outbound_conn_closed(ci, old_gen, err);
+
+	if (ci == REMOTE_CONN) {
+		c->connecting = false;
+		c->warned_down = true;
+		c->retry_at_ns = now + c->backoff_ns;
+		c->backoff_ns = c->backoff_ns * 2 < BACKOFF_MAX_NS ? c->backoff_ns * 2 : BACKOFF_MAX_NS;
+	} else {
+		free(c->rbuf);
+		c->rbuf = NULL;
+		c->used = false;
+	}
+}
+
+/* ---- writing ------------------------------------------------------------- */
+
+/* Takes queued frames into c->writing; request frames of slots that are
+ * no longer QUEUED (timed out) are dropped, the others become SENT. */
+static void take_frames(struct conn *c, uint32_t ci)
+{
+	struct frame **tail = &c->writing;
+	size_t bytes = 0;
+	unsigned n = 0;
+
+	while (*tail) {
+		bytes += (*tail)->len - (*tail)->done;
+		tail = &(*tail)->next;
+		n++;
+	}
+	pthread_mutex_lock(&S.lock);
+	while (n < WRITE_IOV && bytes < WRITE_BATCH) {
+		struct frame *f = conn_next_frame_locked(c);
+		if (!f)
+			break;
+		if (f->slot_id) {
+			struct slot *s = slots_lookup(&S.slots, f->slot_id);
+			if (!s || s->state != SLOT_QUEUED) {
+				free(f);
+				continue;
+			}
+			s->state = SLOT_SENT;
+			s->conn = ci;
+			s->conn_gen = c->gen;
+		}
+		*tail = f;
+		tail = &f->next;
+		bytes += f->len;
+		n++;
+	}
+	pthread_mutex_unlock(&S.lock);
+}
+
+/* Writes what it can (wlock held); on a failure the connection is left
+ * for the network thread to close. */
+static void conn_write_locked(struct conn *c, uint32_t ci)
+{
+	while (c->writable) {
+		take_frames(c, ci);
+		if (!c->writing)
+			break;
+		struct iovec iov[WRITE_IOV];
+		int n = 0;
+		for (struct frame *f = c->writing; f && n < WRITE_IOV; f = f->next, n++) {
+			iov[n].iov_base = f->bytes + f->done;
+			iov[n].iov_len = f->len - f->done;
+		}
+		ssize_t w = writev(c->fd, iov, n);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK) {
+				set_events(c, ci, (c->read_paused ? 0 : EPOLLIN) | EPOLLOUT);
+				return;
+			}
+			c->writable = false;
+			c->write_err = errno;
+			net_wake();
+			return;
+		}
+		size_t left = (size_t)w;
+		while (c->writing && left >= c->writing->len - c->writing->done) {
+			struct frame *f = c->writing;
+			left -= f->len - f->done;
+			c->writing = f->next;
+			free(f);
+		}
+		if (c->writing)
+			c->writing->done += left;
+	}
+	set_events(c, ci, c->read_paused ? 0 : EPOLLIN);
+}
+
+static bool has_queued(struct conn *c)
+{
+	pthread_mutex_lock(&S.lock);
+	bool any = c->small.head || c->large.head;
+	pthread_mutex_unlock(&S.lock);
+	return any;
+}
+
+void conn_kick(uint32_t ci)
+{
+	struct conn *c = &S.conns[ci];
+	for (;;) {
+		/* Busy: the holder looks at the queues again after unlocking. */
+		if (pthread_mutex_trylock(&c->wlock) != 0)
+			return;
+		bool can = c->writable && !(c->events & EPOLLOUT);
+		if (can)
+			conn_write_locked(c, ci);
+		pthread_mutex_unlock(&c->wlock);
+		if (!can || !has_queued(c))
+			return;
+	}
+}
+
+/* The socket can take more (EPOLLOUT). */
+static void conn_writable(struct conn *c, uint32_t ci)
+{
+	pthread_mutex_lock(&c->wlock);
+	conn_write_locked(c, ci);
+	pthread_mutex_unlock(&c->wlock);
+	conn_kick(ci);
+}
+
+/* ---- reading --------------------------------------------------------------- */
+
+/* A header is at rbuf[rpos]: 1 taken, 0 incomplete, -1 closed. */
+static int take_header(struct conn *c, uint32_t ci)
+{
+	struct wire_header h;
+	int64_t n = wire_decode_header(c->rbuf + c->rpos, c->rlen - c->rpos, &h);
+	if (n == WIRE_NEED_MORE)
+		return 0;
+	if (n < 0) {
+		char why[96];
+		snprintf(why, sizeof(why), "bad frame: %s", wire_error_name(n));
+		close_conn(ci, why, ECONNRESET);
+		return -1;
+	}
+	c->rpos += WIRE_HEADER_LEN;
+	c->rh = h;
+	c->body_len = h.target_len + h.data_len;
+	c->body_got = 0;
+	c->body_owner = NULL;
+	if (h.kind == WIRE_REQUEST) {
+		if (inbound_request_header(c, ci, &h, &c->body, &c->body_owner) < 0) {
+			close_conn(ci, "out of memory", ECONNRESET);
+			return -1;
+		}
+	} else {
+		if (outbound_reply_header(c, ci, &h) < 0) {
+			close_conn(ci, "reply to a request not in flight (logged above)", ECONNRESET);
+			return -1;
+		}
+		c->body = malloc(c->body_len ? c->body_len : 1);
+		if (!c->body) {
+			close_conn(ci, "out of memory", ECONNRESET);
+			return -1;
+		}
+	}
+	c->in_body = true;
+	return 1;
+}
+
+static void finish_body(struct conn *c, uint32_t ci)
+{
+	const struct wire_header *h = &c->rh;
+	c->in_body = false;
+	if (h->kind == WIRE_REQUEST) {
+		inbound_request_done(c->body_owner);
+	} else {
+		if (h->target_len)   /* replies need no target: skip it */
+			memmove(c->body, c->body + h->target_len, h->data_len);
+		outbound_reply_done(c, ci, h, c->body, h->data_len);
+	}
+	c->body = NULL;
+	c->body_owner = NULL;
+}
+
+static bool must_pause(struct conn *c)
+{
+	pthread_mutex_lock(&S.lock);
+	bool full = c->incoming >= MAX_INCOMING;
+	pthread_mutex_unlock(&S.lock);
+	return full;
+}
+
+/* Reads and dispatches frames; 0, or -1 when the connection closed. */
+static int conn_read(struct conn *c, uint32_t ci)
+{
+	size_t budget = READ_BUDGET;
+
+	while (budget) {
+		/* dispatch what is buffered */
+		for (;;) {
+			if (!c->in_body) {
+				if (must_pause(c)) {
+					pthread_mutex_lock(&c->wlock);
+					c->read_paused = true;
+					set_events(c, ci, c->events & ~(uint32_t)EPOLLIN);
+					pthread_mutex_unlock(&c->wlock);
+					return 0;
+				}
+				int rc = take_header(c, ci);
+				if (rc < 0)
+					return -1;
+				if (rc == 0)
+					break;
+			}
+			size_t n = c->rlen - c->rpos, need = c->body_len - c->body_got;
+			if (n > need)
+				n = need;
+			memcpy(c->body + c->body_got, c->rbuf + c->rpos, n);
+			c->body_got += n;
+			c->rpos += n;
+			if (c->body_got < c->body_len)
+				break;
+			finish_body(c, ci);
+		}
+		/* keep the unread tail at the front */
+		if (c->rpos) {
+			memmove(c->rbuf, c->rbuf + c->rpos, c->rlen - c->rpos);
+			c->rlen -= c->rpos;
+			c->rpos = 0;
+		}
+		/* a large body is read straight into its buffer */
+		uint8_t *dst = c->rbuf + c->rlen;
+		size_t room = RBUF_SIZE - c->rlen;
+		bool direct = c->in_body && c->body_len - c->body_got >= RBUF_SIZE / 2;
+		if (direct) {
+			dst = c->body + c->body_got;
+			room = c->body_len - c->body_got;
+		}
+		if (room > budget)
+			room = budget;
+		ssize_t r = read(c->fd, dst, room);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				return 0;
+			close_conn(ci, strerror(errno), errno == ETIMEDOUT ? ETIMEDOUT : ECONNRESET);
+			return -1;
+		}
+		if (r == 0) {
+			close_conn(ci, c->in_body || c->rlen ? "closed by the peer in the middle of "
+				   "a frame" : "closed by the peer", ECONNRESET);
+			return -1;
+		}
+		c->last_rx_ns = xseg_now_ns();
+		if (direct)
+			c->body_got += (size_t)r;
+		else
+			c->rlen += (size_t)r;
+		budget -= (size_t)r;
+		if (direct && c->body_got == c->body_len)
+			finish_body(c, ci);
+	}
+	return 0;
+}
+
+/* ---- connections ------------------------------------------------------------ */
+
+static int add_fd(int fd, uint64_t tag, uint32_t events)
+{
+	struct epoll_event ev = { .events = events, .data.u64 = tag };
+	return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
+}
+
+static void conn_up(struct conn *c)
+{
+	pthread_mutex_lock(&S.lock);
+	c->up = true;
+	c->incoming = 0;
+	pthread_mutex_unlock(&S.lock);
+	c->last_rx_ns = xseg_now_ns();
+}
+
+static void accept_all(void)
+{
+	for (;;) {
+		struct sockaddr_storage ss;
+		socklen_t len = sizeof(ss);
+		char who[ADDR_TEXT_MAX];
+		int fd = accept4(listen_fd, (struct sockaddr *)&ss, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+				peer_warn("accept on %s: %s", S.listen_addr.text, strerror(errno));
+			return;
+		}
+		addr_format((struct sockaddr *)&ss, who, sizeof(who));
+		bool allowed = S.nr_allow == 0;
+		for (unsigned i = 0; i < S.nr_allow && !allowed; i++)
+			allowed = addr_host_matches((struct sockaddr *)&ss, &S.allow[i]);
+		if (!allowed) {
+			peer_warn("connection from %s refused: not in --allow", who);
+			close(fd);
+			continue;
+		}
+		uint32_t ci = 1;
+		while (ci < MAX_CONNS && S.conns[ci].used)
+			ci++;
+		struct conn *c = &S.conns[ci < MAX_CONNS ? ci : 0];
+		if (ci == MAX_CONNS || !(c->rbuf = malloc(RBUF_SIZE))) {
+			peer_warn("connection from %s refused: %s", who,
+				  ci == MAX_CONNS ? "too many connections" : "out of memory");
+			close(fd);
+			continue;
+		}
+		tune_socket(fd);
+		c->used = true;
+		snprintf(c->peer, sizeof(c->peer), "%s", who);
+		pthread_mutex_lock(&c->wlock);
+		c->fd = fd;
+		c->events = EPOLLIN;
+		c->writable = true;
+		pthread_mutex_unlock(&c->wlock);
+		if (add_fd(fd, ci, EPOLLIN) < 0) {
+			peer_error("epoll_ctl: %s", strerror(errno));
+			close_conn(ci, "cannot watch it", ECONNRESET);
+			continue;
+		}
+		conn_up(c);
+		peer_info("connection from %s", who);
+	}
+}
+
+/* A connect failed: until one succeeds, requests fail at once. */
+static void remote_unreachable(int err)
+{
+	atomic_store(&S.remote_down, err > 0 ? err : ECONNREFUSED);
+	outbound_fail_queued(err > 0 ? err : ECONNREFUSED);
+}
+
+static void remote_connect(uint64_t now)
+{
+	struct conn *c = &S.conns[REMOTE_CONN];
+	int fd = socket(S.remote_addr.ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		peer_error("socket: %s", strerror(errno));
+		c->retry_at_ns = now + BACKOFF_MAX_NS;
+		return;
+	}
+	tune_socket(fd);
+	pthread_mutex_lock(&c->wlock);
+	c->fd = fd;
+	pthread_mutex_unlock(&c->wlock);
+	c->connecting = true;
+	c->retry_at_ns = now + S.timeout_ns;   /* the connect's deadline */
+	int rc = connect(fd, (struct sockaddr *)&S.remote_addr.ss, S.remote_addr.len);
+	if (rc < 0 && errno != EINPROGRESS) {
+		int errno_saved = errno;
+		char why[128];
+		snprintf(why, sizeof(why), "cannot connect: %s; retrying", strerror(errno));
+		pthread_mutex_lock(&c->wlock);
+		c->fd = -1;
+		pthread_mutex_unlock(&c->wlock);
+		close(fd);
+		if (!c->warned_down)
+			peer_warn("%s: %s", c->peer, why);
+		c->warned_down = true;
+		remote_unreachable(errno_saved);
+		c->connecting = false;
+		c->retry_at_ns = now + c->backoff_ns;
+		c->backoff_ns = c->backoff_ns * 2 < BACKOFF_MAX_NS ? c->backoff_ns * 2 : BACKOFF_MAX_NS;
+		return;
+	}
+	pthread_mutex_lock(&c->wlock);
+	c->events = EPOLLOUT;
+	pthread_mutex_unlock(&c->wlock);
+	add_fd(fd, REMOTE_CONN, EPOLLOUT);
+}
+
+static void remote_connected(void)
+{
+	struct conn *c = &S.conns[REMOTE_CONN];
+	int err = 0;
+	socklen_t len = sizeof(err);
+	if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+		err = errno;
+	if (err) {
+		if (!c->warned_down)
+			peer_warn("%s: cannot connect: %s; retrying with backoff", c->peer,
+				  strerror(err));
+		c->warned_down = true;
+		close_conn(REMOTE_CONN, strerror(err), ECONNRESET);
+		remote_unreachable(err);
+		return;
+	}
+	c->connecting = false;
+	c->warned_down = false;
+	c->backoff_ns = BACKOFF_MIN_NS;
+	atomic_store(&S.remote_down, 0);
+	conn_up(c);
+	peer_info("connected to %s", c->peer);
+	pthread_mutex_lock(&c->wlock);
+	c->writable = true;
+	set_events(c, REMOTE_CONN, EPOLLIN);
+	pthread_mutex_unlock(&c->wlock);
+	conn_kick(REMOTE_CONN);
+}
+
+/* Closes connections whose writes failed, resumes paused readers and
+ * writes what is queued. */
+static void service_conns(void)
+{
+	for (uint32_t ci = 0; ci < MAX_CONNS; ci++) {
+		struct conn *c = &S.conns[ci];
+		if (c->fd < 0 || c->connecting)
+			continue;
+		pthread_mutex_lock(&c->wlock);
+		int err = c->write_err;
+		bool resume = c->read_paused && !err && !must_pause(c);
+		if (resume) {
+			c->read_paused = false;
+			set_events(c, ci, c->events | EPOLLIN);
+		}
+		pthread_mutex_unlock(&c->wlock);
+		if (err) {
+			close_conn(ci, strerror(err), err == ETIMEDOUT ? ETIMEDOUT : ECONNRESET);
+			continue;
+		}
+		if (resume && conn_read(c, ci) < 0)
+			continue;
+		conn_kick(ci);
+	}
+}
+
+static bool anything_queued(void)
+{
+	for (uint32_t ci = 0; ci < MAX_CONNS; ci++)
+		if (S.conns[ci].fd >= 0 && !S.conns[ci].connecting &&
+		    (has_queued(&S.conns[ci]) || S.conns[ci].writing))
+			return true;
+	return false;
+}
+
+static void *net_loop(void *arg)
+{
+	(void)arg;
+	struct epoll_event evs[64];
+	uint64_t next_sweep = 0, quit_deadline = 0;
+	struct conn *remote = &S.conns[REMOTE_CONN];
+
+	for (;;) {
+		uint64_t now = xseg_now_ns();
+		if (atomic_load(&S.quit)) {
+			/* the workers are done: flush the last replies, briefly */
+			if (!quit_deadline)
+				quit_deadline = now + QUIT_FLUSH_NS;
+			if (now >= quit_deadline || !anything_queued())
+				break;
+		}
+		if (now >= next_sweep) {
+			outbound_expire(now);
+			next_sweep = now + SWEEP_NS;
+		}
+		if (S.have_remote && !atomic_load(&S.quit)) {
+			if (remote->fd < 0 && now >= remote->retry_at_ns)
+				remote_connect(now);
+			else if (remote->connecting && now >= remote->retry_at_ns) {
+				close_conn(REMOTE_CONN, "connect timed out", ETIMEDOUT);
+				remote_unreachable(ETIMEDOUT);
+			}
+		}
+		int timeout_ms = (int)(SWEEP_NS / 1000000);
+		int n = epoll_wait(epfd, evs, 64, timeout_ms);
+		if (n < 0 && errno != EINTR) {
+			peer_error("epoll_wait: %s", strerror(errno));
+			break;
+		}
+		for (int i = 0; i < n; i++) {
+			uint64_t tag = evs[i].data.u64;
+			uint32_t ev = evs[i].events;
+			if (tag == TAG_WAKE) {
+				uint64_t v;
+				if (read(S.wake_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+					peer_error("eventfd: %s", strerror(errno));
+				atomic_store(&S.wake_pending, 0);
+				continue;
+			}
+			if (tag == TAG_LISTEN) {
+				accept_all();
+				continue;
+			}
+			uint32_t ci = (uint32_t)tag;
+			struct conn *c = &S.conns[ci];
+			if (c->fd < 0)
+				continue;
+			if (ci == REMOTE_CONN && c->connecting) {
+				remote_connected();
+				continue;
+			}
+			if ((ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) && conn_read(c, ci) < 0)
+				continue;
+			if (ev & EPOLLOUT)
+				conn_writable(c, ci);
+		}
+		service_conns();
+	}
+	for (uint32_t ci = 0; ci < MAX_CONNS; ci++)
+		if (S.conns[ci].fd >= 0)
+			close_conn(ci, "stopping", ESHUTDOWN);
+	return NULL;
+}
+
+int net_start(void)
+{
+	epfd = epoll_create1(EPOLL_CLOEXEC);
+	S.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (epfd < 0 || S.wake_fd < 0 || add_fd(S.wake_fd, TAG_WAKE, EPOLLIN) < 0) {
+		peer_error("epoll/eventfd: %s", strerror(errno));
+		return -1;
+	}
+	for (uint32_t ci = 0; ci < MAX_CONNS; ci++) {
+		struct conn *c = &S.conns[ci];
+		c->fd = -1;
+		c->gen = 1;
+		pthread_mutex_init(&c->wlock, NULL);
+		frame_queue_init(&c->small);
+		frame_queue_init(&c->large);
+	}
+	if (S.have_remote) {
+		struct conn *c = &S.conns[REMOTE_CONN];
+		c->used = true;
+		c->rbuf = malloc(RBUF_SIZE);
+		c->backoff_ns = BACKOFF_MIN_NS;
+		snprintf(c->peer, sizeof(c->peer), "%s", S.remote_addr.text);
+		if (!c->rbuf) {
+			peer_error("out of memory");
+			return -1;
+		}
+	}
+	if (S.have_listen) {
+		int one = 1;
+		listen_fd = socket(S.listen_addr.ss.ss_family,
+				   SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		if (listen_fd < 0 ||
+		    setsockopt(listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+		    bind(listen_fd, (struct sockaddr *)&S.listen_addr.ss, S.listen_addr.len) < 0 ||
+		    listen(listen_fd, 64) < 0 || add_fd(listen_fd, TAG_LISTEN, EPOLLIN) < 0) {
+			peer_error("cannot listen on %s: %s", S.listen_addr.text, strerror(errno));
+			return -1;
+		}
+		peer_info("listening on %s%s", S.listen_addr.text,
+			  S.nr_allow ? "" : " (no --allow: every address is accepted)");
+	}
+	int rc = pthread_create(&S.net_thread, NULL, net_loop, NULL);
+	if (rc) {
+		peer_error("cannot start the network thread: %s", strerror(rc));
+		return -1;
+	}
+	S.net_started = true;
+	return 0;
+}
+
+void net_stop(void)
+{
+	if (S.net_started) {
+		atomic_store(&S.quit, 1);
+		uint64_t one = 1;
+		if (write(S.wake_fd, &one, sizeof(one)) < 0)
+			peer_error("eventfd: %s", strerror(errno));
+		pthread_join(S.net_thread, NULL);
+		S.net_started = false;
+	}
+	for (uint32_t ci = 0; ci < MAX_CONNS; ci++) {
+		struct conn *c = &S.conns[ci];
+		frame_queue_free(&c->small);
+		frame_queue_free(&c->large);
+		free(c->rbuf);
+		c->rbuf = NULL;
+	}
+	if (listen_fd >= 0)
+		close(listen_fd);
+	if (epfd >= 0)
+		close(epfd);
+	if (S.wake_fd >= 0)
+		close(S.wake_fd);
+	listen_fd = epfd = S.wake_fd = -1;
+}

@@ -1,0 +1,255 @@
+/*
+ * Outbound: requests accepted on this synapsed's port travel to the
+ * --remote synapsed, and their replies come back to the requester.
+ *
+ * A worker builds the request frame (the data the op sends is copied, so
+ * the network thread never reads a request that may be answered under it),
+ * takes a slot and queues the frame on the remote link, connected or not.
+ * The network thread validates each reply against the slot its id names
+ * and posts the answer to a worker. Exactly one of reply, timeout and
+ * connection loss moves a slot out of QUEUED/SENT, under S.lock, so no
+ * request is answered twice.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "synapsed.h"
+
+/* Bytes of the request's data that travel with it. */
+static uint64_t data_to_send(const struct xseg_request *req)
+{
+	switch (req->op) {
+	case X_READ:
+		return 0;
+	case X_WRITE:
+		return req->size;
+	default:
+		return req->datalen;   /* COPY source, CONTROL text, ... */
+	}
+}
+
+/* The most reply data a request may get back. */
+static uint64_t reply_limit(const struct xseg_request *req)
+{
+	if (req->op == X_READ)
+		return req->size;
+	uint64_t lim = req->datalen > req->size ? req->datalen : req->size;
+	return lim > 4096 ? lim : 4096;
+}
+
+static void answer(struct peer_thread *t, struct peer_work *w);
+
+void outbound_on_request(struct peer_thread *t, struct xseg_request *req)
+{
+	struct xseg *seg = peer_segment(peer_of(t));
+	uint64_t out = data_to_send(req);
+	const char *target = xseg_get_target(seg, req);
+	uint32_t tl = target ? req->targetlen : 0;
+
+	int down = S.have_remote ? atomic_load(&S.remote_down) : ENOTCONN;
+	if (down) {
+		/* the remote is known unreachable: no waiting for the timeout */
+		peer_fail(t, req, down);
+		return;
+	}
+	if (out > req->datalen) {
+		peer_info("%s of %" PRIu64 " bytes with a %" PRIu64 "-byte buffer: refused",
+			  xseg_op_name(req->op), req->size, req->datalen);
+		peer_fail(t, req, EINVAL);
+		return;
+	}
+	if (out > WIRE_MAX_DATA || (req->op == X_READ && req->size > WIRE_MAX_DATA) ||
+	    tl > WIRE_MAX_TARGET) {
+		peer_info("%s of %" PRIu64 " bytes is over the wire limit (%u bytes)",
+			  xseg_op_name(req->op), req->size, WIRE_MAX_DATA);
+		peer_fail(t, req, EFBIG);
+		return;
+	}
+	struct frame *f = frame_new(tl + out);
+	if (!f) {
+		peer_fail(t, req, ENOMEM);
+		return;
+	}
+	memcpy(f->bytes + WIRE_HEADER_LEN, target, tl);
+	if (out)
+		memcpy(f->bytes + WIRE_HEADER_LEN + tl, xseg_get_data(seg, req), out);
+	struct wire_header h = {
+		.kind = WIRE_REQUEST, .op = req->op, .flags = req->flags & XF_ALL,
+		.offset = req->offset, .size = req->size, .target_len = tl, .data_len = out,
+	};
+
+	pthread_mutex_lock(&S.lock);
+	uint32_t idx = slots_alloc(&S.slots, xseg_now_ns() + S.timeout_ns);
+	if (idx == SLOT_NONE) {
+		pthread_mutex_unlock(&S.lock);
+		free(f);
+		peer_warn("no free request slot: %s refused", xseg_op_name(req->op));
+		peer_fail(t, req, ENOBUFS);
+		return;
+	}
+	struct slot *s = &S.slots.slots[idx];
+	s->req = req;
+	s->conn = UINT32_MAX;   /* set when the network thread takes the frame */
+	s->reply_limit = reply_limit(req);
+	h.id = f->slot_id = slots_id(&S.slots, idx);
+	wire_encode_header(&h, f->bytes);
+	struct conn *c = &S.conns[REMOTE_CONN];
+	/* Queued even while the link is down: sent once it is back, or
+	 * failed ETIMEDOUT at the deadline. */
+	frame_queue_push(f->len <= SMALL_FRAME ? &c->small : &c->large, f);
+	pthread_mutex_unlock(&S.lock);
+	conn_kick(REMOTE_CONN);
+}
+
+/* On a worker: answer the xseg request with the slot's outcome. */
+static void answer(struct peer_thread *t, struct peer_work *w)
+{
+	struct slot *s = (struct slot *)((char *)w - offsetof(struct slot, work));
+	struct xseg_request *req = s->req;
+
+	if (s->result == XR_SERVED) {
+		void *dst = NULL;
+		if (s->reply_len)
+			dst = s->reply_len <= req->datalen
+				? xseg_get_data(peer_segment(peer_of(t)), req)
+				: peer_reply_data(t, req, s->reply_len);
+		if (s->reply_len && !dst) {
+			peer_fail(t, req, ENOMEM);
+		} else {
+			if (s->reply_len)
+				memcpy(dst, s->reply_data, s->reply_len);
+			req->serviced = s->serviced;
+			peer_complete(t, req);
+		}
+	} else {
+		peer_fail(t, req, s->error);
+	}
+	free(s->reply_data);
+	s->reply_data = NULL;
+	pthread_mutex_lock(&S.lock);
+	uint32_t idx = (uint32_t)(s - S.slots.slots);
+	if (s->await_late) {
+		s->state = SLOT_LATE;   /* the id stays reserved for the late reply */
+		s->req = NULL;
+	} else {
+		slots_free(&S.slots, idx);
+	}
+	pthread_mutex_unlock(&S.lock);
+}
+
+/* Lock held: s leaves the in-flight list with this outcome; posted. */
+static void finish_locked(struct slot *s, uint8_t result, int err)
+{
+	slots_unlink(&S.slots, (uint32_t)(s - S.slots.slots));
+	s->state = SLOT_ANSWERING;
+	s->result = result;
+	s->error = err;
+	peer_post(S.peer, &s->work, answer);
+}
+
+int outbound_reply_header(struct conn *c, uint32_t ci, const struct wire_header *h)
+{
+	int rc = 0;
+	pthread_mutex_lock(&S.lock);
+	struct slot *s = slots_lookup(&S.slots, h->id);
+	bool late = s && s->conn == ci && s->conn_gen == c->gen &&
+		    (s->state == SLOT_LATE || (s->state == SLOT_ANSWERING && s->await_late));
+	if (!s || (!late && (s->state != SLOT_SENT || s->conn != ci || s->conn_gen != c->gen))) {
+		peer_warn("connection %s: reply to request id %#" PRIx64 " that is not in flight "
+			  "here: protocol error", c->peer, h->id);
+		rc = -1;
+	} else if (h->data_len > s->reply_limit) {
+		peer_warn("connection %s: reply to id %#" PRIx64 " carries %" PRIu64 " bytes, "
+			  "at most %" PRIu64 " expected: protocol error", c->peer, h->id,
+			  h->data_len, s->reply_limit);
+		rc = -1;
+	} else if (!late && s->req->op == X_READ && h->serviced > s->req->size) {
+		peer_warn("connection %s: reply to id %#" PRIx64 " says %" PRIu64 " bytes read of "
+			  "%" PRIu64 " asked: protocol error", c->peer, h->id, h->serviced,
+			  s->req->size);
+		rc = -1;
+	} else if (!late && s->req->op != h->op) {
+		peer_warn("connection %s: reply to id %#" PRIx64 " is for op %s, the request was "
+			  "%s: protocol error", c->peer, h->id, xseg_op_name(h->op),
+			  xseg_op_name(s->req->op));
+		rc = -1;
+	}
+	pthread_mutex_unlock(&S.lock);
+	return rc;
+}
+
+void outbound_reply_done(struct conn *c, uint32_t ci, const struct wire_header *h,
+			 uint8_t *data, uint64_t data_len)
+{
+	pthread_mutex_lock(&S.lock);
+	struct slot *s = slots_lookup(&S.slots, h->id);
+	if (s && s->state == SLOT_SENT && s->conn == ci && s->conn_gen == c->gen) {
+		s->reply_data = data;
+		s->reply_len = data_len;
+		s->serviced = h->serviced;
+		finish_locked(s, h->result, h->result == XR_SERVED ? 0 : h->error);
+		data = NULL;
+	} else if (s && s->state == SLOT_LATE) {
+		peer_info("connection %s: late reply to id %#" PRIx64 " dropped", c->peer, h->id);
+		slots_free(&S.slots, (uint32_t)(s - S.slots.slots));
+	} else if (s && s->state == SLOT_ANSWERING && s->await_late) {
+		peer_info("connection %s: late reply to id %#" PRIx64 " dropped", c->peer, h->id);
+		s->await_late = false;
+	}
+	pthread_mutex_unlock(&S.lock);
+	free(data);
+}
+
+void outbound_expire(uint64_t now_ns)
+{
+	pthread_mutex_lock(&S.lock);
+	uint32_t idx;
+	while ((idx = S.slots.head) != SLOT_NONE) {
+		struct slot *s = &S.slots.slots[idx];
+		bool shutdown = atomic_load(&S.stopping) && s->state == SLOT_QUEUED &&
+				!S.conns[REMOTE_CONN].up;
+		if (s->deadline_ns > now_ns && !shutdown)
+			break;
+		if (s->state == SLOT_SENT)
+			s->await_late = true;
+		peer_info("%s request id %#" PRIx64 " %s", xseg_op_name(s->req->op),
+			  slots_id(&S.slots, idx), shutdown ? "failed: stopping while the remote "
+			  "is unreachable" : "timed out");
+		finish_locked(s, XR_FAILED, shutdown ? ESHUTDOWN : ETIMEDOUT);
+	}
+	pthread_mutex_unlock(&S.lock);
+}
+
+void outbound_fail_queued(int err)
+{
+	pthread_mutex_lock(&S.lock);
+	uint32_t idx = S.slots.head;
+	while (idx != SLOT_NONE) {
+		struct slot *s = &S.slots.slots[idx];
+		idx = s->next;
+		if (s->state == SLOT_QUEUED)
+			finish_locked(s, XR_FAILED, err);
+	}
+	frame_queue_free(&S.conns[REMOTE_CONN].small);
+	frame_queue_free(&S.conns[REMOTE_CONN].large);
+	pthread_mutex_unlock(&S.lock);
+}
+
+void outbound_conn_closed(uint32_t ci, uint32_t old_gen, int err)
+{
+	pthread_mutex_lock(&S.lock);
+	for (uint32_t i = 0; i < S.slots.nr; i++) {
+		struct slot *s = &S.slots.slots[i];
+		if (s->conn != ci || s->conn_gen != old_gen)
+			continue;
+		if (s->state == SLOT_SENT)
+			finish_locked(s, XR_FAILED, err);
+		else if (s->state == SLOT_LATE)
+			slots_free(&S.slots, i);
+		else if (s->state == SLOT_ANSWERING)
+			s->await_late = false;
+	}
+	pthread_mutex_unlock(&S.lock);
+}

@@ -1,0 +1,156 @@
+/*
+ * synapsed: carries xseg requests between two segments over TCP.
+ *
+ *   host A: client -> synapsed --port P --remote B:7000
+ *   host B: synapsed --port Q --listen 0.0.0.0:7000 --target-port T -> T
+ *
+ * Requests submitted to A's port travel to B, which submits them to its
+ * --target-port and sends each reply back on the connection it came from.
+ * One synapsed may do both. Wire format and connection rules:
+ * docs/synapsed-protocol.md; threads and locking: synapsed.h.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "synapsed.h"
+
+struct synapsed S = { .timeout_ns = 30ull * 1000 * 1000 * 1000, .wake_fd = -1 };
+
+enum { OPT_LISTEN = 1, OPT_REMOTE, OPT_TARGET_PORT, OPT_ALLOW, OPT_TIMEOUT };
+
+static const struct option synapsed_options[] = {
+	{ "listen", required_argument, NULL, OPT_LISTEN },
+	{ "remote", required_argument, NULL, OPT_REMOTE },
+	{ "target-port", required_argument, NULL, OPT_TARGET_PORT },
+	{ "allow", required_argument, NULL, OPT_ALLOW },
+	{ "timeout", required_argument, NULL, OPT_TIMEOUT },
+	{ NULL, 0, NULL, 0 },
+};
+
+static const char synapsed_usage[] =
+"  --listen ADDR:PORT     accept connections there ([IPv6]:PORT for IPv6)\n"
+"  --target-port N        where requests from the network go (with --listen)\n"
+"  --remote ADDR:PORT     where requests submitted to --port go\n"
+"  --allow ADDR           accept connections only from ADDR (repeatable;\n"
+"                         without it every address is accepted)\n"
+"  --timeout SECONDS      a request without a reply fails ETIMEDOUT after it;\n"
+"                         also the connect timeout (default 30)\n"
+"At least one of --listen and --remote.\n";
+
+static int parse_option(struct peer *p, int val, const char *arg)
+{
+	const char *why = NULL;
+	uint64_t secs;
+	(void)p;
+
+	switch (val) {
+	case OPT_LISTEN:
+		if (addr_parse_endpoint(arg, false, &S.listen_addr, &why) < 0)
+			return peer_arg_error("--listen", arg, why);
+		S.have_listen = true;
+		return 0;
+	case OPT_REMOTE:
+		if (addr_parse_endpoint(arg, true, &S.remote_addr, &why) < 0)
+			return peer_arg_error("--remote", arg, why);
+		S.have_remote = true;
+		return 0;
+	case OPT_TARGET_PORT:
+		S.have_target = true;
+		return peer_arg_uint("--target-port", arg, 0, XSEG_MAX_PORTS - 1, &S.target_port);
+	case OPT_ALLOW:
+		if (S.nr_allow == MAX_ALLOW)
+			return peer_arg_error("--allow", arg, "is one too many (at most 32)");
+		if (addr_parse_host(arg, &S.allow[S.nr_allow], &why) < 0)
+			return peer_arg_error("--allow", arg, why);
+		S.nr_allow++;
+		return 0;
+	case OPT_TIMEOUT:
+		if (peer_arg_uint("--timeout", arg, 1, 86400, &secs) < 0)
+			return -1;
+		S.timeout_ns = secs * 1000000000ull;
+		return 0;
+	}
+	return -1;
+}
+
+static int check_options(struct peer *p)
+{
+	(void)p;
+	if (!S.have_listen && !S.have_remote) {
+		fprintf(stderr, "synapsed: --listen or --remote is required (see --help)\n");
+		return -1;
+	}
+	if (S.have_listen && !S.have_target) {
+		fprintf(stderr, "synapsed: --listen needs --target-port (see --help)\n");
+		return -1;
+	}
+	return 0;
+}
+
+static int init(struct peer *p)
+{
+	struct xseg_segment_info si;
+
+	S.peer = p;
+	pthread_mutex_init(&S.lock, NULL);
+	if (xseg_segment_info(peer_segment(p), &si) < 0)
+		return -1;
+	/* An accepted request holds a slot; timed-out ones may keep theirs
+	 * a while (LATE), hence twice the pool. */
+	if (slots_init(&S.slots, si.nr_requests * 2) < 0) {
+		peer_error("out of memory for %u request slots", si.nr_requests * 2);
+		return -1;
+	}
+	if (net_start() < 0)
+		return -1;
+	if (S.have_remote)
+		peer_info("requests to port %u go to %s (timeout %" PRIu64 " s)", peer_port(p),
+			  S.remote_addr.text, (uint64_t)(S.timeout_ns / 1000000000u));
+	return 0;
+}
+
+static void on_request(struct peer_thread *t, struct xseg_request *req)
+{
+	outbound_on_request(t, req);
+}
+
+static void on_stop(struct peer_thread *t)
+{
+	(void)t;
+	/* Requests from the network are now answered ESHUTDOWN; ours still
+	 * get their replies (or time out). */
+	atomic_store(&S.stopping, 1);
+	net_wake();
+}
+
+static void fini(struct peer *p)
+{
+	(void)p;
+	net_stop();
+	slots_destroy(&S.slots);
+	pthread_mutex_destroy(&S.lock);
+}
+
+static const struct peer_ops synapsed_ops = {
+	.name = "synapsed",
+	.summary = "Carries requests between two segments over TCP: requests submitted to\n"
+		   "--port go to the --remote synapsed; requests from --listen go to\n"
+		   "--target-port.",
+	.options = synapsed_options,
+	.options_usage = synapsed_usage,
+	.parse_option = parse_option,
+	.check_options = check_options,
+	.default_threads = 2,
+	.init = init,
+	.on_request = on_request,
+	.on_stop = on_stop,
+	.fini = fini,
+};
+
+int main(int argc, char **argv)
+{
+	return peer_main(argc, argv, &synapsed_ops, &S);
+}

@@ -1,0 +1,164 @@
+/*
+ * synapsed's internals, shared by its files.
+ *
+ * Threads. One network thread (net.c) owns every socket: it accepts,
+ * connects and reconnects, reads and decodes frames, writes queued frames
+ * and expires timed-out requests. The peer's worker threads alone touch
+ * xseg requests: they turn accepted requests into request frames
+ * (outbound.c) and network requests into xseg requests (inbound.c), and
+ * queue the frames they make on a connection. The network thread hands
+ * received frames to the workers with peer_post.
+ *
+ * Locking. S.lock guards the slot table, every connection's `gen`, `up`,
+ * queues and `incoming`; a connection's wlock guards writing to its socket;
+ * the rest of a connection belongs to the network thread. Lock order:
+ * wlock, then S.lock.
+ */
+#ifndef SYNAPSED_H
+#define SYNAPSED_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "peer/peer.h"
+#include "addr.h"
+#include "slots.h"
+#include "wire.h"
+
+#define MAX_CONNS        64u
+#define REMOTE_CONN      0u            /* the --remote link's connection */
+#define MAX_ALLOW        32u
+/* Requests from one connection handed to the workers and not yet
+ * answered; past it the connection is not read (back-pressure). */
+#define MAX_INCOMING     1024u
+/* Frames up to this many bytes go in the "small" queue: a connection
+ * alternates between small and large frames, so a small request waits
+ * behind at most one large frame. */
+#define SMALL_FRAME      (64u * 1024 + WIRE_HEADER_LEN + WIRE_MAX_TARGET)
+
+/* A frame ready to write: header, target, data in one allocation. */
+struct frame {
+	struct frame *next;
+	uint64_t slot_id;      /* request frames: the slot's id; 0 for replies */
+	size_t len, done;      /* bytes, bytes written */
+	uint8_t bytes[];
+};
+
+struct frame_queue {
+	struct frame *head, **tail;
+};
+
+struct conn {
+	/* under S.lock */
+	uint32_t gen;          /* bumped when the connection closes */
+	bool up;
+	struct frame_queue small, large;
+	bool large_turn;       /* alternation between the queues */
+	uint32_t incoming;     /* requests from it not yet replied to */
+
+	/* under wlock: writing, by whichever thread gets there (a worker that
+	 * just queued a frame writes it itself; no hand-off, no wake-up) */
+	pthread_mutex_t wlock;
+	bool writable;         /* connected, no write error */
+	int write_err;         /* a write failed: the network thread closes it */
+	bool read_paused;
+	uint32_t events;       /* epoll interest now */
+	struct frame *writing; /* frames taken from the queues, being written */
+
+	/* network thread only (fd also under wlock when it changes) */
+	int fd;                /* -1 when closed */
+	bool used;             /* a slot in S.conns in use (inbound) */
+	bool connecting;
+	char peer[ADDR_TEXT_MAX];
+	uint64_t last_rx_ns;
+	/* reading: a header in rbuf, then the frame's body */
+	uint8_t *rbuf;
+	size_t rlen, rpos;
+	struct wire_header rh;
+	bool in_body;
+	uint8_t *body;         /* target + data of the frame being read */
+	size_t body_len, body_got;
+	void *body_owner;      /* an inbound request, or NULL for a reply */
+	/* --remote link only */
+	uint64_t retry_at_ns, backoff_ns;
+	bool warned_down;
+};
+
+struct synapsed {
+	/* options */
+	struct net_addr listen_addr, remote_addr;
+	bool have_listen, have_remote;
+	struct net_addr allow[MAX_ALLOW];
+	unsigned nr_allow;
+	uint64_t target_port;
+	bool have_target;
+	uint64_t timeout_ns;
+
+	struct peer *peer;
+	pthread_mutex_t lock;
+	struct slot_table slots;
+	struct conn conns[MAX_CONNS];
+	int wake_fd;            /* eventfd: workers -> network thread */
+	_Atomic int wake_pending;
+	_Atomic int remote_down;  /* errno of the last failed connect, 0 when up or
+				   * trying: requests then fail at once */
+	_Atomic int stopping;   /* the peer is stopping: serve no new requests */
+	_Atomic int quit;       /* the network thread ends */
+	pthread_t net_thread;
+	bool net_started;
+};
+
+extern struct synapsed S;
+
+/* frame.c */
+struct frame *frame_new(size_t body_len);
+void frame_queue_init(struct frame_queue *q);
+void frame_queue_push(struct frame_queue *q, struct frame *f);
+struct frame *frame_queue_pop(struct frame_queue *q);
+void frame_queue_free(struct frame_queue *q);
+/* Queues f on connection c (lock held); frees f if c is not generation
+ * `gen` any more. Returns true when queued. */
+bool conn_queue_locked(struct conn *c, uint32_t gen, struct frame *f);
+/* The next frame to write, alternating small and large (lock held). */
+struct frame *conn_next_frame_locked(struct conn *c);
+/* A reply frame with no data, for a request that failed here. */
+struct frame *frame_failed_reply(const struct wire_header *req, int err);
+
+/* net.c */
+int net_start(void);
+void net_stop(void);
+/* Wakes the network thread (a connection to close or to read again). */
+void net_wake(void);
+/* Writes connection ci's queued frames now if nobody else is writing;
+ * any thread. */
+void conn_kick(uint32_t ci);
+
+/* outbound.c: requests to the --remote synapsed */
+void outbound_on_request(struct peer_thread *t, struct xseg_request *req);
+/* Net thread: a reply header arrived on c; 0 to read its body into a
+ * buffer of data_len bytes, -1 to drop the connection (reason logged). */
+int outbound_reply_header(struct conn *c, uint32_t ci, const struct wire_header *h);
+/* Net thread: the reply's body is in; takes `data` (malloc'd). */
+void outbound_reply_done(struct conn *c, uint32_t ci, const struct wire_header *h,
+			 uint8_t *data, uint64_t data_len);
+/* Net thread: fails what timed out; drops a connection that stopped
+ * answering. Returns the next deadline (ns) or 0. */
+void outbound_expire(uint64_t now_ns);
+/* Net thread: the remote is unreachable: fails every request still
+ * waiting to be sent with `err` and drops their frames. */
+void outbound_fail_queued(int err);
+/* Net thread: connection ci closed; fails its requests with `err`. */
+void outbound_conn_closed(uint32_t ci, uint32_t old_gen, int err);
+
+/* inbound.c: requests from the network to --target-port */
+/* Net thread: a request header arrived; returns the buffer for its body
+ * (target_len + data_len bytes) through *body and an owner for it, or -1
+ * (out of memory: the connection is dropped). */
+int inbound_request_header(struct conn *c, uint32_t ci, const struct wire_header *h,
+			   uint8_t **body, void **owner);
+/* Net thread: the body is in: hand it to a worker. */
+void inbound_request_done(void *owner);
+
+#endif

@@ -1,0 +1,81 @@
+# Shared by the synapsed end-to-end scripts (sourced after lib.sh): a second
+# segment, free TCP ports, raw frames from python3, bench runs that must be
+# clean. Everything is removed on exit, also on failure.
+SEGB=$SEG-b
+trap 'cleanup; "$BIN/xseg" destroy --segment "$SEGB" 2>/dev/null' EXIT
+SCALE=${XSEG_STRESS_SCALE:-1}
+
+# A TCP port nobody listens on now.
+free_port() {
+	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# wait_bound_in SEGMENT PORT: someone bound it (10 s at most).
+wait_bound_in() {
+	for _ in $(seq 200); do
+		"$BIN/xseg" info --segment "$1" --json 2>/dev/null |
+			grep -Eq "\"port\":$2,\"owner\":[1-9]" && return 0
+		sleep 0.05
+	done
+	fail "nobody bound port $2 of $1"
+}
+
+# wait_log FILE TEXT [SECONDS]: TEXT appears in FILE.
+wait_log() {
+	local tries=$(( ${3:-10} * 20 ))
+	for _ in $(seq $tries); do
+		grep -q -- "$2" "$1" 2>/dev/null && return 0
+		sleep 0.05
+	done
+	fail "'$2' never appeared in $(basename "$1")"
+}
+
+# scaled SIZE_IN_K: SIZE * SCALE, in K, a multiple of 1M, at least 1M.
+scaled() { python3 -c "print(max(1024, int($1 * $SCALE)) // 1024 * 1024)"; }
+
+# bench_ok SEGMENT PORT TARGET_PORT ARGS...: a verified run, 0 failed/corrupted.
+bench_ok() {
+	local seg=$1 port=$2 tport=$3; shift 3
+	"$BIN/bench-xseg" --segment "$seg" --port "$port" --target-port "$tport" \
+		--verify full --timeout 60 --json "$@" > "$DIR/bench.out" 2> "$DIR/bench.err" ||
+		{ cat "$DIR/bench.err"; tail -2 "$DIR/bench.out"; fail "bench-xseg $*"; }
+	tail -1 "$DIR/bench.out" | grep -q '"failed":0,"corrupted":0' ||
+		fail "bench-xseg $* counted failures: $(tail -1 "$DIR/bench.out")"
+}
+
+# raw_frames HOST PORT SPEC...: connects and sends frames, then waits for the
+# peer to close (3 s at most); prints "closed" or "open". A SPEC is
+# kind:op:id:target_len:data_len[:magic[:version[:send_body]]].
+raw_frames() {
+	python3 - "$@" <<'PY'
+import socket, struct, sys, time
+host, port = sys.argv[1], int(sys.argv[2])
+s = socket.create_connection((host, port), timeout=5)
+for spec in sys.argv[3:]:
+    f = spec.split(':')
+    kind, op, fid, tl, dl = (int(x, 0) for x in f[:5])
+    magic = int(f[5], 0) if len(f) > 5 else 0x4e595358
+    version = int(f[6], 0) if len(f) > 6 else 1
+    body = int(f[7]) if len(f) > 7 else 1
+    result = 1 if kind == 2 else 0
+    hdr = struct.pack('<IHBBIIQQQQiIQ', magic, version, kind, result, op, 0, fid,
+                      0, 4096, 0, 0, tl, dl)
+    try:
+        s.sendall(hdr + (b'x' * (tl + dl) if body else b''))
+    except (ConnectionResetError, BrokenPipeError):
+        print('closed')
+        sys.exit(0)
+    if not body:   # a truncated frame: the sender closes its side
+        s.shutdown(socket.SHUT_WR)
+try:
+    s.settimeout(3)
+    data = s.recv(1 << 16)
+    while data:
+        data = s.recv(1 << 16)
+    print('closed')
+except socket.timeout:
+    print('open')
+except (ConnectionResetError, BrokenPipeError):
+    print('closed')
+PY
+}

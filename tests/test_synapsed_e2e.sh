@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# synapsed end to end on one machine: two segments bridged over loopback,
+#   bench-xseg (segment A) -> synapsed A ==TCP==> synapsed B -> cached -> filed (segment B)
+# verified data (seq and rand, small and large blocks), every op crossing,
+# malformed frames from a raw socket (connection dropped and logged, peer
+# keeps serving), --allow refusing others, the remote killed mid-run
+# (failures reported, no hang) and restarted (traffic resumes), SIGTERM.
+set -u
+SEG_PREFIX=synapsed-e2e
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/synapsed_lib.sh"
+
+echo "--- arguments"
+expect_exit 0 "$BIN/synapsed" --help
+expect_exit 0 "$BIN/xreq" --help
+expect_exit 2 "$BIN/synapsed" --segment x --port 1
+grep -q -- "--listen or --remote" "$DIR/err" || fail "missing --listen/--remote not explained"
+for bad in "--listen 127.0.0.1" "--listen 1.2.3.4:99999" "--remote nohost.invalid:7" \
+	   "--allow 300.1.1.1" "--timeout 0" "--target-port x"; do
+	set -- $bad
+	expect_exit 2 "$BIN/synapsed" --segment x --port 1 --target-port 1 "$1" "$2"
+	grep -q -- "'$2'" "$DIR/err" || fail "$1 $2: the bad value is not named"
+	[ "$(wc -l < "$DIR/err")" -eq 1 ] || fail "$1 $2: more than one line"
+done
+expect_exit 2 "$BIN/xreq" --segment x --port 1 --target-port 2 --op frob
+grep -q "'frob'" "$DIR/err" || fail "xreq: bad op not named"
+
+"$BIN/xseg" create --segment "$SEG" --ports 16 --requests 1024 --heap 64M || fail "create A"
+"$BIN/xseg" create --segment "$SEGB" --ports 16 --requests 1024 --heap 128M || fail "create B"
+"$BIN/filed" --segment "$SEGB" --port 1 --dir "$DIR/data" --threads 2 2> "$DIR/filed.log" &
+pids+=($!)
+wait_bound_in "$SEGB" 1
+"$BIN/cached" --segment "$SEGB" --port 3 --blocker-port 1 --cache-size 16M --max-objects 64 \
+	--object-size 1M --threads 2 2> "$DIR/cached.log" & pids+=($!)
+wait_bound_in "$SEGB" 3
+PORT=$(free_port)
+start_b() {
+	"$BIN/synapsed" --segment "$SEGB" --port 2 --listen "127.0.0.1:$PORT" --target-port 3 \
+		--allow 127.0.0.1 --log-level info 2>> "$DIR/synapsed-b.log" & bpid=$!
+	pids+=($bpid)
+	wait_bound_in "$SEGB" 2
+}
+start_b
+"$BIN/synapsed" --segment "$SEG" --port 2 --remote "127.0.0.1:$PORT" --timeout 3 \
+	--log-level info 2> "$DIR/synapsed-a.log" & apid=$!
+pids+=($apid)
+wait_bound_in "$SEG" 2
+wait_log "$DIR/synapsed-a.log" "connected to 127.0.0.1:$PORT"
+
+echo "--- verified data across the link"
+T=$(scaled 16384)K
+bench_ok "$SEG" 10 2 --op write --pattern seq --total-size "$T" --block-size 64K --iodepth 16 --object-size 1M --seed 1
+bench_ok "$SEG" 10 2 --op read --pattern rand --total-size "$T" --block-size 4K --iodepth 16 --object-size 1M --seed 1
+bench_ok "$SEG" 10 2 --op write --pattern rand --total-size "$T" --block-size 4K --iodepth 8 --object-size 1M --seed 2
+bench_ok "$SEG" 10 2 --op read --pattern seq --total-size "$T" --block-size 64K --iodepth 1 --object-size 1M --seed 2
+# large requests (1M) in flight together with small ones
+bench_ok "$SEG" 10 2 --op write --pattern rand --total-size "$T" --block-size 1M --iodepth 4 --object-size 1M --seed 3 &
+bg=$!
+bench_ok "$SEG" 11 2 --op write --pattern rand --total-size "$(scaled 2048)K" --block-size 4K --iodepth 4 --object-size 1M --seed 4
+wait $bg || fail "large writes alongside small ones"
+bench_ok "$SEG" 10 2 --op read --pattern rand --total-size "$T" --block-size 1M --iodepth 4 --object-size 1M --seed 3
+
+echo "--- every op crosses: the same answer as on segment B itself"
+xreq_a() { "$BIN/xreq" --segment "$SEG" --port 12 --target-port 2 "$@"; }
+xreq_b() { "$BIN/xreq" --segment "$SEGB" --port 12 --target-port 3 "$@"; }
+same() {   # both sides answer the same; the answer in $SAME
+	local b
+	SAME=$(xreq_a "$@" 2> "$DIR/xreq-a.err"); b=$(xreq_b "$@" 2> "$DIR/xreq-b.err")
+	[ "$SAME" = "$b" ] || fail "xreq $*: over synapsed '$SAME', on B '$b'"
+}
+expect() {   # REGEX WHAT: $SAME matches
+	echo "$SAME" | grep -Eq -- "$1" || fail "$2: got '$SAME'"
+}
+out=$(xreq_a --op write --target obj-x --size 8K --data "hello synapsed ") || fail "WRITE: $out"
+same --op read --target obj-x --size 16 --offset 0
+expect "data='hello synapsed h'" "READ data"
+same --op info --target obj-x
+expect "SERVED.*size=8192" "INFO: size did not cross"
+out=$(xreq_a --op copy --target obj-y --src obj-x) || fail "COPY: $out"
+same --op read --target obj-y --size 15 --offset 0
+expect "data='hello synapsed '" "COPY did not copy"
+same --op flush --target obj-y
+expect SERVED "FLUSH"
+same --op ping
+expect SERVED "PING"
+out=$(xreq_a --op delete --target obj-y) || fail "DELETE: $out"
+# (cached answers INFO of a deleted object with size 0)
+same --op info --target obj-y
+expect "FAILED error=2 |size=0$" "DELETE: obj-y still there"
+same --op read --target obj-y --size 4K
+# a peer's CONTROL command and its reply data cross too: cached's statistics
+"$BIN/xseg" stats --segment "$SEG" --port 2 --json > "$DIR/stats" || fail "xseg stats over synapsed"
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert "hits" in json.dumps(d)' "$DIR/stats" ||
+	fail "cached's statistics did not cross: $(cat "$DIR/stats")"
+
+echo "--- malformed frames: connection dropped and logged, the peer keeps serving"
+check_drop() {   # reason-in-log spec...
+	local why=$1; shift
+	local got
+	got=$(raw_frames 127.0.0.1 "$PORT" "$@") || fail "raw frames: python failed"
+	[ "$got" = closed ] || fail "frames $*: connection not dropped"
+	wait_log "$DIR/synapsed-b.log" "$why"
+}
+check_drop "bad frame: bad magic" 1:1:1:4:0:0x12345678
+check_drop "bad frame: unknown protocol version" 1:1:1:4:0:0x4e595358:2
+check_drop "bad frame: target or data length over the limit" 1:2:1:4:0x4000001
+check_drop "bad frame: target or data length over the limit" 1:2:1:256:0
+check_drop "bad frame: unknown op" 1:99:1:4:0
+check_drop "reply to request id 0x1234 that is not in flight" 2:1:0x1234:0:0
+check_drop "in the middle of a frame" 1:2:7:4:100:0x4e595358:1:0
+[ "$(raw_frames 127.0.0.1 "$PORT" 1:0:5:0:0)" = open ] || fail "a good PING frame closed the connection"
+kill -0 "$bpid" || fail "synapsed B died on bad input"
+bench_ok "$SEG" 10 2 --op read --pattern seq --total-size "$T" --block-size 64K --iodepth 4 --object-size 1M --seed 1
+
+echo "--- --allow refuses other addresses"
+P2=$(free_port)
+"$BIN/synapsed" --segment "$SEGB" --port 4 --listen "127.0.0.1:$P2" --target-port 3 \
+	--allow 10.77.0.1 --allow ::2 --log-level info 2> "$DIR/synapsed-deny.log" & pids+=($!)
+wait_bound_in "$SEGB" 4
+[ "$(raw_frames 127.0.0.1 "$P2" 1:0:5:0:0)" = closed ] || fail "a connection not in --allow was served"
+wait_log "$DIR/synapsed-deny.log" "refused: not in --allow"
+
+echo "--- remote killed mid-run: failures reported, no hang; restarted: traffic resumes"
+"$BIN/bench-xseg" --segment "$SEG" --port 10 --target-port 2 --op write --pattern seq \
+	--total-size 1G --block-size 64K --iodepth 16 --object-size 1M --seed 5 --timeout 20 \
+	--json > "$DIR/kill.out" 2> "$DIR/kill.err" & bg=$!
+sleep 1
+kill -KILL "$bpid"
+start=$SECONDS
+wait $bg && fail "bench-xseg did not report the lost remote"
+[ $((SECONDS - start)) -lt 15 ] || fail "bench-xseg took $((SECONDS - start)) s to see the loss"
+grep -q "failed" "$DIR/kill.out" "$DIR/kill.err" || fail "no failures reported"
+wait_log "$DIR/synapsed-a.log" "connection 127.0.0.1:$PORT closed"
+# while B is down requests fail within --timeout (3 s), they do not hang
+out=$(xreq_a --op ping --timeout 20); rc=$?
+[ $rc -eq 1 ] || fail "PING with the remote down: exit $rc ($out)"
+start_b
+wait_log "$DIR/synapsed-a.log" "connected to 127.0.0.1:$PORT" 10
+ok=0
+for _ in $(seq 50); do
+	xreq_a --op ping > /dev/null 2>&1 && { ok=1; break; }
+	sleep 0.1
+done
+[ $ok = 1 ] || fail "no traffic after the remote came back"
+bench_ok "$SEG" 10 2 --op write --pattern rand --total-size "$T" --block-size 16K --iodepth 16 --object-size 1M --seed 6
+bench_ok "$SEG" 10 2 --op read --pattern rand --total-size "$T" --block-size 16K --iodepth 16 --object-size 1M --seed 6
+grep -q "answered twice\|not ours" "$DIR"/*.log && fail "a request was answered twice"
+
+echo "--- SIGTERM under load: both synapsed exit 0"
+( sleep 0.5; kill -TERM "$apid" ) &
+"$BIN/bench-xseg" --segment "$SEG" --port 10 --target-port 2 --op read --pattern seq \
+	--total-size 4G --block-size 4K --iodepth 8 --object-size 1M --seed 6 --timeout 10 \
+	> /dev/null 2>&1
+wait "$apid" || fail "synapsed A exited non-zero on SIGTERM"
+kill -TERM "$bpid"
+wait "$bpid" || fail "synapsed B exited non-zero on SIGTERM"
+grep -l "Sanitizer" "$DIR"/*.log && fail "a sanitizer reported an error (logs above)"
+echo "synapsed end to end: ok"

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# synapsed between two "hosts": network namespaces joined by a veth pair
+# made here, each synapsed in its own namespace (the segments stay shared
+# memory of this machine). Verified data across, then the link is cut mid-run:
+# requests fail within --timeout (no hang), and once the link is back the
+# traffic resumes. Skipped, with a message, where namespaces cannot be made.
+set -u
+SEG_PREFIX=synapsed-netns
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/synapsed_lib.sh"
+
+NSA=syn-a-$$ NSB=syn-b-$$ VA=sa$$ VB=sb$$
+NET=10.$((200 + $$ % 50)).$(( ($$ / 50) % 250 ))
+trap 'cleanup; "$BIN/xseg" destroy --segment "$SEGB" 2>/dev/null;
+      ip netns del "$NSA" 2>/dev/null; ip netns del "$NSB" 2>/dev/null' EXIT
+if ! command -v ip > /dev/null || ! ip netns add "$NSA" 2> "$DIR/ns.err"; then
+	echo "SKIP: cannot make network namespaces here (needs root and iproute2): $(cat "$DIR/ns.err" 2>/dev/null)"
+	exit 0
+fi
+ip netns add "$NSB" && ip link add "$VA" type veth peer name "$VB" &&
+ip link set "$VA" netns "$NSA" && ip link set "$VB" netns "$NSB" &&
+ip -n "$NSA" addr add "$NET.1/24" dev "$VA" && ip -n "$NSB" addr add "$NET.2/24" dev "$VB" &&
+ip -n "$NSA" link set "$VA" up && ip -n "$NSB" link set "$VB" up &&
+ip -n "$NSA" link set lo up && ip -n "$NSB" link set lo up || fail "cannot set up the veth pair"
+
+"$BIN/xseg" create --segment "$SEG" --ports 16 --requests 1024 --heap 64M || fail "create A"
+"$BIN/xseg" create --segment "$SEGB" --ports 16 --requests 1024 --heap 64M || fail "create B"
+"$BIN/filed" --segment "$SEGB" --port 1 --dir "$DIR/data" --threads 2 2> "$DIR/filed.log" &
+pids+=($!)
+wait_bound_in "$SEGB" 1
+ip netns exec "$NSB" "$BIN/synapsed" --segment "$SEGB" --port 2 --listen "$NET.2:7000" \
+	--target-port 1 --allow "$NET.1" --log-level info 2> "$DIR/synapsed-b.log" & pids+=($!)
+wait_bound_in "$SEGB" 2
+ip netns exec "$NSA" "$BIN/synapsed" --segment "$SEG" --port 2 --remote "$NET.2:7000" \
+	--timeout 3 --log-level info 2> "$DIR/synapsed-a.log" & pids+=($!)
+wait_bound_in "$SEG" 2
+wait_log "$DIR/synapsed-a.log" "connected to $NET.2:7000"
+wait_log "$DIR/synapsed-b.log" "connection from $NET.1:"
+
+echo "--- verified data across the veth pair"
+T=$(scaled 16384)K
+bench_ok "$SEG" 10 2 --op write --pattern seq --total-size "$T" --block-size 64K --iodepth 16 --seed 1
+bench_ok "$SEG" 10 2 --op read --pattern rand --total-size "$T" --block-size 4K --iodepth 16 --seed 1
+bench_ok "$SEG" 10 2 --op write --pattern rand --total-size "$T" --block-size 16K --iodepth 8 --seed 2
+bench_ok "$SEG" 10 2 --op read --pattern seq --total-size "$T" --block-size 64K --iodepth 1 --seed 2
+
+echo "--- link cut mid-run: failures within the timeout, no hang"
+"$BIN/bench-xseg" --segment "$SEG" --port 10 --target-port 2 --op write --pattern seq \
+	--total-size 4G --block-size 64K --iodepth 16 --seed 3 --timeout 30 --json \
+	> "$DIR/cut.out" 2> "$DIR/cut.err" & bg=$!
+sleep 0.5
+ip -n "$NSA" link set "$VA" down
+start=$SECONDS
+wait $bg && fail "bench-xseg did not report the cut link"
+[ $((SECONDS - start)) -lt 25 ] || fail "bench-xseg took $((SECONDS - start)) s to see the cut"
+grep -Eq "timed out|Network is unreachable|Connection" "$DIR/cut.out" "$DIR/cut.err" ||
+	fail "no failure reason reported: $(tail -2 "$DIR/cut.err")"
+
+echo "    $(grep -c failed "$DIR/cut.err") failures reported, e.g. $(grep -m1 failed "$DIR/cut.err")"
+grep -E "closed|timed out" "$DIR/synapsed-a.log" | head -3
+echo "--- link back: traffic resumes"
+ip -n "$NSA" link set "$VA" up
+ok=0
+for _ in $(seq 150); do
+	"$BIN/xreq" --segment "$SEG" --port 12 --target-port 2 --op ping --timeout 5 \
+		> /dev/null 2>&1 && { ok=1; break; }
+	sleep 0.1
+done
+[ $ok = 1 ] || fail "no traffic after the link came back"
+bench_ok "$SEG" 10 2 --op read --pattern rand --total-size "$T" --block-size 64K --iodepth 16 --seed 1
+grep -l "Sanitizer" "$DIR"/*.log && fail "a sanitizer reported an error (logs above)"
+echo "synapsed across namespaces: ok"

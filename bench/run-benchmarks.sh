@@ -16,3 +16,4 @@ if command -v ceph-mon >/dev/null && command -v ceph-osd >/dev/null; then
 else
 	echo "skipped: no Ceph here (tools/install-deps --ceph)"
 fi
+echo; echo "== fio over NBD: nbdd with and without cached"; bench/run-nbdd-bench.sh

@@ -9,6 +9,8 @@
 set -u
 SEG_PREFIX=nbdd-e2e
 . "$(dirname "$0")/lib.sh"
+# Every client runs under a limit: a hang fails here, with the peers' logs.
+T="timeout 120"
 RAW="python3 $(cd "$(dirname "$0")" && pwd)/support/nbd_raw_client.py"
 SCALE=${XSEG_STRESS_SCALE:-1}
 scaled() { python3 -c "print(max($2, int($1 * $SCALE)))"; }
@@ -29,7 +31,8 @@ grep -q "'nocolon'" "$DIR/err" || fail "bad --listen not named"
 expect_exit 2 "$BIN/nbdd" --segment "$SEG" --port 4 --target-port 2 --volume v:1M
 
 echo "--- the path: nbdd -> vlmcd -> cached -> filed"
-"$BIN/xseg" create --segment "$SEG" --ports 16 --requests 1024 --heap 256M || fail "create"
+# Pool and heap sized for nbdcopy's 4 connections x 64 requests on every hop.
+"$BIN/xseg" create --segment "$SEG" --ports 16 --requests 4096 --heap 512M || fail "create"
 "$BIN/filed" --segment "$SEG" --port 1 --dir "$DIR/data" 2> "$DIR/filed.log" & pids+=($!)
 wait_bound 1
 "$BIN/cached" --segment "$SEG" --port 3 --blocker-port 1 --cache-size 32M \
@@ -48,18 +51,18 @@ for _ in $(seq 100); do [ -S "$SOCK" ] && break; sleep 0.05; done
 URI="nbd+unix:///vol?socket=$SOCK"
 
 echo "--- nbdinfo"
-nbdinfo "$URI" > "$DIR/info" 2>&1 || { cat "$DIR/info"; fail "nbdinfo"; }
+$T nbdinfo "$URI" > "$DIR/info" 2>&1 || { cat "$DIR/info"; fail "nbdinfo"; }
 grep -q "export-size: 67108864" "$DIR/info" || fail "nbdinfo: wrong size"
 for f in can_flush can_fua can_trim can_zero can_multi_conn; do
 	grep -q "$f: true" "$DIR/info" || fail "nbdinfo: $f not offered"
 done
 grep -q "block_size_maximum: 33554432" "$DIR/info" || fail "nbdinfo: block size not announced"
-nbdinfo --list "nbd://127.0.0.1:$TCP" > "$DIR/list" 2>&1 || fail "nbdinfo --list over TCP"
+$T nbdinfo --list "nbd://127.0.0.1:$TCP" > "$DIR/list" 2>&1 || fail "$T nbdinfo --list over TCP"
 grep -q 'export="vol"' "$DIR/list" && grep -q 'export="small"' "$DIR/list" ||
-	fail "nbdinfo --list does not show both exports"
+	fail "$T nbdinfo --list does not show both exports"
 
 echo "--- qemu-io: patterns at aligned and unaligned offsets"
-qio() { qemu-io -f raw "$@" > "$DIR/qio.out" 2>&1 || { cat "$DIR/qio.out"; fail "qemu-io $*"; }
+qio() { $T qemu-io -f raw "$@" > "$DIR/qio.out" 2>&1 || { cat "$DIR/qio.out"; fail "qemu-io $*"; }
 	! grep -qiE "fail|error" "$DIR/qio.out" || { cat "$DIR/qio.out"; fail "qemu-io reported a failure"; }; }
 writes=() reads=()
 lens=(4096 512 12345 65553 1048579 1 4097 131072)
@@ -81,24 +84,24 @@ echo "--- qemu-img convert in and out"
 mb=$(scaled 24 8)
 head -c $((mb << 20)) /dev/urandom > "$DIR/img.raw"
 dd if=/dev/zero of="$DIR/img.raw" bs=1M seek=2 count=2 conv=notrunc status=none   # a zero run
-qemu-img convert -n -f raw -O raw "$DIR/img.raw" "$URI" 2> "$DIR/err" || { cat "$DIR/err"; fail "convert in"; }
-qemu-img convert -f raw -O raw "$URI" "$DIR/out.raw" 2> "$DIR/err" || { cat "$DIR/err"; fail "convert out"; }
+$T qemu-img convert -n -f raw -O raw "$DIR/img.raw" "$URI" 2> "$DIR/err" || { cat "$DIR/err"; fail "convert in"; }
+$T qemu-img convert -f raw -O raw "$URI" "$DIR/out.raw" 2> "$DIR/err" || { cat "$DIR/err"; fail "convert out"; }
 cmp -n $((mb << 20)) "$DIR/img.raw" "$DIR/out.raw" || fail "qemu-img: bytes differ after a round trip"
 [ "$(stat -c %s "$DIR/out.raw")" = 67108864 ] || fail "qemu-img: wrong size out"
 
 echo "--- nbdcopy"
-nbdcopy "$URI" "$DIR/copy.raw" || fail "nbdcopy out"
+$T nbdcopy "$URI" "$DIR/copy.raw" || fail "nbdcopy out"
 cmp "$DIR/out.raw" "$DIR/copy.raw" || fail "nbdcopy out differs from qemu-img's"
 head -c 1048576 /dev/urandom > "$DIR/small.raw"
-nbdcopy "$DIR/small.raw" "nbd+unix:///small?socket=$SOCK" || fail "nbdcopy in"
-nbdcopy -C 2 "nbd://127.0.0.1:$TCP/small" "$DIR/small.back" || fail "nbdcopy back over TCP"
+$T nbdcopy "$DIR/small.raw" "nbd+unix:///small?socket=$SOCK" || fail "nbdcopy in"
+$T nbdcopy -C 2 "nbd://127.0.0.1:$TCP/small" "$DIR/small.back" || fail "nbdcopy back over TCP"
 cmp "$DIR/small.raw" "$DIR/small.back" || fail "nbdcopy: bytes differ"
 
 echo "--- raw socket: bad clients are closed, good ones keep being served"
 for case in garbage-handshake bad-option-magic huge-option unknown-export truncated-request \
 	    truncated-payload bad-request-magic errors out-of-order leave-in-flight \
 	    flow-control leave-paused; do
-	timeout 60 $RAW "$SOCK" $case || fail "raw client: $case"
+	$T $RAW "$SOCK" $case || fail "raw client: $case"
 done
 qio "$URI" "${reads[@]:26}"   # slots past what convert and the raw clients wrote
 kill -0 $nbdd_pid || fail "nbdd died"
@@ -109,26 +112,37 @@ fjob=(--ioengine=nbd --uri="$URI" --bs=4k --iodepth=16 --numjobs=2 --size=$fsize
       --offset_increment=$fsize --verify=crc32c --verify_fatal=1 --group_reporting)
 # in $DIR: fio leaves its verify state files in the current directory
 cd "$DIR" || fail "cd $DIR"
-fio --name=w --rw=randwrite --do_verify=0 "${fjob[@]}" > "$DIR/fio.w" 2>&1 ||
+$T fio --name=w --rw=randwrite --do_verify=0 "${fjob[@]}" > "$DIR/fio.w" 2>&1 ||
 	{ tail -20 "$DIR/fio.w"; fail "fio randwrite"; }
 # verify_only replays the randwrite job as random reads, checking every block
-fio --name=w --rw=randwrite --verify_only "${fjob[@]}" > "$DIR/fio.r" 2>&1 ||
+$T fio --name=w --rw=randwrite --verify_only "${fjob[@]}" > "$DIR/fio.r" 2>&1 ||
 	{ tail -20 "$DIR/fio.r"; fail "fio verify"; }
 grep -q "err= 0" "$DIR/fio.w" && grep -q "err= 0" "$DIR/fio.r" || fail "fio counted errors"
 grep -qE "read: IOPS=" "$DIR/fio.r" || { cat "$DIR/fio.r"; fail "fio verify read nothing"; }
 cd - > /dev/null || fail "cd back"
 
-echo "--- leaving clients left nothing behind; SIGTERM"
-total=$("$BIN/xseg" info --segment "$SEG" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["requests"])')
-free=0
-for _ in $(seq 100); do
-	free=$("$BIN/xseg" info --segment "$SEG" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["free_requests"])')
-	[ "$free" = "$total" ] && break
-	sleep 0.1
-done
-[ "$free" = "$total" ] || fail "$((total - free)) requests not back in the pool"
+echo "--- leaving clients left nothing behind"
+pool_full() {   # waits until every request is back in the pool
+	local total free=0
+	total=$("$BIN/xseg" info --segment "$SEG" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["requests"])')
+	for _ in $(seq 100); do
+		free=$("$BIN/xseg" info --segment "$SEG" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["free_requests"])')
+		[ "$free" = "$total" ] && return 0
+		sleep 0.1
+	done
+	fail "$1: $((total - free)) requests not back in the pool"
+}
+pool_full "after the clients left"
+
+echo "--- SIGTERM with a client writing: exit 0, nothing left behind"
+( cd "$DIR" && $T fio --name=busy --ioengine=nbd --uri="$URI" --rw=randwrite --bs=64k \
+	--iodepth=16 --size=32M --time_based --runtime=30 > "$DIR/fio.busy" 2>&1 ) & busy=$!
+sleep 2
+kill -0 $busy 2>/dev/null || { cat "$DIR/fio.busy"; fail "fio did not start"; }
 kill -TERM $nbdd_pid
 wait $nbdd_pid; rc=$?
 [ $rc -eq 0 ] || fail "nbdd exited $rc on SIGTERM"
 [ -e "$SOCK" ] && fail "unix socket left behind"
+wait $busy && fail "fio went on without its server"
+pool_full "after nbdd stopped under load"
 echo ok

@@ -10,15 +10,9 @@ free_port() {
 	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
-# wait_bound_in SEGMENT PORT: someone bound it (10 s at most).
-wait_bound_in() {
-	for _ in $(seq 200); do
-		"$BIN/xseg" info --segment "$1" --json 2>/dev/null |
-			grep -Eq "\"port\":$2,\"owner\":[1-9]" && return 0
-		sleep 0.05
-	done
-	fail "nobody bound port $2 of $1"
-}
+# wait_bound_in SEGMENT PORT: lib.sh's wait_bound on another segment
+# (bash's dynamic scope: wait_bound sees this SEG).
+wait_bound_in() { local SEG=$1; wait_bound "$2"; }
 
 # wait_log FILE TEXT [SECONDS]: TEXT appears in FILE.
 wait_log() {

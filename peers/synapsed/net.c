@@ -19,6 +19,7 @@
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,12 +33,18 @@
 
 #define RBUF_SIZE        (256u * 1024)
 #define READ_BUDGET      (1u << 20)     /* bytes per connection per turn */
+/* A body with this much still to come is read straight into its buffer. */
+#define DIRECT_READ      (32u * 1024)
 #define WRITE_BATCH      (1u << 20)     /* bytes taken from the queues at once */
 #define WRITE_IOV        64
 #define BACKOFF_MIN_NS   (100ull * 1000 * 1000)
 #define BACKOFF_MAX_NS   (2ull * 1000 * 1000 * 1000)
 #define SWEEP_NS         (50ull * 1000 * 1000)
 #define QUIT_FLUSH_NS    (2ull * 1000 * 1000 * 1000)
+/* While traffic flows, look for events this long (yielding) before
+ * sleeping in epoll_wait: a wake-up costs more than the next frame's wait. */
+#define SPIN_NS          (20ull * 1000)
+#define BUSY_NS          (1ull * 1000 * 1000)
 #define TAG_WAKE         (MAX_CONNS + 1)
 #define TAG_LISTEN       (MAX_CONNS + 2)
 
@@ -374,7 +381,7 @@ static int conn_read(struct conn *c, uint32_t ci)
 		/* a large body is read straight into its buffer */
 		uint8_t *dst = c->rbuf + c->rlen;
 		size_t room = RBUF_SIZE - c->rlen;
-		bool direct = c->in_body && c->body_len - c->body_got >= RBUF_SIZE / 2;
+		bool direct = c->in_body && c->body_len - c->body_got >= DIRECT_READ;
 		if (direct) {
 			dst = c->body + c->body_got;
 			room = c->body_len - c->body_got;
@@ -583,11 +590,27 @@ static bool anything_queued(void)
 	return false;
 }
 
+/* epoll_wait, spinning first while traffic flowed in the last BUSY_NS. */
+static int wait_events(struct epoll_event *evs, int max, uint64_t now, uint64_t *last_event)
+{
+	int n = 0;
+	if (now - *last_event < BUSY_NS) {
+		uint64_t until = now + SPIN_NS;
+		while ((n = epoll_wait(epfd, evs, max, 0)) == 0 && xseg_now_ns() < until)
+			sched_yield();
+	}
+	if (n == 0)
+		n = epoll_wait(epfd, evs, max, (int)(SWEEP_NS / 1000000));
+	if (n > 0)
+		*last_event = xseg_now_ns();
+	return n;
+}
+
 static void *net_loop(void *arg)
 {
 	(void)arg;
 	struct epoll_event evs[64];
-	uint64_t next_sweep = 0, quit_deadline = 0;
+	uint64_t next_sweep = 0, quit_deadline = 0, last_event = 0;
 	struct conn *remote = &S.conns[REMOTE_CONN];
 
 	for (;;) {
@@ -611,8 +634,7 @@ static void *net_loop(void *arg)
 				remote_unreachable(ETIMEDOUT);
 			}
 		}
-		int timeout_ms = (int)(SWEEP_NS / 1000000);
-		int n = epoll_wait(epfd, evs, 64, timeout_ms);
+		int n = wait_events(evs, 64, now, &last_event);
 		if (n < 0 && errno != EINTR) {
 			peer_error("epoll_wait: %s", strerror(errno));
 			break;

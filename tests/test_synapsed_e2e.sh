@@ -60,6 +60,19 @@ bench_ok "$SEG" 11 2 --op write --pattern rand --total-size "$(scaled 2048)K" --
 wait $bg || fail "large writes alongside small ones"
 bench_ok "$SEG" 10 2 --op read --pattern rand --total-size "$T" --block-size 1M --iodepth 4 --object-size 1M --seed 3
 
+echo "--- two connections into synapsed B at once"
+"$BIN/synapsed" --segment "$SEG" --port 5 --remote "127.0.0.1:$PORT" --timeout 10 \
+	--log-level info 2> "$DIR/synapsed-a2.log" & a2pid=$!
+pids+=($a2pid)
+wait_log "$DIR/synapsed-a2.log" "connected to 127.0.0.1:$PORT"
+bench_ok "$SEG" 13 5 --op write --pattern rand --total-size "$T" --block-size 8K --iodepth 16 --object-size 1M --seed 7 &
+bg=$!
+bench_ok "$SEG" 10 2 --op write --pattern rand --total-size "$T" --block-size 8K --iodepth 16 --object-size 1M --seed 8
+wait $bg || fail "writes through the second connection"
+bench_ok "$SEG" 13 2 --op read --pattern rand --total-size "$T" --block-size 8K --iodepth 16 --object-size 1M --seed 7
+bench_ok "$SEG" 10 5 --op read --pattern rand --total-size "$T" --block-size 8K --iodepth 16 --object-size 1M --seed 8
+kill -TERM "$a2pid"; wait "$a2pid" || fail "synapsed A2 exited non-zero on SIGTERM"
+
 echo "--- every op crosses: the same answer as on segment B itself"
 xreq_a() { "$BIN/xreq" --segment "$SEG" --port 12 --target-port 2 "$@"; }
 xreq_b() { "$BIN/xreq" --segment "$SEGB" --port 12 --target-port 3 "$@"; }

@@ -117,7 +117,8 @@ static void close_conn(uint32_t ci, const char *why, int err)
 	uint64_t now = xseg_now_ns();
 
 	if (c->fd >= 0 && (ci != REMOTE_CONN || !c->connecting || !c->warned_down))
-		peer_warn("connection %s closed: %s", c->peer, why);
+		peer_log(err == ESHUTDOWN ? PEER_LOG_INFO : PEER_LOG_WARN,
+			 "connection %s closed: %s", c->peer, why);
 	pthread_mutex_lock(&c->wlock);
 	if (c->fd >= 0) {
 		epoll_ctl(epfd, EPOLL_CTL_DEL, c->fd, NULL);

@@ -80,6 +80,9 @@ static void free_buffer(struct xseg *s, struct xseg_request *req)
 {
 	if (req->bufferlen) {
 		xannotate_happens_before(&tsan_handoff);
+		/* Freeing may merge with a buddy another process freed: what this
+		 * process read there before handing it on comes first. */
+		xannotate_happens_after(&tsan_handoff);
 		xseg_heap_free(s->heap_meta, s->heap, req->buffer);
 	}
 	req->buffer = req->bufferlen = req->data_off = req->datalen = 0;

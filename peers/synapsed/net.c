@@ -269,6 +269,64 @@ void conn_kick(uint32_t ci)
 	}
 }
 
+bool conn_write_now(uint32_t ci, uint32_t gen, const struct iovec *iov, int n, uint32_t idx)
+{
+	struct conn *c = &S.conns[ci];
+	if (pthread_mutex_trylock(&c->wlock) != 0)
+		return false;
+	bool ok = c->writable && !(c->events & EPOLLOUT) && !c->writing;
+	if (ok) {
+		pthread_mutex_lock(&S.lock);
+		ok = c->gen == gen && c->up && !c->small.head && !c->large.head;
+		if (ok && idx != SLOT_NONE) {
+			/* before the first byte: the reply may come at once */
+			struct slot *s = &S.slots.slots[idx];
+			s->state = SLOT_SENT;
+			s->conn = ci;
+			s->conn_gen = gen;
+			slots_link(&S.slots, idx);
+		}
+		pthread_mutex_unlock(&S.lock);
+	}
+	if (!ok) {
+		pthread_mutex_unlock(&c->wlock);
+		return false;
+	}
+	size_t total = 0, done;
+	for (int i = 0; i < n; i++)
+		total += iov[i].iov_len;
+	ssize_t w;
+	do
+		w = writev(c->fd, iov, n);
+	while (w < 0 && errno == EINTR);
+	if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+		/* the close fails the request: it is SENT on this connection */
+		c->writable = false;
+		c->write_err = errno;
+		net_wake();
+	} else if ((done = w < 0 ? 0 : (size_t)w) < total) {
+		struct frame *f = frame_alloc(total - done);
+		if (!f) {
+			c->writable = false;
+			c->write_err = ENOMEM;
+			net_wake();
+		} else {
+			size_t at = 0;
+			for (int i = 0; i < n; i++) {
+				size_t skip = done > iov[i].iov_len ? iov[i].iov_len : done;
+				memcpy(f->bytes + at, (const char *)iov[i].iov_base + skip,
+				       iov[i].iov_len - skip);
+				at += iov[i].iov_len - skip;
+				done -= skip;
+			}
+			c->writing = f;
+			set_events(c, ci, (c->read_paused ? 0 : EPOLLIN) | EPOLLOUT);
+		}
+	}
+	pthread_mutex_unlock(&c->wlock);
+	return true;
+}
+
 /* The socket can take more (EPOLLOUT). */
 static void conn_writable(struct conn *c, uint32_t ci)
 {

@@ -113,6 +113,8 @@ struct synapsed {
 extern struct synapsed S;
 
 /* frame.c */
+struct frame *frame_alloc(size_t len);
+/* A frame of a header and body_len more bytes. */
 struct frame *frame_new(size_t body_len);
 void frame_queue_init(struct frame_queue *q);
 void frame_queue_push(struct frame_queue *q, struct frame *f);
@@ -134,6 +136,13 @@ void net_wake(void);
 /* Writes connection ci's queued frames now if nobody else is writing;
  * any thread. */
 void conn_kick(uint32_t ci);
+/* Writes the frame in iov[0..n) now, without copying it, when connection
+ * ci (generation gen) is idle and nobody else is writing; what the socket
+ * does not take is copied for the network thread to finish. For a
+ * request, slot `idx` becomes SENT and in flight first. False: nothing
+ * done, queue a copy instead. Any thread. */
+struct iovec;
+bool conn_write_now(uint32_t ci, uint32_t gen, const struct iovec *iov, int n, uint32_t idx);
 
 /* outbound.c: requests to the --remote synapsed */
 void outbound_on_request(struct peer_thread *t, struct xseg_request *req);

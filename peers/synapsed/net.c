@@ -324,6 +324,8 @@ bool conn_write_now(uint32_t ci, uint32_t gen, const struct iovec *iov, int n, u
 		}
 	}
 	pthread_mutex_unlock(&c->wlock);
+	/* a frame queued while we wrote found the lock taken: ours to write */
+	conn_kick(ci);
 	return true;
 }
 

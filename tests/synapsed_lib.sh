@@ -28,13 +28,15 @@ wait_log() {
 scaled() { python3 -c "print(max(1024, int($1 * $SCALE)) // 1024 * 1024)"; }
 
 # bench_ok SEGMENT PORT TARGET_PORT ARGS...: a verified run, 0 failed/corrupted.
+# Runs may go on at once from different ports (output per port).
 bench_ok() {
 	local seg=$1 port=$2 tport=$3; shift 3
+	local out=$DIR/bench-$port.out err=$DIR/bench-$port.err
 	"$BIN/bench-xseg" --segment "$seg" --port "$port" --target-port "$tport" \
-		--verify full --timeout 60 --json "$@" > "$DIR/bench.out" 2> "$DIR/bench.err" ||
-		{ cat "$DIR/bench.err"; tail -2 "$DIR/bench.out"; fail "bench-xseg $*"; }
-	tail -1 "$DIR/bench.out" | grep -q '"failed":0,"corrupted":0' ||
-		fail "bench-xseg $* counted failures: $(tail -1 "$DIR/bench.out")"
+		--verify full --timeout 60 --json "$@" > "$out" 2> "$err" ||
+		{ cat "$err"; tail -2 "$out"; fail "bench-xseg $*"; }
+	tail -1 "$out" | grep -q '"failed":0,"corrupted":0' ||
+		fail "bench-xseg $* counted failures: $(tail -1 "$out")"
 }
 
 # raw_frames HOST PORT SPEC...: connects and sends frames, then waits for the

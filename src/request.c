@@ -79,11 +79,13 @@ static int check_held(struct xseg *s, struct xseg_request *req, const char *what
 static void free_buffer(struct xseg *s, struct xseg_request *req)
 {
 	if (req->bufferlen) {
+		/* The heap's free links live in the blocks, which pass between
+		 * processes: every heap call is bracketed (acquire before,
+		 * release after) so TSan sees those hand-offs too. */
 		xannotate_happens_before(&tsan_handoff);
-		/* Freeing may merge with a buddy another process freed: what this
-		 * process read there before handing it on comes first. */
 		xannotate_happens_after(&tsan_handoff);
 		xseg_heap_free(s->heap_meta, s->heap, req->buffer);
+		xannotate_happens_before(&tsan_handoff);
 	}
 	req->buffer = req->bufferlen = req->data_off = req->datalen = 0;
 	req->targetlen = 0;
@@ -164,13 +166,12 @@ int xseg_prep_request(struct xseg *s, struct xseg_request *req,
 	if (req->bufferlen < need) {
 		uint64_t got;
 		free_buffer(s, req);
+		xannotate_happens_after(&tsan_handoff);   /* see free_buffer */
 		int64_t off = xseg_heap_alloc(s->heap_meta, s->heap, need, &got);
 		if (off < 0)
 			return xseg_fail(ENOMEM, "prep request: heap has no free block of %llu bytes",
 					 (unsigned long long)need);
 		xannotate_happens_after(&tsan_handoff);
-		/* Splitting a block wrote free links into the heap that another
-		 * process may allocate and fill before we release anything else. */
 		xannotate_happens_before(&tsan_handoff);
 		req->buffer = (uint64_t)off;
 		req->bufferlen = got;

@@ -49,7 +49,9 @@ static void send_reply(struct inbound *in, struct frame *f, bool sent)
 	pthread_mutex_lock(&S.lock);
 	struct conn *c = &S.conns[ci];
 	if (c->gen == in->conn_gen && c->incoming) {
-		resume = c->incoming-- == MAX_INCOMING;
+		resume = c->incoming-- == MAX_INCOMING ||
+			 c->incoming_bytes >= MAX_INCOMING_BYTES;
+		c->incoming_bytes -= in->h.data_len;
 	}
 	if (f)
 		queued = conn_queue_locked(c, in->conn_gen, f);
@@ -167,8 +169,10 @@ void inbound_request_done(void *owner)
 	pthread_mutex_lock(&S.lock);
 	struct conn *c = &S.conns[in->conn];
 	bool same = c->gen == in->conn_gen;
-	if (same)
+	if (same) {
 		c->incoming++;
+		c->incoming_bytes += in->h.data_len;
+	}
 	pthread_mutex_unlock(&S.lock);
 	if (!same) {
 		free(in);

@@ -145,6 +145,7 @@ static void close_conn(uint32_t ci, const char *why, int err)
 	c->gen++;
 	c->up = false;
 	c->incoming = 0;
+	c->incoming_bytes = 0;
 	if (ci == REMOTE_CONN) {
 		keep_requests(&c->small);
 		keep_requests(&c->large);
@@ -396,7 +397,7 @@ static void finish_body(struct conn *c, uint32_t ci)
 static bool must_pause(struct conn *c)
 {
 	pthread_mutex_lock(&S.lock);
-	bool full = c->incoming >= MAX_INCOMING;
+	bool full = c->incoming >= MAX_INCOMING || c->incoming_bytes >= MAX_INCOMING_BYTES;
 	pthread_mutex_unlock(&S.lock);
 	return full;
 }
@@ -488,6 +489,7 @@ static void conn_up(struct conn *c)
 	pthread_mutex_lock(&S.lock);
 	c->up = true;
 	c->incoming = 0;
+	c->incoming_bytes = 0;
 	pthread_mutex_unlock(&S.lock);
 	c->last_rx_ns = xseg_now_ns();
 }

@@ -10,7 +10,7 @@
  * received frames to the workers with peer_post.
  *
  * Locking. S.lock guards the slot table, every connection's `gen`, `up`,
- * queues and `incoming`; a connection's wlock guards writing to its socket;
+ * queues and `incoming`(_bytes); a connection's wlock guards writing to its socket;
  * the rest of a connection belongs to the network thread. Lock order:
  * wlock, then S.lock.
  */
@@ -31,8 +31,10 @@
 #define REMOTE_CONN      0u            /* the --remote link's connection */
 #define MAX_ALLOW        32u
 /* Requests from one connection handed to the workers and not yet
- * answered; past it the connection is not read (back-pressure). */
+ * answered, and their data bytes; past either the connection is not read
+ * (back-pressure: a client cannot make us hold more). */
 #define MAX_INCOMING     1024u
+#define MAX_INCOMING_BYTES (256ull << 20)
 /* Frames up to this many bytes go in the "small" queue: a connection
  * alternates between small and large frames, so a small request waits
  * behind at most one large frame. */
@@ -57,6 +59,7 @@ struct conn {
 	struct frame_queue small, large;
 	bool large_turn;       /* alternation between the queues */
 	uint32_t incoming;     /* requests from it not yet replied to */
+	uint64_t incoming_bytes;   /* and the bytes they hold */
 
 	/* under wlock: writing, by whichever thread gets there (a worker that
 	 * just queued a frame writes it itself; no hand-off, no wake-up) */

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "xseg_internal.h"
+#include "xtypes/xannotate.h"
 
 #define STATE_FREE   0x80u
 #define STATE_USED   0x40u
@@ -81,6 +82,13 @@ static void heap_lock(struct xseg_heap_meta *m)
 		m->recovered++;
 		pthread_mutex_consistent(&m->lock);
 	}
+	xannotate_happens_after(&xseg_tsan_handoff);
+}
+
+static void heap_unlock(struct xseg_heap_meta *m)
+{
+	xannotate_happens_before(&xseg_tsan_handoff);
+	pthread_mutex_unlock(&m->lock);
 }
 
 int xseg_heap_init(struct xseg_heap_meta *m, void *heap, uint64_t heap_size)
@@ -124,7 +132,7 @@ int64_t xseg_heap_alloc(struct xseg_heap_meta *m, void *heap, uint64_t bytes,
 	for (order = want; order < m->orders && m->free_head[order] == NIL; order++)
 		;
 	if (order >= m->orders) {
-		pthread_mutex_unlock(&m->lock);
+		heap_unlock(m);
 		return -ENOMEM;
 	}
 	uint64_t off = m->free_head[order];
@@ -136,7 +144,7 @@ int64_t xseg_heap_alloc(struct xseg_heap_meta *m, void *heap, uint64_t bytes,
 	block_state(m)[off >> XSEG_HEAP_MIN_SHIFT] = STATE_USED | want;
 	m->used += order_bytes(want);
 	m->allocs++;
-	pthread_mutex_unlock(&m->lock);
+	heap_unlock(m);
 	if (got)
 		*got = order_bytes(want);
 	return (int64_t)off;
@@ -149,7 +157,7 @@ int xseg_heap_free(struct xseg_heap_meta *m, void *heap, uint64_t off)
 	heap_lock(m);
 	uint8_t st = block_state(m)[off >> XSEG_HEAP_MIN_SHIFT];
 	if (!(st & STATE_USED)) {
-		pthread_mutex_unlock(&m->lock);
+		heap_unlock(m);
 		return -EINVAL;         /* not an allocated block: double free */
 	}
 	uint32_t order = st & ORDER_MASK;
@@ -166,7 +174,7 @@ int xseg_heap_free(struct xseg_heap_meta *m, void *heap, uint64_t off)
 		order++;
 	}
 	list_push(m, heap, order, off);
-	pthread_mutex_unlock(&m->lock);
+	heap_unlock(m);
 	return 0;
 }
 
@@ -184,5 +192,5 @@ void xseg_heap_usage(struct xseg_heap_meta *m, void *heap, uint64_t *used,
 			break;
 		}
 	}
-	pthread_mutex_unlock(&m->lock);
+	heap_unlock(m);
 }

@@ -22,7 +22,7 @@
  * did before it passed something on happens before whoever takes it next.
  * Compiles to nothing outside TSan builds.
  */
-static char tsan_handoff;
+char xseg_tsan_handoff;
 
 static inline uint32_t load_state(const struct xseg_request *r)
 {
@@ -79,13 +79,8 @@ static int check_held(struct xseg *s, struct xseg_request *req, const char *what
 static void free_buffer(struct xseg *s, struct xseg_request *req)
 {
 	if (req->bufferlen) {
-		/* The heap's free links live in the blocks, which pass between
-		 * processes: every heap call is bracketed (acquire before,
-		 * release after) so TSan sees those hand-offs too. */
-		xannotate_happens_before(&tsan_handoff);
-		xannotate_happens_after(&tsan_handoff);
+		xannotate_happens_before(&xseg_tsan_handoff);
 		xseg_heap_free(s->heap_meta, s->heap, req->buffer);
-		xannotate_happens_before(&tsan_handoff);
 	}
 	req->buffer = req->bufferlen = req->data_off = req->datalen = 0;
 	req->targetlen = 0;
@@ -97,7 +92,7 @@ static void release_request(struct xseg *s, struct xseg_request *req)
 	free_buffer(s, req);
 	req->holder = XSEG_NO_PORT;
 	store_state(req, XS_FREE);
-	xannotate_happens_before(&tsan_handoff);
+	xannotate_happens_before(&xseg_tsan_handoff);
 	xseg_ring_push(s->free_ring, req->index);
 }
 
@@ -119,7 +114,7 @@ struct xseg_request *xseg_get_request(struct xseg *s, uint32_t src)
 		return NULL;
 	}
 	struct xseg_request *r = &s->requests[idx];
-	xannotate_happens_after(&tsan_handoff);
+	xannotate_happens_after(&xseg_tsan_handoff);
 	r->generation++;
 	r->op = X_PING;
 	r->flags = 0;
@@ -166,13 +161,11 @@ int xseg_prep_request(struct xseg *s, struct xseg_request *req,
 	if (req->bufferlen < need) {
 		uint64_t got;
 		free_buffer(s, req);
-		xannotate_happens_after(&tsan_handoff);   /* see free_buffer */
 		int64_t off = xseg_heap_alloc(s->heap_meta, s->heap, need, &got);
 		if (off < 0)
 			return xseg_fail(ENOMEM, "prep request: heap has no free block of %llu bytes",
 					 (unsigned long long)need);
-		xannotate_happens_after(&tsan_handoff);
-		xannotate_happens_before(&tsan_handoff);
+		xannotate_happens_after(&xseg_tsan_handoff);
 		req->buffer = (uint64_t)off;
 		req->bufferlen = got;
 	}
@@ -232,7 +225,7 @@ static int deliver(struct xseg *s, struct xseg_request *req, uint32_t port,
 	uint32_t prev_holder = req->holder, prev_state = load_state(req);
 	req->holder = port;
 	store_state(req, state);
-	xannotate_happens_before(&tsan_handoff);
+	xannotate_happens_before(&xseg_tsan_handoff);
 	if (!xseg_ring_push(ring, req->index)) {
 		req->holder = prev_holder;
 		store_state(req, prev_state);
@@ -319,7 +312,7 @@ static int take(struct xseg *s, uint32_t port, struct xseg_ring *ring,
 	uint32_t idx;
 	while (n < max && xseg_ring_pop(ring, &idx)) {
 		struct xseg_request *r = &s->requests[idx];
-		xannotate_happens_after(&tsan_handoff);
+		xannotate_happens_after(&xseg_tsan_handoff);
 		r->holder = port;
 		store_state(r, state);
 		reqs[n++] = r;

@@ -183,4 +183,11 @@ static inline bool xseg_port_valid(struct xseg *s, uint32_t port)
 	return s && port < s->nr_ports;
 }
 
+/* TSan's model of hand-offs between processes (requests, buffers, heap
+ * blocks): released before something goes to another process, acquired
+ * after something comes from one. The heap releases and acquires it under
+ * its lock, since its free links live in blocks that pass between
+ * processes. Only an address; see xtypes/xannotate.h. */
+extern char xseg_tsan_handoff;
+
 #endif /* XSEG_INTERNAL_H */

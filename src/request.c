@@ -86,12 +86,8 @@ static int check_held(struct xseg *s, struct xseg_request *req, const char *what
 static void free_buffer(struct xseg *s, struct xseg_request *req)
 {
 	if (req->bufferlen) {
-		/* The heap's free lists live in blocks other processes used:
-		 * acquire before touching them, release after (TSan only). */
-		xannotate_happens_before(&xseg_tsan_handoff);
-		xannotate_happens_after(&xseg_tsan_handoff);
+		/* TSan: the heap's lock models the hand-over (heap.c) */
 		xseg_heap_free(s->heap_meta, s->heap, req->buffer);
-		xannotate_happens_before(&xseg_tsan_handoff);
 	}
 	req->buffer = req->bufferlen = req->data_off = req->datalen = 0;
 	req->targetlen = 0;
@@ -177,11 +173,6 @@ int xseg_prep_request(struct xseg *s, struct xseg_request *req,
 		if (off < 0)
 			return xseg_fail(ENOMEM, "prep request: heap has no free block of %llu bytes",
 					 (unsigned long long)need);
-		xannotate_happens_after(&xseg_tsan_handoff);
-		/* The allocator wrote free-list nodes into the heap: hand those
-		 * writes over too, or a thread reading a buffer another process
-		 * carved from them later looks unordered to TSan. */
-		xannotate_happens_before(&xseg_tsan_handoff);
 		req->buffer = (uint64_t)off;
 		req->bufferlen = got;
 	}

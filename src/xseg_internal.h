@@ -179,10 +179,6 @@ static inline pid_t xseg_owner_pid(uint64_t owner)
 }
 bool xseg_port_owned_here(struct xseg *s, uint32_t port);
 void xseg_signal_port(struct xseg *s, uint32_t port);
-/* ThreadSanitizer cannot see one process hand memory to another (through a
- * ring, or the heap's process-shared lock): every such hand-over is
- * modelled as a release/acquire of this one object (xannotate.h). */
-extern char xseg_tsan_handoff;
 uint32_t xseg_fail_queued_requests(struct xseg *s, uint32_t port, int err);
 /* Wakes every thread asleep on port's word, to look again. */
 void xseg_wake_all(struct xseg *s, uint32_t port);
@@ -193,5 +189,12 @@ static inline bool xseg_port_valid(struct xseg *s, uint32_t port)
 {
 	return s && port < s->nr_ports;
 }
+
+/* TSan's model of hand-offs between processes (requests, buffers, heap
+ * blocks): released before something goes to another process, acquired
+ * after something comes from one. The heap releases and acquires it under
+ * its lock, since its free links live in blocks that pass between
+ * processes. Only an address; see xtypes/xannotate.h. */
+extern char xseg_tsan_handoff;
 
 #endif /* XSEG_INTERNAL_H */

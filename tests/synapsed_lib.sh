@@ -10,15 +10,9 @@ free_port() {
 	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
-# wait_bound_in SEGMENT PORT: someone bound it (10 s at most).
-wait_bound_in() {
-	for _ in $(seq 200); do
-		"$BIN/xseg" info --segment "$1" --json 2>/dev/null |
-			grep -Eq "\"port\":$2,\"owner\":[1-9]" && return 0
-		sleep 0.05
-	done
-	fail "nobody bound port $2 of $1"
-}
+# wait_bound_in SEGMENT PORT: lib.sh's wait_bound on another segment
+# (bash's dynamic scope: wait_bound sees this SEG).
+wait_bound_in() { local SEG=$1; wait_bound "$2"; }
 
 # wait_log FILE TEXT [SECONDS]: TEXT appears in FILE.
 wait_log() {
@@ -34,13 +28,15 @@ wait_log() {
 scaled() { python3 -c "print(max(1024, int($1 * $SCALE)) // 1024 * 1024)"; }
 
 # bench_ok SEGMENT PORT TARGET_PORT ARGS...: a verified run, 0 failed/corrupted.
+# Runs may go on at once from different ports (output per port).
 bench_ok() {
 	local seg=$1 port=$2 tport=$3; shift 3
+	local out=$DIR/bench-$port.out err=$DIR/bench-$port.err
 	"$BIN/bench-xseg" --segment "$seg" --port "$port" --target-port "$tport" \
-		--verify full --timeout 60 --json "$@" > "$DIR/bench.out" 2> "$DIR/bench.err" ||
-		{ cat "$DIR/bench.err"; tail -2 "$DIR/bench.out"; fail "bench-xseg $*"; }
-	tail -1 "$DIR/bench.out" | grep -q '"failed":0,"corrupted":0' ||
-		fail "bench-xseg $* counted failures: $(tail -1 "$DIR/bench.out")"
+		--verify full --timeout 60 --json "$@" > "$out" 2> "$err" ||
+		{ cat "$err"; tail -2 "$out"; fail "bench-xseg $*"; }
+	tail -1 "$out" | grep -q '"failed":0,"corrupted":0' ||
+		fail "bench-xseg $* counted failures: $(tail -1 "$out")"
 }
 
 # raw_frames HOST PORT SPEC...: connects and sends frames, then waits for the

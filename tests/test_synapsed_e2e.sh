@@ -3,7 +3,7 @@
 #   bench-xseg (segment A) -> synapsed A ==TCP==> synapsed B -> cached -> filed (segment B)
 # verified data (seq and rand, small and large blocks), every op crossing,
 # malformed frames from a raw socket (connection dropped and logged, peer
-# keeps serving), --allow refusing others, the remote killed mid-run
+# keeps serving), a remote that sends bad replies, --allow refusing others, the remote killed mid-run
 # (failures reported, no hang) and restarted (traffic resumes), SIGTERM.
 set -u
 SEG_PREFIX=synapsed-e2e
@@ -59,6 +59,19 @@ bg=$!
 bench_ok "$SEG" 11 2 --op write --pattern rand --total-size "$(scaled 2048)K" --block-size 4K --iodepth 4 --object-size 1M --seed 4
 wait $bg || fail "large writes alongside small ones"
 bench_ok "$SEG" 10 2 --op read --pattern rand --total-size "$T" --block-size 1M --iodepth 4 --object-size 1M --seed 3
+
+echo "--- two connections into synapsed B at once"
+"$BIN/synapsed" --segment "$SEG" --port 5 --remote "127.0.0.1:$PORT" --timeout 10 \
+	--log-level info 2> "$DIR/synapsed-a2.log" & a2pid=$!
+pids+=($a2pid)
+wait_log "$DIR/synapsed-a2.log" "connected to 127.0.0.1:$PORT"
+bench_ok "$SEG" 13 5 --op write --pattern rand --total-size "$T" --block-size 8K --iodepth 16 --object-size 1M --seed 7 &
+bg=$!
+bench_ok "$SEG" 10 2 --op write --pattern rand --total-size "$T" --block-size 8K --iodepth 16 --object-size 1M --seed 8
+wait $bg || fail "writes through the second connection"
+bench_ok "$SEG" 13 2 --op read --pattern rand --total-size "$T" --block-size 8K --iodepth 16 --object-size 1M --seed 7
+bench_ok "$SEG" 10 5 --op read --pattern rand --total-size "$T" --block-size 8K --iodepth 16 --object-size 1M --seed 8
+kill -TERM "$a2pid"; wait "$a2pid" || fail "synapsed A2 exited non-zero on SIGTERM"
 
 echo "--- every op crosses: the same answer as on segment B itself"
 xreq_a() { "$BIN/xreq" --segment "$SEG" --port 12 --target-port 2 "$@"; }
@@ -119,6 +132,52 @@ P2=$(free_port)
 wait_bound_in "$SEGB" 4
 [ "$(raw_frames 127.0.0.1 "$P2" 1:0:5:0:0)" = closed ] || fail "a connection not in --allow was served"
 wait_log "$DIR/synapsed-deny.log" "refused: not in --allow"
+
+echo "--- a remote that answers badly: its connection is dropped, the request fails, nothing is read past its buffer"
+FP=$(free_port)
+python3 - "$FP" > "$DIR/fake.out" 2>&1 <<'PY' & fakepid=$!
+import socket, struct, sys
+srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(("127.0.0.1", int(sys.argv[1]))); srv.listen(4); srv.settimeout(30)
+def recv_frame(c):
+    hdr = b''
+    while len(hdr) < 64:
+        hdr += c.recv(64 - len(hdr))
+    f = struct.unpack('<IHBBIIQQQQiIQ', hdr)
+    body = f[11] + f[12]
+    while body > 0:
+        body -= len(c.recv(body))
+    return f
+# 1: a READ reply with more data than asked for; 2: a reply to another id
+for case in (1, 2):
+    c, _ = srv.accept()
+    magic, ver, kind, res, op, flags, fid, off, size, serv, err, tl, dl = recv_frame(c)
+    if case == 1:
+        c.sendall(struct.pack('<IHBBIIQQQQiIQ', magic, 1, 2, 1, op, 0, fid, off, size * 2,
+                              size * 2, 0, 0, size * 2) + b'z' * (size * 2))
+    else:
+        c.sendall(struct.pack('<IHBBIIQQQQiIQ', magic, 1, 2, 1, op, 0, fid ^ (1 << 40), off,
+                              size, size, 0, 0, size) + b'z' * size)
+    try:
+        print('closed' if c.recv(1 << 16) == b'' else 'open')
+    except ConnectionResetError:
+        print('closed')
+    c.close()
+PY
+pids+=($fakepid)
+"$BIN/synapsed" --segment "$SEG" --port 9 --remote "127.0.0.1:$FP" --timeout 5 \
+	--log-level info 2> "$DIR/synapsed-fake.log" & pids+=($!)
+wait_bound_in "$SEG" 9
+wait_log "$DIR/synapsed-fake.log" "connected to 127.0.0.1:$FP"
+out=$("$BIN/xreq" --segment "$SEG" --port 12 --target-port 9 --op read --target obj-x --size 4K)
+[ "$out" = "FAILED error=104 (Connection reset by peer)" ] || fail "oversized reply: got '$out'"
+wait_log "$DIR/synapsed-fake.log" "carries 8192 bytes, at most 4096 expected: protocol error"
+for _ in $(seq 100); do [ "$(grep -c "connected to" "$DIR/synapsed-fake.log")" -ge 2 ] && break; sleep 0.05; done
+out=$("$BIN/xreq" --segment "$SEG" --port 12 --target-port 9 --op read --target obj-x --size 4K)
+[ "$out" = "FAILED error=104 (Connection reset by peer)" ] || fail "reply to another id: got '$out'"
+wait_log "$DIR/synapsed-fake.log" "that is not in flight here: protocol error"
+wait "$fakepid" || fail "the fake remote failed: $(cat "$DIR/fake.out")"
+[ "$(grep -c closed "$DIR/fake.out")" = 2 ] || fail "a bad reply did not close the connection: $(cat "$DIR/fake.out")"
 
 echo "--- remote killed mid-run: failures reported, no hang; restarted: traffic resumes"
 "$BIN/bench-xseg" --segment "$SEG" --port 10 --target-port 2 --op write --pattern seq \

@@ -1,7 +1,7 @@
 /*
  * synapsed's request table: ids carry a generation, so a reply naming a
  * freed or reused slot, an index out of range or a forged generation finds
- * nothing; the in-flight list stays in allocation (= deadline) order.
+ * nothing; the in-flight list holds linked slots in order (deadline order).
  */
 #include <check.h>
 
@@ -31,6 +31,7 @@ START_TEST(a_freed_slot_forgets_its_id)
 	ck_assert_int_eq(slots_init(&st, 1), 0);
 	uint32_t a = slots_alloc(&st, 10);
 	uint64_t old = slots_id(&st, a);
+	slots_link(&st, a);
 	slots_unlink(&st, a);
 	slots_free(&st, a);
 	ck_assert_ptr_null(slots_lookup(&st, old));
@@ -51,6 +52,9 @@ START_TEST(full_table_and_in_flight_order)
 	for (int i = 0; i < 3; i++)
 		idx[i] = slots_alloc(&st, (uint64_t)i);
 	ck_assert_uint_eq(slots_alloc(&st, 9), SLOT_NONE);
+	ck_assert_uint_eq(st.head, SLOT_NONE);   /* not in flight until linked */
+	for (int i = 0; i < 3; i++)
+		slots_link(&st, idx[i]);
 	ck_assert_uint_eq(st.head, idx[0]);
 	slots_unlink(&st, idx[1]);   /* the middle one answered */
 	ck_assert_uint_eq(st.slots[idx[0]].next, idx[2]);

@@ -5,16 +5,21 @@
 
 #include "synapsed.h"
 
-struct frame *frame_new(size_t body_len)
+struct frame *frame_alloc(size_t len)
 {
-	struct frame *f = malloc(sizeof(*f) + WIRE_HEADER_LEN + body_len);
+	struct frame *f = malloc(sizeof(*f) + len);
 	if (!f)
 		return NULL;
 	f->next = NULL;
 	f->slot_id = 0;
-	f->len = WIRE_HEADER_LEN + body_len;
+	f->len = len;
 	f->done = 0;
 	return f;
+}
+
+struct frame *frame_new(size_t body_len)
+{
+	return frame_alloc(WIRE_HEADER_LEN + body_len);
 }
 
 void frame_queue_init(struct frame_queue *q)

@@ -8,6 +8,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 
 #include "synapsed.h"
 
@@ -39,20 +40,23 @@ int inbound_request_header(struct conn *c, uint32_t ci, const struct wire_header
 	return 0;
 }
 
-/* Queues a reply frame on the request's connection and forgets `in`. */
-static void send_reply(struct inbound *in, struct frame *f)
+/* Queues a reply frame (unless `sent` already) on the request's
+ * connection and forgets `in`. */
+static void send_reply(struct inbound *in, struct frame *f, bool sent)
 {
 	bool queued = false, resume = false;
 	uint32_t ci = in->conn;
 	pthread_mutex_lock(&S.lock);
 	struct conn *c = &S.conns[ci];
 	if (c->gen == in->conn_gen && c->incoming) {
-		resume = c->incoming-- == MAX_INCOMING;
+		resume = c->incoming-- == MAX_INCOMING ||
+			 c->incoming_bytes >= MAX_INCOMING_BYTES;
+		c->incoming_bytes -= in->h.data_len;
 	}
 	if (f)
 		queued = conn_queue_locked(c, in->conn_gen, f);
 	pthread_mutex_unlock(&S.lock);
-	if (!f)
+	if (!f && !sent)
 		peer_error("no memory for the reply to request id %#" PRIx64 ": its requester "
 			   "will time out", in->h.id);
 	free(in);
@@ -64,7 +68,7 @@ static void send_reply(struct inbound *in, struct frame *f)
 
 static void reply_failed(struct inbound *in, int err)
 {
-	send_reply(in, frame_failed_reply(&in->h, err));
+	send_reply(in, frame_failed_reply(&in->h, err), false);
 }
 
 /* On a worker: the target's reply to our request. */
@@ -80,26 +84,28 @@ static void target_replied(struct peer_thread *t, struct xseg_request *r, void *
 		if (out > WIRE_MAX_DATA)
 			out = WIRE_MAX_DATA;
 	}
-	struct frame *f = frame_new(out);
-	if (f) {
-		/* INFO answers more than it was asked for: size grows to
-		 * serviced so that the frame keeps serviced <= size. */
-		struct wire_header h = {
-			.kind = WIRE_REPLY, .result = served ? XR_SERVED : XR_FAILED,
-			.op = in->h.op, .flags = in->h.flags, .id = in->h.id,
-			.offset = in->h.offset,
-			.size = served && r->serviced > in->h.size ? r->serviced : in->h.size,
-			.serviced = served ? r->serviced : 0,
-			.error = served ? 0 : r->error > 0 && r->error <= WIRE_MAX_ERRNO ? r->error
-									   : EIO,
-			.data_len = out,
-		};
-		wire_encode_header(&h, f->bytes);
+	/* INFO answers more than it was asked for: size grows to serviced so
+	 * that the frame keeps serviced <= size. */
+	struct wire_header h = {
+		.kind = WIRE_REPLY, .result = served ? XR_SERVED : XR_FAILED,
+		.op = in->h.op, .flags = in->h.flags, .id = in->h.id, .offset = in->h.offset,
+		.size = served && r->serviced > in->h.size ? r->serviced : in->h.size,
+		.serviced = served ? r->serviced : 0,
+		.error = served ? 0 : r->error > 0 && r->error <= WIRE_MAX_ERRNO ? r->error : EIO,
+		.data_len = out,
+	};
+	uint8_t hdr[WIRE_HEADER_LEN];
+	wire_encode_header(&h, hdr);
+	struct iovec iov[2] = { { hdr, WIRE_HEADER_LEN }, { xseg_get_data(seg, r), out } };
+	bool sent = conn_write_now(in->conn, in->conn_gen, iov, out ? 2 : 1, SLOT_NONE);
+	struct frame *f = NULL;
+	if (!sent && (f = frame_new(out))) {
+		memcpy(f->bytes, hdr, WIRE_HEADER_LEN);
 		if (out)
-			memcpy(f->bytes + WIRE_HEADER_LEN, xseg_get_data(seg, r), out);
+			memcpy(f->bytes + WIRE_HEADER_LEN, iov[1].iov_base, out);
 	}
 	peer_put_request(t, r);
-	send_reply(in, f);
+	send_reply(in, f, sent);
 }
 
 /* On a worker: submit the request to --target-port. */
@@ -163,8 +169,10 @@ void inbound_request_done(void *owner)
 	pthread_mutex_lock(&S.lock);
 	struct conn *c = &S.conns[in->conn];
 	bool same = c->gen == in->conn_gen;
-	if (same)
+	if (same) {
 		c->incoming++;
+		c->incoming_bytes += in->h.data_len;
+	}
 	pthread_mutex_unlock(&S.lock);
 	if (!same) {
 		free(in);

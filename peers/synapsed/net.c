@@ -19,6 +19,7 @@
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,12 +33,18 @@
 
 #define RBUF_SIZE        (256u * 1024)
 #define READ_BUDGET      (1u << 20)     /* bytes per connection per turn */
+/* A body with this much still to come is read straight into its buffer. */
+#define DIRECT_READ      (32u * 1024)
 #define WRITE_BATCH      (1u << 20)     /* bytes taken from the queues at once */
 #define WRITE_IOV        64
 #define BACKOFF_MIN_NS   (100ull * 1000 * 1000)
 #define BACKOFF_MAX_NS   (2ull * 1000 * 1000 * 1000)
 #define SWEEP_NS         (50ull * 1000 * 1000)
 #define QUIT_FLUSH_NS    (2ull * 1000 * 1000 * 1000)
+/* While traffic flows, look for events this long (yielding) before
+ * sleeping in epoll_wait: a wake-up costs more than the next frame's wait. */
+#define SPIN_NS          (20ull * 1000)
+#define BUSY_NS          (1ull * 1000 * 1000)
 #define TAG_WAKE         (MAX_CONNS + 1)
 #define TAG_LISTEN       (MAX_CONNS + 2)
 
@@ -110,7 +117,8 @@ static void close_conn(uint32_t ci, const char *why, int err)
 	uint64_t now = xseg_now_ns();
 
 	if (c->fd >= 0 && (ci != REMOTE_CONN || !c->connecting || !c->warned_down))
-		peer_warn("connection %s closed: %s", c->peer, why);
+		peer_log(err == ESHUTDOWN ? PEER_LOG_INFO : PEER_LOG_WARN,
+			 "connection %s closed: %s", c->peer, why);
 	pthread_mutex_lock(&c->wlock);
 	if (c->fd >= 0) {
 		epoll_ctl(epfd, EPOLL_CTL_DEL, c->fd, NULL);
@@ -137,6 +145,7 @@ static void close_conn(uint32_t ci, const char *why, int err)
 	c->gen++;
 	c->up = false;
 	c->incoming = 0;
+	c->incoming_bytes = 0;
 	if (ci == REMOTE_CONN) {
 		keep_requests(&c->small);
 		keep_requests(&c->large);
@@ -261,6 +270,66 @@ void conn_kick(uint32_t ci)
 	}
 }
 
+bool conn_write_now(uint32_t ci, uint32_t gen, const struct iovec *iov, int n, uint32_t idx)
+{
+	struct conn *c = &S.conns[ci];
+	if (pthread_mutex_trylock(&c->wlock) != 0)
+		return false;
+	bool ok = c->writable && !(c->events & EPOLLOUT) && !c->writing;
+	if (ok) {
+		pthread_mutex_lock(&S.lock);
+		ok = c->gen == gen && c->up && !c->small.head && !c->large.head;
+		if (ok && idx != SLOT_NONE) {
+			/* before the first byte: the reply may come at once */
+			struct slot *s = &S.slots.slots[idx];
+			s->state = SLOT_SENT;
+			s->conn = ci;
+			s->conn_gen = gen;
+			slots_link(&S.slots, idx);
+		}
+		pthread_mutex_unlock(&S.lock);
+	}
+	if (!ok) {
+		pthread_mutex_unlock(&c->wlock);
+		return false;
+	}
+	size_t total = 0, done;
+	for (int i = 0; i < n; i++)
+		total += iov[i].iov_len;
+	ssize_t w;
+	do
+		w = writev(c->fd, iov, n);
+	while (w < 0 && errno == EINTR);
+	if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+		/* the close fails the request: it is SENT on this connection */
+		c->writable = false;
+		c->write_err = errno;
+		net_wake();
+	} else if ((done = w < 0 ? 0 : (size_t)w) < total) {
+		struct frame *f = frame_alloc(total - done);
+		if (!f) {
+			c->writable = false;
+			c->write_err = ENOMEM;
+			net_wake();
+		} else {
+			size_t at = 0;
+			for (int i = 0; i < n; i++) {
+				size_t skip = done > iov[i].iov_len ? iov[i].iov_len : done;
+				memcpy(f->bytes + at, (const char *)iov[i].iov_base + skip,
+				       iov[i].iov_len - skip);
+				at += iov[i].iov_len - skip;
+				done -= skip;
+			}
+			c->writing = f;
+			set_events(c, ci, (c->read_paused ? 0 : EPOLLIN) | EPOLLOUT);
+		}
+	}
+	pthread_mutex_unlock(&c->wlock);
+	/* a frame queued while we wrote found the lock taken: ours to write */
+	conn_kick(ci);
+	return true;
+}
+
 /* The socket can take more (EPOLLOUT). */
 static void conn_writable(struct conn *c, uint32_t ci)
 {
@@ -328,7 +397,7 @@ static void finish_body(struct conn *c, uint32_t ci)
 static bool must_pause(struct conn *c)
 {
 	pthread_mutex_lock(&S.lock);
-	bool full = c->incoming >= MAX_INCOMING;
+	bool full = c->incoming >= MAX_INCOMING || c->incoming_bytes >= MAX_INCOMING_BYTES;
 	pthread_mutex_unlock(&S.lock);
 	return full;
 }
@@ -374,7 +443,7 @@ static int conn_read(struct conn *c, uint32_t ci)
 		/* a large body is read straight into its buffer */
 		uint8_t *dst = c->rbuf + c->rlen;
 		size_t room = RBUF_SIZE - c->rlen;
-		bool direct = c->in_body && c->body_len - c->body_got >= RBUF_SIZE / 2;
+		bool direct = c->in_body && c->body_len - c->body_got >= DIRECT_READ;
 		if (direct) {
 			dst = c->body + c->body_got;
 			room = c->body_len - c->body_got;
@@ -420,6 +489,7 @@ static void conn_up(struct conn *c)
 	pthread_mutex_lock(&S.lock);
 	c->up = true;
 	c->incoming = 0;
+	c->incoming_bytes = 0;
 	pthread_mutex_unlock(&S.lock);
 	c->last_rx_ns = xseg_now_ns();
 }
@@ -583,11 +653,27 @@ static bool anything_queued(void)
 	return false;
 }
 
+/* epoll_wait, spinning first while traffic flowed in the last BUSY_NS. */
+static int wait_events(struct epoll_event *evs, int max, uint64_t now, uint64_t *last_event)
+{
+	int n = 0;
+	if (now - *last_event < BUSY_NS) {
+		uint64_t until = now + SPIN_NS;
+		while ((n = epoll_wait(epfd, evs, max, 0)) == 0 && xseg_now_ns() < until)
+			sched_yield();
+	}
+	if (n == 0)
+		n = epoll_wait(epfd, evs, max, (int)(SWEEP_NS / 1000000));
+	if (n > 0)
+		*last_event = xseg_now_ns();
+	return n;
+}
+
 static void *net_loop(void *arg)
 {
 	(void)arg;
 	struct epoll_event evs[64];
-	uint64_t next_sweep = 0, quit_deadline = 0;
+	uint64_t next_sweep = 0, quit_deadline = 0, last_event = 0;
 	struct conn *remote = &S.conns[REMOTE_CONN];
 
 	for (;;) {
@@ -611,8 +697,7 @@ static void *net_loop(void *arg)
 				remote_unreachable(ETIMEDOUT);
 			}
 		}
-		int timeout_ms = (int)(SWEEP_NS / 1000000);
-		int n = epoll_wait(epfd, evs, 64, timeout_ms);
+		int n = wait_events(evs, 64, now, &last_event);
 		if (n < 0 && errno != EINTR) {
 			peer_error("epoll_wait: %s", strerror(errno));
 			break;

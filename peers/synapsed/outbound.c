@@ -14,6 +14,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 
 #include "synapsed.h"
 
@@ -67,37 +68,57 @@ void outbound_on_request(struct peer_thread *t, struct xseg_request *req)
 		peer_fail(t, req, EFBIG);
 		return;
 	}
-	struct frame *f = frame_new(tl + out);
-	if (!f) {
-		peer_fail(t, req, ENOMEM);
-		return;
-	}
-	memcpy(f->bytes + WIRE_HEADER_LEN, target, tl);
-	if (out)
-		memcpy(f->bytes + WIRE_HEADER_LEN + tl, xseg_get_data(seg, req), out);
 	struct wire_header h = {
 		.kind = WIRE_REQUEST, .op = req->op, .flags = req->flags & XF_ALL,
 		.offset = req->offset, .size = req->size, .target_len = tl, .data_len = out,
 	};
-
 	pthread_mutex_lock(&S.lock);
 	uint32_t idx = slots_alloc(&S.slots, xseg_now_ns() + S.timeout_ns);
-	if (idx == SLOT_NONE) {
-		pthread_mutex_unlock(&S.lock);
-		free(f);
+	uint32_t gen = S.conns[REMOTE_CONN].gen;
+	struct slot *s = idx == SLOT_NONE ? NULL : &S.slots.slots[idx];
+	if (s) {
+		s->req = req;
+		s->conn = UINT32_MAX;   /* set when it is sent */
+		s->reply_limit = reply_limit(req);
+		h.id = slots_id(&S.slots, idx);
+	}
+	pthread_mutex_unlock(&S.lock);
+	if (!s) {
 		peer_warn("no free request slot: %s refused", xseg_op_name(req->op));
 		peer_fail(t, req, ENOBUFS);
 		return;
 	}
-	struct slot *s = &S.slots.slots[idx];
-	s->req = req;
-	s->conn = UINT32_MAX;   /* set when the network thread takes the frame */
-	s->reply_limit = reply_limit(req);
-	h.id = f->slot_id = slots_id(&S.slots, idx);
-	wire_encode_header(&h, f->bytes);
+	/* Straight from the request's buffer when the link is idle. */
+	uint8_t hdr[WIRE_HEADER_LEN];
+	wire_encode_header(&h, hdr);
+	struct iovec iov[3] = { { hdr, WIRE_HEADER_LEN } };
+	int n = 1;
+	if (tl)
+		iov[n++] = (struct iovec){ (void *)target, tl };
+	if (out)
+		iov[n++] = (struct iovec){ xseg_get_data(seg, req), out };
+	if (conn_write_now(REMOTE_CONN, gen, iov, n, idx))
+		return;
+
+	/* Busy or down: a copy waits in the queue, sent once the link is
+	 * free or back, or failed ETIMEDOUT at the deadline. */
+	struct frame *f = frame_new(tl + out);
+	if (!f) {
+		pthread_mutex_lock(&S.lock);
+		slots_free(&S.slots, idx);
+		pthread_mutex_unlock(&S.lock);
+		peer_fail(t, req, ENOMEM);
+		return;
+	}
+	memcpy(f->bytes, hdr, WIRE_HEADER_LEN);
+	if (tl)
+		memcpy(f->bytes + WIRE_HEADER_LEN, target, tl);
+	if (out)
+		memcpy(f->bytes + WIRE_HEADER_LEN + tl, iov[n - 1].iov_base, out);
+	f->slot_id = h.id;
+	pthread_mutex_lock(&S.lock);
+	slots_link(&S.slots, idx);
 	struct conn *c = &S.conns[REMOTE_CONN];
-	/* Queued even while the link is down: sent once it is back, or
-	 * failed ETIMEDOUT at the deadline. */
 	frame_queue_push(f->len <= SMALL_FRAME ? &c->small : &c->large, f);
 	pthread_mutex_unlock(&S.lock);
 	conn_kick(REMOTE_CONN);

@@ -40,6 +40,14 @@ uint32_t slots_alloc(struct slot_table *st, uint64_t deadline_ns)
 	s->deadline_ns = deadline_ns;
 	s->reply_data = NULL;
 	s->reply_len = 0;
+	s->next = s->prev = SLOT_NONE;
+	st->used++;
+	return idx;
+}
+
+void slots_link(struct slot_table *st, uint32_t idx)
+{
+	struct slot *s = &st->slots[idx];
 	s->next = SLOT_NONE;
 	s->prev = st->tail;
 	if (st->tail != SLOT_NONE)
@@ -47,8 +55,6 @@ uint32_t slots_alloc(struct slot_table *st, uint64_t deadline_ns)
 	else
 		st->head = idx;
 	st->tail = idx;
-	st->used++;
-	return idx;
 }
 
 void slots_unlink(struct slot_table *st, uint32_t idx)

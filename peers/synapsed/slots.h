@@ -53,8 +53,11 @@ struct slot_table {
 int slots_init(struct slot_table *st, uint32_t nr);
 void slots_destroy(struct slot_table *st);
 
-/* A free slot, QUEUED and at the in-flight tail; SLOT_NONE when full. */
+/* A free slot, QUEUED but not yet in the in-flight list (invisible to
+ * timeouts and connection losses until slots_link); SLOT_NONE when full. */
 uint32_t slots_alloc(struct slot_table *st, uint64_t deadline_ns);
+/* Puts a slot at the in-flight tail: its frame is queued or sent. */
+void slots_link(struct slot_table *st, uint32_t idx);
 /* Back to FREE (generation bumped); must not be in the in-flight list. */
 void slots_free(struct slot_table *st, uint32_t idx);
 /* Takes a QUEUED or SENT slot out of the in-flight list. */

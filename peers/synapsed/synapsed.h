@@ -10,7 +10,7 @@
  * received frames to the workers with peer_post.
  *
  * Locking. S.lock guards the slot table, every connection's `gen`, `up`,
- * queues and `incoming`; a connection's wlock guards writing to its socket;
+ * queues and `incoming`(_bytes); a connection's wlock guards writing to its socket;
  * the rest of a connection belongs to the network thread. Lock order:
  * wlock, then S.lock.
  */
@@ -31,8 +31,10 @@
 #define REMOTE_CONN      0u            /* the --remote link's connection */
 #define MAX_ALLOW        32u
 /* Requests from one connection handed to the workers and not yet
- * answered; past it the connection is not read (back-pressure). */
+ * answered, and their data bytes; past either the connection is not read
+ * (back-pressure: a client cannot make us hold more). */
 #define MAX_INCOMING     1024u
+#define MAX_INCOMING_BYTES (256ull << 20)
 /* Frames up to this many bytes go in the "small" queue: a connection
  * alternates between small and large frames, so a small request waits
  * behind at most one large frame. */
@@ -57,6 +59,7 @@ struct conn {
 	struct frame_queue small, large;
 	bool large_turn;       /* alternation between the queues */
 	uint32_t incoming;     /* requests from it not yet replied to */
+	uint64_t incoming_bytes;   /* and the bytes they hold */
 
 	/* under wlock: writing, by whichever thread gets there (a worker that
 	 * just queued a frame writes it itself; no hand-off, no wake-up) */
@@ -113,6 +116,8 @@ struct synapsed {
 extern struct synapsed S;
 
 /* frame.c */
+struct frame *frame_alloc(size_t len);
+/* A frame of a header and body_len more bytes. */
 struct frame *frame_new(size_t body_len);
 void frame_queue_init(struct frame_queue *q);
 void frame_queue_push(struct frame_queue *q, struct frame *f);
@@ -134,6 +139,13 @@ void net_wake(void);
 /* Writes connection ci's queued frames now if nobody else is writing;
  * any thread. */
 void conn_kick(uint32_t ci);
+/* Writes the frame in iov[0..n) now, without copying it, when connection
+ * ci (generation gen) is idle and nobody else is writing; what the socket
+ * does not take is copied for the network thread to finish. For a
+ * request, slot `idx` becomes SENT and in flight first. False: nothing
+ * done, queue a copy instead. Any thread. */
+struct iovec;
+bool conn_write_now(uint32_t ci, uint32_t gen, const struct iovec *iov, int n, uint32_t idx);
 
 /* outbound.c: requests to the --remote synapsed */
 void outbound_on_request(struct peer_thread *t, struct xseg_request *req);

@@ -32,9 +32,9 @@ nulld) "$BIN/nulld" --segment "$SEGB" --port 1 & pids+=($!) ;;
 *) echo "TARGET must be filed or nulld" >&2; exit 2 ;;
 esac
 "$BIN/synapsed" --segment "$SEGB" --port 2 --listen "127.0.0.1:$PORT" --target-port 1 \
-	--threads "$THREADS" & pids+=($!)
+	--threads "$THREADS" ${SYNAPSED_OPTS:-} & pids+=($!)
 sleep 0.3
-"$BIN/synapsed" --segment "$SEGA" --port 2 --remote "127.0.0.1:$PORT" --threads "$THREADS" & pids+=($!)
+"$BIN/synapsed" --segment "$SEGA" --port 2 --remote "127.0.0.1:$PORT" --threads "$THREADS" ${SYNAPSED_OPTS:-} & pids+=($!)
 sleep 0.5
 seed=0
 for bs in ${SIZES:-4K 64K}; do for depth in ${DEPTHS:-1 16}; do for op in ${OPS:-write read}; do

@@ -29,14 +29,7 @@ trap 'stop_path; [ -n "${CONF:-}" ] && tools/micro-ceph stop "$DATA/ceph" > /dev
 trap 'exit 130' INT TERM
 command -v fio > /dev/null || { echo "fio is missing: run tools/install-deps" >&2; exit 1; }
 
-wait_bound() {
-	for _ in $(seq 200); do
-		"$BIN/xseg" info --segment "$SEG" --json 2>/dev/null |
-			grep -Eq "\"port\":$1,\"owner\":[1-9]" && return 0
-		sleep 0.05
-	done
-	echo "nobody bound port $1" >&2; exit 1
-}
+. bench/bench_lib.sh
 
 CONF=
 if [ "${CEPH:-0}" = 1 ]; then

@@ -168,7 +168,6 @@ int xseg_prep_request(struct xseg *s, struct xseg_request *req,
 	if (req->bufferlen < need) {
 		uint64_t got;
 		free_buffer(s, req);
-		xannotate_happens_after(&xseg_tsan_handoff);
 		int64_t off = xseg_heap_alloc(s->heap_meta, s->heap, need, &got);
 		if (off < 0)
 			return xseg_fail(ENOMEM, "prep request: heap has no free block of %llu bytes",

@@ -112,6 +112,28 @@ static pid_t fork_server(uint32_t port, int held, int up)
 	return pid;
 }
 
+/*
+ * Binds `client`, forks a server on `server` (fork_server) and issues
+ * `held` requests it accepts, then `queued` more that stay in its queue
+ * (sequence numbers 0..held+queued-1). Returns the server's pid.
+ */
+static pid_t start_server_holding(uint32_t client, uint32_t server, int held, int queued)
+{
+	int up[2];
+	ck_assert_int_eq(pipe(up), 0);
+	ck_assert_int_eq(xseg_bind_port(xt_seg, client), 0);
+	pid_t pid = fork_server(server, held, up[1]);
+	wait_byte(up[0], 'r');
+	for (uint64_t i = 0; i < (uint64_t)held; i++)
+		issue(client, server, i);
+	wait_byte(up[0], 'a');
+	for (uint64_t i = (uint64_t)held; i < (uint64_t)(held + queued); i++)
+		issue(client, server, i);
+	close(up[0]);
+	close(up[1]);
+	return pid;
+}
+
 /* ---- a server killed holding accepted requests --------------------------- */
 
 START_TEST(killed_server_requests_fail_back)
@@ -119,17 +141,7 @@ START_TEST(killed_server_requests_fail_back)
 	enum { CLIENT = 0, SERVER = 1, HELD = 8, QUEUED = 4 };
 	struct xseg_request *got[HELD + QUEUED];
 	struct xseg_port_info pi;
-	int up[2];
-
-	ck_assert_int_eq(pipe(up), 0);
-	ck_assert_int_eq(xseg_bind_port(xt_seg, CLIENT), 0);
-	pid_t pid = fork_server(SERVER, HELD, up[1]);
-	wait_byte(up[0], 'r');
-	for (uint64_t i = 0; i < HELD; i++)
-		issue(CLIENT, SERVER, i);
-	wait_byte(up[0], 'a');
-	for (uint64_t i = HELD; i < HELD + QUEUED; i++)
-		issue(CLIENT, SERVER, i);
+	pid_t pid = start_server_holding(CLIENT, SERVER, HELD, QUEUED);
 	ck_assert_uint_eq(xt_free_requests(xt_seg), NREQS - HELD - QUEUED - 2);
 
 	/* Alive: its port cannot be stolen. */
@@ -194,17 +206,7 @@ START_TEST(reaped_dead_server_fails_everything)
 	enum { CLIENT = 0, SERVER = 1, HELD = 5, QUEUED = 3 };
 	struct xseg_request *got[HELD + QUEUED];
 	struct xseg_port_info pi;
-	int up[2];
-
-	ck_assert_int_eq(pipe(up), 0);
-	ck_assert_int_eq(xseg_bind_port(xt_seg, CLIENT), 0);
-	pid_t pid = fork_server(SERVER, HELD, up[1]);
-	wait_byte(up[0], 'r');
-	for (uint64_t i = 0; i < HELD; i++)
-		issue(CLIENT, SERVER, i);
-	wait_byte(up[0], 'a');
-	for (uint64_t i = HELD; i < HELD + QUEUED; i++)
-		issue(CLIENT, SERVER, i);
+	pid_t pid = start_server_holding(CLIENT, SERVER, HELD, QUEUED);
 
 	/* Alive: nothing to reap. */
 	ck_assert_int_eq(xseg_reap_port(xt_seg, SERVER, EHOSTDOWN), 0);

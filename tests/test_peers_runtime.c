@@ -3,10 +3,14 @@
  * workers (peer_post): a forked child runs peer_main with a "relay" peer
  * whose on_request gives each request to a completer thread; that thread
  * posts it back and a worker answers it. The parent is the client.
+ *
+ * And on_accept_in_order: an "orderer" peer with four workers checks that
+ * it sees requests in the order the client queued them.
  */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -116,26 +120,68 @@ static const struct peer_ops relay_ops = {
 	.default_threads = 2,
 };
 
+/* ---- the orderer peer (runs in the child) -------------------------------------- */
+
+/* The client numbers its READs 0, 1, 2, ... in req->offset. Under the
+ * accept lock the next one seen must be the next number; a request seen out
+ * of turn is failed with EILSEQ by on_request. Atomics only so that a
+ * runtime calling the hook without its lock is caught here, not by TSan. */
+static _Atomic uint64_t order_next;
+static _Atomic uint64_t order_wrong;   /* offset + 1 of a request out of turn */
+
+static void orderer_place(struct peer_thread *t, struct xseg_request *req)
+{
+	(void)t;
+	uint64_t expected = atomic_exchange(&order_next, req->offset + 1);
+	if (req->offset != expected)
+		atomic_store(&order_wrong, req->offset + 1);
+}
+
+static void orderer_request(struct peer_thread *t, struct xseg_request *req)
+{
+	uint64_t wrong = atomic_load(&order_wrong);
+	if (wrong && wrong - 1 == req->offset) {
+		peer_fail(t, req, EILSEQ);
+		return;
+	}
+	req->serviced = req->size;
+	peer_complete(t, req);
+}
+
+static const struct peer_ops orderer_ops = {
+	.name = "orderer",
+	.summary = "test peer: checks that requests are placed in queue order",
+	.supported_ops = PEER_OP(X_READ),
+	.on_accept_in_order = orderer_place,
+	.on_request = orderer_request,
+	.default_threads = 4,
+};
+
 /* ---- the client (the test) ----------------------------------------------------- */
 
 static struct xseg *seg;
 static char segname[64];
 static pid_t child;
 
-static void start_relay(unsigned delay_us, const char *spin_us)
+static void start_peer(const struct peer_ops *ops, unsigned delay_us, const char *spin_us)
 {
 	seg = pt_segment(segname, sizeof(segname), 4, 512, 8u << 20);
 	ck_assert_int_eq(xseg_bind_port(seg, CLIENT), 0);
 	child = fork();
 	ck_assert_int_ge(child, 0);
 	if (child == 0) {
-		char *argv[] = { "relay", "--segment", segname, "--port", "1",
+		char *argv[] = { (char *)ops->name, "--segment", segname, "--port", "1",
 				 "--spin-us", (char *)spin_us, NULL };
 		relay.delay_us = delay_us;
-		_exit(peer_main(7, argv, &relay_ops, NULL));   /* not the parent's atexit */
+		_exit(peer_main(7, argv, ops, NULL));   /* not the parent's atexit */
 	}
 	pt_track_pid(child);
 	ck_assert_int_eq(pt_wait_bound(seg, RELAY, child, TIMEOUT), 0);
+}
+
+static void start_relay(unsigned delay_us, const char *spin_us)
+{
+	start_peer(&relay_ops, delay_us, spin_us);
 }
 
 /* Keeps `depth` requests in flight until `total` were answered. */
@@ -209,6 +255,40 @@ START_TEST(stop_waits_for_posted_work)
 }
 END_TEST
 
+/* Four workers race to accept bursts of READs, with a WRITE (answered by
+ * the runtime, never placed) every so often: every READ must be placed in
+ * the order it was queued. */
+START_TEST(accept_in_order_sees_queue_order)
+{
+	unsigned total = xt_scaled(20000, 1000), sent = 0, placed = 0, answered = 0;
+	start_peer(&orderer_ops, 0, "20");
+	while (answered < sent || sent < total) {
+		while (sent < total && sent - answered < 64) {
+			bool write = sent % 13 == 5;
+			struct pt_req r = { .op = write ? X_WRITE : X_READ, .target = "obj",
+					    .offset = write ? 0 : placed, .size = 64 };
+			ck_assert_msg(pt_submit(seg, CLIENT, RELAY, &r), "submit: %s",
+				      xseg_last_error());
+			placed += !write;
+			sent++;
+		}
+		struct xseg_request *req = pt_receive(seg, CLIENT, TIMEOUT);
+		ck_assert_msg(req, "no reply after %u of %u", answered, sent);
+		if (req->op == X_WRITE) {
+			ck_assert_int_eq(req->error, EOPNOTSUPP);
+		} else {
+			ck_assert_msg(req->result == XR_SERVED, "READ number %llu was placed out "
+				      "of turn (error %d)", (unsigned long long)req->offset,
+				      req->error);
+		}
+		struct pt_req done = { 0 };
+		pt_finish(seg, req, &done);
+		answered++;
+	}
+	ck_assert_int_eq(pt_stop(child, SIGTERM, TIMEOUT), 0);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("peers_runtime");
@@ -216,5 +296,6 @@ int main(void)
 	tcase_add_test(tc, posted_work_answers_every_request);
 	tcase_add_test(tc, post_wakes_a_sleeping_worker);
 	tcase_add_test(tc, stop_waits_for_posted_work);
+	tcase_add_test(tc, accept_in_order_sees_queue_order);
 	return pt_run(s);
 }

@@ -43,7 +43,8 @@ expect_exit 1 "$BIN/sosd" --segment "$SEG" --port 1 --pool no-such-pool --conf "
 grep -q "no-such-pool" "$DIR/err" || fail "a missing pool is not named"
 
 echo "--- the blocker conformance suite on sosd"
-"$BIN/sosd" --segment "$SEG" --port 1 --pool xseg --conf "$CONF" --threads 2 \
+# Four workers: a FLUSH must still wait for writes another worker accepted.
+"$BIN/sosd" --segment "$SEG" --port 1 --pool xseg --conf "$CONF" --threads 4 \
 	--op-timeout $OP_TIMEOUT 2> "$DIR/sosd.log" & spid=$!
 pids+=($spid)
 wait_bound 1

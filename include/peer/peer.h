@@ -120,6 +120,15 @@ struct peer_ops {
 	 * callback. Optional; a non-zero thread_init stops the peer (exit 1). */
 	int (*thread_init)(struct peer_thread *t);
 	void (*thread_fini)(struct peer_thread *t);
+	/* Optional. Each accepted request, in the order its port queued it,
+	 * before on_request sees it: workers then accept under one lock and
+	 * call this for the whole batch before releasing it. A peer whose
+	 * FLUSH is a barrier over the requests queued before it (sosd) records
+	 * each request's place here; without it two workers can accept a
+	 * write and the FLUSH behind it and register them in either order.
+	 * Must be quick, must not block, must not answer the request. Ops the
+	 * runtime answers itself (not in supported_ops) never reach it. */
+	void (*on_accept_in_order)(struct peer_thread *t, struct xseg_request *req);
 	/* An accepted request (see Ownership). Required. */
 	void (*on_request)(struct peer_thread *t, struct xseg_request *req);
 	/* Once, on the first worker thread that sees a stop begin: the peer may start

@@ -304,23 +304,59 @@ static bool run_posted(struct peer_thread *t)
 
 /* ---- workers ---------------------------------------------------------------------- */
 
-static void dispatch(struct peer_thread *t, struct xseg_request *req)
+/* Answers a request whose op the peer does not take; false if it does. */
+static bool answered_by_runtime(struct peer_thread *t, struct xseg_request *req)
 {
 	const struct peer_ops *ops = t->peer->ops;
 	uint32_t op = req->op;
 
-	if (ops->supported_ops && (op >= 32 || !(ops->supported_ops & PEER_OP(op)))) {
-		if (op == X_PING) {
-			req->serviced = 0;
-			peer_complete(t, req);
-			return;
-		}
-		peer_info("request %u: op %u (%s) is not supported here", req->index, op,
-			  xseg_op_name(op));
-		peer_fail(t, req, EOPNOTSUPP);
-		return;
+	if (!ops->supported_ops || (op < 32 && (ops->supported_ops & PEER_OP(op))))
+		return false;
+	if (op == X_PING) {
+		req->serviced = 0;
+		peer_complete(t, req);
+		return true;
 	}
-	ops->on_request(t, req);
+	peer_info("request %u: op %u (%s) is not supported here", req->index, op,
+		  xseg_op_name(op));
+	peer_fail(t, req, EOPNOTSUPP);
+	return true;
+}
+
+/* Accepts up to `max` requests on `port` into t->batch and hands them to
+ * the peer; returns how many were accepted. */
+static int accept_batch(struct peer_thread *t, uint32_t port, unsigned max)
+{
+	struct peer *p = t->peer;
+	const struct peer_ops *ops = p->ops;
+	int n;
+
+	if (!ops->on_accept_in_order) {
+		n = xseg_accept(p->seg, port, t->batch, max);
+		if (n > 0)
+			atomic_fetch_add(&p->accepted, (uint64_t)n);
+		for (int i = 0; i < n; i++)
+			if (!answered_by_runtime(t, t->batch[i]))
+				ops->on_request(t, t->batch[i]);
+		return n;
+	}
+	/* The queue's order is only known while the accept is under way: the
+	 * peer places every request before another worker may accept. */
+	pthread_mutex_lock(&p->accept_order);
+	n = xseg_accept(p->seg, port, t->batch, max);
+	if (n > 0)
+		atomic_fetch_add(&p->accepted, (uint64_t)n);
+	for (int i = 0; i < n; i++) {
+		if (answered_by_runtime(t, t->batch[i]))
+			t->batch[i] = NULL;
+		else
+			ops->on_accept_in_order(t, t->batch[i]);
+	}
+	pthread_mutex_unlock(&p->accept_order);
+	for (int i = 0; i < n; i++)
+		if (t->batch[i])
+			ops->on_request(t, t->batch[i]);
+	return n;
 }
 
 static bool drained(struct peer *p)
@@ -353,13 +389,9 @@ static void *worker(void *arg)
 		for (uint32_t port = p->cfg.port_first; port <= p->cfg.port_last; port++) {
 			int n = 0;
 			if (!stopping) {
-				n = xseg_accept(p->seg, port, t->batch, batch);
-				if (n > 0) {
-					atomic_fetch_add(&p->accepted, (uint64_t)n);
-					for (int i = 0; i < n; i++)
-						dispatch(t, t->batch[i]);
+				n = accept_batch(t, port, batch);
+				if (n > 0)
 					work += n;
-				}
 			}
 			n = xseg_receive(p->seg, port, t->batch, PEER_BATCH);
 			for (int i = 0; i < n; i++)
@@ -475,6 +507,7 @@ int peer_main(int argc, char **argv, const struct peer_ops *ops, void *priv)
 	memset(p, 0, sizeof(*p));
 	__cds_wfcq_init(&p->post_head, &p->post_tail);
 	pthread_mutex_init(&p->post_drain, NULL);
+	pthread_mutex_init(&p->accept_order, NULL);
 	p->ops = ops;
 	p->priv = priv;
 	peer_log_setup(ops->name, PEER_LOG_WARN);

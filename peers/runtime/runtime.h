@@ -67,6 +67,8 @@ struct peer {
 	struct __cds_wfcq_head post_head;
 	struct cds_wfcq_tail post_tail;
 	pthread_mutex_t post_drain;
+	/* Held across an accept and its on_accept_in_order calls. */
+	pthread_mutex_t accept_order;
 	_Atomic unsigned running;         /* worker threads not yet ended */
 };
 

@@ -56,6 +56,9 @@ struct sosd {
 	rados_t cluster;
 	rados_ioctx_t io;
 	struct write_order order;
+	/* on_place -> on_request, by pool index; only the accepting worker
+	 * touches an entry, so no lock. */
+	struct sosd_op **placed;
 	_Atomic int64_t last_warn_s;     /* rate limit of failure warnings */
 	_Atomic uint64_t failures_unlogged;
 };
@@ -84,6 +87,7 @@ struct sosd_op {
 	struct xseg_request *req;
 	rados_completion_t comp;
 	int rc;                       /* librados's return value */
+	int refused;                  /* errno of check_request, or 0 */
 	enum stage stage;
 	bool mutation;
 	uint64_t stat_size;
@@ -520,28 +524,52 @@ static int check_request(struct peer_thread *t, struct sosd_op *op)
 	return 0;
 }
 
-static void on_request(struct peer_thread *t, struct xseg_request *req)
+/* What on_place left for on_request, by pool index. */
+static struct sosd_op OP_NO_MEMORY, OP_HELD;
+
+/* Under the runtime's accept lock, in queue order: a mutation takes its
+ * sequence number and a FLUSH its barrier here, so that a FLUSH waits for
+ * every write queued before it even when another worker accepted that
+ * write. */
+static void on_place(struct peer_thread *t, struct xseg_request *req)
 {
 	struct sosd_op *op = calloc(1, sizeof(*op));
-	int err;
 
 	if (!op) {
-		peer_fail(t, req, ENOMEM);
+		S.placed[req->index] = &OP_NO_MEMORY;
 		return;
 	}
 	op->req = req;
 	req->serviced = 0;
-	if ((err = check_request(t, op)) != 0) {
-		peer_fail(t, req, err);
-		free(op);
+	S.placed[req->index] = op;
+	if ((op->refused = check_request(t, op)) != 0)
 		return;
-	}
 	op->mutation = req->op == X_WRITE || req->op == X_COPY || req->op == X_DELETE;
 	if (req->op == X_FLUSH || (req->flags & XF_FLUSH)) {
+		/* A held op belongs to the barrier from here on: a completing
+		 * mutation may start it before on_request runs. */
 		if (!write_order_barrier(&S.order, &op->waiter, op->mutation ? &op->order : NULL))
-			return;   /* a completing mutation starts it (finish) */
+			S.placed[req->index] = &OP_HELD;
 	} else if (op->mutation) {
 		write_order_begin(&S.order, &op->order);
+	}
+}
+
+static void on_request(struct peer_thread *t, struct xseg_request *req)
+{
+	struct sosd_op *op = S.placed[req->index];
+
+	S.placed[req->index] = NULL;
+	if (op == &OP_HELD)
+		return;   /* a completing mutation starts it (finish) */
+	if (op == &OP_NO_MEMORY) {
+		peer_fail(t, req, ENOMEM);
+		return;
+	}
+	if (op->refused) {
+		peer_fail(t, req, op->refused);
+		free(op);
+		return;
 	}
 	start_op(t, op);
 }
@@ -563,7 +591,14 @@ static int init(struct peer *p)
 	char mons[256] = "?";
 	int rc;
 
+	struct xseg_segment_info si;
+
 	S.peer = p;
+	if (xseg_segment_info(peer_segment(p), &si) < 0 ||
+	    !(S.placed = calloc(si.nr_requests, sizeof(*S.placed)))) {
+		peer_error("out of memory for the requests of the segment");
+		return -1;
+	}
 	write_order_init(&S.order);
 	if ((rc = rados_create(&S.cluster, S.id)) < 0) {
 		peer_error("cannot create a RADOS client 'client.%s': %s", S.id, strerror(-rc));
@@ -598,6 +633,8 @@ fail:
 	rados_shutdown(S.cluster);
 	S.cluster = NULL;
 	write_order_destroy(&S.order);
+	free(S.placed);
+	S.placed = NULL;
 	return -1;
 }
 
@@ -612,6 +649,8 @@ static void fini(struct peer *p)
 	S.io = NULL;
 	S.cluster = NULL;
 	write_order_destroy(&S.order);
+	free(S.placed);
+	S.placed = NULL;
 }
 
 static const struct peer_ops sosd_ops = {
@@ -626,6 +665,7 @@ static const struct peer_ops sosd_ops = {
 	.supported_ops = PEER_OP(X_READ) | PEER_OP(X_WRITE) | PEER_OP(X_FLUSH) |
 			 PEER_OP(X_DELETE) | PEER_OP(X_INFO) | PEER_OP(X_COPY),
 	.init = init,
+	.on_accept_in_order = on_place,
 	.on_request = on_request,
 	.fini = fini,
 };

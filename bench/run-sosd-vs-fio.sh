@@ -2,7 +2,8 @@
 # sosd alone against fio's rados engine, interleaved (fio, sosd, fio, sosd,
 # ...) so that both see the same load on a shared machine: 4K and 64K random
 # writes and reads at iodepth 16, REPEAT (3) rounds, IOPS per run. Same
-# workload shape for both: TOTAL (64M) in 4M objects.
+# workload shape for both: TOTAL (64M) in 4M objects. SOSD_BASELINE=PATH
+# adds another sosd binary (an older build) to each round, on its own port.
 set -u
 cd "$(dirname "$0")/.."
 BIN=${BIN:-$PWD/${BUILD:-build}/bin}
@@ -10,9 +11,11 @@ REPEAT=${REPEAT:-3}
 TOTAL=${TOTAL:-64M}
 SEG=sosd-vs-fio-$$
 CEPH_DIR=$(mktemp -d /tmp/sosd-vs-fio.XXXXXX)
-spid=
+SOSD_BASELINE=${SOSD_BASELINE:-}
+spid= bpid=
 cleanup() {
 	[ -n "$spid" ] && { kill -TERM "$spid" 2>/dev/null; wait "$spid" 2>/dev/null; }
+	[ -n "$bpid" ] && { kill -TERM "$bpid" 2>/dev/null; wait "$bpid" 2>/dev/null; }
 	"$BIN/xseg" destroy --segment "$SEG" 2>/dev/null
 	tools/micro-ceph stop "$CEPH_DIR" 2>/dev/null
 	rm -rf "$CEPH_DIR"
@@ -27,6 +30,10 @@ CONF=$(WATCH_PID=$$ tools/micro-ceph start "$CEPH_DIR" | tail -1)
 "$BIN/sosd" --segment "$SEG" --port 1 --pool xseg --conf "$CONF" & spid=$!
 . bench/bench_lib.sh
 wait_bound 1
+if [ -n "$SOSD_BASELINE" ]; then
+	"$SOSD_BASELINE" --segment "$SEG" --port 2 --pool xseg --conf "$CONF" & bpid=$!
+	wait_bound 2
+fi
 
 fio_iops() {   # rw bs
 	fio --name=vs --ioengine=rados --clientname=admin --pool=xseg --conf="$CONF" --rw="$1" \
@@ -34,12 +41,15 @@ fio_iops() {   # rw bs
 		--output-format=json 2>/dev/null |
 	python3 -c "import json,sys; j=json.load(sys.stdin)['jobs'][0]; print(round(j['read' if '$1' == 'randread' else 'write']['iops']))"
 }
-sosd_iops() {   # op bs seed
-	"$BIN/bench-xseg" --segment "$SEG" --port 10 --target-port 1 --op "$1" --pattern rand \
+sosd_iops() {   # op bs seed [port]
+	"$BIN/bench-xseg" --segment "$SEG" --port 10 --target-port "${4:-1}" --op "$1" --pattern rand \
 		--total-size "$TOTAL" --block-size "$2" --iodepth 16 --object-size 4M --seed "$3" \
 		--timeout 120 --json | tail -1 | python3 -c "import json,sys; print(round(json.load(sys.stdin)['iops']))"
 }
 for bs in 4K 64K; do for r in $(seq "$REPEAT"); do
-	echo "$bs write  fio $(fio_iops randwrite "$bs")  sosd $(sosd_iops write "$bs" "$r")"
-	echo "$bs read   fio $(fio_iops randread "$bs")  sosd $(sosd_iops read "$bs" "$r")"
+	base_w= base_r=
+	[ -n "$SOSD_BASELINE" ] && base_w="  baseline $(sosd_iops write "$bs" "$r" 2)"
+	echo "$bs write  fio $(fio_iops randwrite "$bs")  sosd $(sosd_iops write "$bs" "$r")$base_w"
+	[ -n "$SOSD_BASELINE" ] && base_r="  baseline $(sosd_iops read "$bs" "$r" 2)"
+	echo "$bs read   fio $(fio_iops randread "$bs")  sosd $(sosd_iops read "$bs" "$r")$base_r"
 done; done

@@ -41,9 +41,8 @@ void peer_stop(struct peer *p)
 
 /* ---- answering ---------------------------------------------------------------- */
 
-void peer_respond(struct peer_thread *t, struct xseg_request *req)
+static void respond(struct peer *p, struct xseg_request *req)
 {
-	struct peer *p = t->peer;
 	int rc = xseg_respond(p->seg, req, req->holder);
 	if (rc < 0) {
 		peer_error("cannot answer request %u (%s): %s", req->index,
@@ -56,19 +55,32 @@ void peer_respond(struct peer_thread *t, struct xseg_request *req)
 	atomic_fetch_sub(&p->accepted, 1);
 }
 
+void peer_respond(struct peer_thread *t, struct xseg_request *req)
+{
+	respond(t->peer, req);
+}
+
+void peer_answer(struct peer *p, struct xseg_request *req, int err)
+{
+	if (err) {
+		req->result = XR_FAILED;
+		req->error = err > 0 ? err : EIO;
+		req->serviced = 0;
+	} else {
+		req->result = XR_SERVED;
+		req->error = 0;
+	}
+	respond(p, req);
+}
+
 void peer_complete(struct peer_thread *t, struct xseg_request *req)
 {
-	req->result = XR_SERVED;
-	req->error = 0;
-	peer_respond(t, req);
+	peer_answer(t->peer, req, 0);
 }
 
 void peer_fail(struct peer_thread *t, struct xseg_request *req, int err)
 {
-	req->result = XR_FAILED;
-	req->error = err > 0 ? err : EIO;
-	req->serviced = 0;
-	peer_respond(t, req);
+	peer_answer(t->peer, req, err > 0 ? err : EIO);
 }
 
 void *peer_reply_data(struct peer_thread *t, struct xseg_request *req, uint64_t len)

@@ -134,6 +134,9 @@ wait_bound_in "$SEGB" 4
 wait_log "$DIR/synapsed-deny.log" "refused: not in --allow"
 
 echo "--- a remote that answers badly: its connection is dropped, the request fails, nothing is read past its buffer"
+# Cases 3 and 4 stop in the middle of a READ reply's data, which synapsed
+# reads straight into the request: closing fails it at once, stalling fails
+# it once --timeout passes; either way the request is answered exactly once.
 FP=$(free_port)
 python3 - "$FP" > "$DIR/fake.out" 2>&1 <<'PY' & fakepid=$!
 import socket, struct, sys
@@ -148,16 +151,25 @@ def recv_frame(c):
     while body > 0:
         body -= len(c.recv(body))
     return f
-# 1: a READ reply with more data than asked for; 2: a reply to another id
-for case in (1, 2):
+# 1: a READ reply with more data than asked for; 2: a reply to another id;
+# 3: half the data, then the connection closes; 4: half the data, then
+# nothing (synapsed must cut the connection itself)
+for case in (1, 2, 3, 4):
     c, _ = srv.accept()
     magic, ver, kind, res, op, flags, fid, off, size, serv, err, tl, dl = recv_frame(c)
     if case == 1:
         c.sendall(struct.pack('<IHBBIIQQQQiIQ', magic, 1, 2, 1, op, 0, fid, off, size * 2,
                               size * 2, 0, 0, size * 2) + b'z' * (size * 2))
-    else:
+    elif case == 2:
         c.sendall(struct.pack('<IHBBIIQQQQiIQ', magic, 1, 2, 1, op, 0, fid ^ (1 << 40), off,
                               size, size, 0, 0, size) + b'z' * size)
+    else:
+        c.sendall(struct.pack('<IHBBIIQQQQiIQ', magic, 1, 2, 1, op, 0, fid, off, size,
+                              size, 0, 0, size) + b'z' * (size // 2))
+        if case == 3:
+            c.close()
+            print('closed')
+            continue
     try:
         print('closed' if c.recv(1 << 16) == b'' else 'open')
     except ConnectionResetError:
@@ -176,8 +188,17 @@ for _ in $(seq 100); do [ "$(grep -c "connected to" "$DIR/synapsed-fake.log")" -
 out=$("$BIN/xreq" --segment "$SEG" --port 12 --target-port 9 --op read --target obj-x --size 4K)
 [ "$out" = "FAILED error=104 (Connection reset by peer)" ] || fail "reply to another id: got '$out'"
 wait_log "$DIR/synapsed-fake.log" "that is not in flight here: protocol error"
+for _ in $(seq 100); do [ "$(grep -c "connected to" "$DIR/synapsed-fake.log")" -ge 3 ] && break; sleep 0.05; done
+out=$("$BIN/xreq" --segment "$SEG" --port 12 --target-port 9 --op read --target obj-x --size 64K)
+[ "$out" = "FAILED error=104 (Connection reset by peer)" ] || fail "reply cut in its data: got '$out'"
+for _ in $(seq 100); do [ "$(grep -c "connected to" "$DIR/synapsed-fake.log")" -ge 4 ] && break; sleep 0.05; done
+start=$SECONDS
+out=$("$BIN/xreq" --segment "$SEG" --port 12 --target-port 9 --op read --target obj-x --size 64K)
+[ "$out" = "FAILED error=110 (Connection timed out)" ] || fail "reply stalled in its data: got '$out'"
+[ $((SECONDS - start)) -le 8 ] || fail "a stalled reply took $((SECONDS - start)) s to fail (--timeout 5)"
+wait_log "$DIR/synapsed-fake.log" "a reply stopped in the middle of its data"
 wait "$fakepid" || fail "the fake remote failed: $(cat "$DIR/fake.out")"
-[ "$(grep -c closed "$DIR/fake.out")" = 2 ] || fail "a bad reply did not close the connection: $(cat "$DIR/fake.out")"
+[ "$(grep -c closed "$DIR/fake.out")" = 4 ] || fail "a bad reply did not close the connection: $(cat "$DIR/fake.out")"
 
 echo "--- remote killed mid-run: failures reported, no hang; restarted: traffic resumes"
 "$BIN/bench-xseg" --segment "$SEG" --port 10 --target-port 2 --op write --pattern seq \

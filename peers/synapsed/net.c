@@ -133,9 +133,11 @@ static void close_conn(uint32_t ci, const char *why, int err)
 	c->writing = NULL;
 	pthread_mutex_unlock(&c->wlock);
 	if (c->in_body) {
-		free(c->body_owner ? c->body_owner : c->body);
+		if (!c->body_direct)   /* a request's data area stays with it */
+			free(c->body_owner ? c->body_owner : c->body);
 		c->in_body = false;
 	}
+	c->body_direct = false;
 	c->body = NULL;
 	c->body_owner = NULL;
 	c->rlen = c->rpos = 0;
@@ -365,11 +367,14 @@ static int take_header(struct conn *c, uint32_t ci)
 			return -1;
 		}
 	} else {
-		if (outbound_reply_header(c, ci, &h) < 0) {
+		uint8_t *direct = NULL;
+		if (outbound_reply_header(c, ci, &h, &direct) < 0) {
 			close_conn(ci, "reply to a request not in flight (logged above)", ECONNRESET);
 			return -1;
 		}
-		c->body = malloc(c->body_len ? c->body_len : 1);
+		c->body_direct = direct != NULL;
+		c->body_deadline_ns = xseg_now_ns() + S.timeout_ns;
+		c->body = direct ? direct : malloc(c->body_len ? c->body_len : 1);
 		if (!c->body) {
 			close_conn(ci, "out of memory", ECONNRESET);
 			return -1;
@@ -385,11 +390,14 @@ static void finish_body(struct conn *c, uint32_t ci)
 	c->in_body = false;
 	if (h->kind == WIRE_REQUEST) {
 		inbound_request_done(c->body_owner);
+	} else if (c->body_direct) {
+		outbound_reply_received(h);
 	} else {
 		if (h->target_len)   /* replies need no target: skip it */
 			memmove(c->body, c->body + h->target_len, h->data_len);
 		outbound_reply_done(c, ci, h, c->body, h->data_len);
 	}
+	c->body_direct = false;
 	c->body = NULL;
 	c->body_owner = NULL;
 }
@@ -687,6 +695,11 @@ static void *net_loop(void *arg)
 		}
 		if (now >= next_sweep) {
 			outbound_expire(now);
+			/* A reply read into its request is out of the timeouts'
+			 * reach: a remote that stops in the middle of one is cut. */
+			if (remote->in_body && remote->body_direct && now >= remote->body_deadline_ns)
+				close_conn(REMOTE_CONN, "a reply stopped in the middle of its data",
+					   ETIMEDOUT);
 			next_sweep = now + SWEEP_NS;
 		}
 		if (S.have_remote && !atomic_load(&S.quit)) {

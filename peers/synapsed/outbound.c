@@ -5,10 +5,14 @@
  * A worker builds the request frame (the data the op sends is copied, so
  * the network thread never reads a request that may be answered under it),
  * takes a slot and queues the frame on the remote link, connected or not.
- * The network thread validates each reply against the slot its id names
- * and posts the answer to a worker. Exactly one of reply, timeout and
- * connection loss moves a slot out of QUEUED/SENT, under S.lock, so no
- * request is answered twice.
+ * The network thread validates each reply against the slot its id names.
+ * A reply whose data fits the request's own buffer is read straight into
+ * it (RECEIVING: no timeout may answer the request under that read), and a
+ * reply without data or read that way is answered right there on the
+ * network thread (peer_answer); any other is copied and answered by a
+ * worker. Exactly one of reply, timeout and connection loss moves a slot
+ * out of QUEUED/SENT/RECEIVING, under S.lock, so no request is answered
+ * twice.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -160,19 +164,39 @@ static void answer(struct peer_thread *t, struct peer_work *w)
 	pthread_mutex_unlock(&S.lock);
 }
 
+/* The network thread, lock not held: answers a slot whose reply needs no
+ * copy (no data, or read into the request already). The slot is ANSWERING
+ * and out of the in-flight list, so nothing else touches it; its id is
+ * freed only after the answer. */
+static void answer_here(uint32_t idx)
+{
+	struct slot *s = &S.slots.slots[idx];
+	struct xseg_request *req = s->req;
+
+	if (s->result == XR_SERVED)
+		req->serviced = s->serviced;
+	peer_answer(S.peer, req, s->result == XR_SERVED ? 0 : s->error ? s->error : EIO);
+	pthread_mutex_lock(&S.lock);
+	slots_free(&S.slots, idx);
+	pthread_mutex_unlock(&S.lock);
+}
+
 /* Lock held: s leaves the in-flight list with this outcome; posted. */
 static void finish_locked(struct slot *s, uint8_t result, int err)
 {
-	slots_unlink(&S.slots, (uint32_t)(s - S.slots.slots));
+	if (s->state != SLOT_RECEIVING)   /* RECEIVING left the list already */
+		slots_unlink(&S.slots, (uint32_t)(s - S.slots.slots));
 	s->state = SLOT_ANSWERING;
 	s->result = result;
 	s->error = err;
 	peer_post(S.peer, &s->work, answer);
 }
 
-int outbound_reply_header(struct conn *c, uint32_t ci, const struct wire_header *h)
+int outbound_reply_header(struct conn *c, uint32_t ci, const struct wire_header *h,
+			  uint8_t **direct)
 {
 	int rc = 0;
+	*direct = NULL;
 	pthread_mutex_lock(&S.lock);
 	struct slot *s = slots_lookup(&S.slots, h->id);
 	bool late = s && s->conn == ci && s->conn_gen == c->gen &&
@@ -196,9 +220,31 @@ int outbound_reply_header(struct conn *c, uint32_t ci, const struct wire_header 
 			  "%s: protocol error", c->peer, h->id, xseg_op_name(h->op),
 			  xseg_op_name(s->req->op));
 		rc = -1;
+	} else if (!late && h->target_len == 0 && h->result == XR_SERVED && h->data_len &&
+		   h->data_len <= s->req->datalen) {
+		slots_unlink(&S.slots, (uint32_t)(s - S.slots.slots));
+		s->state = SLOT_RECEIVING;
+		*direct = (uint8_t *)xseg_get_data(peer_segment(S.peer), s->req);
 	}
 	pthread_mutex_unlock(&S.lock);
 	return rc;
+}
+
+void outbound_reply_received(const struct wire_header *h)
+{
+	pthread_mutex_lock(&S.lock);
+	struct slot *s = slots_lookup(&S.slots, h->id);
+	uint32_t idx = s ? (uint32_t)(s - S.slots.slots) : SLOT_NONE;
+	bool mine = s && s->state == SLOT_RECEIVING;
+	if (mine) {
+		s->state = SLOT_ANSWERING;
+		s->result = XR_SERVED;
+		s->error = 0;
+		s->serviced = h->serviced;
+	}
+	pthread_mutex_unlock(&S.lock);
+	if (mine)
+		answer_here(idx);
 }
 
 void outbound_reply_done(struct conn *c, uint32_t ci, const struct wire_header *h,
@@ -206,7 +252,16 @@ void outbound_reply_done(struct conn *c, uint32_t ci, const struct wire_header *
 {
 	pthread_mutex_lock(&S.lock);
 	struct slot *s = slots_lookup(&S.slots, h->id);
-	if (s && s->state == SLOT_SENT && s->conn == ci && s->conn_gen == c->gen) {
+	bool now = false;
+	if (s && s->state == SLOT_SENT && s->conn == ci && s->conn_gen == c->gen &&
+	    data_len == 0) {
+		slots_unlink(&S.slots, (uint32_t)(s - S.slots.slots));
+		s->state = SLOT_ANSWERING;
+		s->result = h->result;
+		s->error = h->result == XR_SERVED ? 0 : h->error;
+		s->serviced = h->serviced;
+		now = true;
+	} else if (s && s->state == SLOT_SENT && s->conn == ci && s->conn_gen == c->gen) {
 		s->reply_data = data;
 		s->reply_len = data_len;
 		s->serviced = h->serviced;
@@ -221,6 +276,8 @@ void outbound_reply_done(struct conn *c, uint32_t ci, const struct wire_header *
 	}
 	pthread_mutex_unlock(&S.lock);
 	free(data);
+	if (now)
+		answer_here((uint32_t)(s - S.slots.slots));
 }
 
 void outbound_expire(uint64_t now_ns)
@@ -265,7 +322,7 @@ void outbound_conn_closed(uint32_t ci, uint32_t old_gen, int err)
 		struct slot *s = &S.slots.slots[i];
 		if (s->conn != ci || s->conn_gen != old_gen)
 			continue;
-		if (s->state == SLOT_SENT)
+		if (s->state == SLOT_SENT || s->state == SLOT_RECEIVING)
 			finish_locked(s, XR_FAILED, err);
 		else if (s->state == SLOT_LATE)
 			slots_free(&S.slots, i);

@@ -21,7 +21,10 @@
 
 #define SLOT_NONE UINT32_MAX
 
-enum slot_state { SLOT_FREE, SLOT_QUEUED, SLOT_SENT, SLOT_ANSWERING, SLOT_LATE };
+/* RECEIVING: its reply's body is being read into the request (out of the
+ * in-flight list: no timeout may answer the request under that read). */
+enum slot_state { SLOT_FREE, SLOT_QUEUED, SLOT_SENT, SLOT_RECEIVING, SLOT_ANSWERING,
+		  SLOT_LATE };
 
 struct slot {
 	struct peer_work work;        /* answering on a worker */

@@ -81,6 +81,8 @@ struct conn {
 	size_t rlen, rpos;
 	struct wire_header rh;
 	bool in_body;
+	bool body_direct;      /* body is a request's data area: not ours to free */
+	uint64_t body_deadline_ns;   /* ... and must be complete by then */
 	uint8_t *body;         /* target + data of the frame being read */
 	size_t body_len, body_got;
 	void *body_owner;      /* an inbound request, or NULL for a reply */
@@ -149,12 +151,17 @@ bool conn_write_now(uint32_t ci, uint32_t gen, const struct iovec *iov, int n, u
 
 /* outbound.c: requests to the --remote synapsed */
 void outbound_on_request(struct peer_thread *t, struct xseg_request *req);
-/* Net thread: a reply header arrived on c; 0 to read its body into a
- * buffer of data_len bytes, -1 to drop the connection (reason logged). */
-int outbound_reply_header(struct conn *c, uint32_t ci, const struct wire_header *h);
+/* Net thread: a reply header arrived on c; -1 to drop the connection
+ * (reason logged), else 0 and the body is read into *direct when set (the
+ * request's own data area: finish with outbound_reply_received), or into a
+ * malloc'd buffer of target_len + data_len bytes (outbound_reply_done). */
+int outbound_reply_header(struct conn *c, uint32_t ci, const struct wire_header *h,
+			  uint8_t **direct);
 /* Net thread: the reply's body is in; takes `data` (malloc'd). */
 void outbound_reply_done(struct conn *c, uint32_t ci, const struct wire_header *h,
 			 uint8_t *data, uint64_t data_len);
+/* Net thread: the body read into *direct is complete. */
+void outbound_reply_received(const struct wire_header *h);
 /* Net thread: fails what timed out; drops a connection that stopped
  * answering. Returns the next deadline (ns) or 0. */
 void outbound_expire(uint64_t now_ns);

@@ -462,10 +462,19 @@ START_TEST(blocker_failure_keeps_dirty_data)
 }
 END_TEST
 
+static void wait_sync(struct sync_req *s)
+{
+	pthread_mutex_lock(&s->lock);
+	while (!s->done)
+		pthread_cond_wait(&s->cond, &s->lock);
+	pthread_mutex_unlock(&s->lock);
+}
+
 /* More dirty runs than blocker requests may be out at once, and the
  * blocker holds every request: a FLUSH must wait for requests to come
  * back, not spin re-queueing flushes on the submitting thread (it did:
- * cache_engine_submit never returned). */
+ * cache_engine_submit never returned). Flushes stop at their budget, so a
+ * client's read miss still gets a blocker request beside them. */
 START_TEST(flush_waits_for_free_blocker_requests)
 {
 	enum { OBJECTS = 70, RUNS = OBJECTS * (OBJ_SIZE / BKT_SIZE / 2) };
@@ -485,16 +494,23 @@ START_TEST(flush_waits_for_free_blocker_requests)
 	pthread_mutex_init(&s.lock, NULL);
 	pthread_cond_init(&s.cond, NULL);
 	cache_engine_submit(blk.engine, &s.r);   /* must return */
-	ck_assert_uint_eq(atomic_load(&blk.engine->bios_in_flight), MAX_BIOS_IN_FLIGHT);
+	ck_assert_uint_eq(atomic_load(&blk.engine->flush_bios), MAX_FLUSH_BIOS);
+	ck_assert_uint_eq(atomic_load(&blk.engine->bios_in_flight), MAX_FLUSH_BIOS);
+	unsigned char miss[BKT_SIZE];
+	struct sync_req m = { .r = { .op = X_READ, .name = "not-cached", .size = sizeof(miss),
+				     .data = miss, .done = sync_done } };
+	pthread_mutex_init(&m.lock, NULL);
+	pthread_cond_init(&m.cond, NULL);
+	cache_engine_submit(blk.engine, &m.r);
+	ck_assert_uint_eq(atomic_load(&blk.engine->bios_in_flight), MAX_FLUSH_BIOS + 1);
 	pthread_mutex_lock(&blk.lock);
 	atomic_store(&blk.hold, 0);
 	pthread_cond_broadcast(&blk.cond);
 	pthread_mutex_unlock(&blk.lock);
-	pthread_mutex_lock(&s.lock);
-	while (!s.done)
-		pthread_cond_wait(&s.cond, &s.lock);
-	pthread_mutex_unlock(&s.lock);
+	wait_sync(&s);
+	wait_sync(&m);
 	ck_assert(s.r.served);
+	ck_assert(m.r.served);
 	for (int i = 0; i < OBJECTS; i++) {
 		snprintf(name, sizeof(name), "h%d", i);
 		for (uint32_t b = 0; b < OBJ_SIZE / BKT_SIZE; b += 2) {

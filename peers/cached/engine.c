@@ -22,6 +22,10 @@
 
 #define MAX_BIOS_IN_FLIGHT  512u
 #define FLUSH_OBJECTS_PER_TICK 32u
+/* Flush writes in flight at once. The rest of the blocker requests stay
+ * for clients: with a full cache their writes and misses go through, and a
+ * flusher that held 485 of 512 (sustained run) made them queue behind it. */
+#define MAX_FLUSH_BIOS 64u
 
 struct cache_object {
 	struct xcache_entry *entry;
@@ -79,6 +83,8 @@ struct cache_engine {
 	struct xwaitq io_waitq;            /* cond: a blocker request may be free */
 	_Atomic uint32_t bios_in_flight;
 	_Atomic bool io_starved;
+	struct xwaitq flush_waitq;         /* cond: a flush write may start */
+	_Atomic uint32_t flush_bios;       /* flush writes in flight */
 
 	struct {
 		_Atomic uint64_t hits, misses, partial_hits, read_bytes, write_bytes;
@@ -370,6 +376,12 @@ static void flush_cycle_done(struct cache_object *o)
 	run_parked(o);
 }
 
+static bool flush_budget_cond(void *arg)
+{
+	struct cache_engine *e = arg;
+	return atomic_load(&e->flush_bios) < MAX_FLUSH_BIOS;
+}
+
 static void flush_write_done_job(struct xwork *w, void *arg)
 {
 	(void)w;
@@ -377,6 +389,10 @@ static void flush_write_done_job(struct xwork *w, void *arg)
 	struct cache_object *o = bio->owner;
 	struct cache_engine *e = o->e;
 	bool ok = bio->served && bio->serviced == bio->size;
+
+	atomic_fetch_sub(&e->flush_bios, 1);
+	if (!xwaitq_empty(&e->flush_waitq))
+		xwaitq_signal(&e->flush_waitq);
 
 	for (uint32_t i = bio->first; i < bio->first + bio->count; i++) {
 		if (o->b.state[i] != BUCKET_WRITING)
@@ -406,11 +422,12 @@ static void flush_after_io_wait(struct xwork *w, void *arg)
 }
 
 /*
- * Every blocker request is out: flush again once one comes back. Re-queueing
- * at once would spin on this object's queue, on the very threads that
- * should receive the replies.
+ * Every blocker request is out (io_waitq), or the flush budget is spent
+ * (flush_waitq): flush again once one comes back. Re-queueing at once would
+ * spin on this object's queue, on the very threads that should receive the
+ * replies.
  */
-static void flush_when_io_frees(struct cache_object *o)
+static void flush_when_freed(struct cache_object *o, struct xwaitq *wq)
 {
 	bool expected = false;
 	if (!atomic_compare_exchange_strong(&o->flush_io_wait, &expected, true))
@@ -418,7 +435,7 @@ static void flush_when_io_frees(struct cache_object *o)
 	obj_get(o);
 	STAT_ADD(o->e, waits, 1);
 	xwork_init(&o->flush_io_work, flush_after_io_wait, o);
-	xwaitq_enqueue(&o->e->io_waitq, &o->flush_io_work);
+	xwaitq_enqueue(wq, &o->flush_io_work);
 }
 
 static void flush_job(struct xwork *w, void *arg)
@@ -439,14 +456,17 @@ static void flush_job(struct xwork *w, void *arg)
 		while ((i = bucket_find_run(&o->b, i, o->b.n - 1, BUCKET_DIRTY, e->max_run, &len)) < o->b.n) {
 			uint64_t off = (uint64_t)i * e->geo.bucket_size;
 			uint64_t size = (uint64_t)len * e->geo.bucket_size;
-			struct cache_bio *bio = bio_alloc(e, X_WRITE, o->name, off, size, NULL);
+			bool budget = atomic_load(&e->flush_bios) < MAX_FLUSH_BIOS;
+			struct cache_bio *bio = budget ? bio_alloc(e, X_WRITE, o->name, off, size,
+								   NULL) : NULL;
 			if (!bio) {
 				if (o->flushes)
 					o->flush_again = true;   /* when those come back */
 				else
-					flush_when_io_frees(o);
+					flush_when_freed(o, budget ? &e->io_waitq : &e->flush_waitq);
 				break;
 			}
+			atomic_fetch_add(&e->flush_bios, 1);
 			for (uint32_t k = 0; k < len; k++) {
 				bucket_copy(o, i + k, off, size, bio->data, false);
 				bucket_set(&o->b, &e->totals, i + k, BUCKET_WRITING);
@@ -1248,6 +1268,7 @@ struct cache_engine *cache_engine_create(const struct cache_config *cfg,
 	CDS_INIT_LIST_HEAD(&e->dirty);
 	xwaitq_init(&e->entry_waitq, entry_cond, e);
 	xwaitq_init(&e->io_waitq, io_cond, e);
+	xwaitq_init(&e->flush_waitq, flush_budget_cond, e);
 	return e;
 bad:
 	free(e);
@@ -1263,6 +1284,7 @@ void cache_engine_destroy(struct cache_engine *e)
 	xcache_destroy(e->index);
 	xwaitq_destroy(&e->entry_waitq);
 	xwaitq_destroy(&e->io_waitq);
+	xwaitq_destroy(&e->flush_waitq);
 	bucket_pool_destroy(&e->pool);
 	pthread_mutex_destroy(&e->dirty_lock);
 	free(e);
@@ -1307,6 +1329,7 @@ uint64_t cache_engine_maintain(struct cache_engine *e)
 			;
 	atomic_store(&e->io_starved, false);
 	xwaitq_signal(&e->io_waitq);
+	xwaitq_signal(&e->flush_waitq);
 	xwaitq_signal(&e->entry_waitq);
 	return e->flushing || short_of_buckets ? 1000000ull : 10000000ull;
 }

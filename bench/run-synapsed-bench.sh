@@ -5,6 +5,8 @@
 # reads and writes at iodepth 1 and 16.
 #   TARGET=filed (default; data under $TMPDIR, tmpfs by default) or nulld
 #   TOTAL (default 64M per run), THREADS (synapsed workers, default 2)
+#   SYNAPSED_BASELINE=PATH: another synapsed binary (an older build) as a
+#   second pair on its own ports and TCP port, a "baseline" row per case
 set -u
 cd "$(dirname "$0")/.."
 BIN=${BIN:-$PWD/${BUILD:-build}/bin}
@@ -12,7 +14,11 @@ export TMPDIR=${TMPDIR:-/dev/shm}
 SEGA=syn-bench-a-$$ SEGB=syn-bench-b-$$
 DATA=$(mktemp -d)
 TOTAL=${TOTAL:-64M} TARGET=${TARGET:-filed} THREADS=${THREADS:-2}
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+free_tcp_port() {
+	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+PORT=$(free_tcp_port)
+BASELINE=${SYNAPSED_BASELINE:-}
 pids=()
 cleanup() {
 	for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
@@ -35,12 +41,26 @@ esac
 	--threads "$THREADS" ${SYNAPSED_OPTS:-} & pids+=($!)
 sleep 0.3
 "$BIN/synapsed" --segment "$SEGA" --port 2 --remote "127.0.0.1:$PORT" --threads "$THREADS" ${SYNAPSED_OPTS:-} & pids+=($!)
+paths="direct synapsed"
+if [ -n "$BASELINE" ]; then
+	BPORT=$(free_tcp_port)
+	"$BASELINE" --segment "$SEGB" --port 3 --listen "127.0.0.1:$BPORT" --target-port 1 \
+		--threads "$THREADS" ${SYNAPSED_OPTS:-} & pids+=($!)
+	sleep 0.3
+	"$BASELINE" --segment "$SEGA" --port 3 --remote "127.0.0.1:$BPORT" --threads "$THREADS" \
+		${SYNAPSED_OPTS:-} & pids+=($!)
+	paths="direct synapsed baseline"
+fi
 sleep 0.5
 seed=0
 for bs in ${SIZES:-4K 64K}; do for depth in ${DEPTHS:-1 16}; do for op in ${OPS:-write read}; do
 	[ $op = write ] && seed=$((seed + 1))
-	for path in direct synapsed; do
-		if [ $path = direct ]; then seg=$SEGB tport=1; else seg=$SEGA tport=2; fi
+	for path in $paths; do
+		case $path in
+		direct) seg=$SEGB tport=1 ;;
+		synapsed) seg=$SEGA tport=2 ;;
+		baseline) seg=$SEGA tport=3 ;;
+		esac
 		"$BIN/bench-xseg" --segment "$seg" --port 10 --target-port $tport --object-size 4M \
 			--op $op --pattern rand --total-size "$TOTAL" --block-size $bs --iodepth $depth \
 			--seed $seed --json |

@@ -236,6 +236,16 @@ int peer_send(struct peer_thread *t, struct xseg_request *req, uint32_t dst,
 int peer_forward(struct peer_thread *t, struct xseg_request *req, uint32_t dst,
 		 peer_reply_fn cb, void *arg);
 
+/* peer_get_request, peer_put_request and peer_send from any thread of the
+ * process (a network thread that would otherwise hand each request to a
+ * worker, a wake-up per request). The reply's callback still runs on a
+ * worker. */
+struct xseg_request *peer_get_request_any(struct peer *p, const char *target,
+					  uint64_t datalen);
+void peer_put_request_any(struct peer *p, struct xseg_request *req);
+int peer_send_any(struct peer *p, struct xseg_request *req, uint32_t dst,
+		  peer_reply_fn cb, void *arg);
+
 /*
  * Runs fn(t, w) later on this thread, after the next round of accepts and
  * replies (so requests freed by replies are there again), at the latest

@@ -110,7 +110,12 @@ void *peer_reply_data(struct peer_thread *t, struct xseg_request *req, uint64_t 
 struct xseg_request *peer_get_request(struct peer_thread *t, const char *target,
 				      uint64_t datalen)
 {
-	struct peer *p = t->peer;
+	return peer_get_request_any(t->peer, target, datalen);
+}
+
+struct xseg_request *peer_get_request_any(struct peer *p, const char *target,
+					  uint64_t datalen)
+{
 	struct xseg_request *req = xseg_get_request(p->seg, p->cfg.port_first);
 	if (!req)
 		return NULL;   /* errno set: ENOBUFS when the pool is empty */
@@ -126,7 +131,12 @@ struct xseg_request *peer_get_request(struct peer_thread *t, const char *target,
 
 void peer_put_request(struct peer_thread *t, struct xseg_request *req)
 {
-	if (xseg_put_request(t->peer->seg, req) < 0)
+	peer_put_request_any(t->peer, req);
+}
+
+void peer_put_request_any(struct peer *p, struct xseg_request *req)
+{
+	if (xseg_put_request(p->seg, req) < 0)
 		peer_error("cannot put request %u back: %s", req->index, xseg_last_error());
 }
 
@@ -135,11 +145,9 @@ static uint64_t cookie_of(struct peer *p, uint32_t index)
 	return p->cookie_salt << 32 | index;
 }
 
-static int submit_with(struct peer_thread *t, struct xseg_request *req, uint32_t dst,
+static int submit_with(struct peer *p, struct xseg_request *req, uint32_t dst,
 		       peer_reply_fn cb, void *arg, bool forward)
 {
-	struct peer *p = t->peer;
-
 	if (!req || !cb || req->index >= p->nr_requests)
 		return -EINVAL;
 	struct peer_slot *slot = &p->slots[req->index];
@@ -198,13 +206,19 @@ static void reap_dead_destinations(struct peer *p)
 int peer_send(struct peer_thread *t, struct xseg_request *req, uint32_t dst,
 	      peer_reply_fn cb, void *arg)
 {
-	return submit_with(t, req, dst, cb, arg, false);
+	return submit_with(t->peer, req, dst, cb, arg, false);
+}
+
+int peer_send_any(struct peer *p, struct xseg_request *req, uint32_t dst,
+		  peer_reply_fn cb, void *arg)
+{
+	return submit_with(p, req, dst, cb, arg, false);
 }
 
 int peer_forward(struct peer_thread *t, struct xseg_request *req, uint32_t dst,
 		 peer_reply_fn cb, void *arg)
 {
-	return submit_with(t, req, dst, cb, arg, true);
+	return submit_with(t->peer, req, dst, cb, arg, true);
 }
 
 /*

@@ -1,8 +1,9 @@
 /*
  * Inbound: requests that arrive from the network are submitted to
- * --target-port, and each reply goes back on the connection the request
- * came from (if it is still the same connection: a reply for a closed one
- * is dropped, its requester has already failed the request).
+ * --target-port by the network thread, and each reply goes back on the
+ * connection the request came from (if it is still the same connection: a
+ * reply for a closed one is dropped, its requester has already failed the
+ * request).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -108,10 +109,10 @@ static void target_replied(struct peer_thread *t, struct xseg_request *r, void *
 	send_reply(in, f, sent);
 }
 
-/* On a worker: submit the request to --target-port. */
-static void submit(struct peer_thread *t, struct peer_work *w)
+/* Submits the request to --target-port, or answers it FAILED: true. False:
+ * no xseg request or heap space now (transient), nothing done. Any thread. */
+static bool try_submit(struct inbound *in)
 {
-	struct inbound *in = (struct inbound *)((char *)w - offsetof(struct inbound, work));
 	const struct wire_header *h = &in->h;
 	char target[WIRE_MAX_TARGET + 1];
 	uint8_t *data = in->body + h->target_len;
@@ -121,44 +122,53 @@ static void submit(struct peer_thread *t, struct peer_work *w)
 
 	if (!S.have_target) {
 		reply_failed(in, EHOSTUNREACH);
-		return;
+		return true;
 	}
 	if (memchr(target, '\0', h->target_len) ||
 	    (h->op == X_WRITE && h->data_len != h->size)) {
 		peer_info("request id %#" PRIx64 ": a NUL in its target or WRITE data of %" PRIu64
 			  " bytes for size %" PRIu64 ": EINVAL", h->id, h->data_len, h->size);
 		reply_failed(in, EINVAL);
-		return;
+		return true;
 	}
 	if (h->op == X_READ && h->size > WIRE_MAX_DATA) {
 		reply_failed(in, EFBIG);
-		return;
+		return true;
 	}
 	uint64_t datalen = h->op == X_READ ? h->size : h->data_len;
-	struct xseg_request *r = peer_get_request(t, h->target_len ? target : NULL, datalen);
+	struct xseg_request *r = peer_get_request_any(S.peer, h->target_len ? target : NULL,
+						      datalen);
 	if (!r) {
 		int err = errno;
-		if ((err == ENOBUFS || err == ENOMEM) && xseg_now_ns() < in->deadline_ns) {
-			peer_defer(t, &in->work, submit);
-			return;
-		}
+		if ((err == ENOBUFS || err == ENOMEM) && xseg_now_ns() < in->deadline_ns)
+			return false;
 		peer_warn("request id %#" PRIx64 ": no xseg request: %s", h->id, strerror(err));
 		reply_failed(in, err);
-		return;
+		return true;
 	}
 	r->op = h->op;
 	r->flags = h->flags;
 	r->offset = h->offset;
 	r->size = h->size;
 	if (h->data_len)
-		memcpy(xseg_get_data(peer_segment(peer_of(t)), r), data, h->data_len);
-	int rc = peer_send(t, r, (uint32_t)S.target_port, target_replied, in);
+		memcpy(xseg_get_data(peer_segment(S.peer), r), data, h->data_len);
+	int rc = peer_send_any(S.peer, r, (uint32_t)S.target_port, target_replied, in);
 	if (rc < 0) {
-		peer_put_request(t, r);
+		peer_put_request_any(S.peer, r);
 		peer_warn("request id %#" PRIx64 ": cannot submit to port %" PRIu64 ": %s", h->id,
 			  S.target_port, xseg_last_error());
 		reply_failed(in, rc == -ENOENT ? EHOSTUNREACH : -rc);
 	}
+	return true;
+}
+
+/* On a worker: a request that found the pool or the heap full, retried
+ * after each round of replies until its deadline. */
+static void submit_later(struct peer_thread *t, struct peer_work *w)
+{
+	struct inbound *in = (struct inbound *)((char *)w - offsetof(struct inbound, work));
+	if (!try_submit(in))
+		peer_defer(t, &in->work, submit_later);
 }
 
 void inbound_request_done(void *owner)
@@ -182,5 +192,9 @@ void inbound_request_done(void *owner)
 		reply_failed(in, ESHUTDOWN);
 		return;
 	}
-	peer_post(S.peer, &in->work, submit);
+	/* Submitted from the network thread itself: a hand-off to a worker
+	 * would cost a wake-up per request. Only a full pool or heap goes to a
+	 * worker, which retries as replies free them. */
+	if (!try_submit(in))
+		peer_post(S.peer, &in->work, submit_later);
 }

@@ -130,6 +130,7 @@ static int take_port(struct xseg *s, uint32_t port, bool reaper)
 			 * count they left would cost every submit a futex call. */
 			atomic_store(&p->waiters, 0);
 			xseg_reclaim_port_requests(s, port);
+			atomic_store(&p->reserved, 0);   /* reclaimed just now */
 			return 0;
 		}
 	}
@@ -273,6 +274,7 @@ int xseg_port_info(struct xseg *s, uint32_t port, struct xseg_port_info *info)
 	info->waiters = atomic_load(&s->ports[atomic_load(&p->group_leader)].waiters);
 	info->submitted = atomic_load_explicit(&p->submitted, memory_order_relaxed);
 	info->replied = atomic_load_explicit(&p->replied, memory_order_relaxed);
+	info->reserved = atomic_load_explicit(&p->reserved, memory_order_relaxed);
 	return 0;
 }
 

@@ -324,6 +324,9 @@ int xseg_segment_info(struct xseg *s, struct xseg_segment_info *info)
 	info->nr_ports = s->nr_ports;
 	info->nr_requests = s->nr_requests;
 	info->free_requests = xseg_ring_count(s->free_ring);
+	for (uint32_t p = 0; p < s->nr_ports; p++)
+		info->reserved_requests += atomic_load_explicit(&s->ports[p].reserved,
+								memory_order_relaxed);
 	info->segment_size = s->hdr->segment_size;
 	info->heap_size = s->hdr->heap_size;
 	xseg_heap_usage(s->heap_meta, s->heap, &info->heap_used, &info->heap_allocs,

@@ -133,6 +133,9 @@ struct xseg_port_shm {
 	/* Counters: relaxed, for xseg info. */
 	_Alignas(XSEG_CACHELINE) _Atomic uint64_t submitted;
 	_Atomic uint64_t replied;
+	/* Requests the owner keeps in an xseg_reserve, out of the pool, so
+	 * that xseg info can account for every request. */
+	_Atomic uint32_t reserved;
 };
 
 /* ---- process-local handle ------------------------------------------------- */

@@ -6,6 +6,8 @@
  *    buckets (unaligned stripes), each reading its own bytes back after
  *    every write, on a cache big enough and on one small enough to evict
  *    the object's buckets; then the whole object and filed's file.
+ *  - The client holds the whole request pool: every miss still reaches
+ *    filed through cached's reserve of requests, none waits forever.
  */
 #define _GNU_SOURCE
 #include <check.h>
@@ -211,12 +213,49 @@ START_TEST(many_threads_one_object_cache_evicts)
 }
 END_TEST
 
+/* The client takes every free request of the pool and sends them all as
+ * read misses: cached needs a request of its own for each, and the pool
+ * has none left. Its reserve (xseg_reserve) serves them one by one;
+ * without it they would wait for a request that never comes back. */
+START_TEST(misses_with_the_pool_taken_by_clients)
+{
+	struct xseg_request *held[512];
+	int nheld = 0, sent = 0;
+	while (nheld < 512 && (held[nheld] = xseg_get_request(seg, CLIENT)) != NULL)
+		nheld++;
+	ck_assert_int_gt(nheld, 400);
+	char name[32];
+	/* Submitted without ever going back to the pool: cached can get
+	 * none from it while they are out. */
+	for (int i = 0; i < nheld; i++) {
+		snprintf(name, sizeof(name), "miss-%d", i % 7);
+		ck_assert_int_eq(xseg_prep_target(seg, held[i], name, 4096), 0);
+		held[i]->op = X_READ;
+		held[i]->offset = (uint64_t)(i / 7 % 64) * 4096;
+		held[i]->size = 4096;
+		ck_assert_int_ge(xseg_submit(seg, held[i], CLIENT, CACHED), 0);
+		sent++;
+	}
+	ck_assert_int_gt(sent, 400);
+	static char zeros[4096];
+	for (int k = 0; k < sent; k++) {
+		struct xseg_request *rep = pt_receive(seg, CLIENT, TIMEOUT);
+		ck_assert_msg(rep != NULL, "no reply after %d of %d misses: cached waits for a "
+			      "request of its own", k, sent);
+		ck_assert_msg(rep->result == XR_SERVED, "miss failed: %d", rep->error);
+		ck_assert_int_eq(memcmp(xseg_get_data(seg, rep), zeros, sizeof(zeros)), 0);
+		ck_assert_int_eq(xseg_put_request(seg, rep), 0);
+	}
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("cached_peers");
 	TCase *tc = pt_tcase(s, "big", setup_big, 240);
 	tcase_add_test(tc, flush_reply_means_bytes_in_filed);
 	tcase_add_test(tc, many_threads_one_object_cache_holds_it);
+	tcase_add_test(tc, misses_with_the_pool_taken_by_clients);
 	tc = pt_tcase(s, "small", setup_small, 240);
 	tcase_add_test(tc, many_threads_one_object_cache_evicts);
 	return pt_run(s);

@@ -122,15 +122,15 @@ grep -qE "read: IOPS=" "$DIR/fio.r" || { cat "$DIR/fio.r"; fail "fio verify read
 cd - > /dev/null || fail "cd back"
 
 echo "--- leaving clients left nothing behind"
-pool_full() {   # waits until every request is back in the pool
-	local total free=0
-	total=$("$BIN/xseg" info --segment "$SEG" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["requests"])')
+pool_full() {   # waits until every request is back in the pool (or a peer's reserve)
+	local missing
 	for _ in $(seq 100); do
-		free=$("$BIN/xseg" info --segment "$SEG" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["free_requests"])')
-		[ "$free" = "$total" ] && return 0
+		missing=$("$BIN/xseg" info --segment "$SEG" --json | python3 -c 'import json,sys
+j = json.load(sys.stdin); print(j["requests"] - j["free_requests"] - j["reserved_requests"])')
+		[ "$missing" = 0 ] && return 0
 		sleep 0.1
 	done
-	fail "$1: $((total - free)) requests not back in the pool"
+	fail "$1: $missing requests not back in the pool"
 }
 pool_full "after the clients left"
 

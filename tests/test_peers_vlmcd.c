@@ -1,7 +1,7 @@
 /*
  * vlmcd as a child process, in front of a real filed (data across object
- * boundaries, object names on disk, volume ends, unknown volumes, an
- * exhausted request pool) and in front of a fake blocker played by the test
+ * boundaries, object names on disk, volume ends, unknown volumes, a small
+ * request pool, a pool the client holds whole) and in front of a fake blocker played by the test
  * itself (exact splits, FLUSH fan-out and ordering, failed parts, routing).
  */
 #define _GNU_SOURCE
@@ -369,6 +369,35 @@ START_TEST(small_request_pool)
 }
 END_TEST
 
+/* The client takes every free request and sends them all as volume reads:
+ * vlmcd needs an object request for each while the pool has none. Its
+ * reserve serves them one by one; without it none would come back. */
+START_TEST(reads_with_the_pool_taken_by_the_client)
+{
+	static struct xseg_request *held[256];
+	int n = 0;
+	while (n < 256 && (held[n] = xseg_get_request(seg, CLIENT)) != NULL)
+		n++;
+	ck_assert_int_gt(n, 200);
+	for (int i = 0; i < n; i++) {
+		ck_assert_int_eq(xseg_prep_target(seg, held[i], "vol", 4096), 0);
+		held[i]->op = X_READ;
+		held[i]->offset = (uint64_t)(i % 256) * 4096;
+		held[i]->size = 4096;
+		ck_assert_int_ge(xseg_submit(seg, held[i], CLIENT, VLMCD), 0);
+	}
+	static char zeros[4096];
+	for (int k = 0; k < n; k++) {
+		struct xseg_request *rep = pt_receive(seg, CLIENT, TIMEOUT);
+		ck_assert_msg(rep != NULL, "no reply after %d of %d reads: vlmcd waits for a "
+			      "request of its own", k, n);
+		ck_assert_msg(rep->result == XR_SERVED, "read failed: %d", rep->error);
+		ck_assert_int_eq(memcmp(xseg_get_data(seg, rep), zeros, sizeof(zeros)), 0);
+		ck_assert_int_eq(xseg_put_request(seg, rep), 0);
+	}
+}
+END_TEST
+
 /* ---- with the test as the blocker ---------------------------------------------- */
 
 static struct xseg_request *blocker_accept(uint32_t port, unsigned timeout_ms)
@@ -646,6 +675,7 @@ int main(void)
 	tcase_add_test(real, volume_ends_and_names);
 	tcase_add_test(real, sigterm_both);
 	tcase_add_test(real, options);
+	tcase_add_test(real, reads_with_the_pool_taken_by_the_client);
 	tcase_add_test(pt_tcase(s, "small_pool", setup_small_pool, 45), small_request_pool);
 	TCase *fake = pt_tcase(s, "fake_blocker", setup_fake, 45);
 	tcase_add_test(fake, exact_split);

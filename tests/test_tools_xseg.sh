@@ -76,7 +76,7 @@ expect_exit 1 "$BIN/xseg" create --segment "$SEG"
 [ -s "$DIR/err" ] || fail "creating an existing segment printed no reason"
 expect_exit 0 "$BIN/xseg" info --segment "$SEG"
 grep -q "requests: 256 of 256 free" "$DIR/out" || fail "info: $(cat "$DIR/out")"
-check_json 'j["ports"] == 16 and j["requests"] == 256 and j["free_requests"] == 256'
+check_json 'j["ports"] == 16 and j["requests"] == 256 and j["free_requests"] == 256 and j["reserved_requests"] == 0'
 check_json 'j["heap_size"] == 4 << 20 and j["heap_used"] == 0 and j["port_list"] == []'
 check_json 'len(j["port_list"]) == 0'
 "$BIN/xseg" info --segment "$SEG" --json --all > "$DIR/all.json" || fail "info --all"

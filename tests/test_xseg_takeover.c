@@ -21,6 +21,7 @@
 
 #define NREQS   64
 #define SALT    0x7a6b0000ull
+#define RESERVED 2   /* requests fork_server keeps in a reserve */
 
 static struct xseg_request *issue(uint32_t from, uint32_t to, uint64_t seq)
 {
@@ -73,6 +74,7 @@ static void assert_segment_whole(void)
 	struct xseg_segment_info info;
 	ck_assert_int_eq(xseg_segment_info(xt_seg, &info), 0);
 	ck_assert_uint_eq(info.free_requests, info.nr_requests);
+	ck_assert_uint_eq(info.reserved_requests, 0);
 	ck_assert_uint_eq(info.heap_used, 0);
 	ck_assert_uint_eq(info.heap_allocs, 0);
 	ck_assert_uint_eq(info.heap_free_largest, info.heap_size);
@@ -80,7 +82,7 @@ static void assert_segment_whole(void)
 
 /*
  * A child that binds `port`, issues two requests of its own (one with a
- * buffer), writes 'r', accepts `held` requests, writes 'a' and waits to be
+ * buffer), sets RESERVED more aside (xseg_reserve), writes 'r', accepts `held` requests, writes 'a' and waits to be
  * killed.
  */
 static pid_t fork_server(uint32_t port, int held, int up)
@@ -97,6 +99,8 @@ static pid_t fork_server(uint32_t port, int held, int up)
 		XT_CHILD_CHECK(mine && xseg_prep_target(seg, mine, "scratch", 3000) == 0, 4,
 			       "%s", xseg_last_error());
 		XT_CHILD_CHECK(xseg_get_request(seg, port), 4, "%s", xseg_last_error());
+		XT_CHILD_CHECK(xseg_reserve_create(seg, port, RESERVED), 4, "%s",
+			       xseg_last_error());
 		XT_CHILD_CHECK(write(up, "r", 1) == 1, 5, "write");
 		while (n < held) {
 			int k = xseg_accept(seg, port, reqs + n, (unsigned)(held - n));
@@ -142,12 +146,13 @@ START_TEST(killed_server_requests_fail_back)
 	struct xseg_request *got[HELD + QUEUED];
 	struct xseg_port_info pi;
 	pid_t pid = start_server_holding(CLIENT, SERVER, HELD, QUEUED);
-	ck_assert_uint_eq(xt_free_requests(xt_seg), NREQS - HELD - QUEUED - 2);
+	ck_assert_uint_eq(xt_free_requests(xt_seg), NREQS - HELD - QUEUED - 2 - RESERVED);
 
 	/* Alive: its port cannot be stolen. */
 	ck_assert_int_eq(xseg_bind_port(xt_seg, SERVER), -EBUSY);
 	ck_assert_int_eq(xseg_port_info(xt_seg, SERVER, &pi), 0);
 	ck_assert_int_eq(pi.owner, pid);
+	ck_assert_uint_eq(pi.reserved, RESERVED);
 	ck_assert_int_eq(pi.owner_alive, 1);
 
 	kill_and_reap(pid);
@@ -163,6 +168,7 @@ START_TEST(killed_server_requests_fail_back)
 	ck_assert_int_eq(xseg_port_info(xt_seg, SERVER, &pi), 0);
 	ck_assert_int_eq(pi.owner, getpid());
 	ck_assert_uint_eq(pi.request_depth, QUEUED + 1);
+	ck_assert_uint_eq(pi.reserved, 0);   /* its reserve went back to the pool */
 
 	/* The accepted ones: failed back with EPIPE, cookies restored. */
 	struct xt_bitmap seen;

@@ -112,6 +112,11 @@ struct peer_ops {
 	 * each request synchronously (filed) takes fewer, so that the other
 	 * workers get some. Replies are always received 16 at a time. */
 	unsigned accept_batch;
+	/* A peer that serves a request with requests of its own (vlmcd's
+	 * object requests) sets this: it keeps a few pool requests aside
+	 * (xseg_reserve) so that clients holding the whole pool are served one
+	 * by one instead of waiting forever. A client-only peer leaves it. */
+	bool reserve_requests;
 
 	/* After the segment is joined and the ports bound (and after --daemon
 	 * has forked), before the workers start. Non-zero: exit 1. Optional. */
@@ -210,8 +215,10 @@ void *peer_reply_data(struct peer_thread *t, struct xseg_request *req, uint64_t 
 /* ---- the peer's own requests -------------------------------------------- */
 
 /*
- * A request from the pool for peer_port(), with a buffer for `target` and
- * `datalen` bytes of data. NULL with errno: ENOBUFS (pool empty) or ENOMEM
+ * A request from the pool for peer_port() (or from the peer's reserve when
+ * the pool is empty, see peer_ops.reserve_requests), with a buffer for
+ * `target` and `datalen` bytes of data. NULL with errno: ENOBUFS (pool
+ * empty) or ENOMEM
  * (heap full) are transient, retry later (peer_defer); ENAMETOOLONG/EINVAL
  * are not.
  */

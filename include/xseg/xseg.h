@@ -176,6 +176,7 @@ struct xseg_segment_info {
 	uint32_t nr_ports;
 	uint32_t nr_requests;
 	uint32_t free_requests;
+	uint32_t reserved_requests; /* held by peers' reserves (xseg_reserve) */
 	uint64_t segment_size;
 	uint64_t heap_size;
 	uint64_t heap_used;       /* bytes handed out, rounding included */
@@ -223,6 +224,7 @@ struct xseg_port_info {
 	uint32_t waiters;         /* threads asleep on the port */
 	uint64_t submitted;       /* requests delivered to the port */
 	uint64_t replied;         /* replies delivered to the port */
+	uint32_t reserved;        /* requests in its owner's reserve */
 };
 int xseg_port_info(struct xseg *seg, uint32_t port, struct xseg_port_info *info);
 
@@ -249,6 +251,33 @@ struct xseg_request *xseg_get_request(struct xseg *seg, uint32_t src_port);
 
 /* Returns a request (and its buffer) to the pool. Only the holder may. */
 int xseg_put_request(struct xseg *seg, struct xseg_request *req);
+
+/*
+ * A process's reserve of requests, kept out of the pool. The pool is shared
+ * by every peer: when clients hold all of it, a peer that needs a request
+ * of its own to serve theirs (a cache's read from its blocker, vlmcd's
+ * object request) would wait forever for one to come back, and none would.
+ * With a reserve it serves them one at a time instead. Thread-safe.
+ *
+ *   create:  takes up to `max` requests for `port` (bound here) now; max 0
+ *            means XSEG_RESERVE_DEFAULT, at most 1/16 of the pool (at
+ *            least 1). NULL with errno on a bad argument or no memory.
+ *   get:     the pool first, the reserve when the pool is empty; NULL with
+ *            errno ENOBUFS when both are.
+ *   put:     back to the pool (buffer freed); a reserve below its size
+ *            then takes one from the pool again. 0 or -errno.
+ *   destroy: returns the reserve to the pool.
+ * A dead process's reserve goes back to the pool with the rest of what its
+ * ports held. xseg_segment_info and xseg_port_info count reserved requests.
+ */
+#define XSEG_RESERVE_DEFAULT 8u
+struct xseg_reserve;
+struct xseg_reserve *xseg_reserve_create(struct xseg *seg, uint32_t port, unsigned max);
+struct xseg_request *xseg_reserve_get(struct xseg_reserve *r);
+int xseg_reserve_put(struct xseg_reserve *r, struct xseg_request *req);
+/* Requests in the reserve now (a snapshot). */
+unsigned xseg_reserve_count(struct xseg_reserve *r);
+void xseg_reserve_destroy(struct xseg_reserve *r);
 
 /*
  * Gives the request a buffer for a target of `targetlen` bytes (plus NUL) and

@@ -43,6 +43,7 @@ struct cached {
 	struct cache_engine *engine;
 	_Atomic uint64_t in_flight;        /* client requests accepted, not answered */
 	union glue_slot *slots;            /* one per request of the pool, by index */
+	struct xseg_reserve *reserve;      /* blocker requests when the pool is empty */
 };
 
 static struct cached C;
@@ -91,13 +92,13 @@ static struct cache_bio *backend_alloc(void *ctx, uint32_t op, const char *name,
 				       uint64_t offset, uint64_t size, const char *copy_src)
 {
 	(void)ctx; (void)offset;
-	struct xseg_request *xreq = xseg_get_request(C.seg, C.port);
+	struct xseg_request *xreq = xseg_reserve_get(C.reserve);
 	if (!xreq)
 		return NULL;
 	uint64_t datalen = op == X_COPY ? sizeof(struct xseg_request_copy)
 		: op == X_INFO ? sizeof(struct xseg_reply_info) : size;
 	if (xseg_prep_target(C.seg, xreq, name, datalen) < 0) {
-		xseg_put_request(C.seg, xreq);
+		xseg_reserve_put(C.reserve, xreq);
 		return NULL;
 	}
 	struct glue_bio *g = &C.slots[xreq->index].bio;
@@ -139,7 +140,7 @@ static void backend_release(void *ctx, struct cache_bio *bio)
 {
 	(void)ctx;
 	struct glue_bio *g = (struct glue_bio *)bio;
-	xseg_put_request(C.seg, g->xreq);   /* the slot is free from here */
+	xseg_reserve_put(C.reserve, g->xreq);   /* the slot is free from here */
 }
 
 /* A blocker reply came back to our port. */
@@ -572,6 +573,12 @@ int main(int argc, char **argv)
 		fprintf(stderr, "cached: no memory for the glue of %u requests\n", si.nr_requests);
 		return 1;
 	}
+	/* Clients may hold the whole pool; a miss or a flush then still gets a
+	 * blocker request of ours and they are served, one by one. */
+	if (!(C.reserve = xseg_reserve_create(C.seg, C.port, 0))) {
+		fprintf(stderr, "cached: %s\n", xseg_last_error());
+		return 1;
+	}
 	if (C.daemonize && daemon(0, 1) < 0) {
 		fprintf(stderr, "cached: cannot daemonize: %s\n", strerror(errno));
 		return 1;
@@ -608,6 +615,7 @@ int main(int argc, char **argv)
 			atomic_fetch_add(&C.in_flight, 1);
 			respond(late[i], false, ESHUTDOWN, 0);
 		}
+	xseg_reserve_destroy(C.reserve);   /* no thread is left to put one back */
 	xseg_leave_port(C.seg, C.port);
 	if (clean)
 		cache_engine_destroy(C.engine);

@@ -116,13 +116,14 @@ struct xseg_request *peer_get_request(struct peer_thread *t, const char *target,
 struct xseg_request *peer_get_request_any(struct peer *p, const char *target,
 					  uint64_t datalen)
 {
-	struct xseg_request *req = xseg_get_request(p->seg, p->cfg.port_first);
+	struct xseg_request *req = p->reserve ? xseg_reserve_get(p->reserve)
+					      : xseg_get_request(p->seg, p->cfg.port_first);
 	if (!req)
 		return NULL;   /* errno set: ENOBUFS when the pool is empty */
 	int rc = target ? xseg_prep_target(p->seg, req, target, datalen)
 			: xseg_prep_request(p->seg, req, 0, datalen);
 	if (rc < 0) {
-		xseg_put_request(p->seg, req);
+		peer_put_request_any(p, req);
 		errno = -rc;
 		return NULL;
 	}
@@ -136,7 +137,8 @@ void peer_put_request(struct peer_thread *t, struct xseg_request *req)
 
 void peer_put_request_any(struct peer *p, struct xseg_request *req)
 {
-	if (xseg_put_request(p->seg, req) < 0)
+	int rc = p->reserve ? xseg_reserve_put(p->reserve, req) : xseg_put_request(p->seg, req);
+	if (rc < 0)
 		peer_error("cannot put request %u back: %s", req->index, xseg_last_error());
 }
 
@@ -491,6 +493,15 @@ static int join_and_bind(struct peer *p)
 			   xseg_last_error());
 		return -1;
 	}
+	/* A few requests of our own for when clients hold the whole pool
+	 * (xseg.h: xseg_reserve): we then serve them one by one, not never. */
+	if (!p->ops->reserve_requests)
+		return 0;
+	p->reserve = xseg_reserve_create(p->seg, p->cfg.port_first, 0);
+	if (!p->reserve) {
+		peer_error("cannot set requests aside: %s", xseg_last_error());
+		return -1;
+	}
 	return 0;
 }
 
@@ -610,6 +621,8 @@ int peer_main(int argc, char **argv, const struct peer_ops *ops, void *priv)
 	peer_info("stopped");
 out:
 	peer_daemon_ready(ready_fd, 1);
+	xseg_reserve_destroy(p->reserve);
+	p->reserve = NULL;
 	if (p->seg)
 		xseg_leave(p->seg);
 	p->seg = NULL;

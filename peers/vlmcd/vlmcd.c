@@ -470,6 +470,7 @@ static const struct peer_ops vlmcd_ops = {
 	.default_threads = 2,
 	.supported_ops = PEER_OP(X_READ) | PEER_OP(X_WRITE) | PEER_OP(X_FLUSH) |
 			 PEER_OP(X_INFO),
+	.reserve_requests = true,   /* object requests while clients hold the pool */
 	.init = init,
 	.on_request = on_request,
 	.fini = fini,

@@ -201,16 +201,18 @@ static int cmd_info(struct args *a)
 		printf("{\"segment\":");
 		print_json_string(a->segment);
 		printf(",\"layout_version\":%u,\"size\":%" PRIu64
-		       ",\"ports\":%u,\"requests\":%u,\"free_requests\":%u,\"heap_size\":%" PRIu64
+		       ",\"ports\":%u,\"requests\":%u,\"free_requests\":%u,\"reserved_requests\":%u"
+		       ",\"heap_size\":%" PRIu64
 		       ",\"heap_used\":%" PRIu64 ",\"heap_largest_free\":%" PRIu64
 		       ",\"heap_buffers\":%" PRIu64 ",\"port_list\":[",
 		       si.layout_version, si.segment_size, si.nr_ports, si.nr_requests,
-		       si.free_requests, si.heap_size, si.heap_used, si.heap_free_largest,
+		       si.free_requests, si.reserved_requests, si.heap_size, si.heap_used, si.heap_free_largest,
 		       si.heap_allocs);
 	} else {
 		printf("segment %s: %" PRIu64 " bytes, layout %u\n", a->segment, si.segment_size,
 		       si.layout_version);
-		printf("requests: %u of %u free\n", si.free_requests, si.nr_requests);
+		printf("requests: %u of %u free, %u in peers' reserves\n", si.free_requests,
+		       si.nr_requests, si.reserved_requests);
 		printf("heap: %" PRIu64 " of %" PRIu64 " bytes used in %" PRIu64
 		       " buffers, largest free block %" PRIu64 "\n",
 		       si.heap_used, si.heap_size, si.heap_allocs, si.heap_free_largest);
@@ -230,8 +232,9 @@ static int cmd_info(struct args *a)
 			else
 				printf("%u", pi.next_hop);
 			printf(",\"request_depth\":%u,\"reply_depth\":%u,\"waiters\":%u,"
-			       "\"submitted\":%" PRIu64 ",\"replied\":%" PRIu64 "}",
-			       pi.request_depth, pi.reply_depth, pi.waiters, pi.submitted, pi.replied);
+			       "\"submitted\":%" PRIu64 ",\"replied\":%" PRIu64 ",\"reserved\":%u}",
+			       pi.request_depth, pi.reply_depth, pi.waiters, pi.submitted, pi.replied,
+			       pi.reserved);
 		} else {
 			char next[16] = "-";
 			if (pi.next_hop != XSEG_NO_PORT)

@@ -1,6 +1,9 @@
 /*
  * cached's bucket pool: `count` slots of `bucket_size` bytes in one
- * pre-faulted mapping, handed out by slot number.
+ * pre-faulted mapping, handed out by slot number. The mapping asks for
+ * transparent huge pages: a cache hit lands on a random bucket of a large
+ * pool, and with 4K pages each one costs a TLB miss (and on a guest with
+ * shadow paging a trap to the hypervisor the first time a page is written).
  *
  * Free slots sit on a shared stack under a mutex, but a thread takes and
  * returns them through its own magazine of up to BUCKET_MAGAZINE slots, so
@@ -24,8 +27,10 @@ struct bucket_magazine {
 };
 
 struct bucket_pool {
-	unsigned char *data;
+	unsigned char *data;       /* 2 MiB aligned, inside the mapping */
 	uint64_t bytes;
+	void *map;                 /* the mapping itself, for munmap */
+	uint64_t map_bytes;
 	uint32_t bucket_size;
 	uint32_t count;
 	pthread_mutex_t lock;      /* guards free_stack and nfree */

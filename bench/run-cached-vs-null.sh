@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# cached's write-back hits against the null peer (issue 5's aim: at 4K
+# depth 16, at least 70 % of nulld's rate). The same client writes the same
+# blocks through cached (a first pass fills the cache, the next ones hit)
+# and to nulld, interleaved in pairs; the ratio of each pair is printed.
+#   CACHED_BASELINE=PATH  a second cached binary, run beside the new one
+#                         in each pair (its own port, same segment)
+#   PAIRS=5 TOTAL=256M BS=4K DEPTH=16 CACHED_THREADS=2
+set -u
+cd "$(dirname "$0")/.."
+BIN=${BIN:-$PWD/${BUILD:-build}/bin}
+SEG=cached-null-$$
+DATA=$(mktemp -d)
+TOTAL=${TOTAL:-256M} BS=${BS:-4K} DEPTH=${DEPTH:-16} PAIRS=${PAIRS:-5}
+pids=()
+cleanup() {
+	for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+		kill -TERM "${pids[i]}" 2>/dev/null; wait "${pids[i]}" 2>/dev/null
+	done
+	"$BIN/xseg" destroy --segment "$SEG" 2>/dev/null
+	rm -rf "$DATA"
+}
+trap cleanup EXIT
+. bench/bench_lib.sh
+
+"$BIN/xseg" create --segment "$SEG" --ports 16 --requests 2048 --heap 512M >/dev/null || exit 1
+"$BIN/filed" --segment "$SEG" --port 1 --dir "$DATA" --threads 2 --log-level error & pids+=($!)
+"$BIN/nulld" --segment "$SEG" --port 3 --threads 2 > /dev/null & pids+=($!)
+start_cached() {   # binary port
+	"$1" --segment "$SEG" --port "$2" --blocker-port 1 --cache-size 1G --max-objects 4096 \
+		--write-policy writeback --threads "${CACHED_THREADS:-2}" --log-level error & pids+=($!)
+}
+start_cached "$BIN/cached" 2
+[ -n "${CACHED_BASELINE:-}" ] && start_cached "$CACHED_BASELINE" 4
+wait_bound 1; wait_bound 2; wait_bound 3
+[ -n "${CACHED_BASELINE:-}" ] && wait_bound 4
+
+iops() {   # port seed
+	"$BIN/bench-xseg" --segment "$SEG" --port 10 --target-port "$1" --op write \
+		--pattern rand --total-size "$TOTAL" --block-size "$BS" --iodepth "$DEPTH" \
+		--object-size 4M --seed "$2" --json | tail -1 |
+		python3 -c 'import json,sys; print("%.0f" % json.load(sys.stdin)["iops"])'
+}
+echo "$BS random writes, depth $DEPTH, $TOTAL per run; IOPS"
+line="first pass (cache filling): cached $(iops 2 1)"
+[ -n "${CACHED_BASELINE:-}" ] && line+="  baseline $(iops 4 2)"
+echo "$line"
+for i in $(seq "$PAIRS"); do
+	n=$(iops 3 7); c=$(iops 2 1)
+	line="pair $i: nulld $n  cached $c ($(python3 -c "print('%.2f' % ($c / $n))")x)"
+	if [ -n "${CACHED_BASELINE:-}" ]; then
+		b=$(iops 4 2)
+		line+="  baseline $b ($(python3 -c "print('%.2f' % ($b / $n))")x)"
+	fi
+	echo "$line"
+done

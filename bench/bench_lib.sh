@@ -1,5 +1,14 @@
 # Shared by the bench/run-*.sh scripts (sourced, not run): BIN and SEG are
-# set by the caller; wait_bound waits for a peer to bind its port.
+# set by the caller; wait_bound waits for a peer to bind its port;
+# stop_peers stops the peers in $pids.
+
+# SIGTERM to each of $pids, last started first (a cache before its
+# blocker: it writes its dirty data back before it exits), waiting for each.
+stop_peers() {
+	for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+		kill -TERM "${pids[i]}" 2>/dev/null; wait "${pids[i]}" 2>/dev/null
+	done
+}
 
 # Waits until someone has bound port $1 of $SEG (10 s at most), else exits.
 wait_bound() {

@@ -6,6 +6,7 @@
 #   bench/run-cached-bench.sh [quick]
 set -u
 cd "$(dirname "$0")/.."
+. bench/bench_lib.sh
 BIN=${BIN:-$PWD/${BUILD:-build}/bin}
 SEG=cached-bench-$$
 DATA=$(mktemp -d)
@@ -13,15 +14,12 @@ TOTAL=${TOTAL:-64M}
 pids=()
 cleanup() {
 	# the cache first: it writes its dirty data back to filed before it exits
-	for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
-		kill -TERM "${pids[i]}" 2>/dev/null; wait "${pids[i]}" 2>/dev/null
-	done
+	stop_peers
 	"$BIN/xseg" destroy --segment "$SEG" 2>/dev/null
 	rm -rf "$DATA"
 }
 trap cleanup EXIT
 
-. bench/bench_lib.sh
 
 seed=100
 run() {   # label op bs depth [total]

@@ -1,27 +1,26 @@
 #!/usr/bin/env bash
 # cached's write-back hits against the null peer (issue 5's aim: at 4K
 # depth 16, at least 70 % of nulld's rate). The same client writes the same
-# blocks through cached (a first pass fills the cache, the next ones hit)
-# and to nulld, interleaved in pairs; the ratio of each pair is printed.
+# blocks through cached (a first pass of writes fills the cache, the next
+# ones hit) and to nulld, interleaved in pairs; the ratio of each pair is
+# printed. OP=read measures read hits instead (after the same first pass).
 #   CACHED_BASELINE=PATH  a second cached binary, run beside the new one
 #                         in each pair (its own port, same segment)
-#   PAIRS=5 TOTAL=256M BS=4K DEPTH=16 CACHED_THREADS=2
+#   PAIRS=5 TOTAL=256M BS=4K DEPTH=16 OP=write CACHED_THREADS=2
 set -u
 cd "$(dirname "$0")/.."
+. bench/bench_lib.sh
 BIN=${BIN:-$PWD/${BUILD:-build}/bin}
 SEG=cached-null-$$
 DATA=$(mktemp -d)
-TOTAL=${TOTAL:-256M} BS=${BS:-4K} DEPTH=${DEPTH:-16} PAIRS=${PAIRS:-5}
+TOTAL=${TOTAL:-256M} BS=${BS:-4K} DEPTH=${DEPTH:-16} PAIRS=${PAIRS:-5} OP=${OP:-write}
 pids=()
 cleanup() {
-	for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
-		kill -TERM "${pids[i]}" 2>/dev/null; wait "${pids[i]}" 2>/dev/null
-	done
+	stop_peers
 	"$BIN/xseg" destroy --segment "$SEG" 2>/dev/null
 	rm -rf "$DATA"
 }
 trap cleanup EXIT
-. bench/bench_lib.sh
 
 "$BIN/xseg" create --segment "$SEG" --ports 16 --requests 2048 --heap 512M >/dev/null || exit 1
 "$BIN/filed" --segment "$SEG" --port 1 --dir "$DATA" --threads 2 --log-level error & pids+=($!)
@@ -35,15 +34,15 @@ start_cached "$BIN/cached" 2
 wait_bound 1; wait_bound 2; wait_bound 3
 [ -n "${CACHED_BASELINE:-}" ] && wait_bound 4
 
-iops() {   # port seed
-	"$BIN/bench-xseg" --segment "$SEG" --port 10 --target-port "$1" --op write \
+iops() {   # port seed [op]
+	"$BIN/bench-xseg" --segment "$SEG" --port 10 --target-port "$1" --op "${3:-$OP}" \
 		--pattern rand --total-size "$TOTAL" --block-size "$BS" --iodepth "$DEPTH" \
 		--object-size 4M --seed "$2" --json | tail -1 |
 		python3 -c 'import json,sys; print("%.0f" % json.load(sys.stdin)["iops"])'
 }
-echo "$BS random writes, depth $DEPTH, $TOTAL per run; IOPS"
-line="first pass (cache filling): cached $(iops 2 1)"
-[ -n "${CACHED_BASELINE:-}" ] && line+="  baseline $(iops 4 2)"
+echo "$BS random ${OP}s, depth $DEPTH, $TOTAL per run; IOPS"
+line="first pass of writes (cache filling): cached $(iops 2 1 write)"
+[ -n "${CACHED_BASELINE:-}" ] && line+="  baseline $(iops 4 2 write)"
 echo "$line"
 for i in $(seq "$PAIRS"); do
 	n=$(iops 3 7); c=$(iops 2 1)

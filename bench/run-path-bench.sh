@@ -4,6 +4,7 @@
 # filed keeps its data under $TMPDIR (tmpfs by default: the path, not a disk).
 set -u
 cd "$(dirname "$0")/.."
+. bench/bench_lib.sh
 BIN=${BIN:-$PWD/${BUILD:-build}/bin}
 export TMPDIR=${TMPDIR:-/dev/shm}
 SEG=path-bench-$$
@@ -11,9 +12,7 @@ DATA=$(mktemp -d)
 TOTAL=${TOTAL:-32M}
 pids=()
 cleanup() {
-	for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
-		kill -TERM "${pids[i]}" 2>/dev/null; wait "${pids[i]}" 2>/dev/null
-	done
+	stop_peers
 	"$BIN/xseg" destroy --segment "$SEG" 2>/dev/null
 	rm -rf "$DATA"
 }

@@ -10,6 +10,7 @@
 # SOSD_THREADS (1).
 set -u
 cd "$(dirname "$0")/.."
+. bench/bench_lib.sh
 BIN=${BIN:-$PWD/${BUILD:-build}/bin}
 SEG=sosd-bench-$$
 CEPH_DIR=$(mktemp -d /tmp/sosd-bench-ceph.XXXXXX)
@@ -19,9 +20,7 @@ DEPTH=${DEPTH:-16}
 SIZES=${SIZES:-"4K 64K"}
 pids=()
 cleanup() {
-	for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
-		kill -TERM "${pids[i]}" 2>/dev/null; wait "${pids[i]}" 2>/dev/null
-	done
+	stop_peers
 	"$BIN/xseg" destroy --segment "$SEG" 2>/dev/null
 	tools/micro-ceph stop "$CEPH_DIR" 2>/dev/null
 	rm -rf "$CEPH_DIR"
@@ -30,7 +29,6 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 die() { echo "run-sosd-bench: $*" >&2; exit 1; }
 
-. bench/bench_lib.sh
 
 bytes() { numfmt --from=iec "$1"; }
 

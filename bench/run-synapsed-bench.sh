@@ -9,6 +9,7 @@
 #   second pair on its own ports and TCP port, a "baseline" row per case
 set -u
 cd "$(dirname "$0")/.."
+. bench/bench_lib.sh
 BIN=${BIN:-$PWD/${BUILD:-build}/bin}
 export TMPDIR=${TMPDIR:-/dev/shm}
 SEGA=syn-bench-a-$$ SEGB=syn-bench-b-$$
@@ -21,9 +22,7 @@ PORT=$(free_tcp_port)
 BASELINE=${SYNAPSED_BASELINE:-}
 pids=()
 cleanup() {
-	for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
-		kill -TERM "${pids[i]}" 2>/dev/null; wait "${pids[i]}" 2>/dev/null
-	done
+	stop_peers
 	"$BIN/xseg" destroy --segment "$SEGA" 2>/dev/null
 	"$BIN/xseg" destroy --segment "$SEGB" 2>/dev/null
 	rm -rf "$DATA"

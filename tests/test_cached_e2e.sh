@@ -2,7 +2,8 @@
 # cached end to end with the real peers: bench-xseg -> (route) cached -> filed,
 # write-back and write-through, cache at 2x, 0.5x and 0.1x the workload, seq
 # and rand, --verify full. After SIGTERM (which writes every dirty byte back)
-# the data read straight from filed is exactly what was written.
+# the data read straight from filed is exactly what was written. Under load,
+# plug/unplug and SIGTERM while plugged fail no request.
 set -u
 SEG_PREFIX=cached-e2e
 . "$(dirname "$0")/lib.sh"
@@ -64,20 +65,40 @@ kill -TERM "$cpid"; wait "$cpid" || fail "cached exit status"
 bench read seq --total-size 2M --block-size 64K --iodepth 4 --seed 30
 bench read seq --total-size 2M --block-size 64K --iodepth 4 --seed 31
 
+# Writers run back to back (a new seed each run, from $1) until stop_load;
+# every run must end with 0 failed. Seeds that ran go to $DIR/seeds.
+start_load() {
+	rm -f "$DIR/stop-load" "$DIR/seeds"
+	( seed=$1
+	  while [ ! -e "$DIR/stop-load" ]; do
+		"$BIN/bench-xseg" --segment "$SEG" --port 11 --target-port 1 --op write --pattern rand \
+			--object-size 64K --verify full --timeout 60 --total-size 8M --block-size 4K \
+			--iodepth 16 --seed $seed --json > "$DIR/load.out" 2> "$DIR/load.err" || exit 1
+		tail -1 "$DIR/load.out" | grep -q '"failed":0,' || exit 1
+		echo $seed >> "$DIR/seeds"; seed=$((seed + 1))
+	  done ) & load=$!
+}
+stop_load() {   # what: fails unless every run succeeded and the data is on filed
+	touch "$DIR/stop-load"
+	wait "$load" || { cat "$DIR/load.err"; tail -1 "$DIR/load.out"; fail "$1: writes failed"; }
+	[ "$(wc -l < "$DIR/seeds")" -ge 2 ] || fail "$1: the load ran too little to overlap"
+	while read -r seed; do
+		"$BIN/bench-xseg" --segment "$SEG" --port 11 --target-port 1 --op read --pattern seq \
+			--object-size 64K --verify full --total-size 8M --block-size 64K --iodepth 8 \
+			--seed "$seed" >/dev/null 2>"$DIR/load.err" ||
+			{ cat "$DIR/load.err"; fail "$1: seed $seed: data is not intact on filed"; }
+	done < "$DIR/seeds"
+}
+start_cached() {
+	"$BIN/cached" --segment "$SEG" --port 3 --blocker-port 1 --cache-size 4M --max-objects 64 \
+		--object-size 64K --write-policy writeback 2> "$DIR/cached.log" & cpid=$!
+	pids+=($cpid)
+	wait_bound 3
+}
+
 echo "--- plug and unplug under load"
-# Writers run back to back (a new seed each run) for as long as the rounds last.
-( seed=20
-  while [ ! -e "$DIR/stop-load" ]; do
-	"$BIN/bench-xseg" --segment "$SEG" --port 11 --target-port 1 --op write --pattern rand \
-		--object-size 64K --verify full --timeout 60 --total-size 8M --block-size 4K \
-		--iodepth 16 --seed $seed --json > "$DIR/load.out" 2> "$DIR/load.err" || exit 1
-	tail -1 "$DIR/load.out" | grep -q '"failed":0,' || exit 1
-	echo $seed >> "$DIR/seeds"; seed=$((seed + 1))
-  done ) & load=$!
-"$BIN/cached" --segment "$SEG" --port 3 --blocker-port 1 --cache-size 4M --max-objects 64 \
-	--object-size 64K --write-policy writeback 2> "$DIR/cached.log" & cpid=$!
-pids+=($cpid)
-wait_bound 3
+start_load 20
+start_cached
 for round in 1 2 3; do
 	"$BIN/xseg" plug --segment "$SEG" --port 1 --via 3 || fail "plug under load"
 	sleep 0.4
@@ -89,14 +110,18 @@ for round in 1 2 3; do
 	"$BIN/xseg" info --segment "$SEG" --json | grep -q '"next_hop":3' && fail "route left after unplug"
 	sleep 0.2
 done
-touch "$DIR/stop-load"
-wait "$load" || { cat "$DIR/load.err"; fail "writes failed while plugging and unplugging"; }
 kill -TERM "$cpid"; wait "$cpid" || fail "cached exit status after unplug"
-[ "$(wc -l < "$DIR/seeds")" -ge 3 ] || fail "the load ran too little to overlap the rounds"
-while read -r seed; do
-	"$BIN/bench-xseg" --segment "$SEG" --port 11 --target-port 1 --op read --pattern seq \
-		--object-size 64K --verify full --total-size 8M --block-size 64K --iodepth 8 \
-		--seed "$seed" >/dev/null 2>"$DIR/load.err" ||
-		{ cat "$DIR/load.err"; fail "seed $seed: data written across plug/unplug is not intact on filed"; }
-done < "$DIR/seeds"
+stop_load "plug and unplug under load"
+
+echo "--- SIGTERM while plugged, under load: the route is restored, no request fails"
+start_load 40
+for round in 1 2 3; do
+	start_cached
+	"$BIN/xseg" plug --segment "$SEG" --port 1 --via 3 || fail "plug under load"
+	sleep 0.4
+	kill -TERM "$cpid"; wait "$cpid" || { cat "$DIR/cached.log"; fail "cached exit status after SIGTERM"; }
+	"$BIN/xseg" info --segment "$SEG" --json | grep -q '"next_hop":3' && fail "route left after SIGTERM"
+	sleep 0.2
+done
+stop_load "SIGTERM while plugged"
 echo "cached end to end: ok"

@@ -393,6 +393,34 @@ static bool drain(void)
 	return d.req.served;
 }
 
+/*
+ * After a clean drain on SIGTERM, does what `xseg unplug` would: if the
+ * blocker's port routes to us, requests for it go straight to it again;
+ * what already queued here is served (write-through, nothing dirty) before
+ * the workers stop. The queue must stay empty for QUIET_MS: a client that
+ * resolved the old route just before may still be pushing.
+ */
+#define QUIET_MS 20
+static void restore_route(void)
+{
+	if (xseg_get_next_hop(C.seg, C.blocker_port) == C.port) {
+		if (xseg_clear_next_hop(C.seg, C.blocker_port) < 0)
+			logmsg(LOG_WARN, "cannot restore the route of port %u: %s", C.blocker_port,
+			       xseg_last_error());
+		else
+			logmsg(LOG_INFO, "port %u routes straight to its blocker again",
+			       C.blocker_port);
+	}
+	unsigned quiet = 0;
+	for (unsigned ms = 0; quiet < QUIET_MS && ms < 1000u * STOP_RETRY_S; ms++) {
+		struct xseg_port_info pi;
+		bool busy = xseg_port_info(C.seg, C.port, &pi) < 0 || pi.request_depth ||
+			    atomic_load(&C.in_flight);
+		quiet = busy ? 0 : quiet + 1;
+		usleep(1000);
+	}
+}
+
 /* ---- options ------------------------------------------------------------------------ */
 
 static void usage(FILE *out)
@@ -601,6 +629,8 @@ int main(int argc, char **argv)
 		pause();
 	logmsg(LOG_INFO, "stopping: writing back every dirty byte");
 	bool clean = drain();
+	if (clean)
+		restore_route();
 	atomic_store(&maintainer_stop, true);
 	pthread_join(maint, NULL);
 	atomic_store(&workers_stop, true);

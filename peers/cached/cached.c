@@ -395,24 +395,26 @@ static bool drain(void)
 
 /*
  * After a clean drain on SIGTERM, does what `xseg unplug` would: if the
- * blocker's port routes to us, requests for it go straight to it again;
+ * blocker's port routes to us, requests for it go straight to it again and
  * what already queued here is served (write-through, nothing dirty) before
  * the workers stop. The queue must stay empty for QUIET_MS: a client that
- * resolved the old route just before may still be pushing.
+ * resolved the old route just before may still be pushing. Clients that
+ * address our port directly keep it busy; they get QUIET_MAX_MS at most.
  */
 #define QUIET_MS 20
+#define QUIET_MAX_MS 2000
 static void restore_route(void)
 {
-	if (xseg_get_next_hop(C.seg, C.blocker_port) == C.port) {
-		if (xseg_clear_next_hop(C.seg, C.blocker_port) < 0)
-			logmsg(LOG_WARN, "cannot restore the route of port %u: %s", C.blocker_port,
-			       xseg_last_error());
-		else
-			logmsg(LOG_INFO, "port %u routes straight to its blocker again",
-			       C.blocker_port);
+	if (xseg_get_next_hop(C.seg, C.blocker_port) != C.port)
+		return;
+	if (xseg_clear_next_hop(C.seg, C.blocker_port) < 0) {
+		logmsg(LOG_WARN, "cannot restore the route of port %u: %s", C.blocker_port,
+		       xseg_last_error());
+		return;
 	}
+	logmsg(LOG_INFO, "port %u routes straight to its blocker again", C.blocker_port);
 	unsigned quiet = 0;
-	for (unsigned ms = 0; quiet < QUIET_MS && ms < 1000u * STOP_RETRY_S; ms++) {
+	for (unsigned ms = 0; quiet < QUIET_MS && ms < QUIET_MAX_MS; ms++) {
 		struct xseg_port_info pi;
 		bool busy = xseg_port_info(C.seg, C.port, &pi) < 0 || pi.request_depth ||
 			    atomic_load(&C.in_flight);

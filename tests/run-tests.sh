@@ -14,6 +14,23 @@ export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1 halt_on_error=1}"
 if [ -n "${SANITIZE:-}" ]; then export XSEG_STRESS_SCALE=${XSEG_STRESS_SCALE:-0.2}; fi
 limit=${TEST_TIMEOUT:-600}
 
+# A test program killed by the time limit cannot clean up: Check's runner
+# passes SIGTERM to the test process, which dies without its atexit
+# handlers (its peers die with it: PR_SET_PDEATHSIG). What it left, the
+# segments /dev/shm/{pt,xt}-RUNNER-* and the directories $TMPDIR/pt-RUNNER-*,
+# is removed here once RUNNER is no longer alive.
+sweep_leftovers() {
+	local f runner
+	for f in /dev/shm/pt-* /dev/shm/xt-* "${TMPDIR:-/tmp}"/pt-*; do
+		[ -e "$f" ] || continue
+		runner=${f##*/}; runner=${runner#*-}; runner=${runner%%-*}
+		[[ "$runner" =~ ^[0-9]+$ ]] || continue
+		kill -0 "$runner" 2>/dev/null && continue
+		echo "removed $f, left by a test that did not finish"
+		rm -rf "$f"
+	done
+}
+
 passed=0 failed=0 failures=()
 run_one() {
 	local name=$1; shift
@@ -25,6 +42,8 @@ run_one() {
 		local rc=$?
 		failed=$((failed + 1)); failures+=("$name")
 		echo "--- FAIL $name (exit $rc, $((SECONDS - start))s)"
+		sleep 1   # its peers exit with it
+		sweep_leftovers
 	fi
 }
 wanted() { [ -z "${TESTS:-}" ] || [[ " $TESTS " == *" $1 "* ]]; }

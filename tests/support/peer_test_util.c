@@ -59,6 +59,12 @@ static void ensure_cleanup(void)
 	if (cleanup_owner != getpid()) {
 		cleanup_owner = getpid();
 		atexit(at_exit_cleanup);
+		/* A test child reports to Check's runner through a pipe. When the
+		 * runner is gone (the harness's timeout killed it), SIGPIPE would
+		 * kill the child without its atexit cleanup, leaving the segment
+		 * and the peers' data behind; ignored, Check's failed write ends
+		 * in exit() and the cleanup runs. */
+		signal(SIGPIPE, SIG_IGN);
 	}
 }
 
@@ -188,6 +194,7 @@ static pid_t spawn(const char *prog, const char *const args[], const char *log, 
 	pid_t pid = fork();
 	ck_assert_msg(pid >= 0, "fork: %s", strerror(errno));
 	if (pid == 0) {
+		signal(SIGPIPE, SIG_DFL);   /* an ignored signal stays ignored across exec */
 		if (die_with_us) {
 			prctl(PR_SET_PDEATHSIG, SIGKILL);
 			if (getppid() != parent)

@@ -18,7 +18,8 @@
  */
 static int map_pool(struct bucket_pool *p)
 {
-	p->map_bytes = (p->bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE + HUGE_PAGE;
+	uint64_t len = (p->bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+	p->map_bytes = len + HUGE_PAGE;   /* room to align the start */
 	p->map = mmap(NULL, p->map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
 		      -1, 0);
 	if (p->map == MAP_FAILED) {
@@ -27,7 +28,6 @@ static int map_pool(struct bucket_pool *p)
 	}
 	uintptr_t start = ((uintptr_t)p->map + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1);
 	p->data = (unsigned char *)start;
-	uint64_t len = (p->bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
 	(void)madvise(p->data, len, MADV_HUGEPAGE);   /* a hint: 4K pages still work */
 	if (madvise(p->data, len, MADV_POPULATE_WRITE) < 0) {
 		/* An older kernel: write each page once ourselves. */

@@ -252,20 +252,21 @@ void outbound_reply_done(struct conn *c, uint32_t ci, const struct wire_header *
 {
 	pthread_mutex_lock(&S.lock);
 	struct slot *s = slots_lookup(&S.slots, h->id);
+	bool sent = s && s->state == SLOT_SENT && s->conn == ci && s->conn_gen == c->gen;
+	int err = h->result == XR_SERVED ? 0 : h->error;
 	bool now = false;
-	if (s && s->state == SLOT_SENT && s->conn == ci && s->conn_gen == c->gen &&
-	    data_len == 0) {
+	if (sent && data_len == 0) {   /* nothing to copy: answered right here */
 		slots_unlink(&S.slots, (uint32_t)(s - S.slots.slots));
 		s->state = SLOT_ANSWERING;
 		s->result = h->result;
-		s->error = h->result == XR_SERVED ? 0 : h->error;
+		s->error = err;
 		s->serviced = h->serviced;
 		now = true;
-	} else if (s && s->state == SLOT_SENT && s->conn == ci && s->conn_gen == c->gen) {
+	} else if (sent) {
 		s->reply_data = data;
 		s->reply_len = data_len;
 		s->serviced = h->serviced;
-		finish_locked(s, h->result, h->result == XR_SERVED ? 0 : h->error);
+		finish_locked(s, h->result, err);
 		data = NULL;
 	} else if (s && s->state == SLOT_LATE) {
 		peer_info("connection %s: late reply to id %#" PRIx64 " dropped", c->peer, h->id);

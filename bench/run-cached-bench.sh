@@ -12,13 +12,7 @@ SEG=cached-bench-$$
 DATA=$(mktemp -d)
 TOTAL=${TOTAL:-64M}
 pids=()
-cleanup() {
-	# the cache first: it writes its dirty data back to filed before it exits
-	stop_peers
-	"$BIN/xseg" destroy --segment "$SEG" 2>/dev/null
-	rm -rf "$DATA"
-}
-trap cleanup EXIT
+trap bench_cleanup EXIT
 
 
 seed=100

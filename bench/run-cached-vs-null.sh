@@ -15,12 +15,7 @@ SEG=cached-null-$$
 DATA=$(mktemp -d)
 TOTAL=${TOTAL:-256M} BS=${BS:-4K} DEPTH=${DEPTH:-16} PAIRS=${PAIRS:-5} OP=${OP:-write}
 pids=()
-cleanup() {
-	stop_peers
-	"$BIN/xseg" destroy --segment "$SEG" 2>/dev/null
-	rm -rf "$DATA"
-}
-trap cleanup EXIT
+trap bench_cleanup EXIT
 
 "$BIN/xseg" create --segment "$SEG" --ports 16 --requests 2048 --heap 512M >/dev/null || exit 1
 "$BIN/filed" --segment "$SEG" --port 1 --dir "$DATA" --threads 2 --log-level error & pids+=($!)

@@ -11,12 +11,7 @@ SEG=path-bench-$$
 DATA=$(mktemp -d)
 TOTAL=${TOTAL:-32M}
 pids=()
-cleanup() {
-	stop_peers
-	"$BIN/xseg" destroy --segment "$SEG" 2>/dev/null
-	rm -rf "$DATA"
-}
-trap cleanup EXIT
+trap bench_cleanup EXIT
 "$BIN/xseg" create --segment "$SEG" --ports 16 --requests 2048 --heap 512M >/dev/null || exit 1
 "$BIN/filed" --segment "$SEG" --port 1 --dir "$DATA" --threads 2 & pids+=($!)
 "$BIN/vlmcd" --segment "$SEG" --port 2 --blocker-port 1 --volume vol:1G & pids+=($!)

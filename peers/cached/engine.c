@@ -37,6 +37,7 @@ struct cache_object {
 	struct flush_waiter *waiters;      /* barriers waiting for "clean" */
 	uint32_t loads, flushes, throughs; /* blocker I/O in flight */
 	uint32_t through_writes;           /* of throughs: uncached writes */
+	uint32_t writes_waiting;           /* uncached writes parked for loads/flushes */
 	bool flush_again, deleting, on_dirty_list;
 	int flush_error;                   /* of the current flush cycle */
 	_Atomic bool flush_queued;
@@ -141,6 +142,7 @@ static void req_init(struct cache_engine *e, struct cache_req *req)
 	req->next_parked = NULL;
 	req->load_error = 0;
 	req->counted = false;
+	req->write_waiting = false;
 	req->info_size = 0;
 }
 
@@ -845,6 +847,12 @@ static void read_step(struct cache_object *o, struct cache_req *req,
 	}
 	if (missing) {
 		bool no_io;
+		if (o->through_writes || o->writes_waiting) {
+			/* The blocker may serve a load before or after that write;
+			 * and new loads would keep a waiting write waiting. */
+			park(o, req);
+			return;
+		}
 		if (!load_runs(o, sp->first, sp->last, &no_io)) {
 			STAT_ADD(e, uncached, 1);
 			go_through(o, req);
@@ -867,6 +875,12 @@ static void write_back(struct cache_object *o, struct cache_req *req,
 		       const struct bucket_span *sp)
 {
 	struct cache_engine *e = o->e;
+	/* An uncached write in flight copies its bytes into DIRTY buckets when
+	 * it lands, as newer than theirs: so no newer DIRTY bytes meanwhile. */
+	if (o->through_writes) {
+		park(o, req);
+		return;
+	}
 	for (uint32_t i = sp->first; i <= sp->last; i++)
 		if (o->b.state[i] == BUCKET_LOADING) {
 			park(o, req);
@@ -914,8 +928,11 @@ static void write_through(struct cache_object *o, struct cache_req *req,
 {
 	(void)sp;
 	/* A flush may carry older copies of these bytes: wait for it, or they
-	 * could land on the blocker after this write. */
-	if (o->flushes) {
+	 * could land on the blocker after this write. A load may read the
+	 * blocker before this write lands and mark old bytes VALID after it. */
+	if (o->flushes || o->loads) {
+		req->write_waiting = true;   /* until object_step runs it again */
+		o->writes_waiting++;
 		park(o, req);
 		return;
 	}
@@ -983,6 +1000,10 @@ static void object_step(struct cache_object *o, struct cache_req *req)
 {
 	struct bucket_span sp;
 
+	if (req->write_waiting) {
+		req->write_waiting = false;
+		o->writes_waiting--;
+	}
 	if (req->op == X_DELETE || req->op == X_COPY) {
 		drop_step(o, req);
 		return;

@@ -20,7 +20,10 @@
  *
  * Ordering: an object never has two flushes in flight; a write-through
  * write waits while the buckets it covers are being flushed, so the blocker
- * never gets older data after newer. A request that needs buckets another
+ * never gets older data after newer. It also waits for the object's loads,
+ * and while it is out no load starts and no write-back write lands on the
+ * object: a load answered after the write would cache older bytes, and the
+ * write copies its bytes into DIRTY buckets when it lands. A request that needs buckets another
  * request is LOADING waits for them (it is parked on the object and re-run
  * when the load ends). When the pool has no free bucket, reads and writes
  * go through to the blocker uncached (merging with cached data), so nothing
@@ -116,6 +119,7 @@ struct cache_req {
 	struct cache_req *next_parked;
 	int load_error;
 	bool counted;              /* hit/miss already counted */
+	bool write_waiting;        /* counted in its object's writes_waiting */
 	uint32_t fwd_op;           /* op of the forward in progress */
 	struct xwork work;
 };

@@ -40,8 +40,8 @@ enum entry_state {
 #define F_UNLINKED	(1ULL << 36)	/* removed: out of the index for good */
 #define F_REFINALIZE	(1ULL << 37)	/* ref hit 0 again during on_finalize */
 
-/* Clock hand positions claimed per atomic add. */
-#define CLOCK_BATCH	8
+/* Nodes per word of the active map; the clock hand moves a word at a time. */
+#define MAP_BITS	64
 
 #define HUGE_PAGE	(2UL << 20)
 
@@ -64,10 +64,15 @@ struct xcache {
 	struct cds_lfht *index;
 	char *nodes;			/* nr_nodes entries of node_size bytes */
 	size_t node_size, nodes_size;
+	/* A bit per node, set while it may be ACTIVE: the clock hand reads
+	 * these words instead of every node (nodes are hundreds of bytes,
+	 * and most are free when the cache holds fewer entries than nodes). */
+	_Atomic uint64_t *active_map;
+	uint32_t map_words;
 	pthread_mutex_t reclaim_lock;
 	/* Written by inserts and evictions only; kept off each other's line. */
 	alignas(64) _Atomic uint32_t nr_active;
-	alignas(64) _Atomic uint64_t clock_hand;
+	alignas(64) _Atomic uint64_t clock_hand;	/* in map words */
 	/* Popped under rcu_read_lock; a node is pushed back only after a grace
 	 * period (via limbo), which rules out ABA on pop. */
 	alignas(64) struct __cds_lfs_stack free_nodes;
@@ -122,6 +127,28 @@ static inline void read_unlock(struct xcache *c)
 static inline struct xcache_entry *node_at(const struct xcache *c, uint64_t i)
 {
 	return (struct xcache_entry *)(c->nodes + i * c->node_size);
+}
+
+static inline uint64_t node_index(const struct xcache *c, const struct xcache_entry *e)
+{
+	return (uint64_t)((const char *)e - c->nodes) / c->node_size;
+}
+
+/* Set before a node becomes ACTIVE; cleared by the thread that moved it out
+ * of ACTIVE, before the node can be freed. So a bit may be set for a node
+ * that is not (yet, or any more) ACTIVE, never missing for one that is. */
+static inline void map_set(struct xcache *c, const struct xcache_entry *e)
+{
+	uint64_t i = node_index(c, e);
+	atomic_fetch_or_explicit(&c->active_map[i / MAP_BITS], 1ULL << (i % MAP_BITS),
+				 memory_order_relaxed);
+}
+
+static inline void map_clear(struct xcache *c, const struct xcache_entry *e)
+{
+	uint64_t i = node_index(c, e);
+	atomic_fetch_and_explicit(&c->active_map[i / MAP_BITS], ~(1ULL << (i % MAP_BITS)),
+				  memory_order_relaxed);
 }
 
 static inline struct xcache_entry *node_entry(struct cds_lfht_node *n)
@@ -247,10 +274,13 @@ struct xcache *xcache_create(uint32_t capacity, uint32_t nr_nodes, uint32_t name
 	c->node_size = (offsetof(struct xcache_entry, name) + name_max + 1 + 63) & ~(size_t)63;
 	c->nodes_size = ((size_t)nr_nodes * c->node_size + HUGE_PAGE - 1) & ~(size_t)(HUGE_PAGE - 1);
 	c->nodes = aligned_alloc(HUGE_PAGE, c->nodes_size);
+	c->map_words = (nr_nodes + MAP_BITS - 1) / MAP_BITS;
+	c->active_map = calloc(c->map_words, sizeof(*c->active_map));
 	c->index = cds_lfht_new(buckets, buckets, buckets, 0, NULL);
-	if (!c->nodes || !c->index) {
+	if (!c->nodes || !c->active_map || !c->index) {
 		if (c->index)
 			cds_lfht_destroy(c->index, NULL);
+		free(c->active_map);
 		free(c->nodes);
 		free(c);
 		errno = ENOMEM;
@@ -294,6 +324,7 @@ int xcache_destroy(struct xcache *c)
 			c->ops.on_node_fini(c->priv, node_at(c, i)->priv);
 	cds_lfht_destroy(c->index, NULL);
 	pthread_mutex_destroy(&c->reclaim_lock);
+	free(c->active_map);
 	free(c->nodes);
 	free(c);
 	return 0;
@@ -382,16 +413,19 @@ static void finish_eviction(struct xcache *c, struct xcache_entry *e)
 	xcache_put(c, e);
 }
 
-/* One CLOCK eviction: two sweeps of the node array at most. */
+/* One CLOCK eviction: two sweeps of the active map at most. */
 static int evict_one(struct xcache *c)
 {
-	uint64_t budget = 2ULL * c->nr_nodes + CLOCK_BATCH;
+	uint64_t budget = 2ULL * c->map_words + 1;
 
-	for (uint64_t scanned = 0; scanned < budget; scanned += CLOCK_BATCH) {
-		uint64_t start = atomic_fetch_add_explicit(&c->clock_hand, CLOCK_BATCH,
-							   memory_order_relaxed);
-		for (unsigned i = 0; i < CLOCK_BATCH; i++) {
-			struct xcache_entry *e = node_at(c, (start + i) % c->nr_nodes);
+	for (uint64_t scanned = 0; scanned < budget; scanned++) {
+		uint64_t word = atomic_fetch_add_explicit(&c->clock_hand, 1, memory_order_relaxed) %
+				c->map_words;
+		uint64_t bits = atomic_load_explicit(&c->active_map[word], memory_order_relaxed);
+
+		for (; bits; bits &= bits - 1) {
+			struct xcache_entry *e = node_at(c, word * MAP_BITS +
+							    (unsigned)__builtin_ctzll(bits));
 			uint64_t w = atomic_load_explicit(&e->word, memory_order_acquire);
 
 			if (w_state(w) != ST_ACTIVE)
@@ -402,6 +436,7 @@ static int evict_one(struct xcache *c)
 			}
 			if (!cas_word(e, &w, w_with_state(w, ST_EVICTING)))
 				continue;
+			map_clear(c, e);
 			finish_eviction(c, e);
 			return 0;
 		}
@@ -465,10 +500,11 @@ struct xcache_entry *xcache_alloc(struct xcache *c, const char *name, size_t len
 }
 
 /* INSERTING -> ACTIVE; holders of older references may get/put meanwhile. */
-static void make_active(struct xcache_entry *e)
+static void make_active(struct xcache *c, struct xcache_entry *e)
 {
 	uint64_t w = atomic_load_explicit(&e->word, memory_order_relaxed);
 
+	map_set(c, e);
 	while (!cas_word(e, &w, w_with_state(w, ST_ACTIVE)))
 		;
 }
@@ -516,7 +552,7 @@ struct xcache_entry *xcache_insert(struct xcache *c, struct xcache_entry *e)
 							      &e->index_node);
 		if (n == &e->index_node) {
 			read_unlock(c);
-			make_active(e);
+			make_active(c, e);
 			return e;
 		}
 		struct xcache_entry *x = node_entry(n);
@@ -533,7 +569,7 @@ struct xcache_entry *xcache_insert(struct xcache *c, struct xcache_entry *e)
 			touch(x);
 			if (c->ops.on_reinsert)
 				c->ops.on_reinsert(c->priv, x->priv);
-			make_active(x);
+			make_active(c, x);
 			return x;
 		case CLAIM_BUSY:	/* a hook or another insert of this name runs */
 			sched_yield();
@@ -596,8 +632,10 @@ int xcache_remove(struct xcache *c, struct xcache_entry *e)
 		if (cas_word(e, &w, nw))
 			break;
 	}
-	if (s == ST_ACTIVE)
+	if (s == ST_ACTIVE) {
+		map_clear(c, e);
 		atomic_fetch_sub_explicit(&c->nr_active, 1, memory_order_release);
+	}
 	unindex(c, e);
 	return 0;
 }

@@ -26,9 +26,10 @@
  * Eviction: CLOCK.  Inserting a new name into a full cache evicts the
  * coldest entry.  A hit only sets the entry's `referenced` bit (a plain
  * store, skipped when already set), so hits never write shared state; an
- * evicting thread advances a shared clock hand over the node array in
- * batches (one atomic add per batch), clears set bits and evicts the first
- * ACTIVE entry whose bit is clear.  An LRU list would need a lock or a
+ * evicting thread advances a shared clock hand over a bitmap of the active
+ * nodes (one atomic add per 64 nodes), clears set bits and evicts the first
+ * ACTIVE entry whose bit is clear.  The bitmap keeps a sweep cheap when the
+ * cache holds far fewer entries than nodes.  An LRU list would need a lock or a
  * contended splice on every hit, which is what stopped the original from
  * scaling past four threads.
  *

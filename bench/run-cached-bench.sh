@@ -38,7 +38,7 @@ for bs in $sizes; do for d in $depths; do
 done; done
 
 "$BIN/cached" --segment "$SEG" --port 2 --blocker-port 1 --cache-size 1G \
-	--max-objects 4096 --write-policy writeback --threads "${CACHED_THREADS:-2}" & pids+=($!)
+	--max-objects 4096 --write-policy writeback ${CACHED_THREADS:+--threads "$CACHED_THREADS"} & pids+=($!)
 wait_bound 2
 "$BIN/xseg" plug --segment "$SEG" --port 1 --via 2 >/dev/null
 for bs in $sizes; do for d in $depths; do

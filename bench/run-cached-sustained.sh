@@ -15,7 +15,7 @@ DATA=$(mktemp -d)
 TOTAL=${TOTAL:-1G}
 BS=${BS:-4K}
 DEPTH=${DEPTH:-16}
-THREADS=${CACHED_THREADS:-2}
+THREADS=${CACHED_THREADS:-}   # empty: cached's default
 OUT=$(mktemp -d)
 fpid= cpid=
 cleanup() {
@@ -48,7 +48,7 @@ print(f\"{'':14} kIOPS per 5%: {s}\")"
 
 start_cached() {   # policy
 	"$BIN/cached" --segment "$SEG" --port 2 --blocker-port 1 --cache-size "$CACHE" \
-		--max-objects 65536 --write-policy "$1" --threads "$THREADS" ${CACHED_OPTS:-} \
+		--max-objects 65536 --write-policy "$1" ${THREADS:+--threads "$THREADS"} ${CACHED_OPTS:-} \
 		2> "$OUT/cached.log" & cpid=$!
 	wait_bound 2
 	"$BIN/xseg" plug --segment "$SEG" --port 1 --via 2 >/dev/null
@@ -60,7 +60,7 @@ stop_cached() {   # unplug (writes every dirty byte back), then stop
 	cpid=
 }
 
-echo "sustained: $TOTAL of $BS random, iodepth $DEPTH, cache $((CACHE >> 20)) MiB (half), cached --threads $THREADS"
+echo "sustained: $TOTAL of $BS random, iodepth $DEPTH, cache $((CACHE >> 20)) MiB (half), cached --threads ${THREADS:-default}"
 "$BIN/xseg" create --segment "$SEG" --ports 16 --requests 2048 --heap 512M >/dev/null || exit 1
 "$BIN/filed" --segment "$SEG" --port 1 --dir "$DATA" --threads 2 & fpid=$!
 wait_bound 1

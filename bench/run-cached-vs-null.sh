@@ -6,7 +6,7 @@
 # printed. OP=read measures read hits instead (after the same first pass).
 #   CACHED_BASELINE=PATH  a second cached binary, run beside the new one
 #                         in each pair (its own port, same segment)
-#   PAIRS=5 TOTAL=256M BS=4K DEPTH=16 OP=write CACHED_THREADS=2
+#   PAIRS=5 TOTAL=256M BS=4K DEPTH=16 OP=write CACHED_THREADS=(cached's default)
 set -u
 cd "$(dirname "$0")/.."
 . bench/bench_lib.sh
@@ -22,7 +22,7 @@ trap bench_cleanup EXIT
 "$BIN/nulld" --segment "$SEG" --port 3 --threads 2 > /dev/null & pids+=($!)
 start_cached() {   # binary port
 	"$1" --segment "$SEG" --port "$2" --blocker-port 1 --cache-size 1G --max-objects 4096 \
-		--write-policy writeback --threads "${CACHED_THREADS:-2}" --log-level error & pids+=($!)
+		--write-policy writeback ${CACHED_THREADS:+--threads "$CACHED_THREADS"} --log-level error & pids+=($!)
 }
 start_cached "$BIN/cached" 2
 [ -n "${CACHED_BASELINE:-}" ] && start_cached "$CACHED_BASELINE" 4

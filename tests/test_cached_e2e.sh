@@ -48,7 +48,7 @@ run_case writethrough 400K seq 5
 
 echo "--- write policy switched online"
 "$BIN/cached" --segment "$SEG" --port 3 --blocker-port 1 --cache-size 8M --max-objects 64 \
-	--object-size 64K --write-policy writeback 2> "$DIR/cached.log" & cpid=$!
+	--object-size 64K --write-policy writeback --threads 2 2> "$DIR/cached.log" & cpid=$!
 pids+=($cpid)
 wait_bound 3
 "$BIN/xseg" plug --segment "$SEG" --port 1 --via 3 || fail "plug"
@@ -91,7 +91,7 @@ stop_load() {   # what: fails unless every run succeeded and the data is on file
 }
 start_cached() {
 	"$BIN/cached" --segment "$SEG" --port 3 --blocker-port 1 --cache-size 4M --max-objects 64 \
-		--object-size 64K --write-policy writeback 2> "$DIR/cached.log" & cpid=$!
+		--object-size 64K --write-policy writeback --threads 2 2> "$DIR/cached.log" & cpid=$!
 	pids+=($cpid)
 	wait_bound 3
 }

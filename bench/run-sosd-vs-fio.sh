@@ -3,7 +3,8 @@
 # ...) so that both see the same load on a shared machine: 4K and 64K random
 # writes and reads at iodepth 16, REPEAT (3) rounds, IOPS per run. Same
 # workload shape for both: TOTAL (64M) in 4M objects. SOSD_BASELINE=PATH
-# adds another sosd binary (an older build) to each round, on its own port.
+# adds another sosd binary (an older build) to each round, on its own port;
+# BENCH_OPTS are passed to bench-xseg.
 set -u
 cd "$(dirname "$0")/.."
 BIN=${BIN:-$PWD/${BUILD:-build}/bin}
@@ -44,7 +45,7 @@ fio_iops() {   # rw bs
 sosd_iops() {   # op bs seed [port]
 	"$BIN/bench-xseg" --segment "$SEG" --port 10 --target-port "${4:-1}" --op "$1" --pattern rand \
 		--total-size "$TOTAL" --block-size "$2" --iodepth 16 --object-size 4M --seed "$3" \
-		--timeout 120 --json | tail -1 | python3 -c "import json,sys; print(round(json.load(sys.stdin)['iops']))"
+		--timeout 120 ${BENCH_OPTS:-} --json | tail -1 | python3 -c "import json,sys; print(round(json.load(sys.stdin)['iops']))"
 }
 for bs in 4K 64K; do for r in $(seq "$REPEAT"); do
 	base_w= base_r=

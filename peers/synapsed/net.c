@@ -41,9 +41,9 @@
 #define BACKOFF_MAX_NS   (2ull * 1000 * 1000 * 1000)
 #define SWEEP_NS         (50ull * 1000 * 1000)
 #define QUIT_FLUSH_NS    (2ull * 1000 * 1000 * 1000)
-/* While traffic flows, look for events this long (yielding) before
- * sleeping in epoll_wait: a wake-up costs more than the next frame's wait. */
-#define SPIN_NS          (20ull * 1000)
+/* While traffic flowed in the last BUSY_NS, look for events as long as the
+ * workers poll (--spin-us), yielding, before sleeping in epoll_wait: a
+ * wake-up costs more than the next frame's wait. */
 #define BUSY_NS          (1ull * 1000 * 1000)
 #define TAG_WAKE         (MAX_CONNS + 1)
 #define TAG_LISTEN       (MAX_CONNS + 2)
@@ -666,7 +666,7 @@ static int wait_events(struct epoll_event *evs, int max, uint64_t now, uint64_t 
 {
 	int n = 0;
 	if (now - *last_event < BUSY_NS) {
-		uint64_t until = now + SPIN_NS;
+		uint64_t until = now + peer_spin_ns(S.peer);
 		while ((n = epoll_wait(epfd, evs, max, 0)) == 0 && xseg_now_ns() < until)
 			sched_yield();
 	}

@@ -86,19 +86,11 @@ static const char *obj(const char *base)
 static struct pt_req do_req(uint32_t op, const char *target, uint64_t offset, uint64_t size,
 			    const void *data, void *out, uint32_t flags)
 {
-	struct pt_req r = { .op = op, .flags = flags, .target = target, .offset = offset,
-			    .size = size, .data = data, .data_len = data ? size : 0,
-			    .out = out, .out_len = out ? size : 0 };
-	int rc = pt_do(seg, client, blocker, &r, TIMEOUT);
-	ck_assert_msg(rc == 0, "%s %s: no reply (%d)", xseg_op_name(op), target ? target : "", rc);
-	return r;
+	return pt_call(seg, client, blocker, op, target, offset, size, data, out, flags, TIMEOUT);
 }
 
-/* r may be a call's result: copied, so that its address can be taken */
-#define expect_served(r, what) \
-	do { struct pt_req r_ = (r); pt_expect_served(&r_, (what)); } while (0)
-#define expect_failed(r, err, what) \
-	do { struct pt_req r_ = (r); pt_expect_failed(&r_, (err), (what)); } while (0)
+#define expect_served PT_EXPECT_SERVED
+#define expect_failed PT_EXPECT_FAILED
 
 static void write_obj(const char *name, uint64_t off, uint64_t size, uint64_t seed)
 {

@@ -364,6 +364,18 @@ int pt_do(struct xseg *seg, uint32_t src, uint32_t dst, struct pt_req *r, unsign
 	return 0;
 }
 
+struct pt_req pt_call(struct xseg *seg, uint32_t src, uint32_t dst, uint32_t op,
+		      const char *target, uint64_t offset, uint64_t size, const void *data,
+		      void *out, uint32_t flags, unsigned timeout_ms)
+{
+	struct pt_req r = { .op = op, .flags = flags, .target = target, .offset = offset,
+			    .size = size, .data = data, .data_len = data ? size : 0,
+			    .out = out, .out_len = out ? size : 0 };
+	int rc = pt_do(seg, src, dst, &r, timeout_ms);
+	ck_assert_msg(rc == 0, "%s %s: no reply (%d)", xseg_op_name(op), target ? target : "", rc);
+	return r;
+}
+
 void pt_pattern(void *buf, uint64_t len, uint64_t seed, uint64_t pos)
 {
 	unsigned char *b = buf;

@@ -99,6 +99,20 @@ int pt_do(struct xseg *seg, uint32_t src, uint32_t dst, struct pt_req *r,
 void pt_expect_served(const struct pt_req *r, const char *what);
 void pt_expect_failed(const struct pt_req *r, int err, const char *what);
 
+/* The call's result may be a function's return value: copied, so that its
+ * address can be taken. */
+#define PT_EXPECT_SERVED(r, what) \
+	do { struct pt_req r_ = (r); pt_expect_served(&r_, (what)); } while (0)
+#define PT_EXPECT_FAILED(r, err, what) \
+	do { struct pt_req r_ = (r); pt_expect_failed(&r_, (err), (what)); } while (0)
+
+/* One request from `src` to `dst` answered within timeout_ms (a Check failure
+ * otherwise): data (size bytes, or none) goes in, the reply's data goes to
+ * out (size bytes, or nowhere). */
+struct pt_req pt_call(struct xseg *seg, uint32_t src, uint32_t dst, uint32_t op,
+		      const char *target, uint64_t offset, uint64_t size, const void *data,
+		      void *out, uint32_t flags, unsigned timeout_ms);
+
 /* Fills buf with bytes derived from (seed, position). */
 void pt_pattern(void *buf, uint64_t len, uint64_t seed, uint64_t pos);
 

@@ -129,6 +129,7 @@ static int take_port(struct xseg *s, uint32_t port, bool reaper)
 			/* Threads of the dead owner asleep here died with it; a
 			 * count they left would cost every submit a futex call. */
 			atomic_store(&p->waiters, 0);
+			atomic_store(&p->wake_pending, 0);
 			xseg_reclaim_port_requests(s, port);
 			atomic_store(&p->reserved, 0);   /* reclaimed just now */
 			return 0;

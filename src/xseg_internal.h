@@ -20,7 +20,7 @@
 #include "xseg/xseg.h"
 
 #define XSEG_MAGIC           "XSEGSHM"
-#define XSEG_LAYOUT_VERSION  3u
+#define XSEG_LAYOUT_VERSION  4u
 #define XSEG_CACHELINE       64u
 
 /* ---- lock-free bounded MPMC ring of u32 (ring.c) ------------------------
@@ -130,6 +130,9 @@ struct xseg_port_shm {
 	/* Wake-up: one line, touched by every waiter and signaller. */
 	_Alignas(XSEG_CACHELINE) _Atomic uint32_t wake_seq;
 	_Atomic uint32_t waiters;
+	/* 1 from a wake-up until a woken thread runs: further signals skip the
+	 * futex call (see wait.c). */
+	_Atomic uint32_t wake_pending;
 	/* Counters: relaxed, for xseg info. */
 	_Alignas(XSEG_CACHELINE) _Atomic uint64_t submitted;
 	_Atomic uint64_t replied;

@@ -20,6 +20,13 @@ enum { SERVER = 0, NCLIENTS = 4, NSERVERS = 3, DEPTH = 8, BATCH = 8 };
 #define DATA_LEN 200u
 
 static uint64_t per_client;
+/* How threads wait when idle: spin, then sleep up to the timeout. With no
+ * spin and long timeouts (the sleepers test) every hand-over needs a
+ * wake-up, and a client that sleeps out its timeout with requests in
+ * flight is a lost one. */
+static uint64_t server_spin_ns = 20000, server_wait_ns = 20000000ull;
+static uint64_t client_spin_ns = 20000, client_wait_ns = 50000000ull;
+static bool timeout_is_lost_wakeup;
 static _Atomic uint64_t *served_bits;      /* one bit per request id */
 static _Atomic uint64_t served_total;
 static _Atomic bool stop_servers;
@@ -44,17 +51,23 @@ static bool carries_data(uint64_t id)
 	return id % 16 == 3;
 }
 
+/* What each server does, for the failure message: since when it sleeps
+ * (0: awake). */
+static _Atomic uint64_t server_asleep_since[NSERVERS];
+
 static void *server_thread(void *arg)
 {
 	struct xseg_request *reqs[BATCH];
-	(void)arg;
+	_Atomic uint64_t *asleep = arg;
 
 	while (!atomic_load(&stop_servers) && !atomic_load(&failures)) {
 		int n = xseg_accept(xt_seg, SERVER, reqs, BATCH);
 		T_CHECK(n >= 0, "accept: %s", xseg_last_error());
 		if (n == 0) {
-			T_CHECK(xseg_poll(xt_seg, SERVER, 20000, 20000000ull) >= 0,
-				"poll: %s", xseg_last_error());
+			atomic_store(asleep, xseg_now_ns());
+			int rc = xseg_poll(xt_seg, SERVER, server_spin_ns, server_wait_ns);
+			atomic_store(asleep, 0);
+			T_CHECK(rc >= 0, "poll: %s", xseg_last_error());
 			continue;
 		}
 		for (int i = 0; i < n; i++) {
@@ -127,7 +140,31 @@ static void *client_thread(void *arg)
 		int n = xseg_receive(xt_seg, c->port, reqs, DEPTH);
 		T_CHECK(n >= 0, "receive: %s", xseg_last_error());
 		if (n == 0) {
-			xseg_poll(xt_seg, c->port, 20000, 50000000ull);
+			uint64_t t0 = xseg_now_ns();
+			int rc = xseg_poll(xt_seg, c->port, client_spin_ns, client_wait_ns);
+			/* 0 is also an early return (a wake-up meant for an earlier
+			 * wait): only a sleep of the whole timeout is a lost one. */
+			bool lost = rc == 0 && xseg_now_ns() - t0 >= client_wait_ns;
+			struct xseg_port_info si = { 0 }, ci = { 0 };
+			uint64_t now = xseg_now_ns(), slept[NSERVERS];
+			for (int k = 0; k < NSERVERS; k++) {
+				uint64_t since = atomic_load(&server_asleep_since[k]);
+				slept[k] = since ? (now - since) / 1000000 : 0;
+			}
+			if (lost) {
+				xseg_port_info(xt_seg, SERVER, &si);
+				xseg_port_info(xt_seg, c->port, &ci);
+			}
+			T_CHECK(!lost || !timeout_is_lost_wakeup,
+				"client %u: asleep %" PRIu64 " ms with %" PRIu64 " requests out, "
+				"%" PRIu64 " answered: a lost wake-up (server port: work %d, "
+				"%u waiters, %" PRIu64 " submitted, %" PRIu64 " served; client port: "
+				"work %d, %u replies queued, %" PRIu64 " replied; servers asleep for "
+				"%" PRIu64 "/%" PRIu64 "/%" PRIu64 " ms)", c->port,
+				client_wait_ns / 1000000, inflight, c->answered,
+				xseg_has_work(xt_seg, SERVER), si.waiters, si.submitted,
+				atomic_load(&served_total), xseg_has_work(xt_seg, c->port),
+				ci.reply_depth, ci.replied, slept[0], slept[1], slept[2]);
 			T_CHECK(xseg_now_ns() - last < 20000000000ull,
 				"client %u: no reply for 20 s, %" PRIu64 " answered", c->port,
 				c->answered);
@@ -162,13 +199,12 @@ static void *client_thread(void *arg)
 	return NULL;
 }
 
-START_TEST(threads_share_one_server_port)
+static void run_clients_and_servers(void)
 {
 	pthread_t servers[NSERVERS];
 	struct client clients[NCLIENTS];
 	uint64_t total;
 
-	per_client = xt_scaled(100000, 5000);
 	total = per_client * NCLIENTS;
 	served_bits = calloc((total + 63) / 64, sizeof(*served_bits));
 	ck_assert_ptr_nonnull(served_bits);
@@ -178,7 +214,8 @@ START_TEST(threads_share_one_server_port)
 
 	uint64_t t0 = xseg_now_ns();
 	for (int i = 0; i < NSERVERS; i++)
-		ck_assert_int_eq(pthread_create(&servers[i], NULL, server_thread, NULL), 0);
+		ck_assert_int_eq(pthread_create(&servers[i], NULL, server_thread,
+						&server_asleep_since[i]), 0);
 	for (int i = 0; i < NCLIENTS; i++) {
 		memset(&clients[i], 0, sizeof(clients[i]));
 		clients[i].port = (uint32_t)i + 1;
@@ -213,6 +250,29 @@ START_TEST(threads_share_one_server_port)
 	ck_assert_uint_eq(pi.waiters, 0);
 	free(served_bits);
 }
+
+START_TEST(threads_share_one_server_port)
+{
+	per_client = xt_scaled(100000, 5000);
+	run_clients_and_servers();
+}
+END_TEST
+
+/*
+ * Everyone sleeps whenever idle (no spin), three servers on one port and
+ * clients submitting bursts of DEPTH: every request and every reply needs a
+ * wake-up, often while another wake-up of the same port is still on its way
+ * (the case xseg's wake_pending flag skips a futex call for). A client asleep
+ * for 3 s with requests out means one was lost.
+ */
+START_TEST(sleepers_never_miss_a_wakeup)
+{
+	per_client = xt_scaled(20000, 2000);
+	server_spin_ns = client_spin_ns = 0;
+	server_wait_ns = client_wait_ns = 3000000000ull;
+	timeout_is_lost_wakeup = true;
+	run_clients_and_servers();
+}
 END_TEST
 
 static void setup(void)
@@ -227,6 +287,7 @@ int main(void)
 	tcase_set_timeout(tc, 58);
 	tcase_add_checked_fixture(tc, setup, xt_teardown);
 	tcase_add_test(tc, threads_share_one_server_port);
+	tcase_add_test(tc, sleepers_never_miss_a_wakeup);
 	suite_add_tcase(s, tc);
 	return xt_run(s);
 }

@@ -421,6 +421,10 @@ static void *worker(void *arg)
 				n = accept_batch(t, port, batch);
 				if (n > 0)
 					work += n;
+				/* More may be queued: a sleeping sibling can take it.
+				 * (A burst wakes one thread; each passes it on.) */
+				if (n == (int)batch && p->cfg.threads > 1)
+					xseg_signal(p->seg, port);
 			}
 			n = xseg_receive(p->seg, port, t->batch, PEER_BATCH);
 			for (int i = 0; i < n; i++)

@@ -108,6 +108,30 @@ struct client {
 	uint64_t answered;
 };
 
+/* Fails the run, saying where the requests of a lost wake-up were. */
+static void *report_lost_wakeup(const struct client *c, uint64_t inflight)
+{
+	struct xseg_port_info si = { 0 }, ci = { 0 };
+	uint64_t now = xseg_now_ns(), slept[NSERVERS];
+	for (int k = 0; k < NSERVERS; k++) {
+		uint64_t since = atomic_load(&server_asleep_since[k]);
+		slept[k] = since ? (now - since) / 1000000 : 0;
+	}
+	xseg_port_info(xt_seg, SERVER, &si);
+	xseg_port_info(xt_seg, c->port, &ci);
+	T_CHECK(false,
+		"client %u: asleep %" PRIu64 " ms with %" PRIu64 " requests out, "
+		"%" PRIu64 " answered: a lost wake-up (server port: work %d, "
+		"%u waiters, %" PRIu64 " submitted, %" PRIu64 " served; client port: "
+		"work %d, %u replies queued, %" PRIu64 " replied; servers asleep for "
+		"%" PRIu64 "/%" PRIu64 "/%" PRIu64 " ms)", c->port,
+		client_wait_ns / 1000000, inflight, c->answered,
+		xseg_has_work(xt_seg, SERVER), si.waiters, si.submitted,
+		atomic_load(&served_total), xseg_has_work(xt_seg, c->port),
+		ci.reply_depth, ci.replied, slept[0], slept[1], slept[2]);
+	return NULL;
+}
+
 static void *client_thread(void *arg)
 {
 	struct client *c = arg;
@@ -144,27 +168,9 @@ static void *client_thread(void *arg)
 			int rc = xseg_poll(xt_seg, c->port, client_spin_ns, client_wait_ns);
 			/* 0 is also an early return (a wake-up meant for an earlier
 			 * wait): only a sleep of the whole timeout is a lost one. */
-			bool lost = rc == 0 && xseg_now_ns() - t0 >= client_wait_ns;
-			struct xseg_port_info si = { 0 }, ci = { 0 };
-			uint64_t now = xseg_now_ns(), slept[NSERVERS];
-			for (int k = 0; k < NSERVERS; k++) {
-				uint64_t since = atomic_load(&server_asleep_since[k]);
-				slept[k] = since ? (now - since) / 1000000 : 0;
-			}
-			if (lost) {
-				xseg_port_info(xt_seg, SERVER, &si);
-				xseg_port_info(xt_seg, c->port, &ci);
-			}
-			T_CHECK(!lost || !timeout_is_lost_wakeup,
-				"client %u: asleep %" PRIu64 " ms with %" PRIu64 " requests out, "
-				"%" PRIu64 " answered: a lost wake-up (server port: work %d, "
-				"%u waiters, %" PRIu64 " submitted, %" PRIu64 " served; client port: "
-				"work %d, %u replies queued, %" PRIu64 " replied; servers asleep for "
-				"%" PRIu64 "/%" PRIu64 "/%" PRIu64 " ms)", c->port,
-				client_wait_ns / 1000000, inflight, c->answered,
-				xseg_has_work(xt_seg, SERVER), si.waiters, si.submitted,
-				atomic_load(&served_total), xseg_has_work(xt_seg, c->port),
-				ci.reply_depth, ci.replied, slept[0], slept[1], slept[2]);
+			if (timeout_is_lost_wakeup && rc == 0 &&
+			    xseg_now_ns() - t0 >= client_wait_ns)
+				return report_lost_wakeup(c, inflight);
 			T_CHECK(xseg_now_ns() - last < 20000000000ull,
 				"client %u: no reply for 20 s, %" PRIu64 " answered", c->port,
 				c->answered);

@@ -5,6 +5,7 @@
 # reads and writes at iodepth 1 and 16.
 #   TARGET=filed (default; data under $TMPDIR, tmpfs by default) or nulld
 #   TOTAL (default 64M per run), THREADS (synapsed workers, default 2)
+#   BENCH_OPTS: more bench-xseg options (e.g. --spin-us 300), every row
 #   SYNAPSED_BASELINE=PATH: another synapsed binary (an older build) as a
 #   second pair on its own ports and TCP port, a "baseline" row per case
 set -u
@@ -62,7 +63,7 @@ for bs in ${SIZES:-4K 64K}; do for depth in ${DEPTHS:-1 16}; do for op in ${OPS:
 		esac
 		"$BIN/bench-xseg" --segment "$seg" --port 10 --target-port $tport --object-size 4M \
 			--op $op --pattern rand --total-size "$TOTAL" --block-size $bs --iodepth $depth \
-			--seed $seed --json |
+			--seed $seed --json ${BENCH_OPTS:-} |
 		tail -1 | python3 -c "import json,sys; d=json.load(sys.stdin); print(f\"$TARGET {'$path':8} {d['op']:5} bs={d['block_size']//1024:>2}K depth={d['iodepth']:>2} {d['iops']:>9.0f} IOPS {d['mib_per_s']:>8.1f} MiB/s p50 {d['lat_us_p50']:>7.1f} us p99 {d['lat_us_p99']:>8.1f} us failed {d['failed']}\")"
 	done
 done; done; done

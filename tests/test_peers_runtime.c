@@ -6,9 +6,15 @@
  *
  * And on_accept_in_order: an "orderer" peer with four workers checks that
  * it sees requests in the order the client queued them.
+ *
+ * And parking: a "helped" peer's own thread takes turns watching the port
+ * in place of its workers (peer_helper_poll with the workers parked) and
+ * going away (unparked); no request may wait for a worker that sleeps
+ * apart from the port, nor posted work for a parked worker.
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -157,6 +163,90 @@ static const struct peer_ops orderer_ops = {
 	.default_threads = 4,
 };
 
+/* ---- the helped peer (runs in the child) --------------------------------------- */
+
+enum help_mode {
+	HELP_ALWAYS,   /* parks the workers once and serves the port till the end;
+			* every request comes back as posted work */
+	HELP_TURNS,    /* serves the port for 2 ms, goes away for 30 ms, ... */
+};
+
+static struct {
+	enum help_mode mode;   /* set by the test before the fork */
+	struct peer *peer;
+	pthread_t tid;
+	_Atomic bool quit;
+} helped;
+
+static void serve_for(struct peer_thread *t, uint64_t ns)
+{
+	uint64_t until = xseg_now_ns() + ns;
+	while (xseg_now_ns() < until && !atomic_load(&helped.quit))
+		if (peer_helper_poll(t) == 0)
+			sched_yield();
+}
+
+static void *helper_loop(void *arg)
+{
+	(void)arg;
+	struct peer_thread *t = peer_helper_new(helped.peer);
+	if (!t)
+		return NULL;
+	while (!atomic_load(&helped.quit)) {
+		if (!peer_stopping(helped.peer))
+			peer_park_workers(helped.peer);
+		if (helped.mode == HELP_ALWAYS) {
+			serve_for(t, UINT64_MAX / 2);
+		} else {
+			serve_for(t, 2000000);
+			peer_unpark_workers(helped.peer);
+			usleep(30000);
+		}
+	}
+	peer_unpark_workers(helped.peer);
+	peer_helper_free(t);
+	return NULL;
+}
+
+/* Requests the helper serves go round the completer and come back as
+ * posted work (which only a worker runs) in HELP_ALWAYS; otherwise they
+ * are answered where they are taken, by a worker or by the helper. */
+static void helped_request(struct peer_thread *t, struct xseg_request *req)
+{
+	if (helped.mode == HELP_ALWAYS) {
+		relay_request(t, req);
+		return;
+	}
+	req->serviced = req->size;
+	peer_complete(t, req);
+}
+
+static int helped_init(struct peer *p)
+{
+	if (relay_init(p) != 0)
+		return -1;
+	helped.peer = p;
+	return pthread_create(&helped.tid, NULL, helper_loop, NULL) ? -1 : 0;
+}
+
+/* on_stop: the helper must stop before the workers are gone. */
+static void helped_stop(struct peer_thread *t)
+{
+	(void)t;
+	atomic_store(&helped.quit, true);
+	pthread_join(helped.tid, NULL);
+}
+
+static const struct peer_ops helped_ops = {
+	.name = "helped",
+	.summary = "test peer: a thread of its own serves the port with the workers parked",
+	.init = helped_init,
+	.on_stop = helped_stop,
+	.fini = relay_fini,
+	.on_request = helped_request,
+	.default_threads = 2,
+};
+
 /* ---- the client (the test) ----------------------------------------------------- */
 
 static struct xseg *seg;
@@ -289,6 +379,60 @@ START_TEST(accept_in_order_sees_queue_order)
 }
 END_TEST
 
+/* Parked workers, the helper serving the port, every request answered by
+ * posted work: a post that does not wake a parked worker costs the 1 s
+ * park timeout, so 100 sequential requests taking over 5 s means lost
+ * wake-ups (not a speed check). Workers do not spin here. */
+START_TEST(post_wakes_a_parked_worker)
+{
+	helped.mode = HELP_ALWAYS;
+	start_peer(&helped_ops, 0, "0");
+	uint64_t start = xseg_now_ns();
+	run_load(100, 1);
+	uint64_t ms = (xseg_now_ns() - start) / 1000000;
+	ck_assert_msg(ms < 5000, "100 sequential requests took %llu ms: lost wake-ups",
+		      (unsigned long long)ms);
+	run_load(xt_scaled(5000, 500), 64);
+	int status = pt_stop(child, SIGTERM, TIMEOUT);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
+}
+END_TEST
+
+/* The helper serves 2 ms, then unparks the workers and is away 30 ms. A
+ * request that arrives while it is away must be taken by a worker at once;
+ * if unparking left them asleep apart from the port it would wait for the
+ * helper's return, 15 ms on average, in about every turn. Requests at
+ * depth 1 for ~60 turns: more than 15 of them over 10 ms is that bug (a
+ * correct run has next to none). */
+START_TEST(unparked_workers_watch_the_port)
+{
+	helped.mode = HELP_TURNS;
+	start_peer(&helped_ops, 0, "0");
+	unsigned slow = 0, done = 0;
+	uint64_t start = xseg_now_ns(), worst = 0;
+	while (xseg_now_ns() - start < 2000000000ull) {
+		struct pt_req r = { .op = X_READ, .target = "obj", .size = 64 };
+		uint64_t t0 = xseg_now_ns();
+		ck_assert_msg(pt_submit(seg, CLIENT, RELAY, &r), "submit: %s", xseg_last_error());
+		struct xseg_request *req = pt_receive(seg, CLIENT, TIMEOUT);
+		ck_assert_msg(req, "no reply after %u requests", done);
+		ck_assert_uint_eq(req->result, XR_SERVED);
+		struct pt_req answer = { 0 };
+		pt_finish(seg, req, &answer);
+		uint64_t ns = xseg_now_ns() - t0;
+		slow += ns > 10000000;
+		worst = ns > worst ? ns : worst;
+		done++;
+	}
+	ck_assert_msg(slow <= 15, "%u of %u requests took over 10 ms (worst %llu ms): "
+		      "unparked workers did not watch the port", slow, done,
+		      (unsigned long long)(worst / 1000000));
+	run_load(xt_scaled(20000, 1000), 64);
+	int status = pt_stop(child, SIGTERM, TIMEOUT);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("peers_runtime");
@@ -297,5 +441,7 @@ int main(void)
 	tcase_add_test(tc, post_wakes_a_sleeping_worker);
 	tcase_add_test(tc, stop_waits_for_posted_work);
 	tcase_add_test(tc, accept_in_order_sees_queue_order);
+	tcase_add_test(tc, post_wakes_a_parked_worker);
+	tcase_add_test(tc, unparked_workers_watch_the_port);
 	return pt_run(s);
 }

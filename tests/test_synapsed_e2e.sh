@@ -73,6 +73,27 @@ bench_ok "$SEG" 13 2 --op read --pattern rand --total-size "$T" --block-size 8K 
 bench_ok "$SEG" 10 5 --op read --pattern rand --total-size "$T" --block-size 8K --iodepth 16 --object-size 1M --seed 8
 kill -TERM "$a2pid"; wait "$a2pid" || fail "synapsed A2 exited non-zero on SIGTERM"
 
+echo "--- depth 1 with long spins: the network threads serve the ports, the workers parked"
+# With --spin-us longer than a round trip each network thread takes its
+# side's requests and replies itself (peer_helper_poll) with the workers
+# parked; requests at depth 1 only, then a burst that unparks them, then a
+# stop while they may be parked.
+P3=$(free_port)
+"$BIN/synapsed" --segment "$SEGB" --port 7 --listen "127.0.0.1:$P3" --target-port 3 \
+	--spin-us 5000 --log-level info 2> "$DIR/synapsed-b3.log" & b3pid=$!
+pids+=($b3pid)
+wait_bound_in "$SEGB" 7
+"$BIN/synapsed" --segment "$SEG" --port 6 --remote "127.0.0.1:$P3" --spin-us 5000 --timeout 10 \
+	--log-level info 2> "$DIR/synapsed-a3.log" & a3pid=$!
+pids+=($a3pid)
+wait_log "$DIR/synapsed-a3.log" "connected to 127.0.0.1:$P3"
+bench_ok "$SEG" 10 6 --op write --pattern rand --total-size "$(scaled 4096)K" --block-size 4K --iodepth 1 --object-size 1M --seed 11
+bench_ok "$SEG" 10 6 --op read --pattern seq --total-size "$(scaled 4096)K" --block-size 4K --iodepth 1 --object-size 1M --seed 11
+bench_ok "$SEG" 10 6 --op write --pattern rand --total-size "$T" --block-size 8K --iodepth 16 --object-size 1M --seed 12
+bench_ok "$SEG" 10 6 --op read --pattern rand --total-size "$(scaled 2048)K" --block-size 8K --iodepth 1 --object-size 1M --seed 12
+kill -TERM "$a3pid"; wait "$a3pid" || fail "synapsed A3 exited non-zero on SIGTERM"
+kill -TERM "$b3pid"; wait "$b3pid" || fail "synapsed B3 exited non-zero on SIGTERM"
+
 echo "--- every op crosses: the same answer as on segment B itself"
 xreq_a() { "$BIN/xreq" --segment "$SEG" --port 12 --target-port 2 "$@"; }
 xreq_b() { "$BIN/xreq" --segment "$SEGB" --port 12 --target-port 3 "$@"; }

@@ -189,7 +189,7 @@ bool peer_stopping(struct peer *p);
 void peer_stop(struct peer *p);
 
 struct peer *peer_of(struct peer_thread *t);
-/* 0 .. nr_threads-1. */
+/* 0 .. nr_threads-1 for a worker; nr_threads for a helper (below). */
 unsigned peer_thread_index(struct peer_thread *t);
 void *peer_thread_priv(struct peer_thread *t);
 void peer_thread_set_priv(struct peer_thread *t, void *priv);
@@ -272,6 +272,36 @@ void peer_defer(struct peer_thread *t, struct peer_work *w, peer_work_fn fn);
  * alive until it has run; `w` must stay valid until fn starts.
  */
 void peer_post(struct peer *p, struct peer_work *w, peer_work_fn fn);
+
+/*
+ * A thread of the peer's own that would otherwise spin idle (synapsed's
+ * network thread) can do a worker's round in passing: each request or reply
+ * it takes is a worker it did not have to wake. peer_helper_new gives such
+ * a thread its context (NULL: no memory); one thread per context.
+ * peer_helper_poll accepts requests (none once stopping) and takes replies
+ * once over the bound ports, as a worker's loop does, running on_request
+ * and the reply callbacks on the calling thread; it never sleeps and returns
+ * how many it handled. The context has no thread_init state (its priv is
+ * NULL, its index nr_threads): only a peer whose callbacks need neither may
+ * use one. Work they put off with peer_defer is posted to the workers
+ * before the call returns.
+ */
+struct peer_thread *peer_helper_new(struct peer *p);
+int peer_helper_poll(struct peer_thread *t);
+void peer_helper_free(struct peer_thread *t);
+
+/*
+ * While a helper watches the ports without a break (it spins), the workers
+ * need not: peer_park_workers makes idle workers sleep apart from the ports,
+ * so a client's submit wakes nobody. They still run posted work. The helper
+ * must call peer_unpark_workers before it stops watching (they then look at
+ * the ports before they sleep on them); peer_stop unparks too.
+ */
+void peer_park_workers(struct peer *p);
+void peer_unpark_workers(struct peer *p);
+/* Requests accepted and not yet answered plus sends not yet back: how
+ * much the peer has under way (a helper parks the workers only when low). */
+uint64_t peer_in_flight(struct peer *p);
 
 /* ---- logging --------------------------------------------------------------- */
 

@@ -38,6 +38,7 @@ void peer_thread_set_priv(struct peer_thread *t, void *priv) { t->priv = priv; }
 void peer_stop(struct peer *p)
 {
 	atomic_store(&p->stop, 1);
+	peer_unpark_workers(p);
 }
 
 /* ---- answering ---------------------------------------------------------------- */
@@ -299,6 +300,14 @@ void peer_post(struct peer *p, struct peer_work *w, peer_work_fn fn)
 	xannotate_happens_before(w);
 	cds_wfcq_enqueue(&p->post_head, &p->post_tail, &w->post_node);
 	xseg_signal(p->seg, p->cfg.port_first);
+	/* Parked workers do not watch the port. (The fence orders the enqueue
+	 * before the load: a worker that parks after it sees the work.) */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_load(&p->parked)) {
+		pthread_mutex_lock(&p->park_lock);
+		pthread_cond_signal(&p->park_cond);
+		pthread_mutex_unlock(&p->park_lock);
+	}
 }
 
 static bool posted_ready(void *arg)
@@ -394,13 +403,76 @@ static bool drained(struct peer *p)
 	       !atomic_load(&p->deferred);
 }
 
+/* One pass over the bound ports: accepts (unless stopping) and takes
+ * replies; returns how many of both. */
+static int serve_ports(struct peer_thread *t, bool stopping)
+{
+	struct peer *p = t->peer;
+	unsigned batch = p->ops->accept_batch && p->ops->accept_batch < PEER_BATCH ?
+			 p->ops->accept_batch : PEER_BATCH;
+	int work = 0;
+
+	for (uint32_t port = p->cfg.port_first; port <= p->cfg.port_last; port++) {
+		int n = 0;
+		if (!stopping) {
+			n = accept_batch(t, port, batch);
+			if (n > 0)
+				work += n;
+			/* More may be queued: a sleeping sibling can take it.
+			 * (A burst wakes one thread; each passes it on.) */
+			if (n == (int)batch && p->cfg.threads > 1)
+				xseg_signal(p->seg, port);
+		}
+		n = xseg_receive(p->seg, port, t->batch, PEER_BATCH);
+		for (int i = 0; i < n; i++)
+			on_reply(t, t->batch[i]);
+		if (n > 0)
+			work += n;
+	}
+	return work;
+}
+
+/* ---- parking: idle workers off the ports while a helper watches them ------------------ */
+
+uint64_t peer_in_flight(struct peer *p)
+{
+	return atomic_load(&p->accepted) + atomic_load(&p->outstanding);
+}
+
+void peer_park_workers(struct peer *p)
+{
+	atomic_store(&p->parked, 1);
+}
+
+void peer_unpark_workers(struct peer *p)
+{
+	if (!atomic_exchange(&p->parked, 0))
+		return;
+	pthread_mutex_lock(&p->park_lock);
+	pthread_cond_broadcast(&p->park_cond);
+	pthread_mutex_unlock(&p->park_lock);
+}
+
+/* An idle worker while parked: sleeps until unparked or work is posted
+ * (or a while has passed: it then looks at the ports once). */
+static void park(struct peer *p)
+{
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 1;
+	pthread_mutex_lock(&p->park_lock);
+	while (atomic_load(&p->parked) && !posted_ready(p)) {
+		if (pthread_cond_timedwait(&p->park_cond, &p->park_lock, &until) == ETIMEDOUT)
+			break;
+	}
+	pthread_mutex_unlock(&p->park_lock);
+}
+
 static void *worker(void *arg)
 {
 	struct peer_thread *t = arg;
 	struct peer *p = t->peer;
 	const struct peer_ops *ops = p->ops;
-	unsigned batch = ops->accept_batch && ops->accept_batch < PEER_BATCH ?
-			 ops->accept_batch : PEER_BATCH;
 
 	if (ops->thread_init && ops->thread_init(t) != 0) {
 		peer_error("worker %u could not start", t->index);
@@ -411,27 +483,10 @@ static void *worker(void *arg)
 	}
 	for (;;) {
 		bool stopping = atomic_load(&p->stop);
-		int work = 0;
 
 		if (stopping && ops->on_stop && !atomic_exchange(&p->on_stop_done, 1))
 			ops->on_stop(t);
-		for (uint32_t port = p->cfg.port_first; port <= p->cfg.port_last; port++) {
-			int n = 0;
-			if (!stopping) {
-				n = accept_batch(t, port, batch);
-				if (n > 0)
-					work += n;
-				/* More may be queued: a sleeping sibling can take it.
-				 * (A burst wakes one thread; each passes it on.) */
-				if (n == (int)batch && p->cfg.threads > 1)
-					xseg_signal(p->seg, port);
-			}
-			n = xseg_receive(p->seg, port, t->batch, PEER_BATCH);
-			for (int i = 0; i < n; i++)
-				on_reply(t, t->batch[i]);
-			if (n > 0)
-				work += n;
-		}
+		int work = serve_ports(t, stopping);
 		if (t->deferred)
 			run_deferred(t);
 		if (run_posted(t))
@@ -448,6 +503,8 @@ static void *worker(void *arg)
 		} else if (t->deferred) {
 			xseg_poll_until(p->seg, p->cfg.port_first, 0, RETRY_WAIT_NS,
 					posted_ready, p);
+		} else if (atomic_load(&p->parked)) {
+			park(p);
 		} else {
 			xseg_poll_until(p->seg, p->cfg.port_first, p->cfg.spin_ns,
 					IDLE_WAIT_NS, posted_ready, p);
@@ -457,6 +514,39 @@ static void *worker(void *arg)
 		ops->thread_fini(t);
 	atomic_fetch_sub(&p->running, 1);
 	return NULL;
+}
+
+/* ---- helpers: a worker's round on another thread of the peer ------------------------ */
+
+struct peer_thread *peer_helper_new(struct peer *p)
+{
+	struct peer_thread *t = calloc(1, sizeof(*t));
+	if (!t)
+		return NULL;
+	t->peer = p;
+	t->index = p->cfg.threads;
+	t->tid = pthread_self();
+	return t;
+}
+
+int peer_helper_poll(struct peer_thread *t)
+{
+	int work = serve_ports(t, atomic_load(&t->peer->stop));
+	/* This thread may not come back for a while: what was put off goes
+	 * to the workers, which retry it after their next round. */
+	while (t->deferred) {
+		struct peer_work *w = t->deferred;
+		t->deferred = w->next;
+		w->next = NULL;
+		peer_post(t->peer, w, w->fn);
+		atomic_fetch_sub(&t->peer->deferred, 1);   /* peer_post counted it again */
+	}
+	return work;
+}
+
+void peer_helper_free(struct peer_thread *t)
+{
+	free(t);
 }
 
 /* ---- main ---------------------------------------------------------------------------- */
@@ -550,6 +640,8 @@ int peer_main(int argc, char **argv, const struct peer_ops *ops, void *priv)
 	__cds_wfcq_init(&p->post_head, &p->post_tail);
 	pthread_mutex_init(&p->post_drain, NULL);
 	pthread_mutex_init(&p->accept_order, NULL);
+	pthread_mutex_init(&p->park_lock, NULL);
+	pthread_cond_init(&p->park_cond, NULL);
 	p->ops = ops;
 	p->priv = priv;
 	peer_log_setup(ops->name, PEER_LOG_WARN);

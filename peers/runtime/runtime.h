@@ -71,6 +71,10 @@ struct peer {
 	/* Held across an accept and its on_accept_in_order calls. */
 	pthread_mutex_t accept_order;
 	_Atomic unsigned running;         /* worker threads not yet ended */
+	/* peer_park_workers: idle workers wait on park_cond, not the ports. */
+	_Atomic int parked;
+	pthread_mutex_t park_lock;
+	pthread_cond_t park_cond;
 };
 
 /* options.c */

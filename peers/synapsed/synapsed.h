@@ -113,6 +113,7 @@ struct synapsed {
 	_Atomic int quit;       /* the network thread ends */
 	pthread_t net_thread;
 	bool net_started;
+	struct peer_thread *net_helper;  /* the network thread's worker rounds */
 };
 
 extern struct synapsed S;

@@ -6,6 +6,9 @@
 #   TARGET=filed (default; data under $TMPDIR, tmpfs by default) or nulld
 #   TOTAL (default 64M per run), THREADS (synapsed workers, default 2)
 #   BENCH_OPTS: more bench-xseg options (e.g. --spin-us 300), every row
+#   PIN_ENDS="A B": run synapsed A on CPU A and synapsed B on CPU B (taskset),
+#   as two hosts would: on one host both ends' spinning network threads may
+#   otherwise share a CPU and wait for each other's turn
 #   SYNAPSED_BASELINE=PATH: another synapsed binary (an older build) as a
 #   second pair on its own ports and TCP port, a "baseline" row per case
 set -u
@@ -37,17 +40,22 @@ filed) "$BIN/filed" --segment "$SEGB" --port 1 --dir "$DATA" --threads 2 & pids+
 nulld) "$BIN/nulld" --segment "$SEGB" --port 1 & pids+=($!) ;;
 *) echo "TARGET must be filed or nulld" >&2; exit 2 ;;
 esac
-"$BIN/synapsed" --segment "$SEGB" --port 2 --listen "127.0.0.1:$PORT" --target-port 1 \
+PIN_A= PIN_B=
+if [ -n "${PIN_ENDS:-}" ]; then
+	set -- $PIN_ENDS
+	PIN_A="taskset -c $1" PIN_B="taskset -c $2"
+fi
+$PIN_B "$BIN/synapsed" --segment "$SEGB" --port 2 --listen "127.0.0.1:$PORT" --target-port 1 \
 	--threads "$THREADS" ${SYNAPSED_OPTS:-} & pids+=($!)
 sleep 0.3
-"$BIN/synapsed" --segment "$SEGA" --port 2 --remote "127.0.0.1:$PORT" --threads "$THREADS" ${SYNAPSED_OPTS:-} & pids+=($!)
+$PIN_A "$BIN/synapsed" --segment "$SEGA" --port 2 --remote "127.0.0.1:$PORT" --threads "$THREADS" ${SYNAPSED_OPTS:-} & pids+=($!)
 paths="direct synapsed"
 if [ -n "$BASELINE" ]; then
 	BPORT=$(free_tcp_port)
-	"$BASELINE" --segment "$SEGB" --port 3 --listen "127.0.0.1:$BPORT" --target-port 1 \
+	$PIN_B "$BASELINE" --segment "$SEGB" --port 3 --listen "127.0.0.1:$BPORT" --target-port 1 \
 		--threads "$THREADS" ${SYNAPSED_OPTS:-} & pids+=($!)
 	sleep 0.3
-	"$BASELINE" --segment "$SEGA" --port 3 --remote "127.0.0.1:$BPORT" --threads "$THREADS" \
+	$PIN_A "$BASELINE" --segment "$SEGA" --port 3 --remote "127.0.0.1:$BPORT" --threads "$THREADS" \
 		${SYNAPSED_OPTS:-} & pids+=($!)
 	paths="direct synapsed baseline"
 fi

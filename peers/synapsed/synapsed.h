@@ -3,11 +3,14 @@
  *
  * Threads. One network thread (net.c) owns every socket: it accepts,
  * connects and reconnects, reads and decodes frames, writes queued frames
- * and expires timed-out requests. The peer's worker threads alone touch
- * xseg requests: they turn accepted requests into request frames
- * (outbound.c) and network requests into xseg requests (inbound.c), and
- * queue the frames they make on a connection. The network thread hands
- * received frames to the workers with peer_post.
+ * and expires timed-out requests. It also submits request frames to the
+ * target itself (peer_send_any) and answers replies read into their
+ * requests (peer_answer); what it cannot (pool full, a reply that needs a
+ * copy) goes to the workers with peer_post. The workers turn accepted
+ * requests into request frames (outbound.c) and the target's replies into
+ * reply frames (inbound.c), and write them to the socket themselves when
+ * nobody else is writing. At depth 1, while it spins, the network thread
+ * does the workers' round too (net_helper) with the workers parked.
  *
  * Locking. S.lock guards the slot table, every connection's `gen`, `up`,
  * queues and `incoming`(_bytes); a connection's wlock guards writing to its socket;

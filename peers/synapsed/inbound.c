@@ -57,6 +57,7 @@ static void send_reply(struct inbound *in, struct frame *f, bool sent)
 	if (f)
 		queued = conn_queue_locked(c, in->conn_gen, f);
 	pthread_mutex_unlock(&S.lock);
+	atomic_fetch_sub(&S.inbound_live, 1);
 	if (!f && !sent)
 		peer_error("no memory for the reply to request id %#" PRIx64 ": its requester "
 			   "will time out", in->h.id);
@@ -182,6 +183,7 @@ void inbound_request_done(void *owner)
 	if (same) {
 		c->incoming++;
 		c->incoming_bytes += in->h.data_len;
+		atomic_fetch_add(&S.inbound_live, 1);
 	}
 	pthread_mutex_unlock(&S.lock);
 	if (!same) {

@@ -663,6 +663,14 @@ static bool anything_queued(void)
 	return false;
 }
 
+/* Requests this side has under way: accepted from clients (requester side)
+ * or read from the network and not yet replied to (serving side). */
+static uint64_t under_way(void)
+{
+	uint64_t mine = peer_in_flight(S.peer), remote = atomic_load(&S.inbound_live);
+	return mine > remote ? mine : remote;
+}
+
 /*
  * epoll_wait, spinning first while traffic flowed in the last BUSY_NS.
  * At depth 1 the spinning thread also does the workers' round (requests
@@ -688,7 +696,7 @@ static int wait_events(struct epoll_event *evs, int max, uint64_t now, uint64_t 
 		else
 			peer_unpark_workers(S.peer);
 		for (;;) {
-			if (help && peer_in_flight(S.peer) > 1) {
+			if (help && under_way() > 1) {
 				help = false;   /* under load: the workers share it */
 				peer_unpark_workers(S.peer);
 			}

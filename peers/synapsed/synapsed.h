@@ -113,6 +113,7 @@ struct synapsed {
 	_Atomic int remote_down;  /* errno of the last failed connect, 0 when up or
 				   * trying: requests then fail at once */
 	_Atomic int stopping;   /* the peer is stopping: serve no new requests */
+	_Atomic uint64_t inbound_live;   /* requests from the network not yet replied to */
 	_Atomic int quit;       /* the network thread ends */
 	pthread_t net_thread;
 	bool net_started;

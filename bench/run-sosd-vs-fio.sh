@@ -2,8 +2,10 @@
 # sosd alone against fio's rados engine, interleaved (fio, sosd, sosd, fio,
 # ...) so that both see the same load on a shared machine: 4K and 64K random
 # writes and reads at iodepth 16, REPEAT (3) rounds, IOPS per run. Same
-# workload shape for both: TOTAL (64M) in 4M objects. SOSD_BASELINE=PATH
-# adds another sosd binary (an older build) to each round, on its own port;
+# workload shape for both: TOTAL (64M) in 4M objects, the same objects every
+# round, written once before the first. SOSD_BASELINE=PATH
+# adds another sosd binary (an older build) to each round, on its own port
+# (SOSD_OPTS, BASELINE_OPTS: more options for each sosd);
 # BENCH_OPTS are passed to bench-xseg; SIZES (4K 64K) picks the block sizes.
 set -u
 cd "$(dirname "$0")/.."
@@ -28,11 +30,11 @@ command -v fio >/dev/null && fio --enghelp 2>/dev/null | grep -qw rados ||
 CONF=$(WATCH_PID=$$ tools/micro-ceph start "$CEPH_DIR" | tail -1)
 [ -f "$CONF" ] || { echo "micro-ceph did not start" >&2; exit 1; }
 "$BIN/xseg" create --segment "$SEG" --ports 16 --requests 2048 --heap 256M >/dev/null || exit 1
-"$BIN/sosd" --segment "$SEG" --port 1 --pool xseg --conf "$CONF" & spid=$!
+"$BIN/sosd" --segment "$SEG" --port 1 --pool xseg --conf "$CONF" ${SOSD_OPTS:-} & spid=$!
 . bench/bench_lib.sh
 wait_bound 1
 if [ -n "$SOSD_BASELINE" ]; then
-	"$SOSD_BASELINE" --segment "$SEG" --port 2 --pool xseg --conf "$CONF" & bpid=$!
+	"$SOSD_BASELINE" --segment "$SEG" --port 2 --pool xseg --conf "$CONF" ${BASELINE_OPTS:-} & bpid=$!
 	wait_bound 2
 fi
 
@@ -54,12 +56,19 @@ one() {   # op bs round
 	local rw=rand$1 f s b=
 	[ "$1" = write ] || rw=randread
 	[ $(($3 % 2)) = 1 ] && f=$(fio_iops "$rw" "$2")
-	s=$(sosd_iops "$1" "$2" "$3")
-	[ -n "$SOSD_BASELINE" ] && b="  baseline $(sosd_iops "$1" "$2" "$3" 2)"
+	s=$(sosd_iops "$1" "$2" 1)
+	[ -n "$SOSD_BASELINE" ] && b="  baseline $(sosd_iops "$1" "$2" 1 2)"
 	[ $(($3 % 2)) = 0 ] && f=$(fio_iops "$rw" "$2")
 	printf '%-4s %-6s fio %6s  sosd %6s (%.2fx fio)%s\n' "$2" "$1" "$f" "$s" \
 		"$(python3 -c "print($s / $f)")" "$b"
 }
+# Both write the same objects every round, and both sets are written once
+# before the first round: memstore is several times faster at overwriting
+# an object than at filling a new one, and fio overwrites its own files from
+# its second run on (bench-xseg names objects by seed: one seed for all).
+set -- ${SIZES:-4K 64K}
+fio_iops randwrite "$1" > /dev/null
+sosd_iops write "$1" 1 > /dev/null
 for bs in ${SIZES:-4K 64K}; do for r in $(seq "$REPEAT"); do
 	one write "$bs" "$r"
 	one read "$bs" "$r"

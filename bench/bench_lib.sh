@@ -28,3 +28,17 @@ bench_cleanup() {
 	"$BIN/xseg" destroy --segment "$SEG" 2>/dev/null
 	rm -rf "$DATA"
 }
+
+# For the sosd-against-fio scripts: a micro-ceph in $CEPH_DIR (its conf in
+# CONF), segment $SEG, and sosd on port 1 with ${SOSD_OPTS} (its pid in
+# spid); exits with a message when fio lacks the rados engine or the
+# cluster does not start.
+start_ceph_and_sosd() {
+	command -v fio >/dev/null && fio --enghelp 2>/dev/null | grep -qw rados ||
+		{ echo "fio with the rados engine is needed (tools/install-deps)" >&2; exit 1; }
+	CONF=$(WATCH_PID=$$ tools/micro-ceph start "$CEPH_DIR" | tail -1)
+	[ -f "$CONF" ] || { echo "micro-ceph did not start" >&2; exit 1; }
+	"$BIN/xseg" create --segment "$SEG" --ports 16 --requests 2048 --heap 256M >/dev/null || exit 1
+	"$BIN/sosd" --segment "$SEG" --port 1 --pool xseg --conf "$CONF" ${SOSD_OPTS:-} & spid=$!
+	wait_bound 1
+}

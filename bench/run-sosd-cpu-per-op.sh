@@ -21,14 +21,8 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-command -v fio >/dev/null && fio --enghelp 2>/dev/null | grep -qw rados ||
-	{ echo "fio with the rados engine is needed (tools/install-deps)" >&2; exit 1; }
-CONF=$(WATCH_PID=$$ tools/micro-ceph start "$CEPH_DIR" | tail -1)
-[ -f "$CONF" ] || { echo "micro-ceph did not start" >&2; exit 1; }
-"$BIN/xseg" create --segment "$SEG" --ports 16 --requests 2048 --heap 256M >/dev/null || exit 1
-"$BIN/sosd" --segment "$SEG" --port 1 --pool xseg --conf "$CONF" ${SOSD_OPTS:-} & spid=$!
 . bench/bench_lib.sh
-wait_bound 1
+start_ceph_and_sosd
 osd=$(pgrep -x ceph-osd | head -1)
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }       # utime + stime
 idle() { awk '/^cpu /{print $5 + $6}' /proc/stat; }        # idle + iowait

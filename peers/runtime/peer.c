@@ -458,7 +458,7 @@ void peer_unpark_workers(struct peer *p)
 static void park(struct peer *p)
 {
 	struct timespec until;
-	clock_gettime(CLOCK_REALTIME, &until);
+	clock_gettime(CLOCK_MONOTONIC, &until);
 	until.tv_sec += 1;
 	pthread_mutex_lock(&p->park_lock);
 	while (atomic_load(&p->parked) && !posted_ready(p)) {
@@ -641,7 +641,11 @@ int peer_main(int argc, char **argv, const struct peer_ops *ops, void *priv)
 	pthread_mutex_init(&p->post_drain, NULL);
 	pthread_mutex_init(&p->accept_order, NULL);
 	pthread_mutex_init(&p->park_lock, NULL);
-	pthread_cond_init(&p->park_cond, NULL);
+	pthread_condattr_t ca;   /* park's timeout must not follow the wall clock */
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&p->park_cond, &ca);
+	pthread_condattr_destroy(&ca);
 	p->ops = ops;
 	p->priv = priv;
 	peer_log_setup(ops->name, PEER_LOG_WARN);

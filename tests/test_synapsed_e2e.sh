@@ -16,7 +16,7 @@ expect_exit 0 "$BIN/xreq" --help
 expect_exit 2 "$BIN/synapsed" --segment x --port 1
 grep -q -- "--listen or --remote" "$DIR/err" || fail "missing --listen/--remote not explained"
 for bad in "--listen 127.0.0.1" "--listen 1.2.3.4:99999" "--remote nohost.invalid:7" \
-	   "--allow 300.1.1.1" "--timeout 0" "--target-port x"; do
+	   "--allow 300.1.1.1" "--timeout 0" "--target-port x" "--net-spin-us x"; do
 	set -- $bad
 	expect_exit 2 "$BIN/synapsed" --segment x --port 1 --target-port 1 "$1" "$2"
 	grep -q -- "'$2'" "$DIR/err" || fail "$1 $2: the bad value is not named"
@@ -74,16 +74,16 @@ bench_ok "$SEG" 10 5 --op read --pattern rand --total-size "$T" --block-size 8K 
 kill -TERM "$a2pid"; wait "$a2pid" || fail "synapsed A2 exited non-zero on SIGTERM"
 
 echo "--- depth 1 with long spins: the network threads serve the ports, the workers parked"
-# With --spin-us longer than a round trip each network thread takes its
+# With --net-spin-us longer than a round trip each network thread takes its
 # side's requests and replies itself (peer_helper_poll) with the workers
 # parked; requests at depth 1 only, then a burst that unparks them, then a
 # stop while they may be parked.
 P3=$(free_port)
 "$BIN/synapsed" --segment "$SEGB" --port 7 --listen "127.0.0.1:$P3" --target-port 3 \
-	--spin-us 5000 --log-level info 2> "$DIR/synapsed-b3.log" & b3pid=$!
+	--net-spin-us 5000 --log-level info 2> "$DIR/synapsed-b3.log" & b3pid=$!
 pids+=($b3pid)
 wait_bound_in "$SEGB" 7
-"$BIN/synapsed" --segment "$SEG" --port 6 --remote "127.0.0.1:$P3" --spin-us 5000 --timeout 10 \
+"$BIN/synapsed" --segment "$SEG" --port 6 --remote "127.0.0.1:$P3" --net-spin-us 5000 --timeout 10 \
 	--log-level info 2> "$DIR/synapsed-a3.log" & a3pid=$!
 pids+=($a3pid)
 wait_log "$DIR/synapsed-a3.log" "connected to 127.0.0.1:$P3"

@@ -41,9 +41,9 @@
 #define BACKOFF_MAX_NS   (2ull * 1000 * 1000 * 1000)
 #define SWEEP_NS         (50ull * 1000 * 1000)
 #define QUIT_FLUSH_NS    (2ull * 1000 * 1000 * 1000)
-/* While traffic flowed in the last BUSY_NS, look for events as long as the
- * workers poll (--spin-us), yielding, before sleeping in epoll_wait: a
- * wake-up costs more than the next frame's wait. */
+/* While traffic flowed in the last BUSY_NS, look for events --net-spin-us,
+ * yielding, before sleeping in epoll_wait: a wake-up costs more than the
+ * next frame's wait. */
 #define BUSY_NS          (1ull * 1000 * 1000)
 /* Spins in a row that must end in an event before the workers are parked. */
 #define PARK_STREAK      8u
@@ -679,7 +679,7 @@ static uint64_t under_way(void)
  * pays a futex call for a worker that will not take it (each costs 15-20
  * us on a paravirtualised guest). With more than one request under way
  * the workers share the work as usual. It parks them only once its spins
- * keep ending in an event, not in sleep (--spin-us longer than a round
+ * keep ending in an event, not in sleep (--net-spin-us longer than a round
  * trip): unparking before each sleep would wake them every time.
  */
 static int wait_events(struct epoll_event *evs, int max, uint64_t now, uint64_t *last_event)
@@ -688,7 +688,7 @@ static int wait_events(struct epoll_event *evs, int max, uint64_t now, uint64_t 
 	int n = 0;
 
 	if (now - *last_event < BUSY_NS) {
-		uint64_t spin = peer_spin_ns(S.peer), until = now + spin;
+		uint64_t spin = S.net_spin_ns, until = now + spin;
 		bool help = streak >= PARK_STREAK && S.net_helper &&
 			    !atomic_load(&S.stopping);
 		if (help)

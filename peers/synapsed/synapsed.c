@@ -18,9 +18,10 @@
 
 #include "synapsed.h"
 
-struct synapsed S = { .timeout_ns = 30ull * 1000 * 1000 * 1000, .wake_fd = -1 };
+struct synapsed S = { .timeout_ns = 30ull * 1000 * 1000 * 1000, .wake_fd = -1,
+		      .net_spin_ns = 300ull * 1000 };
 
-enum { OPT_LISTEN = 1, OPT_REMOTE, OPT_TARGET_PORT, OPT_ALLOW, OPT_TIMEOUT };
+enum { OPT_LISTEN = 1, OPT_REMOTE, OPT_TARGET_PORT, OPT_ALLOW, OPT_TIMEOUT, OPT_NET_SPIN };
 
 static const struct option synapsed_options[] = {
 	{ "listen", required_argument, NULL, OPT_LISTEN },
@@ -28,6 +29,7 @@ static const struct option synapsed_options[] = {
 	{ "target-port", required_argument, NULL, OPT_TARGET_PORT },
 	{ "allow", required_argument, NULL, OPT_ALLOW },
 	{ "timeout", required_argument, NULL, OPT_TIMEOUT },
+	{ "net-spin-us", required_argument, NULL, OPT_NET_SPIN },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -39,6 +41,10 @@ static const char synapsed_usage[] =
 "                         without it every address is accepted)\n"
 "  --timeout SECONDS      a request without a reply fails ETIMEDOUT after it;\n"
 "                         also the connect timeout (default 30)\n"
+"  --net-spin-us N        the network thread polls this long after traffic\n"
+"                         before it sleeps; at depth 1 it then serves --port\n"
+"                         itself with the workers parked (default 300; the\n"
+"                         workers' own is --spin-us)\n"
 "At least one of --listen and --remote.\n";
 
 static int parse_option(struct peer *p, int val, const char *arg)
@@ -72,6 +78,11 @@ static int parse_option(struct peer *p, int val, const char *arg)
 		if (peer_arg_uint("--timeout", arg, 1, 86400, &secs) < 0)
 			return -1;
 		S.timeout_ns = secs * 1000000000ull;
+		return 0;
+	case OPT_NET_SPIN:
+		if (peer_arg_uint("--net-spin-us", arg, 0, 1000000, &secs) < 0)
+			return -1;
+		S.net_spin_ns = secs * 1000;
 		return 0;
 	}
 	return -1;

@@ -103,6 +103,7 @@ struct synapsed {
 	uint64_t target_port;
 	bool have_target;
 	uint64_t timeout_ns;
+	uint64_t net_spin_ns;   /* --net-spin-us */
 
 	struct peer *peer;
 	pthread_mutex_t lock;

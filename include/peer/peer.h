@@ -180,8 +180,6 @@ uint32_t peer_port(struct peer *p);
 /* The bound range [first, last]. */
 uint32_t peer_port_last(struct peer *p);
 unsigned peer_nr_threads(struct peer *p);
-/* --spin-us, in ns: how long the workers poll before sleeping. */
-uint64_t peer_spin_ns(struct peer *p);
 const char *peer_name(struct peer *p);
 /* True once a stop began. */
 bool peer_stopping(struct peer *p);

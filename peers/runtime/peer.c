@@ -27,7 +27,6 @@ struct xseg *peer_segment(struct peer *p) { return p->seg; }
 uint32_t peer_port(struct peer *p) { return p->cfg.port_first; }
 uint32_t peer_port_last(struct peer *p) { return p->cfg.port_last; }
 unsigned peer_nr_threads(struct peer *p) { return p->cfg.threads; }
-uint64_t peer_spin_ns(struct peer *p) { return p->cfg.spin_ns; }
 const char *peer_name(struct peer *p) { return p->ops->name; }
 bool peer_stopping(struct peer *p) { return atomic_load(&p->stop) != 0; }
 struct peer *peer_of(struct peer_thread *t) { return t->peer; }

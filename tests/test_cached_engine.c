@@ -444,6 +444,38 @@ START_TEST(small_cache_evicts_and_loses_nothing)
 }
 END_TEST
 
+/* Short of buckets, the cache gives back clean buckets of cold objects
+ * before it evicts dirty data: nothing is written to make room, the dirty
+ * bytes stay cached, and the clean ones are read again from the blocker. */
+START_TEST(clean_buckets_go_before_dirty_ones)
+{
+	setup_with(16 * BKT_SIZE, 16, CACHE_WRITEBACK);   /* high mark: 8 dirty */
+	unsigned char w[4 * BKT_SIZE], r[11 * BKT_SIZE], again[sizeof(r)];
+	fill(w, sizeof(w), 5);
+	ck_assert_int_eq(do_write("dirty", 0, sizeof(w), w), 0);
+	ck_assert_int_eq(do_read("clean", 0, sizeof(r), r), 0);   /* 15 of 16 claimed */
+	struct cache_stats st;
+	cache_engine_stats(blk.engine, &st);
+	ck_assert_uint_eq(st.free_bytes, BKT_SIZE);
+	for (int tick = 0; tick < 3; tick++)
+		cache_engine_maintain(blk.engine);
+	usleep(20000);   /* a flush, had one started, has reached the blocker */
+	cache_engine_stats(blk.engine, &st);
+	ck_assert_int_eq(atomic_load(&blk.writes), 0);
+	ck_assert_uint_eq(st.dirty_bytes, sizeof(w));
+	ck_assert_uint_eq(st.clean_released_bytes, sizeof(r));
+	ck_assert_uint_eq(st.free_bytes, 12 * BKT_SIZE);
+	ck_assert_uint_eq(st.evictions, 0);
+	uint64_t misses = st.misses;
+	ck_assert_int_eq(do_read("dirty", 0, sizeof(w), r), 0);   /* still a hit */
+	ck_assert_mem_eq(r, w, sizeof(w));
+	ck_assert_int_eq(do_read("clean", 0, sizeof(again), again), 0);
+	cache_engine_stats(blk.engine, &st);
+	ck_assert_uint_eq(st.misses, misses + 1);
+	teardown();
+}
+END_TEST
+
 START_TEST(blocker_failure_keeps_dirty_data)
 {
 	setup_with(1 << 20, 16, CACHE_WRITEBACK);
@@ -740,6 +772,7 @@ int main(void)
 	tcase_add_test(tc, delete_invalidates_and_info_counts_dirty);
 	tcase_add_test(tc, copy_flushes_source_first);
 	tcase_add_test(tc, small_cache_evicts_and_loses_nothing);
+	tcase_add_test(tc, clean_buckets_go_before_dirty_ones);
 	tcase_add_test(tc, blocker_failure_keeps_dirty_data);
 	tcase_add_test(tc, flush_waits_for_free_blocker_requests);
 	tcase_add_test(tc, policy_switch_flushes_everything);

@@ -211,6 +211,71 @@ START_TEST(clock_spares_entries_hit_since_the_last_sweep)
 }
 END_TEST
 
+/* xcache_sweep_cold's callback: keeps what it is lent, up to `stop_after`. */
+static struct xcache_entry *lent[8];
+static unsigned nr_lent, stop_after;
+
+static bool take_lent(void *arg, struct xcache_entry *e)
+{
+	(void)arg;
+	lent[nr_lent++] = e;
+	return nr_lent != stop_after;
+}
+
+static void put_lent(void)
+{
+	for (unsigned i = 0; i < nr_lent; i++)
+		xcache_put(cache, lent[i]);
+	nr_lent = 0;
+}
+
+START_TEST(sweep_lends_cold_entries_and_evicts_none)
+{
+	make(3, 8);
+	struct xcache_entry *e[3] = { add("a"), add("b"), add("c") };
+
+	nr_lent = stop_after = 0;
+	for (int i = 0; i < 3; i++)
+		xcache_put(cache, e[i]);
+	expect_log("init(a) init(b) init(c)");
+	ck_assert_uint_eq(xcache_sweep_cold(cache, 8, take_lent, NULL), 0); /* clears the bits */
+	xcache_put(cache, find("b"));
+	ck_assert_uint_eq(xcache_sweep_cold(cache, 8, take_lent, NULL), 2);
+	ck_assert_ptr_eq(lent[0], e[0]);
+	ck_assert_ptr_eq(lent[1], e[2]);
+	ck_assert_str_eq(hook_log, "");			/* nothing evicted */
+	ck_assert_uint_eq(xcache_nr_active(cache), 3);
+	put_lent();
+	ck_assert_ptr_eq(find("a"), e[0]);		/* still indexed; a hit again */
+	xcache_put(cache, e[0]);
+
+	/* max and a callback that stops both end the sweep */
+	ck_assert_uint_eq(xcache_sweep_cold(cache, 1, take_lent, NULL), 1);
+	put_lent();
+	stop_after = 1;
+	ck_assert_uint_eq(xcache_sweep_cold(cache, 8, take_lent, NULL), 1);
+	put_lent();
+	ck_assert_str_eq(hook_log, "");
+
+	/* a lent reference keeps an entry evicted meanwhile alive */
+	stop_after = 1;
+	while (xcache_sweep_cold(cache, 8, take_lent, NULL) == 0)
+		;
+	struct xcache_entry *held = lent[0];
+	char want[64];
+	nr_lent = 0;
+	while (xcache_evict_coldest(cache) == 0)
+		;
+	snprintf(want, sizeof(want), "put(%s)", xcache_entry_name(held, NULL));
+	ck_assert_ptr_null(strstr(hook_log, want));
+	hook_log[0] = '\0';
+	xcache_put(cache, held);
+	snprintf(want, sizeof(want), "finalize(%s) put(%s) free(%s)", xcache_entry_name(held, NULL),
+		 xcache_entry_name(held, NULL), xcache_entry_name(held, NULL));
+	expect_log(want);
+}
+END_TEST
+
 START_TEST(evicted_but_referenced_entry_is_reinserted)
 {
 	make(1, 4);
@@ -378,6 +443,7 @@ int main(void)
 	tcase_add_test(tc, insert_lookup_put_and_destroy);
 	tcase_add_test(tc, insert_of_a_present_name_returns_the_entry_there);
 	tcase_add_test(tc, clock_spares_entries_hit_since_the_last_sweep);
+	tcase_add_test(tc, sweep_lends_cold_entries_and_evicts_none);
 	tcase_add_test(tc, evicted_but_referenced_entry_is_reinserted);
 	tcase_add_test(tc, finalize_may_take_a_reference_and_delay_the_end);
 	tcase_add_test(tc, finalize_that_takes_a_reference_revives_on_insert);

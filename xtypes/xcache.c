@@ -449,6 +449,42 @@ int xcache_evict_coldest(struct xcache *c)
 	return evict_one(c);
 }
 
+/* The same hand as evict_one, one sweep at most; a cold entry is lent to
+ * `cold` (with a reference of its own) instead of being evicted. */
+unsigned xcache_sweep_cold(struct xcache *c, unsigned max,
+			   bool (*cold)(void *arg, struct xcache_entry *entry), void *arg)
+{
+	unsigned lent = 0;
+
+	for (uint64_t scanned = 0; scanned < c->map_words && lent < max; scanned++) {
+		uint64_t word = atomic_fetch_add_explicit(&c->clock_hand, 1, memory_order_relaxed) %
+				c->map_words;
+		uint64_t bits = atomic_load_explicit(&c->active_map[word], memory_order_relaxed);
+
+		for (; bits && lent < max; bits &= bits - 1) {
+			struct xcache_entry *e = node_at(c, word * MAP_BITS +
+							    (unsigned)__builtin_ctzll(bits));
+			uint64_t w = atomic_load_explicit(&e->word, memory_order_acquire);
+			bool got = false;
+
+			if (w_state(w) != ST_ACTIVE)
+				continue;
+			if (atomic_load_explicit(&e->referenced, memory_order_relaxed)) {
+				atomic_store_explicit(&e->referenced, false, memory_order_relaxed);
+				continue;
+			}
+			while (w_state(w) == ST_ACTIVE && !got)
+				got = cas_word(e, &w, w + 1);
+			if (!got)
+				continue;
+			lent++;
+			if (!cold(arg, e))
+				return lent;
+		}
+	}
+	return lent;
+}
+
 /* An active slot for one more entry, evicting until there is one.  Slots
  * held by inserts still in flight can make a sweep come back empty; those
  * inserts finish without waiting on us, so yielding and retrying ends. */

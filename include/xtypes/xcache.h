@@ -77,6 +77,7 @@
 #ifndef XTYPES_XCACHE_H
 #define XTYPES_XCACHE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -165,6 +166,19 @@ int xcache_remove(struct xcache *cache, struct xcache_entry *entry);
 
 /* Evicts the coldest active entry now (on_evict, ...): 0 or -ENOENT. */
 int xcache_evict_coldest(struct xcache *cache);
+
+/*
+ * Moves the clock hand as an eviction does (a set `referenced` bit is
+ * cleared and that entry passed over) but, instead of evicting, lends each
+ * cold active entry to `cold` with a reference that is now the callee's
+ * (drop it with xcache_put, now or later).  Stops after `max` entries, when
+ * `cold` returns false, or after one sweep of the active set; returns how
+ * many entries were lent.  For a user that can give back part of an entry
+ * (a cache's clean pages) before it evicts whole ones.  `cold` runs on the
+ * caller's thread with no xcache lock held.
+ */
+unsigned xcache_sweep_cold(struct xcache *cache, unsigned max,
+			   bool (*cold)(void *arg, struct xcache_entry *entry), void *arg);
 
 void *xcache_entry_priv(const struct xcache_entry *entry);
 /* The entry's name, NUL-terminated; its length in *len if len != NULL. */

@@ -195,13 +195,14 @@ static void reply_stats(struct xseg_request *x)
 		",\"write_bytes\":%" PRIu64 ",\"blocker_read_bytes\":%" PRIu64
 		",\"blocker_write_bytes\":%" PRIu64 ",\"dirty_bytes\":%" PRIu64
 		",\"cached_bytes\":%" PRIu64 ",\"free_bytes\":%" PRIu64 ",\"objects\":%" PRIu64
-		",\"evictions\":%" PRIu64 ",\"flushes\":%" PRIu64 ",\"flush_failures\":%" PRIu64
+		",\"evictions\":%" PRIu64 ",\"clean_released_bytes\":%" PRIu64
+		",\"flushes\":%" PRIu64 ",\"flush_failures\":%" PRIu64
 		",\"flush_avg_us\":%.1f,\"waits\":%" PRIu64 ",\"uncached\":%" PRIu64
 		",\"failed\":%" PRIu64 ",\"blocker_in_flight\":%" PRIu64 "}",
 		C.port, C.blocker_port, s.policy == CACHE_WRITEBACK ? "writeback" : "writethrough",
 		s.hits, s.misses, s.partial_hits, s.read_bytes, s.write_bytes,
 		s.blocker_read_bytes, s.blocker_write_bytes, s.dirty_bytes, s.cached_bytes,
-		s.free_bytes, s.objects, s.evictions, s.flushes, s.flush_failures,
+		s.free_bytes, s.objects, s.evictions, s.clean_released_bytes, s.flushes, s.flush_failures,
 		s.flushes ? (double)s.flush_ns_total / (double)s.flushes / 1e3 : 0.0,
 		s.waits, s.uncached, s.failed, s.blocker_in_flight);
 	if (xseg_prep_request(C.seg, x, x->targetlen, (uint64_t)n + 1) < 0) {

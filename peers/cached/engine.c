@@ -22,6 +22,9 @@
 
 #define MAX_BIOS_IN_FLIGHT  512u
 #define FLUSH_OBJECTS_PER_TICK 32u
+/* Cold objects asked per maintenance tick to give back their clean buckets,
+ * and objects evicted per tick once clean buckets are too few for that. */
+#define RECLAIM_OBJECTS_PER_TICK 8u
 /* Flush writes in flight at once. The rest of the blocker requests stay
  * for clients: with a full cache their writes and misses go through, and a
  * flusher that held 485 of 512 (sustained run) made them queue behind it. */
@@ -43,6 +46,8 @@ struct cache_object {
 	_Atomic bool flush_queued;
 	_Atomic bool flush_io_wait;        /* a flush waits for a free bio */
 	struct xwork flush_io_work;
+	_Atomic bool shed_queued;          /* give back its clean buckets */
+	struct xwork shed_work;
 	_Atomic uint64_t dirty_end;        /* highest byte written back-cached */
 	struct xwork flush_work;
 	struct cds_list_head dirty_link;   /* on e->dirty while dirty */
@@ -90,7 +95,7 @@ struct cache_engine {
 	struct {
 		_Atomic uint64_t hits, misses, partial_hits, read_bytes, write_bytes;
 		_Atomic uint64_t blocker_read_bytes, blocker_write_bytes;
-		_Atomic uint64_t evictions, flushes, flush_failures, flush_ns_total;
+		_Atomic uint64_t evictions, clean_released, flushes, flush_failures, flush_ns_total;
 		_Atomic uint64_t waits, uncached, failed;
 	} st;
 };
@@ -296,6 +301,32 @@ static void release_clean(struct cache_object *o)
 		if (slot >= 0)
 			bucket_pool_put(&o->e->pool, &tl_magazine, (uint32_t)slot);
 	}
+}
+
+/* A cold object gives back its clean buckets (their bytes are on the
+ * blocker) and keeps its dirty ones for the flusher; it stays indexed. */
+static void shed_job(struct xwork *w, void *arg)
+{
+	(void)w;
+	struct cache_object *o = arg;
+	uint32_t before = o->b.claimed;
+	atomic_store(&o->shed_queued, false);
+	release_clean(o);
+	STAT_ADD(o->e, clean_released, (uint64_t)(before - o->b.claimed) * o->e->geo.bucket_size);
+	obj_put(o);
+}
+
+/* xcache_sweep_cold's callback: the lent reference goes to the job. */
+static bool shed_cold(void *arg, struct xcache_entry *entry)
+{
+	(void)arg;
+	struct cache_object *o = xcache_entry_priv(entry);
+	bool expected = false;
+	if (atomic_compare_exchange_strong(&o->shed_queued, &expected, true))
+		obj_enqueue(o, &o->shed_work, shed_job, o);
+	else
+		obj_put(o);
+	return true;
 }
 
 /* ---- the dirty list ------------------------------------------------------------ */
@@ -1200,6 +1231,7 @@ static int on_init(void *priv, void *node_priv)
 	o->flush_error = 0;
 	atomic_store(&o->flush_queued, false);
 	atomic_store(&o->flush_io_wait, false);
+	atomic_store(&o->shed_queued, false);
 	atomic_store(&o->dirty_end, 0);
 	atomic_fetch_add(&e->nodes_used, 1);
 	return 0;
@@ -1323,8 +1355,15 @@ uint64_t cache_engine_maintain(struct cache_engine *e)
 	else if (dirty * 100 <= (uint64_t)e->cfg.dirty_low_pct * total)
 		e->flushing = false;
 
+	/* Short of buckets, clean buckets of cold objects go first: nothing to
+	 * write, and the dirty ones stay to absorb rewrites. Dirty data is
+	 * flushed and whole objects evicted only when few clean ones are left. */
+	uint64_t busy = dirty + atomic_load(&e->totals.count[BUCKET_WRITING]) +
+			atomic_load(&e->totals.count[BUCKET_LOADING]);
+	bool clean_to_spare = claimed > busy && claimed - busy > total / 16;
 	bool short_of_nodes = !xwaitq_empty(&e->entry_waitq);
-	if (e->flushing || ((short_of_buckets || short_of_nodes) && dirty)) {
+	bool need_room = (short_of_buckets && !clean_to_spare) || short_of_nodes;
+	if (e->flushing || (need_room && dirty)) {
 		/* Oldest dirtied first; flushed ones go to the back. */
 		struct cache_object *batch[FLUSH_OBJECTS_PER_TICK];
 		unsigned n = 0;
@@ -1345,9 +1384,17 @@ uint64_t cache_engine_maintain(struct cache_engine *e)
 			obj_put(batch[i]);
 		}
 	}
-	if (short_of_buckets)
-		for (int i = 0; i < 8 && xcache_evict_coldest(e->index) == 0; i++)
-			;
+	if (short_of_buckets) {
+		if (clean_to_spare) {
+			unsigned n = xcache_sweep_cold(e->index, RECLAIM_OBJECTS_PER_TICK, shed_cold, e);
+			if (n < RECLAIM_OBJECTS_PER_TICK)   /* the first sweep may only clear bits */
+				xcache_sweep_cold(e->index, RECLAIM_OBJECTS_PER_TICK - n, shed_cold, e);
+		} else {
+			for (unsigned i = 0; i < RECLAIM_OBJECTS_PER_TICK &&
+					     xcache_evict_coldest(e->index) == 0; i++)
+				;
+		}
+	}
 	atomic_store(&e->io_starved, false);
 	xwaitq_signal(&e->io_waitq);
 	xwaitq_signal(&e->flush_waitq);
@@ -1380,6 +1427,7 @@ void cache_engine_stats(struct cache_engine *e, struct cache_stats *s)
 	s->free_bytes = (e->pool.count - atomic_load(&e->totals.claimed)) * bs;
 	s->objects = xcache_nr_active(e->index);
 	s->evictions = atomic_load(&e->st.evictions);
+	s->clean_released_bytes = atomic_load(&e->st.clean_released);
 	s->flushes = atomic_load(&e->st.flushes);
 	s->flush_failures = atomic_load(&e->st.flush_failures);
 	s->flush_ns_total = atomic_load(&e->st.flush_ns_total);

@@ -472,6 +472,8 @@ START_TEST(clean_buckets_go_before_dirty_ones)
 	ck_assert_int_eq(do_read("clean", 0, sizeof(again), again), 0);
 	cache_engine_stats(blk.engine, &st);
 	ck_assert_uint_eq(st.misses, misses + 1);
+	ck_assert_int_eq(do_flush(), 0);
+	ck_assert(blk_has("dirty", 0, w, sizeof(w)));
 	teardown();
 }
 END_TEST

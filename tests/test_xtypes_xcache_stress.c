@@ -168,6 +168,27 @@ static void drop_deferred(void)
 		xcache_put(cache, deferred[--n_deferred]);
 }
 
+/* xcache_sweep_cold lends an entry: keep it as a held one when there is room. */
+struct held_set {
+	struct xcache_entry **e;
+	int *n;
+};
+
+static _Atomic long n_lent;
+
+static bool take_cold(void *arg, struct xcache_entry *e)
+{
+	struct held_set *h = arg;
+
+	check(xcache_entry_priv(e) != NULL, "lent entry has no node");
+	atomic_fetch_add(&n_lent, 1);
+	if (*h->n < HELD_MAX)
+		h->e[(*h->n)++] = e;
+	else
+		xcache_put(cache, e);
+	return true;
+}
+
 static void *worker(void *arg)
 {
 	unsigned seed = (unsigned)(uintptr_t)arg * 7919 + 1;
@@ -194,8 +215,11 @@ static void *worker(void *arg)
 			e = xcache_insert(cache, fresh);
 			if (e == fresh)
 				atomic_fetch_add(&n_own_inserts, 1);
-		} else if (r < 85) {
+		} else if (r < 83) {
 			xcache_evict_coldest(cache);
+		} else if (r < 85) {
+			struct held_set h = { held, &n_held };
+			xcache_sweep_cold(cache, 2, take_cold, &h);
 		} else if (r < 90 && n_held) {
 			struct xcache_entry *victim = held[rand_r(&seed) % n_held];
 			if (xcache_remove(cache, victim) == 0) {
@@ -258,6 +282,7 @@ START_TEST(four_threads_random_operations_keep_every_invariant)
 	ck_assert_int_ge(n_finalize, n_put);
 	ck_assert_int_gt(n_reinsert, 0);
 	ck_assert_int_gt(n_removed, 0);
+	ck_assert_int_gt(atomic_load(&n_lent), 0);
 }
 END_TEST
 

@@ -70,6 +70,35 @@ START_TEST(set_keeps_object_and_total_counters)
 }
 END_TEST
 
+START_TEST(probation_only_while_valid_and_unused)
+{
+	struct object_buckets ob;
+	struct bucket_totals t = { 0 };
+	ck_assert_int_eq(object_buckets_init(&ob, 4), 0);
+	for (uint32_t i = 0; i < 3; i++)
+		ck_assert_int_eq(bucket_claim(&ob, &t, i, i), 0);
+	ck_assert_int_eq(bucket_on_probation(&ob, &t, 0), -EINVAL);   /* INVALID */
+	for (uint32_t i = 0; i < 3; i++) {
+		ck_assert_int_eq(bucket_set(&ob, &t, i, BUCKET_LOADING), 0);
+		ck_assert_int_eq(bucket_set(&ob, &t, i, BUCKET_VALID), 0);
+		ck_assert_int_eq(bucket_on_probation(&ob, &t, i), 0);
+	}
+	ck_assert_int_eq(bucket_on_probation(&ob, &t, 0), 0);   /* twice counts once */
+	ck_assert_uint_eq(ob.on_probation, 3);
+	ck_assert_uint_eq(atomic_load(&t.probation), 3);
+	bucket_used(&ob, &t, 0);                                /* a hit */
+	bucket_used(&ob, &t, 0);
+	ck_assert_int_eq(bucket_set(&ob, &t, 1, BUCKET_DIRTY), 0);   /* written */
+	ck_assert(!ob.probation[0] && !ob.probation[1] && ob.probation[2]);
+	ck_assert_uint_eq(ob.on_probation, 1);
+	ck_assert_uint_eq(atomic_load(&t.probation), 1);
+	ck_assert_int_eq(bucket_release(&ob, &t, 2), 2);        /* given back */
+	ck_assert_uint_eq(ob.on_probation, 0);
+	ck_assert_uint_eq(atomic_load(&t.probation), 0);
+	object_buckets_free(&ob);
+}
+END_TEST
+
 START_TEST(geometry_rejects_bad_sizes)
 {
 	struct bucket_geometry g;
@@ -153,6 +182,7 @@ int main(void)
 	TCase *tc = tcase_create("buckets");
 	tcase_add_test(tc, transition_table_is_exactly_the_documented_one);
 	tcase_add_test(tc, set_keeps_object_and_total_counters);
+	tcase_add_test(tc, probation_only_while_valid_and_unused);
 	tcase_add_test(tc, geometry_rejects_bad_sizes);
 	tcase_add_test(tc, spans_at_the_edges);
 	tcase_add_test(tc, runs_are_maximal_and_capped);

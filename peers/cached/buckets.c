@@ -68,8 +68,9 @@ int object_buckets_init(struct object_buckets *ob, uint32_t n)
 {
 	ob->n = n;
 	ob->state = calloc(n, sizeof(*ob->state));
+	ob->probation = calloc(n, sizeof(*ob->probation));
 	ob->slot = malloc((size_t)n * sizeof(*ob->slot));
-	if (!ob->state || !ob->slot) {
+	if (!ob->state || !ob->probation || !ob->slot) {
 		object_buckets_free(ob);
 		return -ENOMEM;
 	}
@@ -79,14 +80,17 @@ int object_buckets_init(struct object_buckets *ob, uint32_t n)
 		ob->count[s] = 0;
 	ob->count[BUCKET_INVALID] = n;
 	ob->claimed = 0;
+	ob->on_probation = 0;
 	return 0;
 }
 
 void object_buckets_free(struct object_buckets *ob)
 {
 	free(ob->state);
+	free(ob->probation);
 	free(ob->slot);
 	ob->state = NULL;
+	ob->probation = NULL;
 	ob->slot = NULL;
 	ob->n = 0;
 }
@@ -103,12 +107,35 @@ int bucket_set(struct object_buckets *ob, struct bucket_totals *t, uint32_t i,
 	if (!bucket_transition_ok(from, to) ||
 	    (to != BUCKET_INVALID && ob->slot[i] == BUCKET_NO_SLOT))
 		return -EINVAL;
+	if (from == BUCKET_VALID)
+		bucket_used(ob, t, i);
 	ob->state[i] = (uint8_t)to;
 	ob->count[from]--;
 	ob->count[to]++;
 	atomic_fetch_sub_explicit(&t->count[from], 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&t->count[to], 1, memory_order_relaxed);
 	return 0;
+}
+
+int bucket_on_probation(struct object_buckets *ob, struct bucket_totals *t, uint32_t i)
+{
+	if (i >= ob->n || ob->state[i] != BUCKET_VALID)
+		return -EINVAL;
+	if (!ob->probation[i]) {
+		ob->probation[i] = 1;
+		ob->on_probation++;
+		atomic_fetch_add_explicit(&t->probation, 1, memory_order_relaxed);
+	}
+	return 0;
+}
+
+void bucket_used(struct object_buckets *ob, struct bucket_totals *t, uint32_t i)
+{
+	if (i < ob->n && ob->probation[i]) {
+		ob->probation[i] = 0;
+		ob->on_probation--;
+		atomic_fetch_sub_explicit(&t->probation, 1, memory_order_relaxed);
+	}
 }
 
 int bucket_claim(struct object_buckets *ob, struct bucket_totals *t, uint32_t i,

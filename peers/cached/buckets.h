@@ -24,6 +24,11 @@
  *
  * An object's bucket metadata is changed only by the thread running that
  * object's work queue; the totals are atomics shared by every object.
+ *
+ * Probation: a VALID bucket filled by a read miss and not used since is on
+ * probation, the first kind of data to give back when buckets run short (a
+ * scan read once does not push out data that was written or read twice).
+ * A hit takes it off (bucket_used); so does leaving VALID.
  */
 #ifndef CACHED_BUCKETS_H
 #define CACHED_BUCKETS_H
@@ -85,28 +90,39 @@ bool bucket_span_tail_partial(const struct bucket_geometry *g, const struct buck
 struct bucket_totals {
 	_Atomic uint64_t count[BUCKET_STATES];
 	_Atomic uint64_t claimed;
+	_Atomic uint64_t probation;   /* VALID buckets on probation */
 };
 
 struct object_buckets {
 	uint32_t n;
 	uint8_t *state;               /* enum bucket_state per bucket */
 	uint32_t *slot;               /* pool slot, BUCKET_NO_SLOT when unclaimed */
+	uint8_t *probation;           /* 1: VALID from a read miss, unused since */
 	uint32_t count[BUCKET_STATES];
 	uint32_t claimed;
+	uint32_t on_probation;
 };
 
 int object_buckets_init(struct object_buckets *ob, uint32_t n);
 void object_buckets_free(struct object_buckets *ob);
 
-/* Changes bucket i's state; -EINVAL (and no change) if illegal. */
+/* Changes bucket i's state; -EINVAL (and no change) if illegal. Leaving
+ * VALID ends probation. */
 int bucket_set(struct object_buckets *ob, struct bucket_totals *t, uint32_t i,
 	       enum bucket_state to);
+
+/* Puts VALID bucket i on probation (it was just read in by a miss);
+ * -EINVAL for a bucket that is not VALID. */
+int bucket_on_probation(struct object_buckets *ob, struct bucket_totals *t, uint32_t i);
+/* Bucket i served a hit: off probation. */
+void bucket_used(struct object_buckets *ob, struct bucket_totals *t, uint32_t i);
 
 /* Attaches pool slot `slot` to unclaimed bucket i. -EBUSY if claimed. */
 int bucket_claim(struct object_buckets *ob, struct bucket_totals *t, uint32_t i,
 		 uint32_t slot);
 /* Detaches bucket i's slot and returns it; the bucket becomes INVALID.
- * Only clean buckets (INVALID or VALID) may go: -EBUSY otherwise. */
+ * Only clean buckets (INVALID or VALID) may go: -EBUSY otherwise. Claimed
+ * INVALID buckets count as on probation for "which go first". */
 int64_t bucket_release(struct object_buckets *ob, struct bucket_totals *t, uint32_t i);
 
 /*

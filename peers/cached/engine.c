@@ -22,9 +22,11 @@
 
 #define MAX_BIOS_IN_FLIGHT  512u
 #define FLUSH_OBJECTS_PER_TICK 32u
-/* Cold objects asked per maintenance tick to give back their clean buckets,
- * and objects evicted per tick once clean buckets are too few for that. */
+/* Cold objects asked per maintenance tick to give back their clean buckets. */
 #define RECLAIM_OBJECTS_PER_TICK 8u
+/* The share of the pool (%) that data written or read twice may keep when
+ * data read once wants room (an SLRU's protected segment). */
+#define PROTECTED_PCT 80u
 /* Flush writes in flight at once. The rest of the blocker requests stay
  * for clients: with a full cache their writes and misses go through, and a
  * flusher that held 485 of 512 (sustained run) made them queue behind it. */
@@ -91,6 +93,8 @@ struct cache_engine {
 	_Atomic bool io_starved;
 	struct xwaitq flush_waitq;         /* cond: a flush write may start */
 	_Atomic uint32_t flush_bios;       /* flush writes in flight */
+	_Atomic int64_t shed_budget;       /* buckets cold objects may give back */
+	_Atomic bool shed_protected;       /* ... not only those on probation */
 
 	struct {
 		_Atomic uint64_t hits, misses, partial_hits, read_bytes, write_bytes;
@@ -303,16 +307,52 @@ static void release_clean(struct cache_object *o)
 	}
 }
 
-/* A cold object gives back its clean buckets (their bytes are on the
- * blocker) and keeps its dirty ones for the flusher; it stays indexed. */
+/* Takes one bucket from the maintenance thread's shed budget. */
+static bool take_from_budget(struct cache_engine *e)
+{
+	int64_t left = atomic_load(&e->shed_budget);
+	while (left > 0 && !atomic_compare_exchange_weak(&e->shed_budget, &left, left - 1))
+		;
+	return left > 0;
+}
+
+/* Gives back, within the budget, the buckets of `o` that hold nothing
+ * (claimed INVALID) or data on probation, and with `protected_too` any
+ * other clean ones; returns how many. */
+static uint32_t shed_buckets(struct cache_object *o, bool protected_too)
+{
+	struct cache_engine *e = o->e;
+	uint32_t given = 0;
+	for (uint32_t i = 0; i < o->b.n && o->b.claimed; i++) {
+		enum bucket_state s = o->b.state[i];
+		if (o->b.slot[i] == BUCKET_NO_SLOT || (s != BUCKET_INVALID && s != BUCKET_VALID))
+			continue;
+		if (s == BUCKET_VALID && !o->b.probation[i] && !protected_too)
+			continue;
+		if (!take_from_budget(e))
+			break;
+		int64_t slot = bucket_release(&o->b, &e->totals, i);
+		if (slot >= 0) {
+			bucket_pool_put(&e->pool, &tl_magazine, (uint32_t)slot);
+			given++;
+		}
+	}
+	return given;
+}
+
+/* A cold object gives back clean buckets (their bytes are on the blocker),
+ * those on probation first, and keeps its dirty ones for the flusher; it
+ * stays indexed. */
 static void shed_job(struct xwork *w, void *arg)
 {
 	(void)w;
 	struct cache_object *o = arg;
-	uint32_t before = o->b.claimed;
+	struct cache_engine *e = o->e;
 	atomic_store(&o->shed_queued, false);
-	release_clean(o);
-	STAT_ADD(o->e, clean_released, (uint64_t)(before - o->b.claimed) * o->e->geo.bucket_size);
+	uint32_t given = shed_buckets(o, false);
+	if (atomic_load(&e->shed_protected))
+		given += shed_buckets(o, true);
+	STAT_ADD(e, clean_released, (uint64_t)given * e->geo.bucket_size);
 	obj_put(o);
 }
 
@@ -723,6 +763,7 @@ static void load_done_job(struct xwork *w, void *arg)
 			memcpy(bucket_pool_data(&e->pool, o->b.slot[i]),
 			       (unsigned char *)bio->data + rel, bs);
 			bucket_set(&o->b, &e->totals, i, BUCKET_VALID);
+			bucket_on_probation(&o->b, &e->totals, i);
 		} else {
 			bucket_set(&o->b, &e->totals, i, BUCKET_INVALID);
 			error = bio->error ? bio->error : EIO;
@@ -861,8 +902,11 @@ static void read_step(struct cache_object *o, struct cache_req *req,
 			missing++;
 	}
 	if (!missing && !loading) {
-		for (uint32_t i = sp->first; i <= sp->last; i++)
+		for (uint32_t i = sp->first; i <= sp->last; i++) {
 			bucket_copy(o, i, req->offset, req->size, req->data, false);
+			if (!req->counted)   /* a hit, not the read that loaded it */
+				bucket_used(&o->b, &e->totals, i);
+		}
 		if (!req->counted)
 			STAT_ADD(e, hits, 1);
 		STAT_ADD(e, read_bytes, req->size);
@@ -1357,7 +1401,7 @@ uint64_t cache_engine_maintain(struct cache_engine *e)
 
 	/* Short of buckets, clean buckets of cold objects go first: nothing to
 	 * write, and the dirty ones stay to absorb rewrites. Dirty data is
-	 * flushed and whole objects evicted only when few clean ones are left. */
+	 * flushed for room only when few clean ones are left. */
 	uint64_t busy = dirty + atomic_load(&e->totals.count[BUCKET_WRITING]) +
 			atomic_load(&e->totals.count[BUCKET_LOADING]);
 	bool clean_to_spare = claimed > busy && claimed - busy > total / 16;
@@ -1385,15 +1429,20 @@ uint64_t cache_engine_maintain(struct cache_engine *e)
 		}
 	}
 	if (short_of_buckets) {
-		if (clean_to_spare) {
-			unsigned n = xcache_sweep_cold(e->index, RECLAIM_OBJECTS_PER_TICK, shed_cold, e);
-			if (n < RECLAIM_OBJECTS_PER_TICK)   /* the first sweep may only clear bits */
-				xcache_sweep_cold(e->index, RECLAIM_OBJECTS_PER_TICK - n, shed_cold, e);
-		} else {
-			for (unsigned i = 0; i < RECLAIM_OBJECTS_PER_TICK &&
-					     xcache_evict_coldest(e->index) == 0; i++)
-				;
-		}
+		/* Room for an eighth of the pool, taken from data read once by a
+		 * miss (probation); from other clean data too only while that
+		 * holds more than PROTECTED_PCT of the pool, so that a scan read
+		 * once does not push out what was written or read twice. Dirty
+		 * data becomes clean through the flush above first. Objects are
+		 * not evicted whole for room: one can be a good part of the cache. */
+		uint64_t probation = atomic_load(&e->totals.probation);
+		uint64_t loading = atomic_load(&e->totals.count[BUCKET_LOADING]);
+		uint64_t protected_ = claimed > probation + loading ? claimed - probation - loading : 0;
+		atomic_store(&e->shed_protected, protected_ * 100 > total * PROTECTED_PCT);
+		atomic_store(&e->shed_budget, (int64_t)(total / 8 + 1) - (int64_t)(total - claimed));
+		unsigned n = xcache_sweep_cold(e->index, RECLAIM_OBJECTS_PER_TICK, shed_cold, e);
+		if (n < RECLAIM_OBJECTS_PER_TICK)   /* the first sweep may only clear bits */
+			xcache_sweep_cold(e->index, RECLAIM_OBJECTS_PER_TICK - n, shed_cold, e);
 	}
 	atomic_store(&e->io_starved, false);
 	xwaitq_signal(&e->io_waitq);

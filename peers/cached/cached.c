@@ -71,18 +71,21 @@ static void logmsg(enum log_level lvl, const char *fmt, ...)
 struct glue_bio {
 	struct cache_bio bio;
 	struct xseg_request *xreq;
+	bool lent;                 /* a client's request, passed on to the blocker */
 };
 
 struct glue_req {
 	struct cache_req req;
 	struct xseg_request *xreq;
+	struct glue_bio lent;      /* xreq itself as a blocker request */
 	char control[128];
 	char copy_src[XSEG_MAX_TARGETLEN + 1];
 };
 
-/* A pool request is a client's (accepted here) or ours (sent to the
- * blocker), never both, and is ours until answered or put back: its glue
- * lives in the slot of its index, so no request costs a malloc. */
+/* A pool request is a client's (accepted here, and maybe lent to the
+ * blocker: glue_req.lent) or ours (sent to the blocker), and is ours until
+ * answered or put back: its glue lives in the slot of its index, so no
+ * request costs a malloc. */
 union glue_slot {
 	struct glue_bio bio;
 	struct glue_req req;
@@ -114,6 +117,20 @@ static struct cache_bio *backend_alloc(void *ctx, uint32_t op, const char *name,
 	return &g->bio;
 }
 
+/* The client's request goes to the blocker itself (xseg_forward): the
+ * reply comes back to our port with our cookie, and we answer in turn. */
+static struct cache_bio *backend_lend(void *ctx, struct cache_req *r)
+{
+	(void)ctx;
+	struct glue_req *g = (struct glue_req *)r;
+	struct glue_bio *b = &g->lent;
+	memset(b, 0, sizeof(*b));
+	b->xreq = g->xreq;
+	b->lent = true;
+	b->bio.data = r->data;
+	return &b->bio;
+}
+
 static void backend_submit(void *ctx, struct cache_bio *bio)
 {
 	(void)ctx;
@@ -140,7 +157,8 @@ static void backend_release(void *ctx, struct cache_bio *bio)
 {
 	(void)ctx;
 	struct glue_bio *g = (struct glue_bio *)bio;
-	xseg_reserve_put(C.reserve, g->xreq);   /* the slot is free from here */
+	if (!g->lent)
+		xseg_reserve_put(C.reserve, g->xreq);   /* the slot is free from here */
 }
 
 /* A blocker reply came back to our port. */
@@ -602,7 +620,8 @@ int main(int argc, char **argv)
 	const char *why = NULL;
 
 	parse_options(argc, argv);
-	struct cache_backend be = { backend_alloc, backend_submit, backend_release, NULL };
+	struct cache_backend be = { .alloc = backend_alloc, .submit = backend_submit,
+				    .release = backend_release, .lend = backend_lend };
 	C.engine = cache_engine_create(&C.cfg, &be, &why);
 	if (!C.engine) {
 		fprintf(stderr, "cached: %s\n", why);

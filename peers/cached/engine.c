@@ -165,6 +165,17 @@ static void park(struct cache_object *o, struct cache_req *req)
 	STAT_ADD(o->e, waits, 1);
 }
 
+/* Takes req off the object's parked list. */
+static void unpark(struct cache_object *o, struct cache_req *req)
+{
+	for (struct cache_req **p = &o->parked; *p; p = &(*p)->next_parked)
+		if (*p == req) {
+			*p = req->next_parked;
+			req->next_parked = NULL;
+			return;
+		}
+}
+
 static void object_step(struct cache_object *o, struct cache_req *req);
 
 /* Re-runs every parked request; each may park again. */
@@ -181,6 +192,18 @@ static void run_parked(struct cache_object *o)
 
 /* ---- blocker I/O ---------------------------------------------------------- */
 
+static struct cache_bio *bio_init(struct cache_engine *e, struct cache_bio *bio, uint32_t op,
+				  uint64_t offset, uint64_t size)
+{
+	memset(&bio->served, 0, sizeof(*bio) - offsetof(struct cache_bio, served));
+	bio->flags = 0;
+	bio->op = op;
+	bio->offset = offset;
+	bio->size = size;
+	atomic_fetch_add(&e->bios_in_flight, 1);
+	return bio;
+}
+
 static struct cache_bio *bio_alloc(struct cache_engine *e, uint32_t op, const char *name,
 				   uint64_t offset, uint64_t size, const char *copy_src)
 {
@@ -191,15 +214,30 @@ static struct cache_bio *bio_alloc(struct cache_engine *e, uint32_t op, const ch
 		atomic_store(&e->io_starved, true);
 		return NULL;
 	}
-	memset(&bio->served, 0, sizeof(*bio) - offsetof(struct cache_bio, served));
-	bio->flags = 0;
-	bio->op = op;
-	bio->offset = offset;
-	bio->size = size;
-	atomic_fetch_add(&e->bios_in_flight, 1);
-	return bio;
+	return bio_init(e, bio, op, offset, size);
 }
 
+/*
+ * A blocker request for exactly req's op and bytes. Where the glue can
+ * lend the client's request itself, the blocker reads or fills the
+ * client's buffer: one copy and one request fewer per write-through write
+ * or miss (about a fifth of cached's CPU on a CPU-bound blocker). Lent,
+ * bio->data == req->data and bio->req is set; else bio->req is NULL.
+ */
+static struct cache_bio *bio_for_req(struct cache_engine *e, struct cache_req *req,
+				     const char *name)
+{
+	if (e->be.lend && atomic_load(&e->bios_in_flight) < MAX_BIOS_IN_FLIGHT) {
+		struct cache_bio *bio = e->be.lend(e->be.ctx, req);
+		if (bio) {
+			bio_init(e, bio, req->op, req->offset, req->size);
+			bio->flags = req->flags;
+			bio->req = req;
+			return bio;
+		}
+	}
+	return bio_alloc(e, req->op, name, req->offset, req->size, NULL);
+}
 static void bio_release(struct cache_engine *e, struct cache_bio *bio)
 {
 	e->be.release(e->be.ctx, bio);
@@ -779,13 +817,26 @@ static void load_done_job(struct xwork *w, void *arg)
 				r->load_error = error;
 	}
 	o->loads--;
+	struct cache_req *lent_by = bio->req;
 	bio_release(e, bio);
+	if (lent_by && !error) {
+		/* Its buffer holds what the buckets now hold: answer it here,
+		 * before anything parked can change them. */
+		unpark(o, lent_by);
+		STAT_ADD(e, read_bytes, lent_by->size);
+		finish(e, lent_by, true, 0, lent_by->size);
+	}
 	run_parked(o);
 	obj_put(o);
 }
 
-/* Sends a load for every INVALID run in [first, last]. False: pool full. */
-static bool load_runs(struct cache_object *o, uint32_t first, uint32_t last, bool *no_io)
+/*
+ * Sends a load for every INVALID run in [first, last]. False: pool full.
+ * `whole`: a read whose bytes are exactly these buckets, all INVALID; its
+ * own request may then be the load (bio_for_req).
+ */
+static bool load_runs(struct cache_object *o, uint32_t first, uint32_t last, bool *no_io,
+		      struct cache_req *whole)
 {
 	struct cache_engine *e = o->e;
 	uint32_t i = first, len;
@@ -794,8 +845,10 @@ static bool load_runs(struct cache_object *o, uint32_t first, uint32_t last, boo
 		if (!claim_range(o, i, i + len - 1))
 			return false;
 		uint64_t off = (uint64_t)i * e->geo.bucket_size;
-		struct cache_bio *bio = bio_alloc(e, X_READ, o->name, off,
-						  (uint64_t)len * e->geo.bucket_size, NULL);
+		uint64_t size = (uint64_t)len * e->geo.bucket_size;
+		struct cache_bio *bio = whole && whole->offset == off && whole->size == size
+			? bio_for_req(e, whole, o->name)
+			: bio_alloc(e, X_READ, o->name, off, size, NULL);
 		if (!bio) {
 			*no_io = true;
 			return true;
@@ -816,13 +869,13 @@ static void through_done_job(struct xwork *w, void *arg);
 static void go_through(struct cache_object *o, struct cache_req *req)
 {
 	struct cache_engine *e = o->e;
-	struct cache_bio *bio = bio_alloc(e, req->op, o->name, req->offset, req->size, NULL);
+	struct cache_bio *bio = bio_for_req(e, req, o->name);
 	if (!bio) {
 		wait_for_io(o, req);
 		return;
 	}
 	bio->flags = req->flags;
-	if (req->op == X_WRITE)
+	if (req->op == X_WRITE && bio->data != req->data)
 		memcpy(bio->data, req->data, req->size);
 	bio->req = req;
 	o->throughs++;
@@ -843,7 +896,8 @@ static void through_done_job(struct xwork *w, void *arg)
 
 	bucket_span_of(&e->geo, req->offset, req->size, &sp);
 	if (req->op == X_READ && ok) {
-		memcpy(req->data, bio->data, req->size);
+		if (bio->data != req->data)
+			memcpy(req->data, bio->data, req->size);
 		STAT_ADD(e, blocker_read_bytes, req->size);
 		for (uint32_t i = sp.first; i <= sp.last; i++)   /* cached is newer */
 			if (o->b.slot[i] != BUCKET_NO_SLOT && bucket_readable(o->b.state[i]))
@@ -928,7 +982,10 @@ static void read_step(struct cache_object *o, struct cache_req *req,
 			park(o, req);
 			return;
 		}
-		if (!load_runs(o, sp->first, sp->last, &no_io)) {
+		bool aligned = req->offset == (uint64_t)sp->first * e->geo.bucket_size &&
+			       req->size == (uint64_t)(sp->last - sp->first + 1) * e->geo.bucket_size;
+		if (!load_runs(o, sp->first, sp->last, &no_io,
+			       aligned && !loading && missing == sp->last - sp->first + 1 ? req : NULL)) {
 			STAT_ADD(e, uncached, 1);
 			go_through(o, req);
 			return;
@@ -971,9 +1028,9 @@ static void write_back(struct cache_object *o, struct cache_req *req,
 	if (head || tail) {
 		bool no_io = false, ok = true;
 		if (head)
-			ok = load_runs(o, sp->first, sp->first, &no_io);
+			ok = load_runs(o, sp->first, sp->first, &no_io, NULL);
 		if (ok && tail && !no_io)
-			ok = load_runs(o, sp->last, sp->last, &no_io);
+			ok = load_runs(o, sp->last, sp->last, &no_io, NULL);
 		if (!ok) {
 			STAT_ADD(e, uncached, 1);
 			write_through(o, req, sp);

@@ -91,6 +91,12 @@ struct cache_backend {
 	void (*submit)(void *ctx, struct cache_bio *bio);
 	void (*release)(void *ctx, struct cache_bio *bio);
 	void *ctx;
+	/* Optional: a blocker request that is the client's request itself, for
+	 * exactly its op, offset and size, in its own buffer (bio->data ==
+	 * req->data): no request of the glue's, no copy. NULL when the glue
+	 * cannot; the engine then uses alloc. Submitted and released as any
+	 * other, and always released before req->done(req). */
+	struct cache_bio *(*lend)(void *ctx, struct cache_req *req);
 };
 
 /* ---- client requests ------------------------------------------------------- */

@@ -26,8 +26,15 @@ grep -q "'x'" "$DIR/err" || fail "bad --target-port not named"
 expect_exit 2 "$BIN/nbdd" --segment "$SEG" --port 4 --target-port 2 --volume v:lots --unix "$DIR/s"
 grep -q "'lots'" "$DIR/err" || fail "bad volume size not named"
 [ "$(wc -l < "$DIR/err")" -eq 1 ] || fail "more than one line for a bad argument"
-expect_exit 2 "$BIN/nbdd" --segment "$SEG" --port 4 --target-port 2 --volume v:1M --listen nocolon
-grep -q "'nocolon'" "$DIR/err" || fail "bad --listen not named"
+# --listen: port digits in 1..65535, a numeric address (IPv6 in brackets);
+# 127.0.0.1:99999 used to bind port 34463 (99999 mod 65536)
+for bad in nocolon 127.0.0.1:99999 127.0.0.1:0 127.0.0.1:x 127.0.0.1: 127.0.0.1:+80 \
+	   1.2.3:80 localhost:80 ::1:80 '[1.2.3.4]:80' :80 '[::1]:80x'; do
+	expect_exit 2 "$BIN/nbdd" --segment "$SEG" --port 4 --target-port 2 --volume v:1M \
+		--listen "$bad"
+	grep -qF "'$bad'" "$DIR/err" || { cat "$DIR/err"; fail "bad --listen '$bad' not named"; }
+	[ "$(wc -l < "$DIR/err")" -eq 1 ] || fail "more than one line for --listen '$bad'"
+done
 expect_exit 2 "$BIN/nbdd" --segment "$SEG" --port 4 --target-port 2 --volume v:1M
 
 echo "--- the path: nbdd -> vlmcd -> cached -> filed"

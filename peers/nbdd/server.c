@@ -754,40 +754,20 @@ static int add_listener(int fd, const char *name)
 	return 0;
 }
 
-static int open_tcp(const char *spec)
+/* The i-th --listen, checked and parsed with the options (nbdd.c). */
+static int open_tcp(unsigned i)
 {
-	char host[256];
-	const char *colon = strrchr(spec, ':');
-	size_t hl = colon ? (size_t)(colon - spec) : 0;
-	if (!colon || hl >= sizeof(host)) {
-		peer_error("--listen '%s' is not ADDR:PORT", spec);
-		return -1;
-	}
-	memcpy(host, spec, hl);
-	host[hl] = '\0';
-	char *h = host;
-	if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']') {   /* [::1]:10809 */
-		host[hl - 1] = '\0';
-		h = host + 1;
-	}
-	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-				  .ai_flags = AI_PASSIVE | AI_NUMERICSERV }, *res;
-	int rc = getaddrinfo(*h ? h : NULL, colon + 1, &hints, &res);
-	if (rc) {
-		peer_error("--listen '%s': %s", spec, gai_strerror(rc));
-		return -1;
-	}
-	int fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	const char *spec = nbdd_cfg.listen[i];
+	const struct sockaddr_storage *ss = &nbdd_cfg.listen_addr[i];
+	int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	int one = 1;
 	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
-	    bind(fd, res->ai_addr, res->ai_addrlen) < 0) {
+	    bind(fd, (const struct sockaddr *)ss, nbdd_cfg.listen_addr_len[i]) < 0) {
 		peer_error("cannot bind --listen '%s': %s", spec, strerror(errno));
 		if (fd >= 0)
 			close(fd);
-		freeaddrinfo(res);
 		return -1;
 	}
-	freeaddrinfo(res);
 	return add_listener(fd, spec);
 }
 
@@ -835,7 +815,7 @@ int server_open(struct peer *p)
 		return -1;
 	}
 	for (unsigned i = 0; i < nbdd_cfg.nr_listen; i++)
-		if (open_tcp(nbdd_cfg.listen[i]) < 0)
+		if (open_tcp(i) < 0)
 			return -1;
 	if (nbdd_cfg.unix_path && open_unix(nbdd_cfg.unix_path) < 0)
 		return -1;

@@ -143,6 +143,15 @@ static void update_events_locked(struct conn *c)
 		peer_warn("%s: epoll: %s", c->peer_name, strerror(errno));
 }
 
+/* DISC or ABORT: stop reading now. Bytes the client sends after it would
+ * otherwise keep the level-triggered EPOLLIN firing while the replies
+ * drain, each round reading nothing (a core spun). Lock held. */
+static void set_disc_locked(struct conn *c)
+{
+	c->disc = true;
+	update_events_locked(c);
+}
+
 /* Takes a written or dropped buffer off the books (lock held). */
 static void release_locked(struct conn *c, struct out_buf *ob)
 {
@@ -442,7 +451,7 @@ static bool handle_option(struct conn *c, const struct nbd_option *opt, const ui
 	case NBD_OPT_ABORT:
 		option_reply(c, opt->option, NBD_REP_ACK, NULL, 0);
 		pthread_mutex_lock(&c->lock);
-		c->disc = true;
+		set_disc_locked(c);
 		pthread_mutex_unlock(&c->lock);
 		return true;
 	case NBD_OPT_LIST:
@@ -507,7 +516,7 @@ static bool handle_request(struct conn *c, const struct nbd_request *req)
 	}
 	if (req->type == NBD_CMD_DISC) {
 		pthread_mutex_lock(&c->lock);
-		c->disc = true;
+		set_disc_locked(c);
 		bool now = drained_locked(c);
 		pthread_mutex_unlock(&c->lock);
 		if (now)

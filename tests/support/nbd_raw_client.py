@@ -309,6 +309,21 @@ def flow_control(s, leave=False):
     request(s, DISC, 1, 0, 0)
 
 
+def disc_then_bytes(s):
+    """Bytes after DISC, while replies wait unread: nbdd must stop reading,
+    not wake up for them again and again (it used to spin a core)."""
+    handshake(s, b"vol")
+    for i in range(8):
+        request(s, READ, i, i << 20, 1 << 20)
+    reply(s)   # the replies are being written: more than the socket takes
+    request(s, DISC, 99, 0, 0)
+    s.sendall(b"after DISC" * 20000)   # more than one read of nbdd's buffer
+    time.sleep(0.2)
+    assert_idle_cpu("bytes after DISC")
+    s.close()
+    served("after bytes after DISC")
+
+
 def main():
     global args
     ap = argparse.ArgumentParser()
@@ -331,6 +346,7 @@ def main():
         "leave-in-flight": leave_in_flight,
         "flow-control": flow_control,
         "leave-paused": lambda s: flow_control(s, leave=True),
+        "disc-then-bytes": disc_then_bytes,
     }
     if args.case not in cases:
         fail("unknown case")

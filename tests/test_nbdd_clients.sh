@@ -107,7 +107,7 @@ cmp "$DIR/small.raw" "$DIR/small.back" || fail "nbdcopy: bytes differ"
 echo "--- raw socket: bad clients are closed, good ones keep being served"
 for case in garbage-handshake bad-option-magic huge-option unknown-export truncated-request \
 	    truncated-payload bad-request-magic errors out-of-order leave-in-flight \
-	    flow-control leave-paused disc-then-bytes; do
+	    flow-control leave-paused disc-then-bytes handshake-flood; do
 	$T $RAW "$SOCK" $case --pid $nbdd_pid || fail "raw client: $case"
 done
 qio "$URI" "${reads[@]:26}"   # slots past what convert and the raw clients wrote

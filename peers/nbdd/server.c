@@ -13,7 +13,8 @@
  * Flow control: a connection with --max-inflight commands (or
  * MAX_INFLIGHT_BYTES) whose replies are not yet written stops being read
  * until half of them are; a client that never reads its replies cannot make nbdd
- * buffer without bound.
+ * buffer without bound. In the handshake the same holds for the option
+ * replies, at HANDSHAKE_OUT_MAX bytes unsent.
  */
 #define _GNU_SOURCE   /* accept4 */
 #include <errno.h>
@@ -37,6 +38,9 @@
 
 #define IN_BUF_SIZE (64u * 1024)
 #define MAX_INFLIGHT_BYTES (128ull << 20)
+/* Unsent handshake replies before the connection is not read: a client
+ * pipelining options sends a few; one that never reads gets no more. */
+#define HANDSHAKE_OUT_MAX (64ull << 10)
 #define MAX_LISTENERS 5
 #define WRITE_IOVS 64
 
@@ -73,6 +77,7 @@ struct conn {
 	bool disc;                  /* DISC (or ABORT): close once drained */
 	bool kicked;                /* on the socket thread's kick list */
 	uint64_t inflight, inflight_bytes;
+	uint64_t bytes_limit;       /* inflight_bytes that pause reading: per phase */
 	struct conn *next_kick;
 };
 
@@ -160,7 +165,7 @@ static void release_locked(struct conn *c, struct out_buf *ob)
 	free(ob);
 	/* Resume at half the limits, not at the first reply written. */
 	if (c->paused && c->inflight <= nbdd_cfg.max_inflight / 2 &&
-	    c->inflight_bytes <= MAX_INFLIGHT_BYTES / 2) {
+	    c->inflight_bytes <= c->bytes_limit / 2) {
 		c->paused = false;
 		kick(c);   /* bytes may wait in its input buffer */
 	}
@@ -248,7 +253,8 @@ void conn_put(struct conn *c)
 	free(c);
 }
 
-/* Queues bytes the socket thread makes (handshake replies, early errors). */
+/* Queues bytes the socket thread makes (handshake replies, early errors);
+ * they count against the connection's byte limit until written. */
 static void send_bytes(struct conn *c, const void *data, uint32_t len, uint32_t charge)
 {
 	struct out_buf *ob = out_buf_new(len);
@@ -262,8 +268,10 @@ static void send_bytes(struct conn *c, const void *data, uint32_t len, uint32_t 
 	}
 	memcpy(ob->data, data, len);
 	ob->charge = charge;
+	ob->charge_bytes = len;
 	pthread_mutex_lock(&c->lock);
 	c->inflight += charge;
+	c->inflight_bytes += len;
 	pthread_mutex_unlock(&c->lock);
 	conn_send(c, ob);
 }
@@ -335,6 +343,7 @@ static void accept_one(const struct listener *l)
 	c->fd = fd;
 	atomic_init(&c->refs, 1);
 	c->out_tail = &c->out_head;
+	c->bytes_limit = HANDSHAKE_OUT_MAX;
 	pthread_mutex_init(&c->lock, NULL);
 	if (ss.ss_family == AF_INET || ss.ss_family == AF_INET6) {
 		char host[INET6_ADDRSTRLEN], serv[16];
@@ -403,6 +412,16 @@ static const struct nbd_export *lookup(const uint8_t *name, uint32_t len)
 	return nbdd_find_export(name, len);
 }
 
+static void start_transmission(struct conn *c, const struct nbd_export *e)
+{
+	c->exp = e;
+	c->phase = PH_TRANSMISSION;
+	pthread_mutex_lock(&c->lock);
+	c->bytes_limit = MAX_INFLIGHT_BYTES;
+	pthread_mutex_unlock(&c->lock);
+	peer_info("%s: serving export %s", c->peer_name, e->name);
+}
+
 static void info_or_go(struct conn *c, uint32_t option, const uint8_t *data, uint32_t len)
 {
 	struct nbd_export_query q;
@@ -425,11 +444,8 @@ static void info_or_go(struct conn *c, uint32_t option, const uint8_t *data, uin
 	nbd_encode_info_block_size(info, 1, 4096, (uint32_t)nbdd_cfg.max_request);
 	option_reply(c, option, NBD_REP_INFO, info, NBD_INFO_BLOCK_SIZE_LEN);
 	option_reply(c, option, NBD_REP_ACK, NULL, 0);
-	if (option == NBD_OPT_GO) {
-		c->exp = e;
-		c->phase = PH_TRANSMISSION;
-		peer_info("%s: serving export %s", c->peer_name, e->name);
-	}
+	if (option == NBD_OPT_GO)
+		start_transmission(c, e);
 }
 
 /* Returns false when the connection must close. */
@@ -444,8 +460,7 @@ static bool handle_option(struct conn *c, const struct nbd_option *opt, const ui
 		size_t n = nbd_encode_export_name_reply(buf, e->size, nbdd_transmission_flags(),
 							c->client_flags & NBD_FLAG_NO_ZEROES);
 		send_bytes(c, buf, (uint32_t)n, 0);
-		c->exp = e;
-		c->phase = PH_TRANSMISSION;
+		start_transmission(c, e);
 		return true;
 	}
 	case NBD_OPT_ABORT:
@@ -538,8 +553,9 @@ static bool parse_input(struct conn *c, const char **why)
 	for (;;) {
 		pthread_mutex_lock(&c->lock);
 		bool stop = c->paused || c->disc || c->broken;
-		if (!stop && c->phase == PH_TRANSMISSION && !c->filling && !c->discard &&
-		    (c->inflight >= nbdd_cfg.max_inflight || c->inflight_bytes >= MAX_INFLIGHT_BYTES)) {
+		/* In every phase: handshake replies count too. */
+		if (!stop && !c->filling && !c->discard &&
+		    (c->inflight >= nbdd_cfg.max_inflight || c->inflight_bytes >= c->bytes_limit)) {
 			c->paused = stop = true;
 			update_events_locked(c);
 			peer_debug("%s: not reading: %" PRIu64 " commands, %" PRIu64 " bytes unanswered",

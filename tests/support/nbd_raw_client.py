@@ -324,6 +324,33 @@ def disc_then_bytes(s):
     served("after bytes after DISC")
 
 
+def handshake_flood(s):
+    """LIST options sent without reading a reply: nbdd must stop reading
+    once the unsent replies pass a bound (it queued them all: 200 MB of
+    options made it 2.4 GB), and serve other clients meanwhile."""
+    before = rss_anon_kb()
+    recv_exact(s, 18)
+    s.sendall(struct.pack(">I", 1))
+    block = (IHAVEOPT + struct.pack(">II", OPT_LIST, 0)) * 4096   # 64K
+    s.settimeout(2)
+    sent, how = 0, "all sent"
+    try:
+        while sent < 16 << 20:
+            s.sendall(block)
+            sent += len(block)
+    except socket.timeout:
+        how = "nbdd stopped reading"
+    except (ConnectionResetError, BrokenPipeError):
+        how = "nbdd closed the connection"
+    grown = rss_anon_kb() - before
+    if grown > 16 << 10:
+        fail("%d KB of options (%s): nbdd grew by %d KB" % (sent >> 10, how, grown))
+    if how == "all sent":
+        fail("nbdd read all 16M of options and still holds the connection")
+    served("while a client floods options")
+    s.close()
+
+
 def main():
     global args
     ap = argparse.ArgumentParser()
@@ -347,6 +374,7 @@ def main():
         "flow-control": flow_control,
         "leave-paused": lambda s: flow_control(s, leave=True),
         "disc-then-bytes": disc_then_bytes,
+        "handshake-flood": handshake_flood,
     }
     if args.case not in cases:
         fail("unknown case")

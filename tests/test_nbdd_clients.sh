@@ -56,6 +56,17 @@ pids+=($nbdd_pid)
 wait_bound 4
 for _ in $(seq 100); do [ -S "$SOCK" ] && break; sleep 0.05; done
 URI="nbd+unix:///vol?socket=$SOCK"
+nfds() { ls "/proc/$1/fd" | wc -l; }
+fd0=$(nfds $nbdd_pid)   # nbdd's own files: every connection's fd must go again
+# wait_fds PID N WHEN: waits until PID is back to N files open (10 s at most)
+wait_fds() {
+	local n
+	for _ in $(seq 200); do
+		n=$(nfds $1); [ "$n" -eq "$2" ] && return 0
+		sleep 0.05
+	done
+	ls -l "/proc/$1/fd"; fail "$3: nbdd has $n files open, $2 with no client"
+}
 
 echo "--- nbdinfo"
 $T nbdinfo "$URI" > "$DIR/info" 2>&1 || { cat "$DIR/info"; fail "nbdinfo"; }
@@ -105,11 +116,32 @@ $T nbdcopy -C 2 "nbd://127.0.0.1:$TCP/small" "$DIR/small.back" || fail "nbdcopy 
 cmp "$DIR/small.raw" "$DIR/small.back" || fail "nbdcopy: bytes differ"
 
 echo "--- raw socket: bad clients are closed, good ones keep being served"
+wait_fds $nbdd_pid $fd0 "after the real clients"
 for case in garbage-handshake bad-option-magic huge-option unknown-export truncated-request \
 	    truncated-payload bad-request-magic errors out-of-order leave-in-flight \
 	    flow-control leave-paused disc-then-bytes handshake-flood; do
 	$T $RAW "$SOCK" $case --pid $nbdd_pid || fail "raw client: $case"
 done
+for case in leave-in-flight leave-paused; do   # the same over TCP
+	$T $RAW "127.0.0.1:$TCP" $case --pid $nbdd_pid || fail "raw client over TCP: $case"
+done
+wait_fds $nbdd_pid $fd0 "after the raw clients left"
+
+echo "--- at the open files limit: nbdd rests its listeners, then serves again"
+# An nbdd of its own that never sends to the path: at the limit libxseg
+# cannot open /proc/PID/stat and takes the destination port's owner (vlmcd)
+# for dead, reaping its port.
+"$BIN/nbdd" --segment "$SEG" --port 5 --target-port 2 --volume vol:64M \
+	--unix "$DIR/limit.sock" 2> "$DIR/nbdd-limit.log" & limit_pid=$!
+pids+=($limit_pid)
+wait_bound 5
+for _ in $(seq 100); do [ -S "$DIR/limit.sock" ] && break; sleep 0.05; done
+limit_fds=$(nfds $limit_pid)
+prlimit --pid $limit_pid --nofile=$((limit_fds + 4)): || fail "prlimit"   # soft limit
+$T $RAW "$DIR/limit.sock" at-fd-limit --pid $limit_pid --log "$DIR/nbdd-limit.log" ||
+	fail "raw client: at-fd-limit"
+wait_fds $limit_pid $limit_fds "after the connections at the open files limit"
+kill -TERM $limit_pid; wait $limit_pid || fail "nbdd at the open files limit exited $?"
 qio "$URI" "${reads[@]:26}"   # slots past what convert and the raw clients wrote
 kill -0 $nbdd_pid || fail "nbdd died"
 

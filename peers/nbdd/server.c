@@ -28,6 +28,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -42,6 +43,10 @@
  * pipelining options sends a few; one that never reads gets no more. */
 #define HANDSHAKE_OUT_MAX (64ull << 10)
 #define MAX_LISTENERS 5
+/* A listener whose accept fails for want of a file (EMFILE...) is not
+ * watched for this long; its error is logged at most once a second. */
+#define ACCEPT_PAUSE_NS (100ull * 1000 * 1000)
+#define ACCEPT_LOG_NS (1000ull * 1000 * 1000)
 #define WRITE_IOVS 64
 
 enum source_kind { SRC_LISTENER, SRC_CONN, SRC_WAKE };
@@ -85,6 +90,7 @@ struct listener {
 	enum source_kind kind;
 	int fd;
 	char name[128];
+	uint64_t resume_ns;         /* not watched until then; 0: watched */
 };
 
 static struct {
@@ -100,6 +106,8 @@ static struct {
 	atomic_int stop;
 	pthread_mutex_t kick_lock;
 	struct conn *kicks;             /* connections the socket thread must look at */
+	uint64_t accept_log_ns;         /* no accept error logged before then */
+	unsigned accept_errors;         /* failed accepts not logged yet */
 } S = { .epfd = -1, .wakefd = -1, .wake_kind = SRC_WAKE,
 	.kick_lock = PTHREAD_MUTEX_INITIALIZER };
 
@@ -323,14 +331,68 @@ static void free_zombies(void)
 	}
 }
 
-static void accept_one(const struct listener *l)
+static void watch_listener(struct listener *l, bool on)
+{
+	struct epoll_event ev = { .events = on ? EPOLLIN : 0, .data.ptr = l };
+	if (epoll_ctl(S.epfd, EPOLL_CTL_MOD, l->fd, &ev) < 0)
+		peer_warn("%s: epoll: %s", l->name, strerror(errno));
+}
+
+/*
+ * accept failed with err. EMFILE, ENFILE, ENOBUFS, ENOMEM leave the
+ * connection queued and the listener readable: watched, it would wake the
+ * socket thread at once, again and again (a core, and a log line each
+ * time). So the listener rests ACCEPT_PAUSE_NS, after any error but those
+ * that consumed the connection, and the error is logged once a second.
+ */
+static void accept_failed(struct listener *l, int err)
+{
+	if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR || err == ECONNABORTED)
+		return;
+	uint64_t now = xseg_now_ns();
+	l->resume_ns = now + ACCEPT_PAUSE_NS;
+	watch_listener(l, false);
+	S.accept_errors++;
+	if (now < S.accept_log_ns)
+		return;
+	S.accept_log_ns = now + ACCEPT_LOG_NS;
+	struct rlimit rl;
+	char limit[32] = "unknown";
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
+		snprintf(limit, sizeof(limit), rl.rlim_cur == RLIM_INFINITY ? "unlimited" : "%llu",
+			 (unsigned long long)rl.rlim_cur);
+	peer_warn("accept on %s: %s (open files limit %s): not accepting for %llu ms; "
+		  "%u failed accepts since the last such line",
+		  l->name, strerror(err), limit, ACCEPT_PAUSE_NS / 1000000, S.accept_errors);
+	S.accept_errors = 0;
+}
+
+/* Watches the listeners whose rest is over; returns the milliseconds until
+ * the next one is due, at most `wait_ms`. */
+static int resume_listeners(int wait_ms)
+{
+	uint64_t now = xseg_now_ns();
+	for (unsigned i = 0; i < S.nr_listeners; i++) {
+		struct listener *l = &S.listeners[i];
+		if (!l->resume_ns)
+			continue;
+		if (l->resume_ns <= now) {
+			l->resume_ns = 0;
+			watch_listener(l, true);
+		} else if ((l->resume_ns - now) / 1000000 + 1 < (uint64_t)wait_ms) {
+			wait_ms = (int)((l->resume_ns - now) / 1000000 + 1);
+		}
+	}
+	return wait_ms;
+}
+
+static void accept_one(struct listener *l)
 {
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof(ss);
 	int fd = accept4(l->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
 	if (fd < 0) {
-		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-			peer_warn("accept on %s: %s", l->name, strerror(errno));
+		accept_failed(l, errno);
 		return;
 	}
 	struct conn *c = calloc(1, sizeof(*c));
@@ -719,7 +781,7 @@ static void *server_loop(void *arg)
 	(void)arg;
 	struct epoll_event events[64];
 	while (!atomic_load(&S.stop)) {
-		int n = epoll_wait(S.epfd, events, 64, 200);
+		int n = epoll_wait(S.epfd, events, 64, resume_listeners(200));
 		if (n < 0 && errno != EINTR) {
 			peer_error("epoll_wait: %s", strerror(errno));
 			break;

@@ -36,6 +36,9 @@ for bad in nocolon 127.0.0.1:99999 127.0.0.1:0 127.0.0.1:x 127.0.0.1: 127.0.0.1:
 	[ "$(wc -l < "$DIR/err")" -eq 1 ] || fail "more than one line for --listen '$bad'"
 done
 expect_exit 2 "$BIN/nbdd" --segment "$SEG" --port 4 --target-port 2 --volume v:1M
+expect_exit 2 "$BIN/nbdd" --segment "$SEG" --port 4 --target-port 2 --volume v:1M --unix "$DIR/s" \
+	--io-timeout 1s
+grep -q "'1s'" "$DIR/err" || fail "bad --io-timeout not named"
 
 echo "--- the path: nbdd -> vlmcd -> cached -> filed"
 # Pool and heap sized for nbdcopy's 4 connections x 64 requests on every hop.
@@ -117,8 +120,8 @@ cmp "$DIR/small.raw" "$DIR/small.back" || fail "nbdcopy: bytes differ"
 
 echo "--- raw socket: bad clients are closed, good ones keep being served"
 wait_fds $nbdd_pid $fd0 "after the real clients"
-for case in garbage-handshake bad-option-magic huge-option unknown-export truncated-request \
-	    truncated-payload bad-request-magic errors out-of-order leave-in-flight \
+for case in garbage-handshake bad-option-magic huge-option unknown-export \
+	    bad-request-magic errors out-of-order leave-in-flight \
 	    flow-control leave-paused disc-then-bytes handshake-flood; do
 	$T $RAW "$SOCK" $case --pid $nbdd_pid || fail "raw client: $case"
 done
@@ -126,6 +129,19 @@ for case in leave-in-flight leave-paused; do   # the same over TCP
 	$T $RAW "127.0.0.1:$TCP" $case --pid $nbdd_pid || fail "raw client over TCP: $case"
 done
 wait_fds $nbdd_pid $fd0 "after the raw clients left"
+
+echo "--- --io-timeout 1: stalled mid-message, the server closes; idle between requests, not"
+"$BIN/nbdd" --segment "$SEG" --port 6 --target-port 2 --volume vol:64M --io-timeout 1 \
+	--unix "$DIR/short.sock" 2> "$DIR/nbdd-short.log" & short_pid=$!
+pids+=($short_pid)
+wait_bound 6
+for _ in $(seq 100); do [ -S "$DIR/short.sock" ] && break; sleep 0.05; done
+short_fds=$(nfds $short_pid)
+for case in truncated-request truncated-payload stalled-handshake; do
+	$T $RAW "$DIR/short.sock" $case --log "$DIR/nbdd-short.log" || fail "raw client: $case"
+done
+wait_fds $short_pid $short_fds "after the stalled clients"
+kill -TERM $short_pid; wait $short_pid || fail "nbdd with --io-timeout 1 exited $?"
 
 echo "--- at the open files limit: nbdd rests its listeners, then serves again"
 # An nbdd of its own that never sends to the path: at the limit libxseg

@@ -125,7 +125,7 @@ static int parse_listen(const char *arg, struct sockaddr_storage *ss, socklen_t 
 
 enum {
 	OPT_TARGET_PORT = 1, OPT_LISTEN, OPT_UNIX, OPT_VOLUME, OPT_VOLUMES_FILE,
-	OPT_MAX_REQUEST, OPT_CHUNK_SIZE, OPT_MAX_INFLIGHT,
+	OPT_MAX_REQUEST, OPT_CHUNK_SIZE, OPT_MAX_INFLIGHT, OPT_IO_TIMEOUT,
 };
 
 static const struct option nbdd_options[] = {
@@ -137,6 +137,7 @@ static const struct option nbdd_options[] = {
 	{ "max-request-size", required_argument, NULL, OPT_MAX_REQUEST },
 	{ "chunk-size", required_argument, NULL, OPT_CHUNK_SIZE },
 	{ "max-inflight", required_argument, NULL, OPT_MAX_INFLIGHT },
+	{ "io-timeout", required_argument, NULL, OPT_IO_TIMEOUT },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -151,6 +152,9 @@ static const char nbdd_usage[] =
 "                         size (default 32M)\n"
 "  --chunk-size S         largest request sent to the target (default 1M)\n"
 "  --max-inflight N       commands per connection before it is not read (128)\n"
+"  --io-timeout S         seconds a client in the handshake or in the middle of\n"
+"                         a request may send nothing before it is closed\n"
+"                         (default 30; 0: no limit)\n"
 "Clients: qemu-io -f raw nbd://HOST:PORT/NAME, nbd+unix:///NAME?socket=PATH.\n";
 
 static int parse_option(struct peer *p, int val, const char *arg)
@@ -184,6 +188,8 @@ static int parse_option(struct peer *p, int val, const char *arg)
 		return peer_arg_size("--chunk-size", arg, 4096, 64u << 20, &nbdd_cfg.chunk_size);
 	case OPT_MAX_INFLIGHT:
 		return peer_arg_uint("--max-inflight", arg, 1, 65536, &nbdd_cfg.max_inflight);
+	case OPT_IO_TIMEOUT:
+		return peer_arg_uint("--io-timeout", arg, 0, 86400, &nbdd_cfg.io_timeout);
 	}
 	return -1;
 }

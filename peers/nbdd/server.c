@@ -15,6 +15,11 @@
  * until half of them are; a client that never reads its replies cannot make nbdd
  * buffer without bound. In the handshake the same holds for the option
  * replies, at HANDSHAKE_OUT_MAX bytes unsent.
+ *
+ * Timeouts: a connection in the handshake, or one that has sent part of
+ * a request (header or payload) and is being read, is closed after
+ * --io-timeout seconds without a byte from it. An idle connection between
+ * requests, or one not read for flow control, has no limit.
  */
 #define _GNU_SOURCE   /* accept4 */
 #include <errno.h>
@@ -47,6 +52,8 @@
  * watched for this long; its error is logged at most once a second. */
 #define ACCEPT_PAUSE_NS (100ull * 1000 * 1000)
 #define ACCEPT_LOG_NS (1000ull * 1000 * 1000)
+/* How often connections are checked against --io-timeout. */
+#define TIMEOUT_SCAN_NS (250ull * 1000 * 1000)
 #define WRITE_IOVS 64
 
 enum source_kind { SRC_LISTENER, SRC_CONN, SRC_WAKE };
@@ -70,6 +77,7 @@ struct conn {
 	struct cmd *filling;        /* WRITE whose payload is being read */
 	uint32_t filled;
 	uint64_t discard;           /* payload bytes of a refused WRITE to skip */
+	uint64_t last_rx_ns;        /* last bytes read, or when waiting began */
 
 	/* Shared: under lock. */
 	pthread_mutex_t lock;
@@ -107,6 +115,7 @@ static struct {
 	pthread_mutex_t kick_lock;
 	struct conn *kicks;             /* connections the socket thread must look at */
 	uint64_t accept_log_ns;         /* no accept error logged before then */
+	uint64_t next_timeout_scan_ns;
 	unsigned accept_errors;         /* failed accepts not logged yet */
 } S = { .epfd = -1, .wakefd = -1, .wake_kind = SRC_WAKE,
 	.kick_lock = PTHREAD_MUTEX_INITIALIZER };
@@ -406,6 +415,7 @@ static void accept_one(struct listener *l)
 	atomic_init(&c->refs, 1);
 	c->out_tail = &c->out_head;
 	c->bytes_limit = HANDSHAKE_OUT_MAX;
+	c->last_rx_ns = xseg_now_ns();
 	pthread_mutex_init(&c->lock, NULL);
 	if (ss.ss_family == AF_INET || ss.ss_family == AF_INET6) {
 		char host[INET6_ADDRSTRLEN], serv[16];
@@ -723,6 +733,7 @@ static void conn_readable(struct conn *c)
 					"client left") : strerror(errno);
 			break;
 		}
+		c->last_rx_ns = xseg_now_ns();
 		if (direct) {
 			c->filled += (uint32_t)r;
 			if (c->filled == c->filling->req.length) {
@@ -776,6 +787,37 @@ static void run_kicks(void)
 	}
 }
 
+/*
+ * Closes the connections that waited --io-timeout seconds for bytes they
+ * owe: in the handshake, or in the middle of a request while being read.
+ * Their commands in flight finish on the path as when a client leaves.
+ */
+static void expire_stalled(void)
+{
+	uint64_t now = xseg_now_ns();
+	if (!nbdd_cfg.io_timeout || now < S.next_timeout_scan_ns)
+		return;
+	S.next_timeout_scan_ns = now + TIMEOUT_SCAN_NS;
+	uint64_t limit = nbdd_cfg.io_timeout * 1000000000ull;
+	for (struct conn *c = S.conns, *next; c; c = next) {
+		next = c->next;   /* conn_close moves c to the zombies */
+		bool handshake = c->phase != PH_TRANSMISSION;
+		pthread_mutex_lock(&c->lock);
+		bool not_read = c->paused || c->disc;
+		pthread_mutex_unlock(&c->lock);
+		if (!handshake && (not_read || (!c->in_len && !c->filling && !c->discard))) {
+			c->last_rx_ns = now;   /* owes nothing now: the clock starts later */
+			continue;
+		}
+		if (now - c->last_rx_ns < limit)
+			continue;
+		peer_warn("%s: closed: no byte for %" PRIu64 " s %s (--io-timeout)", c->peer_name,
+			  nbdd_cfg.io_timeout, handshake ? "in the handshake" :
+			  "in the middle of a request");
+		conn_close(c, "timed out");
+	}
+}
+
 static void *server_loop(void *arg)
 {
 	(void)arg;
@@ -810,6 +852,7 @@ static void *server_loop(void *arg)
 					conn_close(c, "connection reset");
 			}
 		}
+		expire_stalled();
 		free_zombies();
 	}
 	/* Stop: no new connections or requests; commands in flight finish on

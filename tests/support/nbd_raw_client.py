@@ -189,16 +189,45 @@ def unknown_export(s):
         fail("unknown export answered %#x, not NBD_REP_ERR_UNKNOWN" % rtype)
 
 
+def stalled(s, what, send_part):
+    """For an nbdd with a short --io-timeout: a client that sends part of a
+    message and stays connected is closed by the server; a connection idle
+    between requests all that time is not, and still works after."""
+    other = connect()
+    handshake(other, b"vol")
+    before = log_lines("--io-timeout")
+    send_part(s)
+    if not closed_by_server(s):
+        fail("%s: still open after 20 s" % what)
+    if log_lines("--io-timeout") != before + 1:
+        fail("%s: closed without its line in the log" % what)
+    write(other, 1, 123456, b"still here")
+    if read(other, 2, 123456, 10) != b"still here":
+        fail("%s: the idle connection read back wrong data" % what)
+    request(other, DISC, 3, 0, 0)
+    if not closed_by_server(other):
+        fail("%s: DISC did not close the idle connection" % what)
+
+
 def truncated_request(s):
-    handshake(s, b"vol")
-    s.sendall(struct.pack(">IHH", REQ_MAGIC, 0, READ))   # 8 of 28 bytes
-    s.close()
+    def part(s):
+        handshake(s, b"vol")
+        s.sendall(struct.pack(">IHH", REQ_MAGIC, 0, READ))   # 8 of 28 bytes
+    stalled(s, "8 bytes of a request header", part)
 
 
 def truncated_payload(s):
-    handshake(s, b"vol")
-    request(s, WRITE, 1, 0, 65536, b"x" * 1000)
-    s.close()
+    def part(s):
+        handshake(s, b"vol")
+        request(s, WRITE, 1, 0, 65536, b"x" * 1000)
+    stalled(s, "1000 bytes of a 64K WRITE", part)
+
+
+def stalled_handshake(s):
+    def part(s):
+        recv_exact(s, 18)
+        s.sendall(b"\0\0")   # half the client flags
+    stalled(s, "half the client flags", part)
 
 
 def bad_request_magic(s):
@@ -398,6 +427,7 @@ def main():
         "disc-then-bytes": disc_then_bytes,
         "handshake-flood": handshake_flood,
         "at-fd-limit": at_fd_limit,
+        "stalled-handshake": stalled_handshake,
     }
     if args.case not in cases:
         fail("unknown case")

@@ -402,6 +402,73 @@ def at_fd_limit(s):
     served("after the connections at the open files limit left", io=False)
 
 
+def on_disk(offset, data):
+    """Whether filed's object files hold `data` at volume `offset`: vlmcd
+    names the objects VOLUME_<index as 16 hex digits>, filed keeps each as
+    a file of that name under its --dir."""
+    got = b""
+    while len(got) < len(data):
+        pos = offset + len(got)
+        index, within = divmod(pos, OBJECT_SIZE)
+        want = min(len(data) - len(got), OBJECT_SIZE - within)
+        try:
+            with open(os.path.join(args.data, "vol_%016x" % index), "rb") as f:
+                f.seek(within)
+                part = f.read(want)
+        except FileNotFoundError:
+            return False
+        if len(part) < want:
+            return False
+        got += part
+    return got == data
+
+
+def fua(s):
+    """With cached write-back between vlmcd and filed: a WRITE with FUA is
+    in filed's files when its reply comes, without any FLUSH. One without
+    FUA is not yet, or this would prove nothing."""
+    handshake(s, b"vol")
+    plain = os.urandom(8192)
+    write(s, 1, (48 << 20) + 4096, plain)
+    if on_disk((48 << 20) + 4096, plain):
+        fail("a WRITE without FUA is on disk at once: cached is not write-back, "
+             "the FUA check would prove nothing")
+    # across two objects, at unaligned ends
+    offset, data = (52 << 20) - 3000, os.urandom(10000)
+    write(s, 2, offset, data, flags=FLAG_FUA)
+    if not on_disk(offset, data):
+        fail("a WRITE with FUA was answered before its bytes reached filed")
+    request(s, DISC, 3, 0, 0)
+
+
+def zeroes(s):
+    """WRITE_ZEROES and TRIM over bytes written first (a range never written
+    reads as zeros whatever they do): aligned and not, one over chunk
+    boundaries, with and without FUA and NO_HOLE. Zeros read back there,
+    the bytes around them are untouched."""
+    handshake(s, b"vol")
+    base, size = 16 << 20, 4 << 20   # not where the script reads back later
+    expect = bytearray((i * 7) % 255 + 1 for i in range(size))   # no zero byte
+    write(s, 1, base, bytes(expect))
+    ops = [(WRITE_ZEROES, 0, 65536, 0),
+           (WRITE_ZEROES, 131072 + 4097, 10000, FLAG_NO_HOLE),
+           (WRITE_ZEROES, (1 << 20) - 5, (1 << 20) + 12345, FLAG_FUA),   # 3 chunks
+           (TRIM, 3 << 20, 65536, 0),
+           (TRIM, (3 << 20) + 100001, 12345, FLAG_FUA)]
+    for cookie, (cmd, off, length, flags) in enumerate(ops, 10):
+        request(s, cmd, cookie, base + off, length, flags=flags)
+        error, got = reply(s)
+        if (error, got) != (0, cookie):
+            fail("%s of %d at +%d: error %d" % ("TRIM" if cmd == TRIM else "WRITE_ZEROES",
+                                                length, off, error))
+        expect[off:off + length] = bytes(length)
+    data = read(s, 20, base, size)
+    if data != expect:
+        at = next(i for i in range(size) if data[i] != expect[i])
+        fail("byte %d of the range: %#x, expected %#x" % (at, data[at], expect[at]))
+    request(s, DISC, 21, 0, 0)
+
+
 def main():
     global args
     ap = argparse.ArgumentParser()
@@ -428,6 +495,8 @@ def main():
         "handshake-flood": handshake_flood,
         "at-fd-limit": at_fd_limit,
         "stalled-handshake": stalled_handshake,
+        "fua": fua,
+        "zeroes": zeroes,
     }
     if args.case not in cases:
         fail("unknown case")

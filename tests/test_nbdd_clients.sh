@@ -175,19 +175,26 @@ kill -TERM $limit_pid; wait $limit_pid || fail "nbdd at the open files limit exi
 qio "$URI" "${reads[@]:26}"   # slots past what convert and the raw clients wrote
 kill -0 $nbdd_pid || fail "nbdd died"
 
-echo "--- fio nbd engine: 4K randwrite then randread, iodepth 16, two connections"
-fsize=$(scaled 16 4)M
-fjob=(--ioengine=nbd --uri="$URI" --bs=4k --iodepth=16 --numjobs=2 --size=$fsize
-      --offset_increment=$fsize --verify=crc32c --verify_fatal=1 --group_reporting)
+echo "--- fio nbd engine: 4K randwrite then randread with fio's verify, iodepth 16, two connections"
+fmb=$(scaled 16 4)
+fjob=(--ioengine=nbd --uri="$URI" --bs=4k --iodepth=16 --numjobs=2 --size=${fmb}M
+      --offset_increment=${fmb}M --verify=crc32c --verify_fatal=1 --group_reporting)
 # in $DIR: fio leaves its verify state files in the current directory
 cd "$DIR" || fail "cd $DIR"
 $T fio --name=w --rw=randwrite --do_verify=0 "${fjob[@]}" > "$DIR/fio.w" 2>&1 ||
 	{ tail -20 "$DIR/fio.w"; fail "fio randwrite"; }
-# verify_only replays the randwrite job as random reads, checking every block
-$T fio --name=w --rw=randwrite --verify_only "${fjob[@]}" > "$DIR/fio.r" 2>&1 ||
-	{ tail -20 "$DIR/fio.r"; fail "fio verify"; }
+# fio 3.33 verifies every block a read-only job reads when --verify is set
+# (header magic, offset, crc32c): a plain randread job over the same range
+$T fio --name=w --rw=randread "${fjob[@]}" > "$DIR/fio.r" 2>&1 ||
+	{ tail -20 "$DIR/fio.r"; fail "fio randread with verify"; }
 grep -q "err= 0" "$DIR/fio.w" && grep -q "err= 0" "$DIR/fio.r" || fail "fio counted errors"
 grep -qE "read: IOPS=" "$DIR/fio.r" || { cat "$DIR/fio.r"; fail "fio verify read nothing"; }
+# ... and that verification is live: 16 bytes changed inside one block
+# the second job wrote make the same randread fail
+qio "$URI" -c "write -P 0x5a $(( (fmb << 20) + 131072 + 3000 )) 16"
+$T fio --name=w --rw=randread "${fjob[@]}" > "$DIR/fio.bad" 2>&1 &&
+	{ tail -20 "$DIR/fio.bad"; fail "fio's verify missed 16 changed bytes"; }
+grep -q "verify failed" "$DIR/fio.bad" || { tail -20 "$DIR/fio.bad"; fail "fio failed, not on verify"; }
 cd - > /dev/null || fail "cd back"
 
 echo "--- leaving clients left nothing behind"

@@ -43,6 +43,9 @@ expect_exit 2 "$BIN/nbdd" --segment "$SEG" --port 4 --target-port 2 --volume v:1
 expect_exit 2 "$BIN/nbdd" --segment "$SEG" --port 4 --target-port 2 --volume v:1M --unix "$DIR/s" \
 	--io-timeout 1s
 grep -q "'1s'" "$DIR/err" || fail "bad --io-timeout not named"
+expect_exit 2 "$BIN/nbdd" --segment "$SEG" --port 4 --target-port 2 --volume v:1M --unix "$DIR/s" \
+	--max-connections 0
+grep -q "'0'" "$DIR/err" || fail "bad --max-connections not named"
 
 echo "--- the path: nbdd -> vlmcd -> cached -> filed"
 # Pool and heap sized for nbdcopy's 4 connections x 64 requests on every hop.
@@ -144,14 +147,16 @@ for case in leave-in-flight leave-paused; do   # the same over TCP
 done
 wait_fds $nbdd_pid $fd0 "after the raw clients left"
 
-echo "--- --io-timeout 1: stalled mid-message, the server closes; idle between requests, not"
+# --io-timeout 1: stalled mid-message, the server closes; idle between
+# requests, not. --max-connections 2: a third client waits until one closes.
+echo "--- nbdd --io-timeout 1 --max-connections 2"
 "$BIN/nbdd" --segment "$SEG" --port 6 --target-port 2 --volume vol:64M --io-timeout 1 \
-	--unix "$DIR/short.sock" 2> "$DIR/nbdd-short.log" & short_pid=$!
+	--max-connections 2 --unix "$DIR/short.sock" 2> "$DIR/nbdd-short.log" & short_pid=$!
 pids+=($short_pid)
 wait_bound 6
 for _ in $(seq 100); do [ -S "$DIR/short.sock" ] && break; sleep 0.05; done
 short_fds=$(nfds $short_pid)
-for case in truncated-request truncated-payload stalled-handshake; do
+for case in truncated-request truncated-payload stalled-handshake max-connections; do
 	$T $RAW "$DIR/short.sock" $case --log "$DIR/nbdd-short.log" || fail "raw client: $case"
 done
 wait_fds $short_pid $short_fds "after the stalled clients"

@@ -23,6 +23,7 @@ struct nbdd_config nbdd_cfg = {
 	.chunk_size = 1u << 20,
 	.max_inflight = 128,
 	.io_timeout = 30,
+	.max_connections = 1024,
 };
 
 /* ---- exports ------------------------------------------------------------------------ */
@@ -125,7 +126,7 @@ static int parse_listen(const char *arg, struct sockaddr_storage *ss, socklen_t 
 
 enum {
 	OPT_TARGET_PORT = 1, OPT_LISTEN, OPT_UNIX, OPT_VOLUME, OPT_VOLUMES_FILE,
-	OPT_MAX_REQUEST, OPT_CHUNK_SIZE, OPT_MAX_INFLIGHT, OPT_IO_TIMEOUT,
+	OPT_MAX_REQUEST, OPT_CHUNK_SIZE, OPT_MAX_INFLIGHT, OPT_IO_TIMEOUT, OPT_MAX_CONNECTIONS,
 };
 
 static const struct option nbdd_options[] = {
@@ -138,6 +139,7 @@ static const struct option nbdd_options[] = {
 	{ "chunk-size", required_argument, NULL, OPT_CHUNK_SIZE },
 	{ "max-inflight", required_argument, NULL, OPT_MAX_INFLIGHT },
 	{ "io-timeout", required_argument, NULL, OPT_IO_TIMEOUT },
+	{ "max-connections", required_argument, NULL, OPT_MAX_CONNECTIONS },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -155,6 +157,8 @@ static const char nbdd_usage[] =
 "  --io-timeout S         seconds a client in the handshake or in the middle of\n"
 "                         a request may send nothing before it is closed\n"
 "                         (default 30; 0: no limit)\n"
+"  --max-connections N    clients served at once; more wait to be accepted\n"
+"                         (default 1024)\n"
 "Clients: qemu-io -f raw nbd://HOST:PORT/NAME, nbd+unix:///NAME?socket=PATH.\n";
 
 static int parse_option(struct peer *p, int val, const char *arg)
@@ -190,6 +194,8 @@ static int parse_option(struct peer *p, int val, const char *arg)
 		return peer_arg_uint("--max-inflight", arg, 1, 65536, &nbdd_cfg.max_inflight);
 	case OPT_IO_TIMEOUT:
 		return peer_arg_uint("--io-timeout", arg, 0, 86400, &nbdd_cfg.io_timeout);
+	case OPT_MAX_CONNECTIONS:
+		return peer_arg_uint("--max-connections", arg, 1, 1u << 20, &nbdd_cfg.max_connections);
 	}
 	return -1;
 }

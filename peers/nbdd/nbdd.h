@@ -45,6 +45,7 @@ struct nbdd_config {
 	uint64_t chunk_size;          /* largest request sent to the target */
 	uint64_t max_inflight;        /* commands per connection before it stops reading */
 	uint64_t io_timeout;          /* seconds a partial message may wait; 0: forever */
+	uint64_t max_connections;     /* open at once; then the listeners rest */
 };
 
 extern struct nbdd_config nbdd_cfg;

@@ -98,7 +98,8 @@ struct listener {
 	enum source_kind kind;
 	int fd;
 	char name[128];
-	uint64_t resume_ns;         /* not watched until then; 0: watched */
+	uint64_t resume_ns;         /* resting until then after an accept error; 0: not */
+	bool watched;               /* in the epoll set with EPOLLIN */
 };
 
 static struct {
@@ -108,6 +109,8 @@ static struct {
 	struct listener listeners[MAX_LISTENERS];
 	unsigned nr_listeners;
 	struct conn *conns;             /* open connections (socket thread) */
+	unsigned nr_conns;
+	bool full;                      /* --max-connections open: not accepting */
 	struct conn *zombies;           /* closed in this round of events: freed after it */
 	pthread_t thread;
 	bool started;
@@ -293,6 +296,36 @@ static void send_bytes(struct conn *c, const void *data, uint32_t len, uint32_t 
 	conn_send(c, ob);
 }
 
+/* Watches l unless it rests after an error or nbdd has all the
+ * connections it may. */
+static void update_listener(struct listener *l)
+{
+	bool on = !l->resume_ns && !S.full;
+	if (on == l->watched || l->fd < 0)   /* fd < 0: closed on stop */
+		return;
+	struct epoll_event ev = { .events = on ? EPOLLIN : 0, .data.ptr = l };
+	if (epoll_ctl(S.epfd, EPOLL_CTL_MOD, l->fd, &ev) < 0)
+		peer_warn("%s: epoll: %s", l->name, strerror(errno));
+	else
+		l->watched = on;
+}
+
+/* A connection opened (+1) or closed (-1). At --max-connections the
+ * listeners are not watched: new clients wait in the backlog. */
+static void count_conn(int delta)
+{
+	S.nr_conns += (unsigned)delta;
+	bool full = S.nr_conns >= nbdd_cfg.max_connections;
+	if (full == S.full)
+		return;
+	S.full = full;
+	if (full)
+		peer_warn("%u connections open (--max-connections): not accepting until one closes",
+			  S.nr_conns);
+	for (unsigned i = 0; i < S.nr_listeners; i++)
+		update_listener(&S.listeners[i]);
+}
+
 /* ---- connections -------------------------------------------------------------------- */
 
 static void conn_close(struct conn *c, const char *why)
@@ -322,6 +355,7 @@ static void conn_close(struct conn *c, const char *why)
 		c->prev->next = c->next;
 	else
 		S.conns = c->next;
+	count_conn(-1);
 	if (c->next)
 		c->next->prev = c->prev;
 	/* Events of this round may still name it: its reference goes after. */
@@ -340,13 +374,6 @@ static void free_zombies(void)
 	}
 }
 
-static void watch_listener(struct listener *l, bool on)
-{
-	struct epoll_event ev = { .events = on ? EPOLLIN : 0, .data.ptr = l };
-	if (epoll_ctl(S.epfd, EPOLL_CTL_MOD, l->fd, &ev) < 0)
-		peer_warn("%s: epoll: %s", l->name, strerror(errno));
-}
-
 /*
  * accept failed with err. EMFILE, ENFILE, ENOBUFS, ENOMEM leave the
  * connection queued and the listener readable: watched, it would wake the
@@ -360,7 +387,7 @@ static void accept_failed(struct listener *l, int err)
 		return;
 	uint64_t now = xseg_now_ns();
 	l->resume_ns = now + ACCEPT_PAUSE_NS;
-	watch_listener(l, false);
+	update_listener(l);
 	S.accept_errors++;
 	if (now < S.accept_log_ns)
 		return;
@@ -387,7 +414,7 @@ static int resume_listeners(int wait_ms)
 			continue;
 		if (l->resume_ns <= now) {
 			l->resume_ns = 0;
-			watch_listener(l, true);
+			update_listener(l);
 		} else if ((l->resume_ns - now) / 1000000 + 1 < (uint64_t)wait_ms) {
 			wait_ms = (int)((l->resume_ns - now) / 1000000 + 1);
 		}
@@ -397,6 +424,8 @@ static int resume_listeners(int wait_ms)
 
 static void accept_one(struct listener *l)
 {
+	if (S.full)   /* an event of this round, from before the last accept */
+		return;
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof(ss);
 	int fd = accept4(l->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -437,6 +466,7 @@ static void accept_one(struct listener *l)
 	if (S.conns)
 		S.conns->prev = c;
 	S.conns = c;
+	count_conn(1);
 	peer_info("%s: connected", c->peer_name);
 	uint8_t hello[NBD_HELLO_LEN];
 	nbd_encode_hello(hello);
@@ -881,6 +911,7 @@ static int add_listener(int fd, const char *name)
 		peer_error("cannot listen on %s: %s", name, strerror(errno));
 		return -1;
 	}
+	l->watched = true;
 	return 0;
 }
 

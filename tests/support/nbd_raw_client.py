@@ -469,6 +469,30 @@ def zeroes(s):
     request(s, DISC, 21, 0, 0)
 
 
+def max_connections(s):
+    """For an nbdd with --max-connections 2: a third client is not taken
+    (no greeting) while two are open, and is served once one closes."""
+    handshake(s, b"vol")
+    second = connect()
+    handshake(second, b"vol")
+    third = connect()   # the kernel queues it in the listen backlog
+    third.settimeout(1)
+    try:
+        fail("a third connection got %r with two open" % third.recv(18))
+    except socket.timeout:
+        pass   # a loaded machine cannot make this pass wrongly: nbdd sends nothing
+    if log_lines("--max-connections") < 1:
+        fail("nothing logged about --max-connections")
+    third.settimeout(20)
+    s.close()
+    handshake(third, b"vol")
+    read(third, 1, 0, 512)
+    request(third, DISC, 2, 0, 0)
+    request(second, DISC, 3, 0, 0)
+    if not closed_by_server(third) or not closed_by_server(second):
+        fail("DISC did not close")
+
+
 def main():
     global args
     ap = argparse.ArgumentParser()
@@ -497,6 +521,7 @@ def main():
         "stalled-handshake": stalled_handshake,
         "fua": fua,
         "zeroes": zeroes,
+        "max-connections": max_connections,
     }
     if args.case not in cases:
         fail("unknown case")

@@ -397,8 +397,8 @@ static void accept_failed(struct listener *l, int err)
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
 		snprintf(limit, sizeof(limit), rl.rlim_cur == RLIM_INFINITY ? "unlimited" : "%llu",
 			 (unsigned long long)rl.rlim_cur);
-	peer_warn("accept on %s: %s (open files limit %s): not accepting for %llu ms; "
-		  "%u failed accepts since the last such line",
+	peer_warn("accept on %s: %s (open files limit %s): not accepting for %llu ms "
+		  "(failed accepts since the last such line: %u)",
 		  l->name, strerror(err), limit, ACCEPT_PAUSE_NS / 1000000, S.accept_errors);
 	S.accept_errors = 0;
 }

@@ -4,8 +4,12 @@
 # qemu-img convert (an image in and back out, identical bytes), nbdcopy,
 # nbdinfo and fio's nbd engine (4K randwrite then randread, fio's verify),
 # plus a raw socket sending what real clients do not (garbage, truncated
-# and bad requests, clients leaving mid-flight): those connections close,
-# errors are the spec's, and the server keeps serving the others.
+# and bad requests, clients leaving mid-flight or stalling mid-message,
+# floods, more connections than nbdd may open files): those connections
+# close or stop being read, errors are the spec's, nbdd's CPU, memory and
+# open files stay bounded, and the server keeps serving the others. The
+# raw client also checks what real clients do not show: FUA on disk when
+# answered, zeros over written bytes, replies out of order.
 set -u
 SEG_PREFIX=nbdd-e2e
 . "$(dirname "$0")/lib.sh"
@@ -26,9 +30,22 @@ grep -q "'x'" "$DIR/err" || fail "bad --target-port not named"
 expect_exit 2 "$BIN/nbdd" --segment "$SEG" --port 4 --target-port 2 --volume v:lots --unix "$DIR/s"
 grep -q "'lots'" "$DIR/err" || fail "bad volume size not named"
 [ "$(wc -l < "$DIR/err")" -eq 1 ] || fail "more than one line for a bad argument"
-expect_exit 2 "$BIN/nbdd" --segment "$SEG" --port 4 --target-port 2 --volume v:1M --listen nocolon
-grep -q "'nocolon'" "$DIR/err" || fail "bad --listen not named"
+# --listen: port digits in 1..65535, a numeric address (IPv6 in brackets);
+# 127.0.0.1:99999 used to bind port 34463 (99999 mod 65536)
+for bad in nocolon 127.0.0.1:99999 127.0.0.1:0 127.0.0.1:x 127.0.0.1: 127.0.0.1:+80 \
+	   1.2.3:80 localhost:80 ::1:80 '[1.2.3.4]:80' :80 '[::1]:80x'; do
+	expect_exit 2 "$BIN/nbdd" --segment "$SEG" --port 4 --target-port 2 --volume v:1M \
+		--listen "$bad"
+	grep -qF "'$bad'" "$DIR/err" || { cat "$DIR/err"; fail "bad --listen '$bad' not named"; }
+	[ "$(wc -l < "$DIR/err")" -eq 1 ] || fail "more than one line for --listen '$bad'"
+done
 expect_exit 2 "$BIN/nbdd" --segment "$SEG" --port 4 --target-port 2 --volume v:1M
+expect_exit 2 "$BIN/nbdd" --segment "$SEG" --port 4 --target-port 2 --volume v:1M --unix "$DIR/s" \
+	--io-timeout 1s
+grep -q "'1s'" "$DIR/err" || fail "bad --io-timeout not named"
+expect_exit 2 "$BIN/nbdd" --segment "$SEG" --port 4 --target-port 2 --volume v:1M --unix "$DIR/s" \
+	--max-connections 0
+grep -q "'0'" "$DIR/err" || fail "bad --max-connections not named"
 
 echo "--- the path: nbdd -> vlmcd -> cached -> filed"
 # Pool and heap sized for nbdcopy's 4 connections x 64 requests on every hop.
@@ -49,6 +66,17 @@ pids+=($nbdd_pid)
 wait_bound 4
 for _ in $(seq 100); do [ -S "$SOCK" ] && break; sleep 0.05; done
 URI="nbd+unix:///vol?socket=$SOCK"
+nfds() { ls "/proc/$1/fd" | wc -l; }
+fd0=$(nfds $nbdd_pid)   # nbdd's own files: every connection's fd must go again
+# wait_fds PID N WHEN: waits until PID is back to N files open (10 s at most)
+wait_fds() {
+	local n
+	for _ in $(seq 200); do
+		n=$(nfds $1); [ "$n" -eq "$2" ] && return 0
+		sleep 0.05
+	done
+	ls -l "/proc/$1/fd"; fail "$3: nbdd has $n files open, $2 with no client"
+}
 
 echo "--- nbdinfo"
 $T nbdinfo "$URI" > "$DIR/info" 2>&1 || { cat "$DIR/info"; fail "nbdinfo"; }
@@ -60,6 +88,10 @@ grep -q "block_size_maximum: 33554432" "$DIR/info" || fail "nbdinfo: block size 
 $T nbdinfo --list "nbd://127.0.0.1:$TCP" > "$DIR/list" 2>&1 || fail "$T nbdinfo --list over TCP"
 grep -q 'export="vol"' "$DIR/list" && grep -q 'export="small"' "$DIR/list" ||
 	fail "$T nbdinfo --list does not show both exports"
+
+echo "--- FUA: a WRITE with it is in filed's files when answered"
+# first: cached holds no dirty data yet, so none is written back meanwhile
+$T $RAW "$SOCK" fua --data "$DIR/data" || fail "raw client: fua"
 
 echo "--- qemu-io: patterns at aligned and unaligned offsets"
 qio() { $T qemu-io -f raw "$@" > "$DIR/qio.out" 2>&1 || { cat "$DIR/qio.out"; fail "qemu-io $*"; }
@@ -76,7 +108,13 @@ done
 qio "$URI" "${writes[@]}" -c flush
 qio "$URI" "${reads[@]}"
 qio "nbd://127.0.0.1:$TCP/vol" "${reads[@]}"      # the same bytes over TCP
-qio "$URI" -c "write -z 4097 100000" -c "read -P 0 4097 100000" \
+# zeros over bytes written first (a range never written reads as zeros
+# anyway), unaligned and aligned; the bytes around them stay; qemu rounds
+# an unaligned discard to 4K (the raw client trims unaligned ranges)
+qio "$URI" -c "write -P 0x33 4000 110000" -c "write -z 4097 100000" -c "read -P 0 4097 100000" \
+	-c "read -P 0x33 4000 97" -c "read -P 0x33 104097 9903" \
+	-c "write -P 0x44 1048576 65536" -c "write -z 1052672 8192" -c "read -P 0 1052672 8192" \
+	-c "read -P 0x44 1048576 4096" -c "read -P 0x44 1060864 53248" \
 	-c "write -P 0x11 2097152 8192" -c "discard 2097152 8192" -c "read -P 0 2097152 8192" \
 	-c "write -f -P 0x22 3000000 5000" -c "read -P 0x22 3000000 5000"
 
@@ -98,27 +136,70 @@ $T nbdcopy -C 2 "nbd://127.0.0.1:$TCP/small" "$DIR/small.back" || fail "nbdcopy 
 cmp "$DIR/small.raw" "$DIR/small.back" || fail "nbdcopy: bytes differ"
 
 echo "--- raw socket: bad clients are closed, good ones keep being served"
-for case in garbage-handshake bad-option-magic huge-option unknown-export truncated-request \
-	    truncated-payload bad-request-magic errors out-of-order leave-in-flight \
-	    flow-control leave-paused; do
-	$T $RAW "$SOCK" $case || fail "raw client: $case"
+wait_fds $nbdd_pid $fd0 "after the real clients"
+for case in garbage-handshake bad-option-magic huge-option unknown-export \
+	    bad-request-magic errors out-of-order zeroes leave-in-flight \
+	    flow-control leave-paused disc-then-bytes handshake-flood; do
+	$T $RAW "$SOCK" $case --pid $nbdd_pid || fail "raw client: $case"
 done
+for case in leave-in-flight leave-paused; do   # the same over TCP
+	$T $RAW "127.0.0.1:$TCP" $case --pid $nbdd_pid || fail "raw client over TCP: $case"
+done
+wait_fds $nbdd_pid $fd0 "after the raw clients left"
+
+# --io-timeout 1: stalled mid-message, the server closes; idle between
+# requests, not. --max-connections 2: a third client waits until one closes.
+echo "--- nbdd --io-timeout 1 --max-connections 2"
+"$BIN/nbdd" --segment "$SEG" --port 6 --target-port 2 --volume vol:64M --io-timeout 1 \
+	--max-connections 2 --unix "$DIR/short.sock" 2> "$DIR/nbdd-short.log" & short_pid=$!
+pids+=($short_pid)
+wait_bound 6
+for _ in $(seq 100); do [ -S "$DIR/short.sock" ] && break; sleep 0.05; done
+short_fds=$(nfds $short_pid)
+for case in truncated-request truncated-payload stalled-handshake max-connections; do
+	$T $RAW "$DIR/short.sock" $case --log "$DIR/nbdd-short.log" || fail "raw client: $case"
+done
+wait_fds $short_pid $short_fds "after the stalled clients"
+kill -TERM $short_pid; wait $short_pid || fail "nbdd with --io-timeout 1 exited $?"
+
+echo "--- at the open files limit: nbdd rests its listeners, then serves again"
+# An nbdd of its own that never sends to the path: at the limit libxseg
+# cannot open /proc/PID/stat and takes the destination port's owner (vlmcd)
+# for dead, reaping its port.
+"$BIN/nbdd" --segment "$SEG" --port 5 --target-port 2 --volume vol:64M \
+	--unix "$DIR/limit.sock" 2> "$DIR/nbdd-limit.log" & limit_pid=$!
+pids+=($limit_pid)
+wait_bound 5
+for _ in $(seq 100); do [ -S "$DIR/limit.sock" ] && break; sleep 0.05; done
+limit_fds=$(nfds $limit_pid)
+prlimit --pid $limit_pid --nofile=$((limit_fds + 4)): || fail "prlimit"   # soft limit
+$T $RAW "$DIR/limit.sock" at-fd-limit --pid $limit_pid --log "$DIR/nbdd-limit.log" ||
+	fail "raw client: at-fd-limit"
+wait_fds $limit_pid $limit_fds "after the connections at the open files limit"
+kill -TERM $limit_pid; wait $limit_pid || fail "nbdd at the open files limit exited $?"
 qio "$URI" "${reads[@]:26}"   # slots past what convert and the raw clients wrote
 kill -0 $nbdd_pid || fail "nbdd died"
 
-echo "--- fio nbd engine: 4K randwrite then randread, iodepth 16, two connections"
-fsize=$(scaled 16 4)M
-fjob=(--ioengine=nbd --uri="$URI" --bs=4k --iodepth=16 --numjobs=2 --size=$fsize
-      --offset_increment=$fsize --verify=crc32c --verify_fatal=1 --group_reporting)
+echo "--- fio nbd engine: 4K randwrite then randread with fio's verify, iodepth 16, two connections"
+fmb=$(scaled 16 4)
+fjob=(--ioengine=nbd --uri="$URI" --bs=4k --iodepth=16 --numjobs=2 --size=${fmb}M
+      --offset_increment=${fmb}M --verify=crc32c --verify_fatal=1 --group_reporting)
 # in $DIR: fio leaves its verify state files in the current directory
 cd "$DIR" || fail "cd $DIR"
 $T fio --name=w --rw=randwrite --do_verify=0 "${fjob[@]}" > "$DIR/fio.w" 2>&1 ||
 	{ tail -20 "$DIR/fio.w"; fail "fio randwrite"; }
-# verify_only replays the randwrite job as random reads, checking every block
-$T fio --name=w --rw=randwrite --verify_only "${fjob[@]}" > "$DIR/fio.r" 2>&1 ||
-	{ tail -20 "$DIR/fio.r"; fail "fio verify"; }
+# fio 3.33 verifies every block a read-only job reads when --verify is set
+# (header magic, offset, crc32c): a plain randread job over the same range
+$T fio --name=w --rw=randread "${fjob[@]}" > "$DIR/fio.r" 2>&1 ||
+	{ tail -20 "$DIR/fio.r"; fail "fio randread with verify"; }
 grep -q "err= 0" "$DIR/fio.w" && grep -q "err= 0" "$DIR/fio.r" || fail "fio counted errors"
 grep -qE "read: IOPS=" "$DIR/fio.r" || { cat "$DIR/fio.r"; fail "fio verify read nothing"; }
+# ... and that verification is live: 16 bytes changed inside one block
+# the second job wrote make the same randread fail
+qio "$URI" -c "write -P 0x5a $(( (fmb << 20) + 131072 + 3000 )) 16"
+$T fio --name=w --rw=randread "${fjob[@]}" > "$DIR/fio.bad" 2>&1 &&
+	{ tail -20 "$DIR/fio.bad"; fail "fio's verify missed 16 changed bytes"; }
+grep -q "verify failed" "$DIR/fio.bad" || { tail -20 "$DIR/fio.bad"; fail "fio failed, not on verify"; }
 cd - > /dev/null || fail "cd back"
 
 echo "--- leaving clients left nothing behind"

@@ -5,8 +5,12 @@
  * --target-port (vlmcd), so a cache plugged in behind vlmcd serves them too.
  * See nbdd.h for the modules and threads.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +22,8 @@ struct nbdd_config nbdd_cfg = {
 	.max_request = 32u << 20,
 	.chunk_size = 1u << 20,
 	.max_inflight = 128,
+	.io_timeout = 30,
+	.max_connections = 1024,
 };
 
 /* ---- exports ------------------------------------------------------------------------ */
@@ -61,9 +67,66 @@ static int add_export(void *ctx, const char *opt, const char *name, uint64_t byt
 
 /* ---- options ------------------------------------------------------------------------- */
 
+/*
+ * --listen ADDR:PORT: a numeric address (IPv4 dotted quad, IPv6 in
+ * brackets) and a port of 1..65535 in digits. Host names are refused, not
+ * resolved: a name with several addresses would serve on one of them
+ * only. Checked here so that a bad value exits 2 before anything starts
+ * (getaddrinfo alone takes port 99999 as 34463).
+ */
+static int parse_listen(const char *arg, struct sockaddr_storage *ss, socklen_t *len)
+{
+	const char *colon = strrchr(arg, ':');
+	if (!colon)
+		return peer_arg_error("--listen", arg, "is not ADDR:PORT");
+	const char *port = colon + 1;
+	size_t pl = strlen(port);
+	unsigned long pn = pl && pl <= 5 && strspn(port, "0123456789") == pl ?
+			   strtoul(port, NULL, 10) : 0;
+	if (pn < 1 || pn > 65535)
+		return peer_arg_error("--listen", arg, "has no port in 1..65535 after the last ':'");
+	char host[INET6_ADDRSTRLEN + IF_NAMESIZE + 2];
+	const char *h = arg;
+	size_t hl = (size_t)(colon - arg);
+	bool v6 = hl >= 2 && arg[0] == '[' && arg[hl - 1] == ']';
+	if (v6) {
+		h++;
+		hl -= 2;
+	}
+	if (!hl || hl >= sizeof(host))
+		return peer_arg_error("--listen", arg,
+				      "has no address (0.0.0.0:PORT or [::]:PORT for all)");
+	memcpy(host, h, hl);
+	host[hl] = '\0';
+	memset(ss, 0, sizeof(*ss));
+	if (!v6) {
+		struct sockaddr_in *sin = (struct sockaddr_in *)ss;
+		if (memchr(host, ':', hl))
+			return peer_arg_error("--listen", arg, "has an IPv6 address not in brackets: "
+					      "[ADDR]:PORT");
+		/* inet_pton: a strict dotted quad (getaddrinfo takes "1.2.3") */
+		if (inet_pton(AF_INET, host, &sin->sin_addr) != 1)
+			return peer_arg_error("--listen", arg, "is not a numeric IPv4 address and port "
+					      "(host names are not resolved)");
+		sin->sin_family = AF_INET;
+		sin->sin_port = htons((uint16_t)pn);
+		*len = sizeof(*sin);
+		return 0;
+	}
+	/* getaddrinfo for IPv6: it also takes a scope, [fe80::1%eth0]:N */
+	struct addrinfo hints = { .ai_family = AF_INET6, .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE }, *res;
+	if (getaddrinfo(host, port, &hints, &res) != 0)
+		return peer_arg_error("--listen", arg, "is not a numeric [IPv6] address and port");
+	memcpy(ss, res->ai_addr, res->ai_addrlen);
+	*len = res->ai_addrlen;
+	freeaddrinfo(res);
+	return 0;
+}
+
 enum {
 	OPT_TARGET_PORT = 1, OPT_LISTEN, OPT_UNIX, OPT_VOLUME, OPT_VOLUMES_FILE,
-	OPT_MAX_REQUEST, OPT_CHUNK_SIZE, OPT_MAX_INFLIGHT,
+	OPT_MAX_REQUEST, OPT_CHUNK_SIZE, OPT_MAX_INFLIGHT, OPT_IO_TIMEOUT, OPT_MAX_CONNECTIONS,
 };
 
 static const struct option nbdd_options[] = {
@@ -75,12 +138,15 @@ static const struct option nbdd_options[] = {
 	{ "max-request-size", required_argument, NULL, OPT_MAX_REQUEST },
 	{ "chunk-size", required_argument, NULL, OPT_CHUNK_SIZE },
 	{ "max-inflight", required_argument, NULL, OPT_MAX_INFLIGHT },
+	{ "io-timeout", required_argument, NULL, OPT_IO_TIMEOUT },
+	{ "max-connections", required_argument, NULL, OPT_MAX_CONNECTIONS },
 	{ NULL, 0, NULL, 0 },
 };
 
 static const char nbdd_usage[] =
 "  --target-port N        where volume requests go: vlmcd's port (required)\n"
-"  --listen ADDR:PORT     TCP address to serve (repeatable, up to 4; [::1]:N for IPv6)\n"
+"  --listen ADDR:PORT     TCP address to serve (repeatable, up to 4): a numeric\n"
+"                         address, [::1]:N for IPv6, 0.0.0.0:N for all IPv4\n"
 "  --unix PATH            Unix socket to serve (at least one of --listen, --unix)\n"
 "  --volume NAME:SIZE     an export: vlmcd's volume NAME (repeatable)\n"
 "  --volumes-file F       exports, one 'NAME SIZE' per line ('#' comments)\n"
@@ -88,6 +154,11 @@ static const char nbdd_usage[] =
 "                         size (default 32M)\n"
 "  --chunk-size S         largest request sent to the target (default 1M)\n"
 "  --max-inflight N       commands per connection before it is not read (128)\n"
+"  --io-timeout S         seconds a client in the handshake or in the middle of\n"
+"                         a request may send nothing before it is closed\n"
+"                         (default 30; 0: no limit)\n"
+"  --max-connections N    clients served at once; more wait to be accepted\n"
+"                         (default 1024)\n"
 "Clients: qemu-io -f raw nbd://HOST:PORT/NAME, nbd+unix:///NAME?socket=PATH.\n";
 
 static int parse_option(struct peer *p, int val, const char *arg)
@@ -101,8 +172,9 @@ static int parse_option(struct peer *p, int val, const char *arg)
 	case OPT_LISTEN:
 		if (nbdd_cfg.nr_listen == 4)
 			return peer_arg_error("--listen", arg, "is one too many (at most 4)");
-		if (!strrchr(arg, ':'))
-			return peer_arg_error("--listen", arg, "is not ADDR:PORT");
+		if (parse_listen(arg, &nbdd_cfg.listen_addr[nbdd_cfg.nr_listen],
+				 &nbdd_cfg.listen_addr_len[nbdd_cfg.nr_listen]) < 0)
+			return -1;
 		nbdd_cfg.listen[nbdd_cfg.nr_listen++] = (char *)arg;
 		return 0;
 	case OPT_UNIX:
@@ -120,6 +192,10 @@ static int parse_option(struct peer *p, int val, const char *arg)
 		return peer_arg_size("--chunk-size", arg, 4096, 64u << 20, &nbdd_cfg.chunk_size);
 	case OPT_MAX_INFLIGHT:
 		return peer_arg_uint("--max-inflight", arg, 1, 65536, &nbdd_cfg.max_inflight);
+	case OPT_IO_TIMEOUT:
+		return peer_arg_uint("--io-timeout", arg, 0, 86400, &nbdd_cfg.io_timeout);
+	case OPT_MAX_CONNECTIONS:
+		return peer_arg_uint("--max-connections", arg, 1, 1u << 20, &nbdd_cfg.max_connections);
 	}
 	return -1;
 }

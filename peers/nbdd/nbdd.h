@@ -20,6 +20,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "peer/peer.h"
 #include "proto.h"
@@ -35,12 +36,16 @@ struct nbdd_config {
 	unsigned nr_exports;
 	uint64_t target_port;
 	bool have_target;
-	char *listen[4];              /* ADDR:PORT */
+	char *listen[4];              /* ADDR:PORT, as given (for log lines) */
+	struct sockaddr_storage listen_addr[4];   /* ... checked and parsed */
+	socklen_t listen_addr_len[4];
 	unsigned nr_listen;
 	char *unix_path;
 	uint64_t max_request;         /* largest READ/WRITE; announced as block size max */
 	uint64_t chunk_size;          /* largest request sent to the target */
 	uint64_t max_inflight;        /* commands per connection before it stops reading */
+	uint64_t io_timeout;          /* seconds a partial message may wait; 0: forever */
+	uint64_t max_connections;     /* open at once; then the listeners rest */
 };
 
 extern struct nbdd_config nbdd_cfg;

@@ -13,7 +13,13 @@
  * Flow control: a connection with --max-inflight commands (or
  * MAX_INFLIGHT_BYTES) whose replies are not yet written stops being read
  * until half of them are; a client that never reads its replies cannot make nbdd
- * buffer without bound.
+ * buffer without bound. In the handshake the same holds for the option
+ * replies, at HANDSHAKE_OUT_MAX bytes unsent.
+ *
+ * Timeouts: a connection in the handshake, or one that has sent part of
+ * a request (header or payload) and is being read, is closed after
+ * --io-timeout seconds without a byte from it. An idle connection between
+ * requests, or one not read for flow control, has no limit.
  */
 #define _GNU_SOURCE   /* accept4 */
 #include <errno.h>
@@ -27,6 +33,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -37,7 +44,16 @@
 
 #define IN_BUF_SIZE (64u * 1024)
 #define MAX_INFLIGHT_BYTES (128ull << 20)
+/* Unsent handshake replies before the connection is not read: a client
+ * pipelining options sends a few; one that never reads gets no more. */
+#define HANDSHAKE_OUT_MAX (64ull << 10)
 #define MAX_LISTENERS 5
+/* A listener whose accept fails for want of a file (EMFILE...) is not
+ * watched for this long; its error is logged at most once a second. */
+#define ACCEPT_PAUSE_NS (100ull * 1000 * 1000)
+#define ACCEPT_LOG_NS (1000ull * 1000 * 1000)
+/* How often connections are checked against --io-timeout. */
+#define TIMEOUT_SCAN_NS (250ull * 1000 * 1000)
 #define WRITE_IOVS 64
 
 enum source_kind { SRC_LISTENER, SRC_CONN, SRC_WAKE };
@@ -61,6 +77,7 @@ struct conn {
 	struct cmd *filling;        /* WRITE whose payload is being read */
 	uint32_t filled;
 	uint64_t discard;           /* payload bytes of a refused WRITE to skip */
+	uint64_t last_rx_ns;        /* last bytes read, or when waiting began */
 
 	/* Shared: under lock. */
 	pthread_mutex_t lock;
@@ -73,6 +90,7 @@ struct conn {
 	bool disc;                  /* DISC (or ABORT): close once drained */
 	bool kicked;                /* on the socket thread's kick list */
 	uint64_t inflight, inflight_bytes;
+	uint64_t bytes_limit;       /* inflight_bytes that pause reading: per phase */
 	struct conn *next_kick;
 };
 
@@ -80,6 +98,8 @@ struct listener {
 	enum source_kind kind;
 	int fd;
 	char name[128];
+	uint64_t resume_ns;         /* resting until then after an accept error; 0: not */
+	bool watched;               /* in the epoll set with EPOLLIN */
 };
 
 static struct {
@@ -89,12 +109,17 @@ static struct {
 	struct listener listeners[MAX_LISTENERS];
 	unsigned nr_listeners;
 	struct conn *conns;             /* open connections (socket thread) */
+	unsigned nr_conns;
+	bool full;                      /* --max-connections open: not accepting */
 	struct conn *zombies;           /* closed in this round of events: freed after it */
 	pthread_t thread;
 	bool started;
 	atomic_int stop;
 	pthread_mutex_t kick_lock;
 	struct conn *kicks;             /* connections the socket thread must look at */
+	uint64_t accept_log_ns;         /* no accept error logged before then */
+	uint64_t next_timeout_scan_ns;
+	unsigned accept_errors;         /* failed accepts not logged yet */
 } S = { .epfd = -1, .wakefd = -1, .wake_kind = SRC_WAKE,
 	.kick_lock = PTHREAD_MUTEX_INITIALIZER };
 
@@ -143,6 +168,15 @@ static void update_events_locked(struct conn *c)
 		peer_warn("%s: epoll: %s", c->peer_name, strerror(errno));
 }
 
+/* DISC or ABORT: stop reading now. Bytes the client sends after it would
+ * otherwise keep the level-triggered EPOLLIN firing while the replies
+ * drain, each round reading nothing (a core spun). Lock held. */
+static void set_disc_locked(struct conn *c)
+{
+	c->disc = true;
+	update_events_locked(c);
+}
+
 /* Takes a written or dropped buffer off the books (lock held). */
 static void release_locked(struct conn *c, struct out_buf *ob)
 {
@@ -151,7 +185,7 @@ static void release_locked(struct conn *c, struct out_buf *ob)
 	free(ob);
 	/* Resume at half the limits, not at the first reply written. */
 	if (c->paused && c->inflight <= nbdd_cfg.max_inflight / 2 &&
-	    c->inflight_bytes <= MAX_INFLIGHT_BYTES / 2) {
+	    c->inflight_bytes <= c->bytes_limit / 2) {
 		c->paused = false;
 		kick(c);   /* bytes may wait in its input buffer */
 	}
@@ -239,7 +273,8 @@ void conn_put(struct conn *c)
 	free(c);
 }
 
-/* Queues bytes the socket thread makes (handshake replies, early errors). */
+/* Queues bytes the socket thread makes (handshake replies, early errors);
+ * they count against the connection's byte limit until written. */
 static void send_bytes(struct conn *c, const void *data, uint32_t len, uint32_t charge)
 {
 	struct out_buf *ob = out_buf_new(len);
@@ -253,10 +288,42 @@ static void send_bytes(struct conn *c, const void *data, uint32_t len, uint32_t 
 	}
 	memcpy(ob->data, data, len);
 	ob->charge = charge;
+	ob->charge_bytes = len;
 	pthread_mutex_lock(&c->lock);
 	c->inflight += charge;
+	c->inflight_bytes += len;
 	pthread_mutex_unlock(&c->lock);
 	conn_send(c, ob);
+}
+
+/* Watches l unless it rests after an error or nbdd has all the
+ * connections it may. */
+static void update_listener(struct listener *l)
+{
+	bool on = !l->resume_ns && !S.full;
+	if (on == l->watched || l->fd < 0)   /* fd < 0: closed on stop */
+		return;
+	struct epoll_event ev = { .events = on ? EPOLLIN : 0, .data.ptr = l };
+	if (epoll_ctl(S.epfd, EPOLL_CTL_MOD, l->fd, &ev) < 0)
+		peer_warn("%s: epoll: %s", l->name, strerror(errno));
+	else
+		l->watched = on;
+}
+
+/* A connection opened (+1) or closed (-1). At --max-connections the
+ * listeners are not watched: new clients wait in the backlog. */
+static void count_conn(int delta)
+{
+	S.nr_conns += (unsigned)delta;
+	bool full = S.nr_conns >= nbdd_cfg.max_connections;
+	if (full == S.full)
+		return;
+	S.full = full;
+	if (full)
+		peer_warn("%u connections open (--max-connections): not accepting until one closes",
+			  S.nr_conns);
+	for (unsigned i = 0; i < S.nr_listeners; i++)
+		update_listener(&S.listeners[i]);
 }
 
 /* ---- connections -------------------------------------------------------------------- */
@@ -288,6 +355,7 @@ static void conn_close(struct conn *c, const char *why)
 		c->prev->next = c->next;
 	else
 		S.conns = c->next;
+	count_conn(-1);
 	if (c->next)
 		c->next->prev = c->prev;
 	/* Events of this round may still name it: its reference goes after. */
@@ -306,14 +374,63 @@ static void free_zombies(void)
 	}
 }
 
-static void accept_one(const struct listener *l)
+/*
+ * accept failed with err. EMFILE, ENFILE, ENOBUFS, ENOMEM leave the
+ * connection queued and the listener readable: watched, it would wake the
+ * socket thread at once, again and again (a core, and a log line each
+ * time). So the listener rests ACCEPT_PAUSE_NS, after any error but those
+ * that consumed the connection, and the error is logged once a second.
+ */
+static void accept_failed(struct listener *l, int err)
 {
+	if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR || err == ECONNABORTED)
+		return;
+	uint64_t now = xseg_now_ns();
+	l->resume_ns = now + ACCEPT_PAUSE_NS;
+	update_listener(l);
+	S.accept_errors++;
+	if (now < S.accept_log_ns)
+		return;
+	S.accept_log_ns = now + ACCEPT_LOG_NS;
+	struct rlimit rl;
+	char limit[32] = "unknown";
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
+		snprintf(limit, sizeof(limit), rl.rlim_cur == RLIM_INFINITY ? "unlimited" : "%llu",
+			 (unsigned long long)rl.rlim_cur);
+	peer_warn("accept on %s: %s (open files limit %s): not accepting for %llu ms "
+		  "(failed accepts since the last such line: %u)",
+		  l->name, strerror(err), limit, ACCEPT_PAUSE_NS / 1000000, S.accept_errors);
+	S.accept_errors = 0;
+}
+
+/* Watches the listeners whose rest is over; returns the milliseconds until
+ * the next one is due, at most `wait_ms`. */
+static int resume_listeners(int wait_ms)
+{
+	uint64_t now = xseg_now_ns();
+	for (unsigned i = 0; i < S.nr_listeners; i++) {
+		struct listener *l = &S.listeners[i];
+		if (!l->resume_ns)
+			continue;
+		if (l->resume_ns <= now) {
+			l->resume_ns = 0;
+			update_listener(l);
+		} else if ((l->resume_ns - now) / 1000000 + 1 < (uint64_t)wait_ms) {
+			wait_ms = (int)((l->resume_ns - now) / 1000000 + 1);
+		}
+	}
+	return wait_ms;
+}
+
+static void accept_one(struct listener *l)
+{
+	if (S.full)   /* an event of this round, from before the last accept */
+		return;
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof(ss);
 	int fd = accept4(l->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
 	if (fd < 0) {
-		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-			peer_warn("accept on %s: %s", l->name, strerror(errno));
+		accept_failed(l, errno);
 		return;
 	}
 	struct conn *c = calloc(1, sizeof(*c));
@@ -326,6 +443,8 @@ static void accept_one(const struct listener *l)
 	c->fd = fd;
 	atomic_init(&c->refs, 1);
 	c->out_tail = &c->out_head;
+	c->bytes_limit = HANDSHAKE_OUT_MAX;
+	c->last_rx_ns = xseg_now_ns();
 	pthread_mutex_init(&c->lock, NULL);
 	if (ss.ss_family == AF_INET || ss.ss_family == AF_INET6) {
 		char host[INET6_ADDRSTRLEN], serv[16];
@@ -347,6 +466,7 @@ static void accept_one(const struct listener *l)
 	if (S.conns)
 		S.conns->prev = c;
 	S.conns = c;
+	count_conn(1);
 	peer_info("%s: connected", c->peer_name);
 	uint8_t hello[NBD_HELLO_LEN];
 	nbd_encode_hello(hello);
@@ -394,6 +514,16 @@ static const struct nbd_export *lookup(const uint8_t *name, uint32_t len)
 	return nbdd_find_export(name, len);
 }
 
+static void start_transmission(struct conn *c, const struct nbd_export *e)
+{
+	c->exp = e;
+	c->phase = PH_TRANSMISSION;
+	pthread_mutex_lock(&c->lock);
+	c->bytes_limit = MAX_INFLIGHT_BYTES;
+	pthread_mutex_unlock(&c->lock);
+	peer_info("%s: serving export %s", c->peer_name, e->name);
+}
+
 static void info_or_go(struct conn *c, uint32_t option, const uint8_t *data, uint32_t len)
 {
 	struct nbd_export_query q;
@@ -416,11 +546,8 @@ static void info_or_go(struct conn *c, uint32_t option, const uint8_t *data, uin
 	nbd_encode_info_block_size(info, 1, 4096, (uint32_t)nbdd_cfg.max_request);
 	option_reply(c, option, NBD_REP_INFO, info, NBD_INFO_BLOCK_SIZE_LEN);
 	option_reply(c, option, NBD_REP_ACK, NULL, 0);
-	if (option == NBD_OPT_GO) {
-		c->exp = e;
-		c->phase = PH_TRANSMISSION;
-		peer_info("%s: serving export %s", c->peer_name, e->name);
-	}
+	if (option == NBD_OPT_GO)
+		start_transmission(c, e);
 }
 
 /* Returns false when the connection must close. */
@@ -435,14 +562,13 @@ static bool handle_option(struct conn *c, const struct nbd_option *opt, const ui
 		size_t n = nbd_encode_export_name_reply(buf, e->size, nbdd_transmission_flags(),
 							c->client_flags & NBD_FLAG_NO_ZEROES);
 		send_bytes(c, buf, (uint32_t)n, 0);
-		c->exp = e;
-		c->phase = PH_TRANSMISSION;
+		start_transmission(c, e);
 		return true;
 	}
 	case NBD_OPT_ABORT:
 		option_reply(c, opt->option, NBD_REP_ACK, NULL, 0);
 		pthread_mutex_lock(&c->lock);
-		c->disc = true;
+		set_disc_locked(c);
 		pthread_mutex_unlock(&c->lock);
 		return true;
 	case NBD_OPT_LIST:
@@ -507,7 +633,7 @@ static bool handle_request(struct conn *c, const struct nbd_request *req)
 	}
 	if (req->type == NBD_CMD_DISC) {
 		pthread_mutex_lock(&c->lock);
-		c->disc = true;
+		set_disc_locked(c);
 		bool now = drained_locked(c);
 		pthread_mutex_unlock(&c->lock);
 		if (now)
@@ -529,8 +655,9 @@ static bool parse_input(struct conn *c, const char **why)
 	for (;;) {
 		pthread_mutex_lock(&c->lock);
 		bool stop = c->paused || c->disc || c->broken;
-		if (!stop && c->phase == PH_TRANSMISSION && !c->filling && !c->discard &&
-		    (c->inflight >= nbdd_cfg.max_inflight || c->inflight_bytes >= MAX_INFLIGHT_BYTES)) {
+		/* In every phase: handshake replies count too. */
+		if (!stop && !c->filling && !c->discard &&
+		    (c->inflight >= nbdd_cfg.max_inflight || c->inflight_bytes >= c->bytes_limit)) {
 			c->paused = stop = true;
 			update_events_locked(c);
 			peer_debug("%s: not reading: %" PRIu64 " commands, %" PRIu64 " bytes unanswered",
@@ -636,6 +763,7 @@ static void conn_readable(struct conn *c)
 					"client left") : strerror(errno);
 			break;
 		}
+		c->last_rx_ns = xseg_now_ns();
 		if (direct) {
 			c->filled += (uint32_t)r;
 			if (c->filled == c->filling->req.length) {
@@ -689,12 +817,43 @@ static void run_kicks(void)
 	}
 }
 
+/*
+ * Closes the connections that waited --io-timeout seconds for bytes they
+ * owe: in the handshake, or in the middle of a request while being read.
+ * Their commands in flight finish on the path as when a client leaves.
+ */
+static void expire_stalled(void)
+{
+	uint64_t now = xseg_now_ns();
+	if (!nbdd_cfg.io_timeout || now < S.next_timeout_scan_ns)
+		return;
+	S.next_timeout_scan_ns = now + TIMEOUT_SCAN_NS;
+	uint64_t limit = nbdd_cfg.io_timeout * 1000000000ull;
+	for (struct conn *c = S.conns, *next; c; c = next) {
+		next = c->next;   /* conn_close moves c to the zombies */
+		bool handshake = c->phase != PH_TRANSMISSION;
+		pthread_mutex_lock(&c->lock);
+		bool not_read = c->paused || c->disc;
+		pthread_mutex_unlock(&c->lock);
+		if (!handshake && (not_read || (!c->in_len && !c->filling && !c->discard))) {
+			c->last_rx_ns = now;   /* owes nothing now: the clock starts later */
+			continue;
+		}
+		if (now - c->last_rx_ns < limit)
+			continue;
+		peer_warn("%s: closed: no byte for %" PRIu64 " s %s (--io-timeout)", c->peer_name,
+			  nbdd_cfg.io_timeout, handshake ? "in the handshake" :
+			  "in the middle of a request");
+		conn_close(c, "timed out");
+	}
+}
+
 static void *server_loop(void *arg)
 {
 	(void)arg;
 	struct epoll_event events[64];
 	while (!atomic_load(&S.stop)) {
-		int n = epoll_wait(S.epfd, events, 64, 200);
+		int n = epoll_wait(S.epfd, events, 64, resume_listeners(200));
 		if (n < 0 && errno != EINTR) {
 			peer_error("epoll_wait: %s", strerror(errno));
 			break;
@@ -723,6 +882,7 @@ static void *server_loop(void *arg)
 					conn_close(c, "connection reset");
 			}
 		}
+		expire_stalled();
 		free_zombies();
 	}
 	/* Stop: no new connections or requests; commands in flight finish on
@@ -751,43 +911,24 @@ static int add_listener(int fd, const char *name)
 		peer_error("cannot listen on %s: %s", name, strerror(errno));
 		return -1;
 	}
+	l->watched = true;
 	return 0;
 }
 
-static int open_tcp(const char *spec)
+/* The i-th --listen, checked and parsed with the options (nbdd.c). */
+static int open_tcp(unsigned i)
 {
-	char host[256];
-	const char *colon = strrchr(spec, ':');
-	size_t hl = colon ? (size_t)(colon - spec) : 0;
-	if (!colon || hl >= sizeof(host)) {
-		peer_error("--listen '%s' is not ADDR:PORT", spec);
-		return -1;
-	}
-	memcpy(host, spec, hl);
-	host[hl] = '\0';
-	char *h = host;
-	if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']') {   /* [::1]:10809 */
-		host[hl - 1] = '\0';
-		h = host + 1;
-	}
-	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-				  .ai_flags = AI_PASSIVE | AI_NUMERICSERV }, *res;
-	int rc = getaddrinfo(*h ? h : NULL, colon + 1, &hints, &res);
-	if (rc) {
-		peer_error("--listen '%s': %s", spec, gai_strerror(rc));
-		return -1;
-	}
-	int fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	const char *spec = nbdd_cfg.listen[i];
+	const struct sockaddr_storage *ss = &nbdd_cfg.listen_addr[i];
+	int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	int one = 1;
 	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
-	    bind(fd, res->ai_addr, res->ai_addrlen) < 0) {
+	    bind(fd, (const struct sockaddr *)ss, nbdd_cfg.listen_addr_len[i]) < 0) {
 		peer_error("cannot bind --listen '%s': %s", spec, strerror(errno));
 		if (fd >= 0)
 			close(fd);
-		freeaddrinfo(res);
 		return -1;
 	}
-	freeaddrinfo(res);
 	return add_listener(fd, spec);
 }
 
@@ -835,7 +976,7 @@ int server_open(struct peer *p)
 		return -1;
 	}
 	for (unsigned i = 0; i < nbdd_cfg.nr_listen; i++)
-		if (open_tcp(nbdd_cfg.listen[i]) < 0)
+		if (open_tcp(i) < 0)
 			return -1;
 	if (nbdd_cfg.unix_path && open_unix(nbdd_cfg.unix_path) < 0)
 		return -1;

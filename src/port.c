@@ -30,7 +30,9 @@ pid_t xseg_self_pid(void)
 	return cached_pid;
 }
 
-/* Field 22 of /proc/PID/stat: start time in clock ticks since boot. */
+/* Field 22 of /proc/PID/stat: start time in clock ticks since boot. 0
+ * with errno ESRCH when the process is gone, with another errno (EMFILE,
+ * ENFILE, ENOMEM...) when this process could not look. */
 static uint64_t pid_start_time(pid_t pid)
 {
 	char path[64], buf[1024];
@@ -39,18 +41,21 @@ static uint64_t pid_start_time(pid_t pid)
 	unsigned long long start = 0;
 
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	if (!(f = fopen(path, "r")))
+	if (!(f = fopen(path, "r"))) {
+		if (errno == ENOENT)
+			errno = ESRCH;
 		return 0;
+	}
 	n = fread(buf, 1, sizeof(buf) - 1, f);
 	fclose(f);
 	buf[n] = '\0';
 	char *p = strrchr(buf, ')');  /* the command name may hold spaces */
-	if (!p)
-		return 0;
 	/* after ") " come fields 3..; start time is field 22 */
-	if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
-		   &start) != 1)
+	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d "
+			 "%*d %*d %*d %*d %llu", &start) != 1) {
+		errno = ESRCH;   /* gone while we read */
 		return 0;
+	}
 	return start;
 }
 
@@ -70,7 +75,10 @@ bool xseg_owner_alive(uint64_t owner)
 	if (kill(pid, 0) < 0 && errno == ESRCH)
 		return false;
 	/* pid exists: is it the same process, not a recycled pid? */
-	return xseg_owner_word(pid) == owner;
+	uint64_t word = xseg_owner_word(pid);
+	if (!word && errno != ESRCH)
+		return true;   /* could not look (out of files...): never take a live peer's port */
+	return word == owner;
 }
 
 static uint64_t self_owner_word(void)
@@ -78,7 +86,7 @@ static uint64_t self_owner_word(void)
 	static _Thread_local uint64_t word;
 	static _Thread_local pid_t word_pid;
 	pid_t me = xseg_self_pid();
-	if (word_pid != me) {
+	if (word_pid != me || !word) {   /* a failed look (EMFILE) is not kept */
 		word = xseg_owner_word(me);
 		word_pid = me;
 	}
@@ -107,8 +115,11 @@ static int take_port(struct xseg *s, uint32_t port, bool reaper)
 	uint64_t cur = atomic_load(&p->owner);
 	unsigned reap_waits = 0;
 
-	if (!me)
-		return xseg_fail(ESRCH, "cannot read this process's start time from /proc");
+	if (!me) {
+		int err = errno;
+		return xseg_fail(err, "cannot read this process's start time from /proc: %s",
+				 strerror(err));
+	}
 	for (;;) {
 		if (cur == 0) {
 			if (atomic_compare_exchange_strong(&p->owner, &cur, me))

@@ -177,7 +177,7 @@ static inline struct xseg_ring *xseg_rep_ring(struct xseg *s, uint32_t port)
 /* Records the thread's last error (printf format) and returns -err. */
 int xseg_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 pid_t xseg_self_pid(void);
-uint64_t xseg_owner_word(pid_t pid);       /* 0 if the process is gone */
+uint64_t xseg_owner_word(pid_t pid);       /* 0: gone (errno ESRCH), or could not look */
 bool xseg_owner_alive(uint64_t owner);
 static inline pid_t xseg_owner_pid(uint64_t owner)
 {

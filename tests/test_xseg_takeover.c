@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -137,6 +138,48 @@ static pid_t start_server_holding(uint32_t client, uint32_t server, int held, in
 	close(up[1]);
 	return pid;
 }
+
+/* ---- a live owner looked at by a process out of files ---------------------- */
+
+/* Whether a port's owner lives is read from /proc/PID/stat. A process at its
+ * open-files limit cannot open that file: it must not take that for death
+ * (it took a live peer's port, and failed back what the peer held). */
+START_TEST(out_of_files_never_takes_a_live_port)
+{
+	enum { CLIENT = 0, SERVER = 1 };
+	int up[2];
+	ck_assert_int_eq(pipe(up), 0);
+	ck_assert_int_eq(xseg_bind_port(xt_seg, CLIENT), 0);
+	pid_t pid = fork_server(SERVER, 0, up[1]);
+	wait_byte(up[0], 'r');
+	wait_byte(up[0], 'a');
+	close(up[0]);
+	close(up[1]);
+
+	struct rlimit old, low;
+	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &old), 0);
+	low = old;
+	low.rlim_cur = 256;
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+	int fds[256], n = 0;
+	while (n < 256 && (fds[n] = dup(0)) >= 0)
+		n++;
+	ck_assert_int_eq(errno, EMFILE);
+	int rc = xseg_bind_port(xt_seg, SERVER);
+	int err = errno;
+	while (n)
+		close(fds[--n]);
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &old), 0);
+	ck_assert_msg(rc == -EBUSY, "bind of a live peer's port while out of files: %d (%s)",
+		      rc, rc < 0 ? strerror(err) : "taken");
+
+	struct xseg_port_info pi;
+	ck_assert_int_eq(xseg_port_info(xt_seg, SERVER, &pi), 0);
+	ck_assert_int_eq(pi.owner, pid);
+	kill_and_reap(pid);
+	ck_assert_int_eq(xseg_bind_port(xt_seg, SERVER), 0);   /* dead now: taken */
+}
+END_TEST
 
 /* ---- a server killed holding accepted requests --------------------------- */
 
@@ -616,6 +659,7 @@ int main(void)
 	tcase_set_timeout(tc, 55);
 	tcase_add_checked_fixture(tc, setup, xt_teardown);
 	tcase_add_test(tc, killed_server_requests_fail_back);
+	tcase_add_test(tc, out_of_files_never_takes_a_live_port);
 	tcase_add_test(tc, reaped_dead_server_fails_everything);
 	tcase_add_test(tc, reaps_racing_submits_answer_every_request);
 	tcase_add_test(tc, killed_forwarder_requests_fail_back);

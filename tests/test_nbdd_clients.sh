@@ -147,8 +147,9 @@ for case in leave-in-flight leave-paused; do   # the same over TCP
 done
 wait_fds $nbdd_pid $fd0 "after the raw clients left"
 
-# --io-timeout 1: stalled mid-message, the server closes; idle between
-# requests, not. --max-connections 2: a third client waits until one closes.
+# --io-timeout 1: stalled mid-message or taking no replies, the server
+# closes; idle between requests, not. --max-connections 2: a third client
+# waits until one closes.
 echo "--- nbdd --io-timeout 1 --max-connections 2"
 "$BIN/nbdd" --segment "$SEG" --port 6 --target-port 2 --volume vol:64M --io-timeout 1 \
 	--max-connections 2 --unix "$DIR/short.sock" 2> "$DIR/nbdd-short.log" & short_pid=$!
@@ -156,7 +157,7 @@ pids+=($short_pid)
 wait_bound 6
 for _ in $(seq 100); do [ -S "$DIR/short.sock" ] && break; sleep 0.05; done
 short_fds=$(nfds $short_pid)
-for case in truncated-request truncated-payload stalled-handshake max-connections; do
+for case in truncated-request truncated-payload stalled-handshake unread-replies max-connections; do
 	$T $RAW "$DIR/short.sock" $case --log "$DIR/nbdd-short.log" || fail "raw client: $case"
 done
 wait_fds $short_pid $short_fds "after the stalled clients"

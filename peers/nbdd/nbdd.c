@@ -155,8 +155,8 @@ static const char nbdd_usage[] =
 "  --chunk-size S         largest request sent to the target (default 1M)\n"
 "  --max-inflight N       commands per connection before it is not read (128)\n"
 "  --io-timeout S         seconds a client in the handshake or in the middle of\n"
-"                         a request may send nothing before it is closed\n"
-"                         (default 30; 0: no limit)\n"
+"                         a request may send nothing, or take none of its\n"
+"                         replies, before it is closed (default 30; 0: no limit)\n"
 "  --max-connections N    clients served at once; more wait to be accepted\n"
 "                         (default 1024)\n"
 "Clients: qemu-io -f raw nbd://HOST:PORT/NAME, nbd+unix:///NAME?socket=PATH.\n";

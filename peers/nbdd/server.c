@@ -18,8 +18,10 @@
  *
  * Timeouts: a connection in the handshake, or one that has sent part of
  * a request (header or payload) and is being read, is closed after
- * --io-timeout seconds without a byte from it. An idle connection between
- * requests, or one not read for flow control, has no limit.
+ * --io-timeout seconds without a byte from it; so is one whose socket takes
+ * none of its replies for that long (a client that stopped reading would
+ * otherwise hold its connection and up to 128M of replies for ever). An
+ * idle connection between requests has no limit.
  */
 #define _GNU_SOURCE   /* accept4 */
 #include <errno.h>
@@ -89,6 +91,7 @@ struct conn {
 	bool paused;                /* too much in flight: not reading */
 	bool disc;                  /* DISC (or ABORT): close once drained */
 	bool kicked;                /* on the socket thread's kick list */
+	uint64_t tx_wait_ns;        /* want_out: the socket last took bytes then */
 	uint64_t inflight, inflight_bytes;
 	uint64_t bytes_limit;       /* inflight_bytes that pause reading: per phase */
 	struct conn *next_kick;
@@ -212,6 +215,7 @@ static void flush_locked(struct conn *c)
 			if (errno == EAGAIN || errno == EWOULDBLOCK) {
 				if (!c->want_out) {
 					c->want_out = true;
+					c->tx_wait_ns = xseg_now_ns();
 					update_events_locked(c);
 				}
 				return;
@@ -221,6 +225,8 @@ static void flush_locked(struct conn *c)
 			kick(c);
 			return;
 		}
+		if (c->want_out)
+			c->tx_wait_ns = xseg_now_ns();   /* slow, not stalled */
 		size_t left = (size_t)w;
 		while (left) {
 			struct out_buf *ob = c->out_head;
@@ -819,8 +825,9 @@ static void run_kicks(void)
 
 /*
  * Closes the connections that waited --io-timeout seconds for bytes they
- * owe: in the handshake, or in the middle of a request while being read.
- * Their commands in flight finish on the path as when a client leaves.
+ * owe: in the handshake, or in the middle of a request while being read;
+ * and those whose socket took none of their replies for as long. Their
+ * commands in flight finish on the path as when a client leaves.
  */
 static void expire_stalled(void)
 {
@@ -834,7 +841,14 @@ static void expire_stalled(void)
 		bool handshake = c->phase != PH_TRANSMISSION;
 		pthread_mutex_lock(&c->lock);
 		bool not_read = c->paused || c->disc;
+		bool tx_stalled = c->want_out && now - c->tx_wait_ns >= limit;
 		pthread_mutex_unlock(&c->lock);
+		if (tx_stalled) {
+			peer_warn("%s: closed: took no reply bytes for %" PRIu64 " s (--io-timeout)",
+				  c->peer_name, nbdd_cfg.io_timeout);
+			conn_close(c, "timed out");
+			continue;
+		}
 		if (!handshake && (not_read || (!c->in_len && !c->filling && !c->discard))) {
 			c->last_rx_ns = now;   /* owes nothing now: the clock starts later */
 			continue;

@@ -230,6 +230,15 @@ def stalled_handshake(s):
     stalled(s, "half the client flags", part)
 
 
+def unread_replies(s):
+    def part(s):
+        handshake(s, b"vol")
+        s.sendall(b"".join(struct.pack(">IHHQQI", REQ_MAGIC, 0, READ, 7000 + i,
+                                       (i % 16) << 20, 1 << 20) for i in range(300)))
+        time.sleep(3)   # read nothing: the replies fill the socket and stall
+    stalled(s, "300M of replies left unread", part)
+
+
 def bad_request_magic(s):
     handshake(s, b"vol")
     s.sendall(struct.pack(">IHHQQI", 0x12345678, 0, READ, 1, 0, 512))
@@ -509,6 +518,7 @@ def main():
         "unknown-export": unknown_export,
         "truncated-request": truncated_request,
         "truncated-payload": truncated_payload,
+        "unread-replies": unread_replies,
         "bad-request-magic": bad_request_magic,
         "errors": errors,
         "out-of-order": out_of_order,

@@ -59,6 +59,8 @@ stat_is "d['dirty_bytes'] > 0" || fail "write-back left nothing dirty"
 stat_is "d['dirty_bytes'] == 0 and d['policy'] == 'writethrough'" || fail "switch to write-through left dirty data"
 bench write rand --total-size 2M --block-size 4K --iodepth 16 --seed 31
 stat_is "d['dirty_bytes'] == 0" || fail "write-through made dirty data"
+# each of those 512 writes went to filed as the client's own request
+stat_is "d['lent'] >= 512" || fail "write-through writes were not lent to filed"
 "$BIN/xseg" policy --segment "$SEG" --port 3 --set writeback || fail "policy back"
 "$BIN/xseg" unplug --segment "$SEG" --via 3 || fail "unplug"
 kill -TERM "$cpid"; wait "$cpid" || fail "cached exit status"

@@ -769,6 +769,9 @@ START_TEST(write_through_lends_the_client_request)
 	fill(w, sizeof(w), 31);
 	ck_assert_int_eq(do_write("n", 0, sizeof(w), w), 0);
 	ck_assert_int_eq(atomic_load(&blk.lent), 1);
+	struct cache_stats st;
+	cache_engine_stats(blk.engine, &st);
+	ck_assert_uint_eq(st.lent, 1);
 	ck_assert(blk_has("n", 0, w, sizeof(w)));
 	ck_assert_int_eq(do_read("n", 0, sizeof(r), r), 0);
 	ck_assert(!memcmp(r, w, sizeof(w)));

@@ -216,13 +216,18 @@ static void reply_stats(struct xseg_request *x)
 		",\"evictions\":%" PRIu64 ",\"clean_released_bytes\":%" PRIu64
 		",\"flushes\":%" PRIu64 ",\"flush_failures\":%" PRIu64
 		",\"flush_avg_us\":%.1f,\"waits\":%" PRIu64 ",\"uncached\":%" PRIu64
+		",\"lent\":%" PRIu64
 		",\"failed\":%" PRIu64 ",\"blocker_in_flight\":%" PRIu64 "}",
 		C.port, C.blocker_port, s.policy == CACHE_WRITEBACK ? "writeback" : "writethrough",
 		s.hits, s.misses, s.partial_hits, s.read_bytes, s.write_bytes,
 		s.blocker_read_bytes, s.blocker_write_bytes, s.dirty_bytes, s.cached_bytes,
 		s.free_bytes, s.objects, s.evictions, s.clean_released_bytes, s.flushes, s.flush_failures,
 		s.flushes ? (double)s.flush_ns_total / (double)s.flushes / 1e3 : 0.0,
-		s.waits, s.uncached, s.failed, s.blocker_in_flight);
+		s.waits, s.uncached, s.lent, s.failed, s.blocker_in_flight);
+	if (n < 0 || (size_t)n >= sizeof(buf)) {   /* cannot happen: 24 fields fit */
+		respond(x, false, EOVERFLOW, 0);
+		return;
+	}
 	if (xseg_prep_request(C.seg, x, x->targetlen, (uint64_t)n + 1) < 0) {
 		respond(x, false, ENOMEM, 0);
 		return;

@@ -100,7 +100,7 @@ struct cache_engine {
 		_Atomic uint64_t hits, misses, partial_hits, read_bytes, write_bytes;
 		_Atomic uint64_t blocker_read_bytes, blocker_write_bytes;
 		_Atomic uint64_t evictions, clean_released, flushes, flush_failures, flush_ns_total;
-		_Atomic uint64_t waits, uncached, failed;
+		_Atomic uint64_t waits, uncached, failed, lent;
 	} st;
 };
 
@@ -233,6 +233,7 @@ static struct cache_bio *bio_for_req(struct cache_engine *e, struct cache_req *r
 			bio_init(e, bio, req->op, req->offset, req->size);
 			bio->flags = req->flags;
 			bio->req = req;
+			STAT_ADD(e, lent, 1);
 			return bio;
 		}
 	}
@@ -1539,6 +1540,7 @@ void cache_engine_stats(struct cache_engine *e, struct cache_stats *s)
 	s->flush_ns_total = atomic_load(&e->st.flush_ns_total);
 	s->waits = atomic_load(&e->st.waits);
 	s->uncached = atomic_load(&e->st.uncached);
+	s->lent = atomic_load(&e->st.lent);
 	s->failed = atomic_load(&e->st.failed);
 	s->blocker_in_flight = atomic_load(&e->bios_in_flight);
 	s->policy = (enum cache_policy)atomic_load(&e->policy);

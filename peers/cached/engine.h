@@ -140,6 +140,7 @@ struct cache_stats {
 	uint64_t objects, evictions, flushes, flush_failures, flush_ns_total;
 	uint64_t clean_released_bytes;          /* given back by cold objects kept cached */
 	uint64_t waits, uncached;               /* parked; served past a full pool */
+	uint64_t lent;                          /* client requests sent on to the blocker */
 	uint64_t failed;
 	uint64_t blocker_in_flight;             /* requests out to the blocker now */
 	enum cache_policy policy;

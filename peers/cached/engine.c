@@ -239,6 +239,7 @@ static struct cache_bio *bio_for_req(struct cache_engine *e, struct cache_req *r
 	}
 	return bio_alloc(e, req->op, name, req->offset, req->size, NULL);
 }
+
 static void bio_release(struct cache_engine *e, struct cache_bio *bio)
 {
 	e->be.release(e->be.ctx, bio);
@@ -833,11 +834,11 @@ static void load_done_job(struct xwork *w, void *arg)
 
 /*
  * Sends a load for every INVALID run in [first, last]. False: pool full.
- * `whole`: a read whose bytes are exactly these buckets, all INVALID; its
- * own request may then be the load (bio_for_req).
+ * A run that is exactly the bytes of `reader` (a read, or NULL) may be the
+ * reader's own request (bio_for_req).
  */
 static bool load_runs(struct cache_object *o, uint32_t first, uint32_t last, bool *no_io,
-		      struct cache_req *whole)
+		      struct cache_req *reader)
 {
 	struct cache_engine *e = o->e;
 	uint32_t i = first, len;
@@ -847,8 +848,8 @@ static bool load_runs(struct cache_object *o, uint32_t first, uint32_t last, boo
 			return false;
 		uint64_t off = (uint64_t)i * e->geo.bucket_size;
 		uint64_t size = (uint64_t)len * e->geo.bucket_size;
-		struct cache_bio *bio = whole && whole->offset == off && whole->size == size
-			? bio_for_req(e, whole, o->name)
+		struct cache_bio *bio = reader && reader->offset == off && reader->size == size
+			? bio_for_req(e, reader, o->name)
 			: bio_alloc(e, X_READ, o->name, off, size, NULL);
 		if (!bio) {
 			*no_io = true;
@@ -983,10 +984,7 @@ static void read_step(struct cache_object *o, struct cache_req *req,
 			park(o, req);
 			return;
 		}
-		bool aligned = req->offset == (uint64_t)sp->first * e->geo.bucket_size &&
-			       req->size == (uint64_t)(sp->last - sp->first + 1) * e->geo.bucket_size;
-		if (!load_runs(o, sp->first, sp->last, &no_io,
-			       aligned && !loading && missing == sp->last - sp->first + 1 ? req : NULL)) {
+		if (!load_runs(o, sp->first, sp->last, &no_io, req)) {
 			STAT_ADD(e, uncached, 1);
 			go_through(o, req);
 			return;

@@ -5,17 +5,14 @@
  * --target-port (vlmcd), so a cache plugged in behind vlmcd serves them too.
  * See nbdd.h for the modules and threads.
  */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <net/if.h>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "nbdd.h"
+#include "peer/addr.h"
 #include "peer/volumes.h"
 
 struct nbdd_config nbdd_cfg = {
@@ -68,59 +65,21 @@ static int add_export(void *ctx, const char *opt, const char *name, uint64_t byt
 /* ---- options ------------------------------------------------------------------------- */
 
 /*
- * --listen ADDR:PORT: a numeric address (IPv4 dotted quad, IPv6 in
- * brackets) and a port of 1..65535 in digits. Host names are refused, not
- * resolved: a name with several addresses would serve on one of them
- * only. Checked here so that a bad value exits 2 before anything starts
- * (getaddrinfo alone takes port 99999 as 34463).
+ * --listen ADDR:PORT, checked here so that a bad value exits 2 before
+ * anything starts (getaddrinfo alone took port 99999 as 34463). Host names
+ * are not resolved: a name with several addresses would serve on one only.
  */
-static int parse_listen(const char *arg, struct sockaddr_storage *ss, socklen_t *len)
+static int add_listen(const char *arg)
 {
-	const char *colon = strrchr(arg, ':');
-	if (!colon)
-		return peer_arg_error("--listen", arg, "is not ADDR:PORT");
-	const char *port = colon + 1;
-	size_t pl = strlen(port);
-	unsigned long pn = pl && pl <= 5 && strspn(port, "0123456789") == pl ?
-			   strtoul(port, NULL, 10) : 0;
-	if (pn < 1 || pn > 65535)
-		return peer_arg_error("--listen", arg, "has no port in 1..65535 after the last ':'");
-	char host[INET6_ADDRSTRLEN + IF_NAMESIZE + 2];
-	const char *h = arg;
-	size_t hl = (size_t)(colon - arg);
-	bool v6 = hl >= 2 && arg[0] == '[' && arg[hl - 1] == ']';
-	if (v6) {
-		h++;
-		hl -= 2;
-	}
-	if (!hl || hl >= sizeof(host))
-		return peer_arg_error("--listen", arg,
-				      "has no address (0.0.0.0:PORT or [::]:PORT for all)");
-	memcpy(host, h, hl);
-	host[hl] = '\0';
-	memset(ss, 0, sizeof(*ss));
-	if (!v6) {
-		struct sockaddr_in *sin = (struct sockaddr_in *)ss;
-		if (memchr(host, ':', hl))
-			return peer_arg_error("--listen", arg, "has an IPv6 address not in brackets: "
-					      "[ADDR]:PORT");
-		/* inet_pton: a strict dotted quad (getaddrinfo takes "1.2.3") */
-		if (inet_pton(AF_INET, host, &sin->sin_addr) != 1)
-			return peer_arg_error("--listen", arg, "is not a numeric IPv4 address and port "
-					      "(host names are not resolved)");
-		sin->sin_family = AF_INET;
-		sin->sin_port = htons((uint16_t)pn);
-		*len = sizeof(*sin);
-		return 0;
-	}
-	/* getaddrinfo for IPv6: it also takes a scope, [fe80::1%eth0]:N */
-	struct addrinfo hints = { .ai_family = AF_INET6, .ai_socktype = SOCK_STREAM,
-				  .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE }, *res;
-	if (getaddrinfo(host, port, &hints, &res) != 0)
-		return peer_arg_error("--listen", arg, "is not a numeric [IPv6] address and port");
-	memcpy(ss, res->ai_addr, res->ai_addrlen);
-	*len = res->ai_addrlen;
-	freeaddrinfo(res);
+	struct net_addr a;
+	const char *why;
+	if (nbdd_cfg.nr_listen == 4)
+		return peer_arg_error("--listen", arg, "is one too many (at most 4)");
+	if (addr_parse_endpoint(arg, false, &a, &why) < 0)
+		return peer_arg_error("--listen", arg, why);
+	nbdd_cfg.listen_addr[nbdd_cfg.nr_listen] = a.ss;
+	nbdd_cfg.listen_addr_len[nbdd_cfg.nr_listen] = a.len;
+	nbdd_cfg.listen[nbdd_cfg.nr_listen++] = (char *)arg;
 	return 0;
 }
 
@@ -170,13 +129,7 @@ static int parse_option(struct peer *p, int val, const char *arg)
 		return peer_arg_uint("--target-port", arg, 0, XSEG_MAX_PORTS - 1,
 				     &nbdd_cfg.target_port);
 	case OPT_LISTEN:
-		if (nbdd_cfg.nr_listen == 4)
-			return peer_arg_error("--listen", arg, "is one too many (at most 4)");
-		if (parse_listen(arg, &nbdd_cfg.listen_addr[nbdd_cfg.nr_listen],
-				 &nbdd_cfg.listen_addr_len[nbdd_cfg.nr_listen]) < 0)
-			return -1;
-		nbdd_cfg.listen[nbdd_cfg.nr_listen++] = (char *)arg;
-		return 0;
+		return add_listen(arg);
 	case OPT_UNIX:
 		if (!*arg || strlen(arg) >= 108)
 			return peer_arg_error("--unix", arg, "is not a socket path (1..107 bytes)");

@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 #include "peer/peer.h"
-#include "addr.h"
+#include "peer/addr.h"
 #include "slots.h"
 #include "wire.h"
 

@@ -1,9 +1,11 @@
 /*
- * Network addresses for synapsed's options: "ADDR:PORT" (IPv4, a host name,
- * or "[IPv6]:PORT") and bare "ADDR" for --allow.
+ * Network addresses for the peers' options (nbdd's and synapsed's --listen,
+ * synapsed's --remote and --allow): "ADDR:PORT" (a dotted-quad IPv4
+ * address, "[IPv6]:PORT", or a host name where resolving is asked for) and
+ * a bare numeric "ADDR".
  */
-#ifndef SYNAPSED_ADDR_H
-#define SYNAPSED_ADDR_H
+#ifndef PEER_ADDR_H
+#define PEER_ADDR_H
 
 #include <stdbool.h>
 #include <sys/socket.h>
@@ -16,8 +18,10 @@ struct net_addr {
 	char text[ADDR_TEXT_MAX];   /* for log lines */
 };
 
-/* Parses "ADDR:PORT". Returns 0, or -1 with a reason in *why. Host names
- * are resolved (first IPv4/IPv6 answer) only when `resolve` is set. */
+/* Parses "ADDR:PORT", the port 1..65535 in digits. Returns 0, or -1 with a
+ * reason in *why. Host names are resolved (first IPv4/IPv6 answer) only
+ * when `resolve` is set; otherwise an IPv4 address must be a full dotted
+ * quad and an IPv6 one stand in brackets. */
 int addr_parse_endpoint(const char *s, bool resolve, struct net_addr *out, const char **why);
 
 /* Parses a numeric address without a port (--allow). */

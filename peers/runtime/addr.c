@@ -1,4 +1,4 @@
-/* Parsing and matching of synapsed's network addresses; see addr.h. */
+/* Parsing and matching of the peers' network addresses; see peer/addr.h. */
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "addr.h"
+#include "peer/addr.h"
 
 /* Splits "host:port" / "[v6]:port" into host and port strings. */
 static int split(const char *s, char *host, size_t hostlen, const char **port)
@@ -57,7 +57,7 @@ static int lookup(const char *host, const char *port, int flags, struct net_addr
 
 int addr_parse_endpoint(const char *s, bool resolve, struct net_addr *out, const char **why)
 {
-	char host[256], *end;
+	char host[256];
 	const char *port;
 
 	memset(out, 0, sizeof(*out));
@@ -65,9 +65,25 @@ int addr_parse_endpoint(const char *s, bool resolve, struct net_addr *out, const
 		*why = "is not ADDR:PORT (IPv6 as [ADDR]:PORT)";
 		return -1;
 	}
-	unsigned long p = strtoul(port, &end, 10);
-	if (!*port || *end || p == 0 || p > 65535) {
+	/* digits only: strtoul takes "+80" and " 80", getaddrinfo 99999 as 34463 */
+	size_t pl = strlen(port);
+	unsigned long p = pl && pl <= 5 && strspn(port, "0123456789") == pl ?
+			  strtoul(port, NULL, 10) : 0;
+	if (p == 0 || p > 65535) {
 		*why = "has no port in 1..65535";
+		return -1;
+	}
+	bool bracketed = s[0] == '[';
+	if (bracketed && !strchr(host, ':')) {
+		*why = "has an IPv4 address in brackets (brackets are for IPv6)";
+		return -1;
+	}
+	/* getaddrinfo takes "1.2.3" as 1.2.0.3: a numeric IPv4 address must be
+	 * a full dotted quad */
+	struct in_addr v4;
+	if (!resolve && !bracketed && inet_pton(AF_INET, host, &v4) != 1) {
+		*why = "is not a numeric address (dotted-quad IPv4, or [IPv6]; host names "
+		       "are not resolved here)";
 		return -1;
 	}
 	return lookup(host, port, AI_NUMERICSERV | (resolve ? 0 : AI_NUMERICHOST), out, why);

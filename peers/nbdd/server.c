@@ -823,6 +823,15 @@ static void run_kicks(void)
 	}
 }
 
+/* Time from `then` to `now`, never negative: a worker thread may have
+ * stamped `then` (tx_wait_ns, in flush_locked) after `now` was read. The
+ * plain difference wrapped to ~2^64 there and closed a healthy client as
+ * "took no reply bytes for 30 s" seconds after it connected. */
+static uint64_t elapsed_ns(uint64_t now, uint64_t then)
+{
+	return now > then ? now - then : 0;
+}
+
 /*
  * Closes the connections that waited --io-timeout seconds for bytes they
  * owe: in the handshake, or in the middle of a request while being read;
@@ -841,7 +850,7 @@ static void expire_stalled(void)
 		bool handshake = c->phase != PH_TRANSMISSION;
 		pthread_mutex_lock(&c->lock);
 		bool not_read = c->paused || c->disc;
-		bool tx_stalled = c->want_out && now - c->tx_wait_ns >= limit;
+		bool tx_stalled = c->want_out && elapsed_ns(now, c->tx_wait_ns) >= limit;
 		pthread_mutex_unlock(&c->lock);
 		if (tx_stalled) {
 			peer_warn("%s: closed: took no reply bytes for %" PRIu64 " s (--io-timeout)",
@@ -853,7 +862,7 @@ static void expire_stalled(void)
 			c->last_rx_ns = now;   /* owes nothing now: the clock starts later */
 			continue;
 		}
-		if (now - c->last_rx_ns < limit)
+		if (elapsed_ns(now, c->last_rx_ns) < limit)
 			continue;
 		peer_warn("%s: closed: no byte for %" PRIu64 " s %s (--io-timeout)", c->peer_name,
 			  nbdd_cfg.io_timeout, handshake ? "in the handshake" :

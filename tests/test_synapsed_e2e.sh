@@ -223,9 +223,12 @@ wait "$fakepid" || fail "the fake remote failed: $(cat "$DIR/fake.out")"
 
 echo "--- remote killed mid-run: failures reported, no hang; restarted: traffic resumes"
 "$BIN/bench-xseg" --segment "$SEG" --port 10 --target-port 2 --op write --pattern seq \
-	--total-size 1G --block-size 64K --iodepth 16 --object-size 1M --seed 5 --timeout 20 \
+	--total-size 16G --block-size 64K --iodepth 16 --object-size 1M --seed 5 --timeout 20 \
 	--json > "$DIR/kill.out" 2> "$DIR/kill.err" & bg=$!
 sleep 1
+# 16G, not 1G: a quiet machine moved 1G through the bridge in under the
+# second, and the run ended before the kill it is there to see.
+kill -0 "$bg" 2>/dev/null || fail "the run ended before the remote was killed: $(cat "$DIR/kill.err")"
 kill -KILL "$bpid"
 start=$SECONDS
 wait $bg && fail "bench-xseg did not report the lost remote"

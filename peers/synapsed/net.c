@@ -474,7 +474,6 @@ static int conn_read(struct conn *c, uint32_t ci)
 				   "a frame" : "closed by the peer", ECONNRESET);
 			return -1;
 		}
-		c->last_rx_ns = xseg_now_ns();
 		if (direct)
 			c->body_got += (size_t)r;
 		else
@@ -501,7 +500,6 @@ static void conn_up(struct conn *c)
 	c->incoming = 0;
 	c->incoming_bytes = 0;
 	pthread_mutex_unlock(&S.lock);
-	c->last_rx_ns = xseg_now_ns();
 }
 
 static void accept_all(void)

@@ -78,7 +78,6 @@ struct conn {
 	bool used;             /* a slot in S.conns in use (inbound) */
 	bool connecting;
 	char peer[ADDR_TEXT_MAX];
-	uint64_t last_rx_ns;
 	/* reading: a header in rbuf, then the frame's body */
 	uint8_t *rbuf;
 	size_t rlen, rpos;

@@ -5,7 +5,10 @@
 # fresh objects), then cold read misses (an empty cache over data filed
 # already has) against the same reads from filed alone. Prints one line per
 # run with IOPS, p50/p99 and the IOPS of each twentieth of the run, then
-# the ratios against filed alone.
+# the ratios against filed alone. The same writes and reads also go through
+# a bare hop (nulld --forward in cached's place, a peer that only passes
+# requests on): the most any peer in front of filed can keep on this
+# machine, printed beside cached's ratios. HOP=0 leaves it out.
 #   TMPDIR=/dev/shm TOTAL=1G bench/run-cached-sustained.sh
 set -u
 cd "$(dirname "$0")/.."
@@ -17,10 +20,10 @@ BS=${BS:-4K}
 DEPTH=${DEPTH:-16}
 THREADS=${CACHED_THREADS:-}   # empty: cached's default
 OUT=$(mktemp -d)
-fpid= cpid=
+fpid= cpid= hpid=
 cleanup() {
 	# the cache first: it writes its dirty data back to filed before it exits
-	for p in $cpid $fpid; do kill -TERM "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+	for p in $cpid $hpid $fpid; do kill -TERM "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
 	"$BIN/xseg" destroy --segment "$SEG" 2>/dev/null
 	rm -rf "$DATA" "$OUT"
 }
@@ -60,6 +63,17 @@ stop_cached() {   # unplug (writes every dirty byte back), then stop
 	cpid=
 }
 
+hop_runs() {   # the same writes (on fresh objects) and reads through a bare hop
+	"$BIN/nulld" --segment "$SEG" --port 2 --forward 1 2> "$OUT/hop.log" & hpid=$!
+	wait_bound 2
+	"$BIN/xseg" plug --segment "$SEG" --port 1 --via 2 >/dev/null
+	run hop write 5
+	run hop-read read 1
+	"$BIN/xseg" unplug --segment "$SEG" --via 2 >/dev/null
+	kill -TERM "$hpid"; wait "$hpid" 2>/dev/null
+	hpid=
+}
+
 echo "sustained: $TOTAL of $BS random, iodepth $DEPTH, cache $((CACHE >> 20)) MiB (half), cached --threads ${THREADS:-default}"
 "$BIN/xseg" create --segment "$SEG" --ports 16 --requests 2048 --heap 512M >/dev/null || exit 1
 "$BIN/filed" --segment "$SEG" --port 1 --dir "$DATA" --threads 2 & fpid=$!
@@ -67,6 +81,7 @@ wait_bound 1
 
 run filed write 1
 run filed-read read 1
+[ "${HOP:-1}" = 0 ] || hop_runs
 start_cached writeback
 run cached-WB write 2
 stop_cached
@@ -79,11 +94,18 @@ stop_cached
 
 python3 - "$OUT" <<'EOF'
 import json, sys, os
-d = {n: json.loads(open(os.path.join(sys.argv[1], n + '.json')).read().splitlines()[-1])
-     for n in ('filed', 'filed-read', 'cached-WB', 'cached-WT', 'cached-cold')}
+def load(n):
+    f = os.path.join(sys.argv[1], n + '.json')
+    return json.loads(open(f).read().splitlines()[-1]) if os.path.exists(f) else None
+d = {n: load(n) for n in ('filed', 'filed-read', 'hop', 'hop-read', 'cached-WB', 'cached-WT', 'cached-cold')}
 def ratio(a, b): return d[a]['iops'] / d[b]['iops']
 print(f"ratios to filed alone: WB writes {ratio('cached-WB','filed'):.2f}x, "
       f"WT writes {ratio('cached-WT','filed'):.2f}x, cold read misses "
       f"{ratio('cached-cold','filed-read'):.2f}x; WB's slowest 5%: "
       f"{min(d['cached-WB']['slice_iops'])/d['filed']['iops']:.2f}x filed's average")
+if d['hop']:
+    print(f"a bare hop (nulld --forward) keeps: writes {ratio('hop','filed'):.2f}x, "
+          f"reads {ratio('hop-read','filed-read'):.2f}x; cached against the hop: "
+          f"WT writes {ratio('cached-WT','hop'):.2f}x, cold read misses "
+          f"{ratio('cached-cold','hop-read'):.2f}x")
 EOF

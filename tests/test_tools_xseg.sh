@@ -111,6 +111,8 @@ bad_arg "'x1'" "$BIN/nulld" --segment "$SEG" --port x1
 bad_arg "'0'" "$BIN/nulld" --segment "$SEG" --port 1 --threads 0
 bad_arg "'loud'" "$BIN/nulld" --segment "$SEG" --port 1 --log-level loud
 bad_arg "--pidfile" "$BIN/nulld" --segment "$SEG" --port 1 --daemon
+bad_arg "--forward 1" "$BIN/nulld" --segment "$SEG" --port 1 --forward 1
+bad_arg "'99999'" "$BIN/nulld" --segment "$SEG" --port 1 --forward 99999
 bad_arg "'0'" "$BIN/ipc-bench" --segment "$SEG" --port 2 --target-port 1 --iodepth 0
 bad_arg "'99999'" "$BIN/ipc-bench" --segment "$SEG" --port 2 --target-port 1 --iodepth 99999
 bad_arg "'-1'" "$BIN/ipc-bench" --segment "$SEG" --port 2 --target-port 1 --seconds -1
@@ -144,6 +146,37 @@ check_json 'ports[5]["next_hop"] == 1'
 expect_exit 0 "$BIN/xseg" route --segment "$SEG" --port 5 --clear
 # a second nulld may not take a live owner's port
 expect_exit 1 "$BIN/nulld" --segment "$SEG" --port 1
+
+echo "--- nulld --forward: one more hop, replies passed back"
+"$BIN/nulld" --segment "$SEG" --port 4 --forward 1 2> "$DIR/fwd.log" &
+fpid=$!; pids+=($fpid)
+wait_bound 4
+before=$(info_json 'ports[1]["submitted"]')
+expect_exit 0 "$BIN/ipc-bench" --segment "$SEG" --port 6 --target-port 4 \
+	--iodepth 16 --requests 3000 --json
+tail -n 1 "$DIR/out" | python3 -c '
+import json, sys
+r = json.loads(sys.stdin.read())
+assert r["requests"] == 3000 and r["failed"] == 0, r
+' || fail "ipc-bench through the forwarder: $(tail -n 1 "$DIR/out")"
+# every request went on to port 1 (nulld answering), none answered by the forwarder
+check_json 'ports[1]["submitted"] == '"$before"' + 3000 and ports[4]["submitted"] == 3000'
+# xseg plug/unplug ask the forwarder, which holds nothing: both succeed
+expect_exit 0 "$BIN/xseg" plug --segment "$SEG" --port 5 --via 4
+expect_exit 0 "$BIN/xseg" unplug --segment "$SEG" --via 4
+check_json '5 not in ports'
+kill -TERM "$fpid"
+wait_gone "$fpid" 5
+[ "$gone_rc" -eq 0 ] || fail "nulld --forward exited $gone_rc on SIGTERM"
+# forwarding to a port nobody serves fails the requests back, no hang
+"$BIN/nulld" --segment "$SEG" --port 4 --forward 9 2> "$DIR/fwd.log" &
+fpid=$!; pids+=($fpid)
+wait_bound 4
+expect_exit 1 timeout 20 "$BIN/ipc-bench" --segment "$SEG" --port 6 --target-port 4 --requests 10
+grep -q "cannot forward request .* to port 9" "$DIR/fwd.log" ||
+	fail "the forwarder did not say why: $(cat "$DIR/fwd.log")"
+kill -TERM "$fpid"
+wait_gone "$fpid" 5
 kill -TERM "$npid"
 wait_gone "$npid" 5
 [ "$gone_rc" -eq 0 ] || fail "nulld exited $gone_rc on SIGTERM"

@@ -3,6 +3,10 @@
  * limit: a client's round trips per second against nulld are the most any
  * peer on this segment can see.
  *
+ * With --forward PORT it passes every request on to PORT untouched and its
+ * reply back: one more hop and nothing else, the least any peer placed in
+ * front of another (a cache) can add to a path.
+ *
  * Self-contained on purpose (no peer runtime): the fewer layers between the
  * rings and the answer, the closer the figure is to what libxseg costs.
  */
@@ -26,6 +30,8 @@
 #define MAX_THREADS 64u
 /* Sleep in slices this long so that a stop request is noticed. */
 #define WAIT_SLICE_NS (100ull * 1000000ull)
+/* On a stop, how long forwarded requests are waited for. */
+#define DRAIN_NS (10ull * 1000000000ull)
 
 enum log_level { L_ERROR, L_WARN, L_INFO, L_DEBUG };
 static const char *const level_names[] = { "error", "warn", "info", "debug" };
@@ -33,17 +39,19 @@ static const char *const level_names[] = { "error", "warn", "info", "debug" };
 static struct {
 	const char *segment;
 	uint32_t port;
+	uint32_t forward;   /* XSEG_NO_PORT: answer instead */
 	unsigned threads;
 	uint64_t spin_ns;
 	enum log_level log_level;
 	bool daemon;
 	const char *pidfile;
 	struct xseg *seg;
-} N = { .threads = 1, .spin_ns = 50000, .log_level = L_INFO };
+} N = { .forward = XSEG_NO_PORT, .threads = 1, .spin_ns = 50000, .log_level = L_INFO };
 
 /* Lock-free atomics are async-signal-safe and visible to every thread. */
 static _Atomic int stop;
 static _Atomic uint64_t answered;
+static _Atomic uint64_t forwarded_out;   /* forwarded, reply not yet passed back */
 static bool pidfile_written;
 
 static void on_signal(int sig)
@@ -82,15 +90,63 @@ static void answer(struct xseg_request **batch, int n)
 	atomic_fetch_add_explicit(&answered, (uint64_t)n, memory_order_relaxed);
 }
 
+static void fail_back(struct xseg_request *req, int err)
+{
+	req->result = XR_FAILED;
+	req->error = err;
+	req->serviced = 0;
+	if (xseg_respond(N.seg, req, N.port) < 0)
+		logmsg(L_ERROR, "%s", xseg_last_error());
+}
+
+/* --forward: the requests go on to the next port as they are (their return
+ * path remembers us); one that cannot go is failed back at once. Control
+ * messages are ours (xseg plug/unplug ask the port they name): a forwarder
+ * holds no data, so it has nothing to write back and answers them. */
+static void forward(struct xseg_request **batch, int n)
+{
+	for (int i = 0; i < n; i++) {
+		if (batch[i]->op == X_CONTROL) {
+			answer(&batch[i], 1);
+			continue;
+		}
+		atomic_fetch_add_explicit(&forwarded_out, 1, memory_order_relaxed);
+		if (xseg_forward(N.seg, batch[i], N.port, N.forward) < 0) {
+			logmsg(L_WARN, "cannot forward request %u to port %u: %s",
+			       batch[i]->index, N.forward, xseg_last_error());
+			atomic_fetch_sub_explicit(&forwarded_out, 1, memory_order_relaxed);
+			fail_back(batch[i], EHOSTUNREACH);
+		}
+	}
+}
+
+/* Replies to what we forwarded go back, in turn, to whoever sent them. */
+static int pass_replies_back(void)
+{
+	struct xseg_request *batch[BATCH];
+	int n = xseg_receive(N.seg, N.port, batch, BATCH);
+	for (int i = 0; i < n; i++) {
+		if (xseg_respond(N.seg, batch[i], N.port) < 0)
+			logmsg(L_ERROR, "%s", xseg_last_error());
+		atomic_fetch_sub_explicit(&forwarded_out, 1, memory_order_relaxed);
+	}
+	if (n > 0)
+		atomic_fetch_add_explicit(&answered, (uint64_t)n, memory_order_relaxed);
+	return n > 0 ? n : 0;
+}
+
 static void *serve(void *arg)
 {
 	(void)arg;
 	struct xseg_request *batch[BATCH];
 	while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
 		int n = xseg_accept(N.seg, N.port, batch, BATCH);
-		if (n > 0)
+		if (n > 0 && N.forward == XSEG_NO_PORT)
 			answer(batch, n);
-		else
+		else if (n > 0)
+			forward(batch, n);
+		int replies = N.forward == XSEG_NO_PORT ? 0 : pass_replies_back();
+		if (n <= 0 && !replies)
 			xseg_poll(N.seg, N.port, N.spin_ns, WAIT_SLICE_NS);
 	}
 	return NULL;
@@ -105,6 +161,8 @@ static void usage(FILE *out)
 "  --segment NAME     segment to join (made by xseg create)\n"
 "  --port N           port to serve\n"
 "  --threads N        serving threads, 1..%u (default 1)\n"
+"  --forward PORT     pass every request on to PORT and its reply back instead\n"
+"                     of answering: the cost of one more hop in a path\n"
 "  --spin-us N        busy-poll this long before sleeping (default 50)\n"
 "  --log-level L      error, warn, info (default) or debug; logs go to stderr\n"
 "  --daemon           detach once serving; needs --pidfile\n"
@@ -137,10 +195,11 @@ static uint64_t uint_arg(const char *opt, const char *val, uint64_t min, uint64_
 
 static void parse_options(int argc, char **argv)
 {
-	enum { O_SEG = 256, O_PORT, O_THREADS, O_SPIN, O_LOG, O_DAEMON, O_PIDFILE, O_HELP };
+	enum { O_SEG = 256, O_PORT, O_FORWARD, O_THREADS, O_SPIN, O_LOG, O_DAEMON, O_PIDFILE, O_HELP };
 	static const struct option opts[] = {
 		{ "segment", required_argument, NULL, O_SEG },
 		{ "port", required_argument, NULL, O_PORT },
+		{ "forward", required_argument, NULL, O_FORWARD },
 		{ "threads", required_argument, NULL, O_THREADS },
 		{ "spin-us", required_argument, NULL, O_SPIN },
 		{ "log-level", required_argument, NULL, O_LOG },
@@ -158,6 +217,9 @@ static void parse_options(int argc, char **argv)
 		case O_PORT:
 			N.port = (uint32_t)uint_arg("--port", optarg, 0, XSEG_MAX_PORTS - 1);
 			have_port = true;
+			break;
+		case O_FORWARD:
+			N.forward = (uint32_t)uint_arg("--forward", optarg, 0, XSEG_MAX_PORTS - 1);
 			break;
 		case O_THREADS:
 			N.threads = (unsigned)uint_arg("--threads", optarg, 1, MAX_THREADS);
@@ -191,6 +253,10 @@ static void parse_options(int argc, char **argv)
 	}
 	if (!N.segment || !have_port) {
 		fprintf(stderr, "nulld: --segment and --port are required (see --help)\n");
+		exit(2);
+	}
+	if (N.forward == N.port) {
+		fprintf(stderr, "nulld: --forward %u is the port it serves\n", N.forward);
 		exit(2);
 	}
 	if (N.daemon && !N.pidfile) {
@@ -304,9 +370,10 @@ int main(int argc, char **argv)
 	if (rc < 0)
 		atomic_store(&stop, 1);
 	else
-		logmsg(L_INFO, "serving port %u of segment %s with %u thread%s, spin %llu us",
+		logmsg(L_INFO, "serving port %u of segment %s with %u thread%s, spin %llu us%s",
 		       N.port, N.segment, N.threads, N.threads == 1 ? "" : "s",
-		       (unsigned long long)(N.spin_ns / 1000));
+		       (unsigned long long)(N.spin_ns / 1000),
+		       N.forward == XSEG_NO_PORT ? "" : ", forwarding");
 	tell_parent(ready_fd, rc < 0 ? 1 : 0);
 	for (unsigned i = 0; i < started; i++)
 		pthread_join(t[i], NULL);
@@ -322,9 +389,21 @@ int main(int argc, char **argv)
 		int n;
 		while (left && (n = xseg_accept(N.seg, N.port, batch,
 						left < BATCH ? (unsigned)left : BATCH)) > 0) {
-			answer(batch, n);
+			if (N.forward == XSEG_NO_PORT)
+				answer(batch, n);
+			else
+				forward(batch, n);
 			left -= (uint64_t)n;
 		}
+		/* What went on is owed back: wait for it a while (the next port
+		 * may be stopping too). */
+		uint64_t until = xseg_now_ns() + DRAIN_NS;
+		while (atomic_load(&forwarded_out) && xseg_now_ns() < until)
+			if (!pass_replies_back())
+				xseg_poll(N.seg, N.port, 0, WAIT_SLICE_NS);
+		if (atomic_load(&forwarded_out))
+			logmsg(L_WARN, "stopped with %llu forwarded requests unanswered by port %u",
+			       (unsigned long long)atomic_load(&forwarded_out), N.forward);
 		logmsg(L_INFO, "stopped after %llu requests",
 		       (unsigned long long)atomic_load(&answered));
 	}

@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
 # The sustained run of issue 5 (thesis chapter 7): the cache holds half the
 # workload. 4K random writes at iodepth 16 through filed alone, cached
-# write-back and cached write-through (each on a fresh, empty cache and
-# fresh objects), then cold read misses (an empty cache over data filed
-# already has) against the same reads from filed alone. Prints one line per
-# run with IOPS, p50/p99 and the IOPS of each twentieth of the run, then
-# the ratios against filed alone. The same writes and reads also go through
-# a bare hop (nulld --forward in cached's place, a peer that only passes
-# requests on): the most any peer in front of filed can keep on this
-# machine, printed beside cached's ratios. HOP=0 leaves it out.
+# write-back and cached write-through (each on a fresh, empty cache), then
+# cold read misses (an empty cache over data filed already has) against
+# the same reads from filed alone. Prints one line per run with IOPS,
+# p50/p99 and the IOPS of each twentieth of the run, then the ratios
+# against filed alone. The same writes and reads also go through a bare hop
+# (nulld --forward in cached's place, a peer that only passes requests on):
+# the most any peer in front of filed can keep on this machine, printed
+# beside cached's ratios. HOP=0 leaves it out.
+#
+# Every run writes over the same objects, filled once before the first:
+# a write that grows a file costs filed the allocation of new pages, and on
+# a VM that hands freed memory back to its host (free page reporting) a new
+# page costs a fault in the host too, so runs on fresh objects paid more the
+# later they came (filed alone, first, 260K writes/s; the same run after
+# 2G of other objects, 160K). FRESH=1 gives each write run new objects, as
+# this script did before.
 #   TMPDIR=/dev/shm TOTAL=1G bench/run-cached-sustained.sh
 set -u
 cd "$(dirname "$0")/.."
@@ -63,11 +71,14 @@ stop_cached() {   # unplug (writes every dirty byte back), then stop
 	cpid=
 }
 
-hop_runs() {   # the same writes (on fresh objects) and reads through a bare hop
+# The seed names the objects: one seed for all runs unless FRESH=1.
+seed() { [ "${FRESH:-0}" = 1 ] && echo "$1" || echo 1; }
+
+hop_runs() {   # the same writes and reads through a bare hop
 	"$BIN/nulld" --segment "$SEG" --port 2 --forward 1 2> "$OUT/hop.log" & hpid=$!
 	wait_bound 2
 	"$BIN/xseg" plug --segment "$SEG" --port 1 --via 2 >/dev/null
-	run hop write 5
+	run hop write "$(seed 5)"
 	run hop-read read 1
 	"$BIN/xseg" unplug --segment "$SEG" --via 2 >/dev/null
 	kill -TERM "$hpid"; wait "$hpid" 2>/dev/null
@@ -79,14 +90,15 @@ echo "sustained: $TOTAL of $BS random, iodepth $DEPTH, cache $((CACHE >> 20)) Mi
 "$BIN/filed" --segment "$SEG" --port 1 --dir "$DATA" --threads 2 & fpid=$!
 wait_bound 1
 
+[ "${FRESH:-0}" = 1 ] || run fill write 1   # the objects every run writes over
 run filed write 1
 run filed-read read 1
 [ "${HOP:-1}" = 0 ] || hop_runs
 start_cached writeback
-run cached-WB write 2
+run cached-WB write "$(seed 2)"
 stop_cached
 start_cached writethrough
-run cached-WT write 3
+run cached-WT write "$(seed 3)"
 stop_cached
 start_cached writeback
 run cached-cold read 1      # every block a miss: filed has it, the cache is empty

@@ -4,7 +4,9 @@
 # TARGET on segment B (the same path without synapsed). 4K and 64K random
 # reads and writes at iodepth 1 and 16.
 #   TARGET=filed (default; data under $TMPDIR, tmpfs by default) or nulld
-#   TOTAL (default 64M per run), THREADS (synapsed workers, default 2)
+#   TOTAL per run (default 64M at 4K, 1G at 64K: a 64M row at 64K depth 16
+#   lasts a twentieth of a second, too short to measure a rate), THREADS
+#   (synapsed workers, default 2)
 #   BENCH_OPTS: more bench-xseg options (e.g. --spin-us 300), every row
 #   PIN_ENDS="A B": run synapsed A on CPU A and synapsed B on CPU B (taskset),
 #   as two hosts would: on one host both ends' spinning network threads may
@@ -18,7 +20,7 @@ BIN=${BIN:-$PWD/${BUILD:-build}/bin}
 export TMPDIR=${TMPDIR:-/dev/shm}
 SEGA=syn-bench-a-$$ SEGB=syn-bench-b-$$
 DATA=$(mktemp -d)
-TOTAL=${TOTAL:-64M} TARGET=${TARGET:-filed} THREADS=${THREADS:-2}
+TOTAL=${TOTAL:-} TARGET=${TARGET:-filed} THREADS=${THREADS:-2}
 free_tcp_port() {
 	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
@@ -63,6 +65,7 @@ sleep 0.5
 seed=0
 for bs in ${SIZES:-4K 64K}; do for depth in ${DEPTHS:-1 16}; do for op in ${OPS:-write read}; do
 	[ $op = write ] && seed=$((seed + 1))
+	total=${TOTAL:-$([ "$bs" = 4K ] && echo 64M || echo 1G)}
 	for path in $paths; do
 		case $path in
 		direct) seg=$SEGB tport=1 ;;
@@ -70,7 +73,7 @@ for bs in ${SIZES:-4K 64K}; do for depth in ${DEPTHS:-1 16}; do for op in ${OPS:
 		baseline) seg=$SEGA tport=3 ;;
 		esac
 		"$BIN/bench-xseg" --segment "$seg" --port 10 --target-port $tport --object-size 4M \
-			--op $op --pattern rand --total-size "$TOTAL" --block-size $bs --iodepth $depth \
+			--op $op --pattern rand --total-size "$total" --block-size $bs --iodepth $depth \
 			--seed $seed --json ${BENCH_OPTS:-} |
 		tail -1 | python3 -c "import json,sys; d=json.load(sys.stdin); print(f\"$TARGET {'$path':8} {d['op']:5} bs={d['block_size']//1024:>2}K depth={d['iodepth']:>2} {d['iops']:>9.0f} IOPS {d['mib_per_s']:>8.1f} MiB/s p50 {d['lat_us_p50']:>7.1f} us p99 {d['lat_us_p99']:>8.1f} us failed {d['failed']}\")"
 	done

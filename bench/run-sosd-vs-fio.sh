@@ -7,6 +7,8 @@
 # adds another sosd binary (an older build) to each round, on its own port
 # (SOSD_OPTS, BASELINE_OPTS: more options for each sosd);
 # BENCH_OPTS are passed to bench-xseg; SIZES (4K 64K) picks the block sizes.
+# HOP=1 adds sosd behind a bare hop (nulld --forward) to each round: what one
+# more process in the path costs here (fio has none between it and librados).
 set -u
 cd "$(dirname "$0")/.."
 BIN=${BIN:-$PWD/${BUILD:-build}/bin}
@@ -15,8 +17,9 @@ TOTAL=${TOTAL:-64M}
 SEG=sosd-vs-fio-$$
 CEPH_DIR=$(mktemp -d /tmp/sosd-vs-fio.XXXXXX)
 SOSD_BASELINE=${SOSD_BASELINE:-}
-spid= bpid=
+spid= bpid= hpid=
 cleanup() {
+	[ -n "$hpid" ] && { kill -TERM "$hpid" 2>/dev/null; wait "$hpid" 2>/dev/null; }
 	[ -n "$spid" ] && { kill -TERM "$spid" 2>/dev/null; wait "$spid" 2>/dev/null; }
 	[ -n "$bpid" ] && { kill -TERM "$bpid" 2>/dev/null; wait "$bpid" 2>/dev/null; }
 	"$BIN/xseg" destroy --segment "$SEG" 2>/dev/null
@@ -30,6 +33,10 @@ start_ceph_and_sosd
 if [ -n "$SOSD_BASELINE" ]; then
 	"$SOSD_BASELINE" --segment "$SEG" --port 2 --pool xseg --conf "$CONF" ${BASELINE_OPTS:-} & bpid=$!
 	wait_bound 2
+fi
+if [ "${HOP:-0}" = 1 ]; then
+	"$BIN/nulld" --segment "$SEG" --port 3 --forward 1 2>/dev/null & hpid=$!
+	wait_bound 3
 fi
 
 fio_iops() {   # rw bs
@@ -47,14 +54,18 @@ sosd_iops() {   # op bs seed [port]
 # runs first in a round has an edge: odd rounds run fio first, even rounds
 # sosd (and the baseline) first.
 one() {   # op bs round
-	local rw=rand$1 f s b=
+	local rw=rand$1 f s b= h=
 	[ "$1" = write ] || rw=randread
 	[ $(($3 % 2)) = 1 ] && f=$(fio_iops "$rw" "$2")
 	s=$(sosd_iops "$1" "$2" 1)
 	[ -n "$SOSD_BASELINE" ] && b="  baseline $(sosd_iops "$1" "$2" 1 2)"
+	if [ -n "$hpid" ]; then
+		h=$(sosd_iops "$1" "$2" 1 3)
+		h="  through a hop $h ($(python3 -c "print(f'{$h / $s:.2f}')")x sosd)"
+	fi
 	[ $(($3 % 2)) = 0 ] && f=$(fio_iops "$rw" "$2")
-	printf '%-4s %-6s fio %6s  sosd %6s (%.2fx fio)%s\n' "$2" "$1" "$f" "$s" \
-		"$(python3 -c "print($s / $f)")" "$b"
+	printf '%-4s %-6s fio %6s  sosd %6s (%.2fx fio)%s%s\n' "$2" "$1" "$f" "$s" \
+		"$(python3 -c "print($s / $f)")" "$b" "$h"
 }
 # Both write the same objects every round, and both sets are written once
 # before the first round: memstore is several times faster at overwriting

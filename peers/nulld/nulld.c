@@ -135,16 +135,24 @@ static int pass_replies_back(void)
 	return n > 0 ? n : 0;
 }
 
+/* What nulld does with accepted requests: answers them, or with --forward
+ * passes them on. */
+static void take(struct xseg_request **batch, int n)
+{
+	if (N.forward == XSEG_NO_PORT)
+		answer(batch, n);
+	else
+		forward(batch, n);
+}
+
 static void *serve(void *arg)
 {
 	(void)arg;
 	struct xseg_request *batch[BATCH];
 	while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
 		int n = xseg_accept(N.seg, N.port, batch, BATCH);
-		if (n > 0 && N.forward == XSEG_NO_PORT)
-			answer(batch, n);
-		else if (n > 0)
-			forward(batch, n);
+		if (n > 0)
+			take(batch, n);
 		int replies = N.forward == XSEG_NO_PORT ? 0 : pass_replies_back();
 		if (n <= 0 && !replies)
 			xseg_poll(N.seg, N.port, N.spin_ns, WAIT_SLICE_NS);
@@ -389,10 +397,7 @@ int main(int argc, char **argv)
 		int n;
 		while (left && (n = xseg_accept(N.seg, N.port, batch,
 						left < BATCH ? (unsigned)left : BATCH)) > 0) {
-			if (N.forward == XSEG_NO_PORT)
-				answer(batch, n);
-			else
-				forward(batch, n);
+			take(batch, n);
 			left -= (uint64_t)n;
 		}
 		/* What went on is owed back: wait for it a while (the next port

@@ -5,8 +5,9 @@
  * Every request becomes one or more asynchronous librados operations
  * (rados_aio_*); nothing blocks a thread per request, so as many requests are
  * in flight as the segment holds. librados completes them on its own
- * thread: a READ, WRITE or DELETE is answered right there (peer_answer);
- * INFO and COPY's steps go back to a worker thread with peer_post(). The
+ * thread, which only hands each completion back to a worker with
+ * peer_post(): the worker answers the request or starts its next step, so
+ * librados's threads never touch a request and never wait on ours. The
  * request's data area (shared memory) is the I/O buffer: librados reads into
  * it and copies out of it, no bounce buffer.
  *
@@ -228,14 +229,8 @@ static void warn_failure(const struct sosd_op *op, int err)
 
 static void start_op(struct peer_thread *t, struct sosd_op *op);
 
-static void start_released(struct peer_thread *t, struct peer_work *w)
-{
-	start_op(t, container_of(w, struct sosd_op, work));
-}
-
-/* Answers the request (err 0: served), frees op, and lets through the
- * barriers that were waiting for this mutation: started here on a worker
- * (t), posted to one from librados's thread (t NULL). */
+/* Answers the request (err 0: served), frees op, and starts the requests
+ * that were waiting behind a barrier for this mutation. */
 static void finish(struct peer_thread *t, struct sosd_op *op, int err)
 {
 	struct order_waiter *released = NULL;
@@ -244,7 +239,10 @@ static void finish(struct peer_thread *t, struct sosd_op *op, int err)
 	 * answered after it (a client sees the write's reply first). */
 	if (err && (err != ENOENT || op->req->op != X_DELETE))
 		warn_failure(op, err);
-	peer_answer(S.peer, op->req, err);
+	if (err)
+		peer_fail(t, op->req, err);
+	else
+		peer_complete(t, op->req);
 	if (op->mutation)
 		released = write_order_end(&S.order, &op->order);
 	free(op->copy_buf);
@@ -252,10 +250,7 @@ static void finish(struct peer_thread *t, struct sosd_op *op, int err)
 	while (released) {
 		struct sosd_op *next = container_of(released, struct sosd_op, waiter);
 		released = released->next;
-		if (t)
-			start_op(t, next);
-		else
-			peer_post(S.peer, &next->work, start_released);
+		start_op(t, next);
 	}
 }
 
@@ -286,10 +281,10 @@ static int settle_one_step(struct sosd_op *op, int rc)
 	}
 }
 
-/* librados's thread. A one-step operation is answered right here: handing
- * it to a worker first would cost a wake-up per request (the gap to fio's
- * rados engine on reads). INFO and the COPY steps go to a worker, which
- * may resize the reply or start the next step. */
+/* librados's thread: hands the completion back to a worker, which alone
+ * touches the request. (Answering right here saved a wake-up per request,
+ * but ran our code on librados's finisher thread: measured, reads went
+ * 5-7 % faster that way; docs/benchmarks.md.) */
 static void op_completed(struct peer_thread *t, struct peer_work *w);
 
 static void on_rados_complete(rados_completion_t c, void *arg)
@@ -299,13 +294,6 @@ static void on_rados_complete(rados_completion_t c, void *arg)
 	 * submitting worker to this thread. */
 	xannotate_happens_after(op);
 	op->rc = rados_aio_get_return_value(c);
-	if (op->stage == ST_READ || op->stage == ST_WRITE || op->stage == ST_DELETE) {
-		/* librados holds its own reference until this callback returns */
-		rados_aio_release(c);
-		op->comp = NULL;
-		finish(NULL, op, settle_one_step(op, op->rc));
-		return;
-	}
 	peer_post(S.peer, &op->work, op_completed);
 }
 
@@ -455,7 +443,7 @@ static void op_completed(struct peer_thread *t, struct peer_work *w)
 	switch (op->stage) {
 	case ST_READ:
 	case ST_WRITE:
-	case ST_DELETE:   /* on_rados_complete answers these; kept correct anyway */
+	case ST_DELETE:
 		finish(t, op, settle_one_step(op, rc));
 		return;
 	case ST_INFO: {

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # sosd against a real single-node Ceph (tools/micro-ceph): its arguments,
 # start failures (no cluster: within seconds, conf and monitors named; no
-# pool), the blocker conformance suite, and an OSD outage: requests fail
-# with ETIMEDOUT after --op-timeout while sosd stays up, then succeed again
-# with every acknowledged byte intact.
+# pool), the blocker conformance suite, that sosd sleeps when idle and while
+# waiting on a down OSD, and an OSD outage: requests fail with ETIMEDOUT
+# after --op-timeout while sosd stays up, then succeed again with every
+# acknowledged byte intact.
 set -u
 SEG_PREFIX=sosd
 . "$(dirname "$0")/lib.sh"
@@ -72,8 +73,8 @@ start=$SECONDS t0=$(sosd_ticks)
 bench --op read --total-size 256K --seed 5 --timeout 60 > "$DIR/b.out" 2> "$DIR/b.err" &&
 	fail "reads served with the OSD down"
 took=$((SECONDS - start)) t1=$(sosd_ticks)
-# Nothing completes for seconds: past --poll-us, sosd naps between looks
-# at its completions instead of spinning on them.
+# Nothing completes for seconds: sosd must sleep while librados waits, not
+# spin on the requests it has in flight.
 [ $((t1 - t0)) -le $((took * hz / 2)) ] ||
 	fail "sosd used $((t1 - t0)) ticks of CPU in $took s of waiting on a down OSD"
 grep -q "Connection timed out" "$DIR/b.err" || { cat "$DIR/b.err"; fail "no ETIMEDOUT reported"; }

@@ -283,8 +283,8 @@ static int settle_one_step(struct sosd_op *op, int rc)
 
 /* librados's thread: hands the completion back to a worker, which alone
  * touches the request. (Answering right here saved a wake-up per request,
- * but ran our code on librados's finisher thread: measured, reads went
- * 5-7 % faster that way; docs/benchmarks.md.) */
+ * but ran our code on librados's finisher thread; 4K reads went 5-20 %
+ * faster that way on two vCPUs: docs/benchmarks.md.) */
 static void op_completed(struct peer_thread *t, struct peer_work *w);
 
 static void on_rados_complete(rados_completion_t c, void *arg)

@@ -200,9 +200,10 @@ void peer_complete(struct peer_thread *t, struct xseg_request *req);
 void peer_fail(struct peer_thread *t, struct xseg_request *req, int err);
 /* Responds with result/error/serviced as the peer set them. */
 void peer_respond(struct peer_thread *t, struct xseg_request *req);
-/* peer_complete (err 0) or peer_fail (err > 0) from any thread of the
- * process, e.g. a library's completion thread: answering needs no worker,
- * and skipping the hand-off to one saves a wake-up per request. */
+/* peer_complete (err 0) or peer_fail (err > 0) without a worker's context:
+ * for a thread of the peer's own that does a worker's round in passing
+ * (synapsed's network thread, see peer_helper_poll). A library's callback
+ * thread hands its completions to a worker with peer_post instead (sosd). */
 void peer_answer(struct peer *p, struct xseg_request *req, int err);
 
 /*

@@ -29,16 +29,21 @@ bench_cleanup() {
 	rm -rf "$DATA"
 }
 
-# For the sosd-against-fio scripts: a micro-ceph in $CEPH_DIR (its conf in
-# CONF), segment $SEG, and sosd on port 1 with ${SOSD_OPTS} (its pid in
-# spid); exits with a message when fio lacks the rados engine or the
-# cluster does not start.
-start_ceph_and_sosd() {
-	command -v fio >/dev/null && fio --enghelp 2>/dev/null | grep -qw rados ||
-		{ echo "fio with the rados engine is needed (tools/install-deps)" >&2; exit 1; }
+# A micro-ceph in $CEPH_DIR (its conf in CONF) and segment $SEG; exits with a
+# message when the cluster does not start.
+start_ceph_and_segment() {
 	CONF=$(WATCH_PID=$$ tools/micro-ceph start "$CEPH_DIR" | tail -1)
 	[ -f "$CONF" ] || { echo "micro-ceph did not start" >&2; exit 1; }
 	"$BIN/xseg" create --segment "$SEG" --ports 16 --requests 2048 --heap 256M >/dev/null || exit 1
+}
+
+# For the sosd-against-fio scripts: start_ceph_and_segment, and sosd on port
+# 1 with ${SOSD_OPTS} (its pid in spid); exits with a message when fio lacks
+# the rados engine.
+start_ceph_and_sosd() {
+	command -v fio >/dev/null && fio --enghelp 2>/dev/null | grep -qw rados ||
+		{ echo "fio with the rados engine is needed (tools/install-deps)" >&2; exit 1; }
+	start_ceph_and_segment
 	"$BIN/sosd" --segment "$SEG" --port 1 --pool xseg --conf "$CONF" ${SOSD_OPTS:-} & spid=$!
 	wait_bound 1
 }

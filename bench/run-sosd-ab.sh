@@ -27,9 +27,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 . bench/bench_lib.sh
-CONF=$(WATCH_PID=$$ tools/micro-ceph start "$CEPH_DIR" | tail -1)
-[ -f "$CONF" ] || { echo "micro-ceph did not start" >&2; exit 1; }
-"$BIN/xseg" create --segment "$SEG" --ports 16 --requests 2048 --heap 256M >/dev/null || exit 1
+start_ceph_and_segment
 port=1
 for v in "$A" "$B"; do
 	bin=${v%%:*} opts=

@@ -107,7 +107,17 @@ static void set_group(struct xseg *s, uint32_t first, uint32_t last)
 	atomic_store(&s->ports[first].group_count, last - first + 1);
 }
 
-/* Takes `port` for this process, from nobody or from a dead owner. */
+/* A new owner, or none: a new epoch, so that replies for the old one are
+ * told apart from the new one's (request.c). */
+static void next_epoch(struct xseg_port_shm *p)
+{
+	atomic_fetch_add_explicit(&p->epoch, 1, memory_order_release);
+}
+
+/*
+ * Takes `port` for this process, from nobody (returns 0) or from a dead
+ * owner (returns 1: the caller settles what the dead owner held).
+ */
 static int take_port(struct xseg *s, uint32_t port, bool reaper)
 {
 	struct xseg_port_shm *p = &s->ports[port];
@@ -122,8 +132,10 @@ static int take_port(struct xseg *s, uint32_t port, bool reaper)
 	}
 	for (;;) {
 		if (cur == 0) {
-			if (atomic_compare_exchange_strong(&p->owner, &cur, me))
+			if (atomic_compare_exchange_strong(&p->owner, &cur, me)) {
+				next_epoch(p);
 				return 0;
+			}
 			continue;
 		}
 		if (xseg_owner_pid(cur) == xseg_self_pid())
@@ -137,15 +149,21 @@ static int take_port(struct xseg *s, uint32_t port, bool reaper)
 			return xseg_fail(EBUSY, "port %u is bound by live pid %d", port,
 					 (int)xseg_owner_pid(cur));
 		if (atomic_compare_exchange_strong(&p->owner, &cur, me)) {
+			next_epoch(p);
 			/* Threads of the dead owner asleep here died with it; a
 			 * count they left would cost every submit a futex call. */
 			atomic_store(&p->waiters, 0);
 			atomic_store(&p->wake_pending, 0);
-			xseg_reclaim_port_requests(s, port);
-			atomic_store(&p->reserved, 0);   /* reclaimed just now */
-			return 0;
+			return 1;
 		}
 	}
+}
+
+/* What a dead owner held at `port`, which this process now owns. */
+static void settle_dead_owner(struct xseg *s, uint32_t port)
+{
+	xseg_reclaim_port_requests(s, port);
+	atomic_store(&s->ports[port].reserved, 0);   /* reclaimed just now */
 }
 
 /*
@@ -176,8 +194,9 @@ static void ungroup(struct xseg *s, uint32_t port)
 static void release_port(struct xseg *s, uint32_t port)
 {
 	uint64_t cur = atomic_load(&s->ports[port].owner);
-	if (xseg_owner_pid(cur) == xseg_self_pid())
-		atomic_compare_exchange_strong(&s->ports[port].owner, &cur, 0);
+	if (xseg_owner_pid(cur) == xseg_self_pid() &&
+	    atomic_compare_exchange_strong(&s->ports[port].owner, &cur, 0))
+		next_epoch(&s->ports[port]);
 	set_group(s, port, port);
 }
 
@@ -195,7 +214,9 @@ int xseg_bind_range(struct xseg *s, uint32_t first, uint32_t last)
 	for (p = first; p <= last; p++) {
 		if ((rc = take_port(s, p, false)) < 0)
 			break;
-		atomic_store(&s->ports[p].reaped, 0);
+		if (rc == 1)
+			settle_dead_owner(s, p);
+		rc = 0;
 		s->bound[p] = 1;
 	}
 	if (rc < 0) {
@@ -222,6 +243,11 @@ int xseg_leave_port(struct xseg *s, uint32_t port)
 	if (!xseg_port_owned_here(s, port))
 		return xseg_fail(EPERM, "leave: port %u is not bound by this process", port);
 	pthread_mutex_lock(&s->bind_lock);
+	/* Nothing of this port may stay behind held by nobody: what is
+	 * queued for it, what it holds, what came back to it. */
+	xseg_fail_queued_requests(s, port, EHOSTDOWN);
+	xseg_reclaim_port_requests(s, port);
+	atomic_store(&s->ports[port].reserved, 0);
 	ungroup(s, port);
 	release_port(s, port);
 	s->bound[port] = 0;
@@ -229,14 +255,14 @@ int xseg_leave_port(struct xseg *s, uint32_t port)
 	return 0;
 }
 
-/* The owner died; or the port was reaped and a request slipped into its
- * queue in the instant of that reap. */
+/* The owner died; or the port is unbound and a request or a reply slipped
+ * into its queues in the instant its owner left or was reaped. */
 static bool needs_reap(struct xseg *s, uint32_t port, uint64_t owner)
 {
 	if (owner)
-		return !xseg_owner_alive(owner);
-	return atomic_load(&s->ports[port].reaped) &&
-	       xseg_ring_nonempty(xseg_req_ring(s, port));
+		return xseg_owner_pid(owner) != xseg_self_pid() && !xseg_owner_alive(owner);
+	return xseg_ring_nonempty(xseg_req_ring(s, port)) ||
+	       xseg_ring_nonempty(xseg_rep_ring(s, port));
 }
 
 int xseg_reap_port(struct xseg *s, uint32_t port, int err)
@@ -260,14 +286,61 @@ int xseg_reap_port(struct xseg *s, uint32_t port, int err)
 		return 0;
 	}
 	s->bound[port] = 1;
+	settle_dead_owner(s, port);
 	uint32_t failed = xseg_fail_queued_requests(s, port, err);
 	ungroup(s, port);
-	atomic_store(&p->reaped, 1);
 	release_port(s, port);
 	atomic_fetch_sub(&p->reaping, 1);
 	s->bound[port] = 0;
 	pthread_mutex_unlock(&s->bind_lock);
 	return 1 + (int)failed;
+}
+
+int xseg_reap_dead_peers(struct xseg *s)
+{
+	int reaped = 0;
+
+	if (!s)
+		return xseg_fail(EINVAL, "reap: no segment");
+	for (uint32_t w = 0; w < (s->nr_ports + 63) / 64; w++) {
+		uint64_t bits = atomic_load_explicit(&s->contacts[w], memory_order_relaxed);
+		while (bits) {
+			uint32_t port = w * 64 + (uint32_t)__builtin_ctzll(bits);
+			bits &= bits - 1;
+			if (xseg_reap_port(s, port, EHOSTDOWN) > 0)
+				reaped++;
+		}
+	}
+	return reaped;
+}
+
+/* One caller per interval: the reap reads /proc for every contact. */
+static bool take_turn(_Atomic uint64_t *next_ns, uint64_t interval_ns)
+{
+	uint64_t now = xseg_now_ns(), next = atomic_load_explicit(next_ns, memory_order_relaxed);
+	return now >= next &&
+	       atomic_compare_exchange_strong(next_ns, &next, now + interval_ns);
+}
+
+void xseg_reap_dead_peers_rate_limited(struct xseg *s)
+{
+	if (take_turn(&s->next_peer_reap_ns, 100000000ull))
+		xseg_reap_dead_peers(s);
+}
+
+int xseg_reap_all_dead(struct xseg *s)
+{
+	int reaped = 0;
+
+	if (!take_turn(&s->next_pool_sweep_ns, 100000000ull))
+		return 0;
+	for (uint32_t port = 0; port < s->nr_ports; port++) {
+		uint64_t owner = atomic_load_explicit(&s->ports[port].owner, memory_order_relaxed);
+		if (owner && xseg_owner_pid(owner) != xseg_self_pid() &&
+		    xseg_reap_port(s, port, EHOSTDOWN) > 0)
+			reaped++;
+	}
+	return reaped;
 }
 
 int xseg_port_info(struct xseg *s, uint32_t port, struct xseg_port_info *info)
@@ -287,6 +360,8 @@ int xseg_port_info(struct xseg *s, uint32_t port, struct xseg_port_info *info)
 	info->submitted = atomic_load_explicit(&p->submitted, memory_order_relaxed);
 	info->replied = atomic_load_explicit(&p->replied, memory_order_relaxed);
 	info->reserved = atomic_load_explicit(&p->reserved, memory_order_relaxed);
+	info->epoch = atomic_load_explicit(&p->epoch, memory_order_relaxed);
+	info->dropped_replies = atomic_load_explicit(&p->dropped_replies, memory_order_relaxed);
 	return 0;
 }
 

@@ -103,6 +103,24 @@ static void release_request(struct xseg *s, struct xseg_request *req)
 	xseg_ring_push(s->free_ring, req->index);
 }
 
+/* The pool is empty: say who holds it, so that "in use" is never a
+ * mystery (a client that asks for more than the pool has holds it all). */
+static int explain_empty_pool(struct xseg *s, uint32_t src)
+{
+	uint32_t mine = 0, reserved = 0;
+	for (uint32_t i = 0; i < s->nr_requests; i++) {
+		const struct xseg_request *r = &s->requests[i];
+		if (__atomic_load_n(&r->holder, __ATOMIC_RELAXED) == src &&
+		    held(load_state(r)))
+			mine++;
+	}
+	for (uint32_t p = 0; p < s->nr_ports; p++)
+		reserved += atomic_load_explicit(&s->ports[p].reserved, memory_order_relaxed);
+	return xseg_fail(ENOBUFS, "get request: all %u requests of the pool are in use "
+			 "(%u held by port %u itself, %u in peers' reserves)",
+			 s->nr_requests, mine, src, reserved);
+}
+
 struct xseg_request *xseg_get_request(struct xseg *s, uint32_t src)
 {
 	uint32_t idx;
@@ -115,9 +133,9 @@ struct xseg_request *xseg_get_request(struct xseg *s, uint32_t src)
 		errno = -xseg_fail(EPERM, "get request: port %u is not bound by this process", src);
 		return NULL;
 	}
-	if (!xseg_ring_pop(s->free_ring, &idx)) {
-		errno = -xseg_fail(ENOBUFS, "get request: all %u requests are in use",
-				   s->nr_requests);
+	if (!xseg_ring_pop(s->free_ring, &idx) &&
+	    (!xseg_reap_all_dead(s) || !xseg_ring_pop(s->free_ring, &idx))) {
+		errno = -explain_empty_pool(s, src);
 		return NULL;
 	}
 	struct xseg_request *r = &s->requests[idx];
@@ -240,6 +258,7 @@ static int deliver(struct xseg *s, struct xseg_request *req, uint32_t port,
 	}
 	atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
 	xseg_signal_port(s, port);
+	xseg_note_contact(s, port);
 	return 0;
 }
 
@@ -263,6 +282,8 @@ int xseg_submit(struct xseg *s, struct xseg_request *req, uint32_t from, uint32_
 	if (to == XSEG_NO_PORT || !atomic_load(&s->ports[to].owner))
 		return xseg_fail(ENOENT, "submit: nobody has bound port %u", dst);
 	req->path[req->path_len].port = from;
+	req->path[req->path_len].epoch =
+		atomic_load_explicit(&s->ports[from].epoch, memory_order_relaxed);
 	req->path[req->path_len].cookie = req->priv;
 	req->path_len++;
 	req->dst_port = dst;
@@ -281,6 +302,19 @@ int xseg_forward(struct xseg *s, struct xseg_request *req, uint32_t from, uint32
 	return xseg_submit(s, req, from, dst);
 }
 
+/* Is the owner that passed the request on at `hop` still the port's? */
+static bool hop_current(struct xseg *s, const struct xseg_path_hop *hop)
+{
+	return atomic_load_explicit(&s->ports[hop->port].epoch, memory_order_acquire) ==
+	       hop->epoch;
+}
+
+/* A reply reached a hop whose owner is gone. */
+static void count_dropped(struct xseg *s, uint32_t port)
+{
+	atomic_fetch_add_explicit(&s->ports[port].dropped_replies, 1, memory_order_relaxed);
+}
+
 int xseg_respond(struct xseg *s, struct xseg_request *req, uint32_t from)
 {
 	int rc = check_held(s, req, "respond");
@@ -295,9 +329,30 @@ int xseg_respond(struct xseg *s, struct xseg_request *req, uint32_t from)
 	if (req->path_len == 0 || req->path_len > XSEG_MAX_PATH)
 		return xseg_fail(EINVAL, "respond: request %u has no return path", req->index);
 	struct xseg_path_hop hop = req->path[--req->path_len];
-	if (hop.port >= s->nr_ports)
+	if (hop.port >= s->nr_ports) {
+		req->path_len++;
 		return xseg_fail(EINVAL, "respond: request %u return port %u out of range",
 				 req->index, hop.port);
+	}
+	/* A hop whose owner left or died (and maybe was replaced) gets no
+	 * reply: the hops before it are told it failed; when it was the
+	 * issuer, nobody waits and the request goes back to the pool. */
+	while (!hop_current(s, &hop)) {
+		count_dropped(s, hop.port);
+		if (req->path_len == 0) {
+			release_request(s, req);
+			return (int)hop.port;
+		}
+		req->result = XR_FAILED;
+		req->error = EPIPE;
+		req->serviced = 0;
+		hop = req->path[--req->path_len];
+		if (hop.port >= s->nr_ports) {
+			req->path_len++;
+			return xseg_fail(EINVAL, "respond: request %u return port %u out of range",
+					 req->index, hop.port);
+		}
+	}
 	uint64_t own_cookie = req->priv;
 	req->priv = hop.cookie;
 	rc = deliver(s, req, hop.port, xseg_rep_ring(s, hop.port),
@@ -308,6 +363,44 @@ int xseg_respond(struct xseg *s, struct xseg_request *req, uint32_t from)
 		return rc;
 	}
 	return (int)hop.port;
+}
+
+/*
+ * A request the dead owner of `port` held: if someone upstream waits for it
+ * (the dead process accepted it, or forwarded it and its reply came back),
+ * it is failed back along its return path with EPIPE; otherwise the dead
+ * process had issued it, and it goes back to the pool.
+ */
+static void settle_dead_holders(struct xseg *s, struct xseg_request *r, uint32_t port)
+{
+	if (owes_reply(r, load_state(r))) {
+		r->result = XR_FAILED;
+		r->error = EPIPE;
+		if (xseg_respond(s, r, port) >= 0)
+			return;
+	}
+	release_request(s, r);
+}
+
+/* A reply for a predecessor of this port's owner, now held by `port`. */
+static void settle_stale_reply(struct xseg *s, struct xseg_request *r, uint32_t port)
+{
+	count_dropped(s, port);
+	settle_dead_holders(s, r, port);
+}
+
+/*
+ * A reply popped from `port`'s reply queue was meant for this owner of the
+ * port only if the hop it came back through is of this owner's epoch: one
+ * for a predecessor (its owner left or died while the request was out,
+ * and the responder saw the old epoch) is settled, never handed over.
+ */
+static bool reply_is_stale(struct xseg *s, const struct xseg_request *r, uint32_t port)
+{
+	if (r->path_len >= XSEG_MAX_PATH)
+		return true;
+	const struct xseg_path_hop *hop = &r->path[r->path_len];
+	return hop->port != port || !hop_current(s, hop);
 }
 
 /* Pops up to max from `ring`, marking each `state`. */
@@ -321,6 +414,10 @@ static int take(struct xseg *s, uint32_t port, struct xseg_ring *ring,
 		xannotate_happens_after(&xseg_tsan_handoff);
 		set_holder(r, port);
 		store_state(r, state);
+		if (state == XS_RECEIVED && reply_is_stale(s, r, port)) {
+			settle_stale_reply(s, r, port);
+			continue;
+		}
 		reqs[n++] = r;
 	}
 	return (int)n;
@@ -352,23 +449,6 @@ int xseg_receive(struct xseg *s, uint32_t port, struct xseg_request **reqs, unsi
 	if (rc < 0)
 		return rc;
 	return take(s, port, xseg_rep_ring(s, port), reqs, max, XS_RECEIVED);
-}
-
-/*
- * A request the dead owner of `port` held: if someone upstream waits for it
- * (the dead process accepted it, or forwarded it and its reply came back),
- * it is failed back along its return path with EPIPE; otherwise the dead
- * process had issued it, and it goes back to the pool.
- */
-static void settle_dead_holders(struct xseg *s, struct xseg_request *r, uint32_t port)
-{
-	if (owes_reply(r, load_state(r))) {
-		r->result = XR_FAILED;
-		r->error = EPIPE;
-		if (xseg_respond(s, r, port) >= 0)
-			return;
-	}
-	release_request(s, r);
 }
 
 /* Fails every request queued on `port` (held by nobody yet) back to its
@@ -411,7 +491,7 @@ void xseg_reclaim_port_requests(struct xseg *s, uint32_t port)
 		r = &s->requests[idx];
 		set_holder(r, port);
 		store_state(r, XS_RECEIVED);
-		settle_dead_holders(s, r, port);
+		settle_stale_reply(s, r, port);
 	}
 	for (uint32_t i = 0; i < s->nr_requests; i++) {
 		r = &s->requests[i];

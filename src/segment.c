@@ -291,8 +291,11 @@ int xseg_join(const char *name, struct xseg **out)
 	}
 	attach(s, base, (size_t)st.st_size);
 	s->bound = calloc(s->nr_ports, 1);
-	if (!s->bound) {
+	s->contacts = calloc((s->nr_ports + 63) / 64, sizeof(*s->contacts));
+	if (!s->bound || !s->contacts) {
 		munmap(base, s->size);
+		free(s->bound);
+		free(s->contacts);
 		free(s);
 		return xseg_fail(ENOMEM, "out of memory");
 	}
@@ -312,6 +315,7 @@ void xseg_leave(struct xseg *s)
 	munmap(s->base, s->size);
 	pthread_mutex_destroy(&s->bind_lock);
 	free(s->bound);
+	free(s->contacts);
 	free(s);
 }
 

@@ -192,6 +192,8 @@ int xseg_poll_until(struct xseg *s, uint32_t port, uint64_t spin_ns, uint64_t ti
 			sched_yield();
 		}
 	}
+	/* About to sleep: a peer we wait on may be dead (xseg.h). */
+	xseg_reap_dead_peers_rate_limited(s);
 	return wait_on(s, port, timeout_ns, ready, arg);
 }
 

@@ -20,7 +20,7 @@
 #include "xseg/xseg.h"
 
 #define XSEG_MAGIC           "XSEGSHM"
-#define XSEG_LAYOUT_VERSION  4u
+#define XSEG_LAYOUT_VERSION  5u
 #define XSEG_CACHELINE       64u
 
 /* ---- lock-free bounded MPMC ring of u32 (ring.c) ------------------------
@@ -124,9 +124,9 @@ struct xseg_port_shm {
 	/* Non-zero while a client reaps the port of a dead owner (it owns the
 	 * port for that instant): a binder waits instead of failing EBUSY. */
 	_Atomic uint32_t reaping;
-	/* Set by a reap, cleared by the next bind: a request that slipped
-	 * into the queue in the instant of the reap is failed by the next. */
-	_Atomic uint32_t reaped;
+	/* Bumped by every bind and every release: a return-path hop records
+	 * it, so a reply outlives no owner (request.c). */
+	_Atomic uint32_t epoch;
 	/* Wake-up: one line, touched by every waiter and signaller. */
 	_Alignas(XSEG_CACHELINE) _Atomic uint32_t wake_seq;
 	_Atomic uint32_t waiters;
@@ -139,6 +139,8 @@ struct xseg_port_shm {
 	/* Requests the owner keeps in an xseg_reserve, out of the pool, so
 	 * that xseg info can account for every request. */
 	_Atomic uint32_t reserved;
+	/* Replies that came back after the owner they were for had gone. */
+	_Atomic uint64_t dropped_replies;
 };
 
 /* ---- process-local handle ------------------------------------------------- */
@@ -158,6 +160,11 @@ struct xseg {
 	uint32_t nr_requests;
 	uint8_t *bound;                  /* ports this handle bound */
 	pthread_mutex_t bind_lock;       /* guards `bound` */
+	/* Ports this handle submitted or replied to: xseg_reap_dead_peers
+	 * looks at them. A bit per port, set once. */
+	_Atomic uint64_t *contacts;
+	_Atomic uint64_t next_peer_reap_ns;   /* rate limit of the reap in poll */
+	_Atomic uint64_t next_pool_sweep_ns;  /* rate limit of get_request's sweep */
 	char name[XSEG_NAME_MAX + 2];
 };
 
@@ -190,6 +197,19 @@ uint32_t xseg_fail_queued_requests(struct xseg *s, uint32_t port, int err);
 void xseg_wake_all(struct xseg *s, uint32_t port);
 /* Requests held by a dead port's owner: fail them back or free them. */
 void xseg_reclaim_port_requests(struct xseg *s, uint32_t port);
+/* Remembers that this handle sent or replied to `port` (for reaping). */
+static inline void xseg_note_contact(struct xseg *s, uint32_t port)
+{
+	_Atomic uint64_t *word = &s->contacts[port / 64];
+	uint64_t bit = 1ull << (port % 64);
+	if (!(atomic_load_explicit(word, memory_order_relaxed) & bit))
+		atomic_fetch_or_explicit(word, bit, memory_order_relaxed);
+}
+/* Reaps the ports of every dead owner in the segment (get_request's
+ * sweep when the pool is empty). Returns how many. */
+int xseg_reap_all_dead(struct xseg *s);
+/* xseg_reap_dead_peers at most once per 100 ms of this handle. */
+void xseg_reap_dead_peers_rate_limited(struct xseg *s);
 
 static inline bool xseg_port_valid(struct xseg *s, uint32_t port)
 {

@@ -444,18 +444,22 @@ START_TEST(leave_port_semantics)
 	ck_assert_int_eq(xseg_leave_port(xt_seg, 2), -EPERM);
 	ck_assert_int_eq(xseg_bind_port(xt_seg, 2), 0);
 
-	/* Requests queued on a port stay queued when it is left. */
+	/* Requests queued on a port that is left fail back to their issuer
+	 * at once (EHOSTDOWN): nobody is there to serve them. */
 	ck_assert_int_eq(xseg_bind_port(xt_seg, 1), 0);
 	struct xseg_request *r = xseg_get_request(xt_seg, 1);
 	ck_assert_ptr_nonnull(r);
 	ck_assert_int_eq(xseg_submit(xt_seg, r, 1, 2), 2);
 	ck_assert_int_eq(xseg_leave_port(xt_seg, 2), 0);
 	ck_assert_int_eq(xseg_port_info(xt_seg, 2, &pi), 0);
-	ck_assert_uint_eq(pi.request_depth, 1);
-	ck_assert_int_eq(xseg_bind_port(xt_seg, 2), 0);
+	ck_assert_uint_eq(pi.request_depth, 0);
 	struct xseg_request *got;
-	ck_assert_int_eq(xseg_accept(xt_seg, 2, &got, 1), 1);
+	ck_assert_int_eq(xseg_receive(xt_seg, 1, &got, 1), 1);
 	ck_assert_ptr_eq(got, r);
+	ck_assert_uint_eq(got->result, XR_FAILED);
+	ck_assert_int_eq(got->error, EHOSTDOWN);
+	ck_assert_int_eq(xseg_put_request(xt_seg, got), 0);
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 2), 0);
 }
 END_TEST
 

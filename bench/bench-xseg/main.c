@@ -489,9 +489,18 @@ int main(int argc, char **argv)
 	if (depth > b.blocks)
 		depth = (uint32_t)b.blocks;
 	b.opt.iodepth = depth;
+	struct xseg_segment_info si;
+	if (xseg_segment_info(b.seg, &si) == 0 && depth > si.nr_requests) {
+		fprintf(stderr, "bench-xseg: --iodepth %u needs %u requests; segment '%s' has "
+			"%u in all (xseg create --requests)\n", depth, depth, b.opt.segment,
+			si.nr_requests);
+		xseg_leave(b.seg);
+		return 2;
+	}
 	b.slots = calloc(depth, sizeof(*b.slots));
 	if (!b.slots) {
 		fprintf(stderr, "bench-xseg: out of memory\n");
+		xseg_leave(b.seg);
 		return 1;
 	}
 	for (uint32_t i = 0; i < depth; i++) {
@@ -499,6 +508,8 @@ int main(int argc, char **argv)
 		if (!b.slots[i].req) {
 			fprintf(stderr, "bench-xseg: cannot get %u requests: %s\n", depth,
 				xseg_last_error());
+			xseg_leave(b.seg);   /* puts back the ones it got */
+			free(b.slots);
 			return 1;
 		}
 		b.free_slots[b.nfree++] = depth - 1 - i;
@@ -509,6 +520,8 @@ int main(int argc, char **argv)
 	if (rc != 3)     /* requests still out belong to their holders now */
 		for (uint32_t i = 0; i < depth; i++)
 			xseg_put_request(b.seg, b.slots[i].req);
+	/* Replies still on their way (rc 3) are dropped when they arrive:
+	 * the port's next owner never sees them (xseg.h, epochs). */
 	xseg_leave(b.seg);
 	free(b.slots);
 	if (rc)

@@ -95,11 +95,13 @@ struct xseg_request_copy {
 	char src[XSEG_MAX_TARGETLEN + 1];
 };
 
-/* A hop on a request's return path: the port to reply to and the cookie
- * (req->priv) it had when it passed the request on; restored on reply. */
+/* A hop on a request's return path: the port to reply to, the epoch of that
+ * port's owner when it passed the request on (a reply for an owner that has
+ * since left or died is dropped, never handed to the port's next owner) and
+ * the cookie (req->priv) it had then; restored on reply. */
 struct xseg_path_hop {
 	uint32_t port;
-	uint32_t pad;
+	uint32_t epoch;
 	uint64_t cookie;
 };
 
@@ -193,13 +195,27 @@ int xseg_segment_info(struct xseg *seg, struct xseg_segment_info *info);
  * died is taken over: requests the dead owner held are failed back to their
  * issuers (EPIPE) or returned to the pool, and its queued requests stay for
  * the new owner.
+ *
+ * Every bind and every leave starts a new epoch of the port. A request
+ * carries, for each hop of its return path, the epoch in which that hop
+ * passed it on; a reply whose hop's epoch is over (the owner left, died or
+ * was replaced) is never delivered to whoever owns the port now: it is
+ * failed on (EPIPE) to the hops before it, or, at the issuer's hop, put
+ * back in the pool with its buffer (counted in the port's dropped_replies).
  */
 int xseg_bind_port(struct xseg *seg, uint32_t port);
 
 /* Binds [first, last] as one group: one xseg_wait covers all of them. */
 int xseg_bind_range(struct xseg *seg, uint32_t first, uint32_t last);
 
-/* Gives the port up. Requests still queued on it stay queued. */
+/*
+ * Gives the port up, settling everything the port still has: requests
+ * queued on it are failed back to their issuers with EHOSTDOWN, requests it
+ * holds or owes a reply to are failed back (EPIPE) or put back in the pool,
+ * replies queued for it are put back in the pool. Call it once no thread of
+ * this process uses the port's requests any more. Replies still on their
+ * way are dropped when they arrive (see the epochs above).
+ */
 int xseg_leave_port(struct xseg *seg, uint32_t port);
 
 /*
@@ -214,6 +230,17 @@ int xseg_leave_port(struct xseg *seg, uint32_t port);
  */
 int xseg_reap_port(struct xseg *seg, uint32_t port, int err);
 
+/*
+ * Reaps (xseg_reap_port, EHOSTDOWN) every port that this handle has
+ * submitted to or replied to and whose owner has died, or that is unbound
+ * with requests or replies stranded in its queues. So a client whose
+ * server died gets its requests failed back at once, and replies sent to a
+ * client that died go back to the pool. xseg_poll calls it before it
+ * sleeps, at most ten times a second per handle; a peer's housekeeping
+ * thread may call it directly. Returns how many ports were reaped.
+ */
+int xseg_reap_dead_peers(struct xseg *seg);
+
 struct xseg_port_info {
 	uint32_t port;
 	pid_t    owner;           /* 0 = unbound */
@@ -225,6 +252,8 @@ struct xseg_port_info {
 	uint64_t submitted;       /* requests delivered to the port */
 	uint64_t replied;         /* replies delivered to the port */
 	uint32_t reserved;        /* requests in its owner's reserve */
+	uint32_t epoch;           /* bumped by every bind and leave */
+	uint64_t dropped_replies; /* replies that came back after their owner left */
 };
 int xseg_port_info(struct xseg *seg, uint32_t port, struct xseg_port_info *info);
 
@@ -246,7 +275,9 @@ uint32_t xseg_resolve_route(struct xseg *seg, uint32_t from, uint32_t dst);
 /* ---- requests ------------------------------------------------------------ */
 
 /* Takes a request from the pool for `src_port` (which this process must have
- * bound). NULL with errno = ENOBUFS when the pool is empty. */
+ * bound). NULL with errno = ENOBUFS when the pool is empty; before saying so
+ * it reclaims, at most ten times a second, what dead processes' ports held,
+ * and xseg_last_error() says who holds the requests. */
 struct xseg_request *xseg_get_request(struct xseg *seg, uint32_t src_port);
 
 /* Returns a request (and its buffer) to the pool. Only the holder may. */
@@ -339,6 +370,9 @@ int xseg_has_work(struct xseg *seg, uint32_t port);
 /*
  * Spins up to `spin_ns` looking for work on `port`, yielding the CPU between
  * looks so that other peers on the same core run, then sleeps in xseg_wait.
+ * Before it sleeps it reaps dead peers (xseg_reap_dead_peers, at most ten
+ * times a second): a client waiting on a server that died gets its
+ * requests back, failed, instead of waiting for its own timeout.
  */
 int xseg_poll(struct xseg *seg, uint32_t port, uint64_t spin_ns,
 	      uint64_t timeout_ns);

@@ -174,36 +174,24 @@ static int submit_with(struct peer *p, struct xseg_request *req, uint32_t dst,
 			   forward ? "forward" : "send", req->index, dst, xseg_last_error());
 		return rc;
 	}
-	_Atomic uint64_t *word = &p->dst_seen[dst / 64];
-	uint64_t bit = 1ull << (dst % 64);
-	if (!(atomic_load_explicit(word, memory_order_relaxed) & bit))
-		atomic_fetch_or(word, bit);
 	return 0;
 }
 
 /*
  * From the main thread, ten times a second: a peer we sent to that died
- * (SIGKILL, a crash) never answers. Reaping its port fails what it held and
- * what is queued for it back to us, so callbacks run and nothing waits for
- * the dead; new sends to it fail ENOENT until a new peer binds the port.
+ * (SIGKILL, a crash) never answers, and a client we answered that died
+ * leaves its replies and requests behind. Reaping their ports (libxseg
+ * remembers whom this process sent and replied to) fails what the dead
+ * held and what is queued for them back, so callbacks run and nothing
+ * waits for the dead; new sends to them fail ENOENT until a peer binds
+ * the port again.
  */
-static void reap_dead_destinations(struct peer *p)
+static void reap_dead_peers(struct peer *p)
 {
-	for (uint32_t w = 0; w < (p->nr_ports + 63) / 64; w++) {
-		uint64_t bits = atomic_load_explicit(&p->dst_seen[w], memory_order_relaxed);
-		while (bits) {
-			uint32_t dst = w * 64 + (uint32_t)__builtin_ctzll(bits);
-			bits &= bits - 1;
-			uint32_t to = xseg_resolve_route(p->seg, p->cfg.port_first, dst);
-			if (to == XSEG_NO_PORT)
-				continue;
-			int n = xseg_reap_port(p->seg, to, EHOSTDOWN);
-			if (n > 0)
-				peer_warn("port %u (for %u): its owner died; failed %d queued "
-					  "requests back, sends fail until a peer binds it",
-					  to, dst, n - 1);
-		}
-	}
+	int n = xseg_reap_dead_peers(p->seg);
+	if (n > 0)
+		peer_warn("reaped %d port(s) whose owner died: requests queued there or "
+			  "held failed back (EHOSTDOWN, EPIPE), the rest returned to the pool", n);
 }
 
 int peer_send(struct peer_thread *t, struct xseg_request *req, uint32_t dst,
@@ -576,9 +564,8 @@ static int join_and_bind(struct peer *p)
 	}
 	p->nr_requests = si.nr_requests;
 	p->nr_ports = si.nr_ports;
-	p->dst_seen = calloc((si.nr_ports + 63) / 64, sizeof(*p->dst_seen));
 	p->slots = calloc(si.nr_requests, sizeof(*p->slots));
-	if (!p->slots || !p->dst_seen) {
+	if (!p->slots) {
 		peer_error("out of memory for %u request slots", si.nr_requests);
 		return -1;
 	}
@@ -609,7 +596,7 @@ static void wait_for_stop(struct peer *p, const sigset_t *set)
 			peer_info("signal %d: stopping", sig);
 			peer_stop(p);
 		}
-		reap_dead_destinations(p);
+		reap_dead_peers(p);
 	}
 }
 
@@ -622,7 +609,7 @@ static bool wait_for_workers(struct peer *p, const sigset_t *set)
 		if (xseg_now_ns() >= deadline)
 			return false;
 		sigtimedwait(set, NULL, &ts);   /* swallow repeated TERM/INT */
-		reap_dead_destinations(p);
+		reap_dead_peers(p);
 	}
 	return true;
 }
@@ -728,8 +715,6 @@ out:
 	p->seg = NULL;
 	free(p->threads);
 	free(p->slots);
-	free(p->dst_seen);
-	p->dst_seen = NULL;
 	p->threads = NULL;
 	p->slots = NULL;
 	if (pidfile_made)

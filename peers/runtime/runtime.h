@@ -51,7 +51,6 @@ struct peer {
 	struct xseg *seg;
 	uint32_t nr_requests;
 	uint32_t nr_ports;
-	_Atomic uint64_t *dst_seen;       /* bitmap: ports we sent to */
 	struct peer_slot *slots;          /* nr_requests of them */
 	struct xseg_reserve *reserve;     /* requests for when the pool is empty */
 	uint64_t cookie_salt;             /* high 32 bits of our cookies */

@@ -1,0 +1,220 @@
+/*
+ * A reply belongs to the owner of a port that sent the request, not to the
+ * port number: a reply that comes back after its owner left or died never
+ * reaches the port's next owner; it is failed on to the hops before it, or
+ * goes back to the pool with its buffer. Nothing a gone owner held stays
+ * held by nobody: its requests come back when it leaves, when a peer that
+ * answered it reaps it, or when the pool runs dry.
+ */
+#include <check.h>
+#include <errno.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "support/xseg_test_util.h"
+
+#define NREQS 16
+
+/* Client 1, forwarder 3, server 2 unless a test says otherwise. */
+static struct xseg_request *issue(uint32_t from, uint32_t to)
+{
+	struct xseg_request *r = xseg_get_request(xt_seg, from);
+	ck_assert_msg(r != NULL, "get_request: %s", xseg_last_error());
+	r->op = X_WRITE;
+	ck_assert_int_eq(xseg_prep_target(xt_seg, r, "object", 4096), 0);
+	ck_assert_int_ge(xseg_submit(xt_seg, r, from, to), 0);
+	return r;
+}
+
+static struct xseg_request *accept_one(uint32_t port)
+{
+	struct xseg_request *r = NULL;
+	ck_assert_int_eq(xseg_accept(xt_seg, port, &r, 1), 1);
+	return r;
+}
+
+static void assert_pool_whole(void)
+{
+	struct xseg_segment_info si;
+	ck_assert_int_eq(xseg_segment_info(xt_seg, &si), 0);
+	ck_assert_uint_eq(si.free_requests, NREQS);
+	ck_assert_uint_eq(si.heap_allocs, 0);
+}
+
+static uint64_t dropped(uint32_t port)
+{
+	struct xseg_port_info pi;
+	ck_assert_int_eq(xseg_port_info(xt_seg, port, &pi), 0);
+	return pi.dropped_replies;
+}
+
+/* The issue's first case, in one process: the client leaves with a
+ * request out and a new client binds the same port number. */
+START_TEST(reply_for_a_left_owner_never_reaches_the_next)
+{
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 1), 0);
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 2), 0);
+	struct xseg_request *r = issue(1, 2);
+	ck_assert_ptr_eq(accept_one(2), r);
+	ck_assert_int_eq(xseg_leave_port(xt_seg, 1), 0);
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 1), 0);   /* the next owner */
+
+	r->result = XR_SERVED;
+	ck_assert_int_ge(xseg_respond(xt_seg, r, 2), 0);
+	struct xseg_request *got = NULL;
+	ck_assert_int_eq(xseg_receive(xt_seg, 1, &got, 1), 0);
+	ck_assert_uint_eq(dropped(1), 1);
+	assert_pool_whole();    /* the request and its buffer are back */
+}
+END_TEST
+
+/* A forwarder that left mid-request: the client before it is told. */
+START_TEST(reply_through_a_left_forwarder_fails_to_the_client)
+{
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 1), 0);
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 2), 0);
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 3), 0);
+	struct xseg_request *r = issue(1, 3);
+	ck_assert_ptr_eq(accept_one(3), r);
+	ck_assert_int_ge(xseg_forward(xt_seg, r, 3, 2), 0);
+	ck_assert_ptr_eq(accept_one(2), r);
+	ck_assert_int_eq(xseg_leave_port(xt_seg, 3), 0);
+
+	r->result = XR_SERVED;
+	r->serviced = 4096;
+	ck_assert_int_eq(xseg_respond(xt_seg, r, 2), 1);
+	struct xseg_request *got = NULL;
+	ck_assert_int_eq(xseg_receive(xt_seg, 1, &got, 1), 1);
+	ck_assert_ptr_eq(got, r);
+	ck_assert_uint_eq(got->result, XR_FAILED);
+	ck_assert_int_eq(got->error, EPIPE);
+	ck_assert_uint_eq(got->serviced, 0);
+	ck_assert_int_eq(xseg_put_request(xt_seg, got), 0);
+	ck_assert_uint_eq(dropped(3), 1);
+	assert_pool_whole();
+}
+END_TEST
+
+/* Leaving settles what the port holds: a request it got and never sent,
+ * a reply that came back and was never received. */
+START_TEST(leave_returns_what_the_port_held)
+{
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 1), 0);
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 2), 0);
+	struct xseg_request *kept = xseg_get_request(xt_seg, 1);
+	ck_assert_ptr_nonnull(kept);
+	ck_assert_int_eq(xseg_prep_target(xt_seg, kept, "kept", 512), 0);
+	struct xseg_request *r = issue(1, 2);
+	ck_assert_ptr_eq(accept_one(2), r);
+	r->result = XR_SERVED;
+	ck_assert_int_eq(xseg_respond(xt_seg, r, 2), 1);   /* queued for 1 */
+	ck_assert_int_eq(xseg_leave_port(xt_seg, 1), 0);
+	assert_pool_whole();
+}
+END_TEST
+
+/* The issue's second case: a client that took the whole pool and exited
+ * without leaving. The next get_request reclaims it instead of saying the
+ * pool is in use. */
+START_TEST(dead_holder_of_the_pool_is_reclaimed_on_demand)
+{
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 1), 0);
+	pid_t pid = xt_fork(20);
+	if (pid == 0) {
+		struct xseg *seg;
+		XT_CHILD_CHECK(xseg_join(xt_name, &seg) == 0, 2, "%s", xseg_last_error());
+		XT_CHILD_CHECK(xseg_bind_port(seg, 5) == 0, 3, "%s", xseg_last_error());
+		unsigned n = 0;
+		struct xseg_request *r;
+		while ((r = xseg_get_request(seg, 5)) != NULL) {
+			XT_CHILD_CHECK(xseg_prep_target(seg, r, "held", 256) == 0, 4, "%s",
+				       xseg_last_error());
+			n++;
+		}
+		XT_CHILD_CHECK(n == NREQS, 5, "took %u of %u", n, NREQS);
+		_exit(0);   /* holding all of them, without leaving */
+	}
+	xt_expect_child_ok(pid, 10000, "pool holder");
+	ck_assert_uint_eq(xt_free_requests(xt_seg), 0);
+	struct xseg_request *r = xseg_get_request(xt_seg, 1);
+	ck_assert_msg(r != NULL, "the dead holder's requests were not reclaimed: %s",
+		      xseg_last_error());
+	ck_assert_int_eq(xseg_put_request(xt_seg, r), 0);
+	assert_pool_whole();
+}
+END_TEST
+
+/* "All N in use" says who holds them. */
+START_TEST(empty_pool_error_says_who_holds_it)
+{
+	struct xseg_request *reqs[NREQS];
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 1), 0);
+	for (int i = 0; i < NREQS; i++)
+		ck_assert_ptr_nonnull(reqs[i] = xseg_get_request(xt_seg, 1));
+	ck_assert_ptr_null(xseg_get_request(xt_seg, 1));
+	ck_assert_int_eq(errno, ENOBUFS);
+	ck_assert_msg(strstr(xseg_last_error(), "16 held by port 1 itself") != NULL,
+		      "error: %s", xseg_last_error());
+	for (int i = 0; i < NREQS; i++)
+		ck_assert_int_eq(xseg_put_request(xt_seg, reqs[i]), 0);
+}
+END_TEST
+
+/* A client killed with a request out: the server's answer lands in the
+ * dead client's queue; the server, which remembers whom it answered,
+ * reaps the port and the request goes back to the pool. A later request
+ * for the dead port's number fails at once. */
+START_TEST(server_reaps_the_dead_client_it_answered)
+{
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 2), 0);
+	int up[2];
+	ck_assert_int_eq(pipe(up), 0);
+	pid_t pid = xt_fork(20);
+	if (pid == 0) {
+		struct xseg *seg;
+		XT_CHILD_CHECK(xseg_join(xt_name, &seg) == 0, 2, "%s", xseg_last_error());
+		XT_CHILD_CHECK(xseg_bind_port(seg, 6) == 0, 3, "%s", xseg_last_error());
+		struct xseg_request *r = xseg_get_request(seg, 6);
+		XT_CHILD_CHECK(r != NULL, 4, "%s", xseg_last_error());
+		XT_CHILD_CHECK(xseg_prep_target(seg, r, "x", 1024) == 0, 5, "%s",
+			       xseg_last_error());
+		XT_CHILD_CHECK(xseg_submit(seg, r, 6, 2) == 2, 6, "%s", xseg_last_error());
+		XT_CHILD_CHECK(write(up[1], "s", 1) == 1, 7, "write");
+		_exit(0);
+	}
+	char c;
+	ck_assert_int_eq(read(up[0], &c, 1), 1);
+	xt_expect_child_ok(pid, 10000, "client");
+	struct xseg_request *r = accept_one(2);
+	r->result = XR_SERVED;
+	ck_assert_int_eq(xseg_respond(xt_seg, r, 2), 6);
+	ck_assert_uint_eq(xt_free_requests(xt_seg), NREQS - 1);
+	ck_assert_int_eq(xseg_reap_dead_peers(xt_seg), 1);
+	assert_pool_whole();
+	ck_assert_uint_eq(dropped(6), 1);
+	close(up[0]);
+	close(up[1]);
+}
+END_TEST
+
+static void setup(void)
+{
+	xt_setup_with(8, NREQS, 256 << 10);
+}
+
+int main(void)
+{
+	Suite *s = suite_create("xseg_owner_epochs");
+	TCase *tc = tcase_create("epochs");
+	tcase_set_timeout(tc, 30);
+	tcase_add_checked_fixture(tc, setup, xt_teardown);
+	tcase_add_test(tc, reply_for_a_left_owner_never_reaches_the_next);
+	tcase_add_test(tc, reply_through_a_left_forwarder_fails_to_the_client);
+	tcase_add_test(tc, leave_returns_what_the_port_held);
+	tcase_add_test(tc, dead_holder_of_the_pool_is_reclaimed_on_demand);
+	tcase_add_test(tc, empty_pool_error_says_who_holds_it);
+	tcase_add_test(tc, server_reaps_the_dead_client_it_answered);
+	suite_add_tcase(s, tc);
+	return xt_run(s);
+}

@@ -189,7 +189,7 @@ static void print_json_string(const char *str)
 static bool port_worth_showing(const struct xseg_port_info *p, bool all)
 {
 	return all || p->owner || p->next_hop != XSEG_NO_PORT || p->request_depth ||
-	       p->reply_depth;
+	       p->reply_depth || p->dropped_replies;
 }
 
 static int cmd_info(struct args *a)
@@ -216,8 +216,8 @@ static int cmd_info(struct args *a)
 		printf("heap: %" PRIu64 " of %" PRIu64 " bytes used in %" PRIu64
 		       " buffers, largest free block %" PRIu64 "\n",
 		       si.heap_used, si.heap_size, si.heap_allocs, si.heap_free_largest);
-		printf("%6s %8s %6s %6s %8s %8s %8s %12s %12s\n", "port", "owner", "alive",
-		       "next", "queued", "replies", "waiters", "submitted", "replied");
+		printf("%6s %8s %6s %6s %8s %8s %8s %12s %12s %8s\n", "port", "owner", "alive",
+		       "next", "queued", "replies", "waiters", "submitted", "replied", "dropped");
 	}
 	bool first = true;
 	for (uint32_t p = 0; p < si.nr_ports; p++) {
@@ -232,16 +232,18 @@ static int cmd_info(struct args *a)
 			else
 				printf("%u", pi.next_hop);
 			printf(",\"request_depth\":%u,\"reply_depth\":%u,\"waiters\":%u,"
-			       "\"submitted\":%" PRIu64 ",\"replied\":%" PRIu64 ",\"reserved\":%u}",
+			       "\"submitted\":%" PRIu64 ",\"replied\":%" PRIu64 ",\"reserved\":%u,"
+			       "\"epoch\":%u,\"dropped_replies\":%" PRIu64 "}",
 			       pi.request_depth, pi.reply_depth, pi.waiters, pi.submitted, pi.replied,
-			       pi.reserved);
+			       pi.reserved, pi.epoch, pi.dropped_replies);
 		} else {
 			char next[16] = "-";
 			if (pi.next_hop != XSEG_NO_PORT)
 				snprintf(next, sizeof(next), "%u", pi.next_hop);
-			printf("%6u %8d %6s %6s %8u %8u %8u %12" PRIu64 " %12" PRIu64 "\n", p,
-			       (int)pi.owner, pi.owner ? (pi.owner_alive ? "yes" : "DEAD") : "-", next,
-			       pi.request_depth, pi.reply_depth, pi.waiters, pi.submitted, pi.replied);
+			printf("%6u %8d %6s %6s %8u %8u %8u %12" PRIu64 " %12" PRIu64 " %8" PRIu64 "\n",
+			       p, (int)pi.owner, pi.owner ? (pi.owner_alive ? "yes" : "DEAD") : "-", next,
+			       pi.request_depth, pi.reply_depth, pi.waiters, pi.submitted, pi.replied,
+			       pi.dropped_replies);
 		}
 		first = false;
 	}

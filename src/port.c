@@ -244,8 +244,9 @@ int xseg_leave_port(struct xseg *s, uint32_t port)
 		return xseg_fail(EPERM, "leave: port %u is not bound by this process", port);
 	pthread_mutex_lock(&s->bind_lock);
 	/* Nothing of this port may stay behind held by nobody: what is
-	 * queued for it, what it holds, what came back to it. */
-	xseg_fail_queued_requests(s, port, EHOSTDOWN);
+	 * queued for it (on along the route when it was only a hop, as a
+	 * cache unplugged at its stop), what it holds, what came back. */
+	xseg_pass_on_queued_requests(s, port);
 	xseg_reclaim_port_requests(s, port);
 	atomic_store(&s->ports[port].reserved, 0);
 	ungroup(s, port);
@@ -272,7 +273,8 @@ int xseg_reap_port(struct xseg *s, uint32_t port, int err)
 	if (err <= 0)
 		return xseg_fail(EINVAL, "reap: error %d is not an errno", err);
 	struct xseg_port_shm *p = &s->ports[port];
-	if (!needs_reap(s, port, atomic_load(&p->owner)))
+	uint64_t owner = atomic_load(&p->owner);
+	if (!needs_reap(s, port, owner))
 		return 0;
 	pthread_mutex_lock(&s->bind_lock);
 	/* Announced before the takeover: a binder that finds us owning the
@@ -287,7 +289,11 @@ int xseg_reap_port(struct xseg *s, uint32_t port, int err)
 	}
 	s->bound[port] = 1;
 	settle_dead_owner(s, port);
-	uint32_t failed = xseg_fail_queued_requests(s, port, err);
+	/* A dead owner's queue fails (it may have held data the route past
+	 * it lacks: a cache); what slipped into a cleanly left port's queue
+	 * goes on where the route leads now. */
+	uint32_t failed = owner ? xseg_fail_queued_requests(s, port, err)
+				: xseg_pass_on_queued_requests(s, port);
 	ungroup(s, port);
 	release_port(s, port);
 	atomic_fetch_sub(&p->reaping, 1);

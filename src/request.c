@@ -472,6 +472,34 @@ uint32_t xseg_fail_queued_requests(struct xseg *s, uint32_t port, int err)
 	return n;
 }
 
+uint32_t xseg_pass_on_queued_requests(struct xseg *s, uint32_t port)
+{
+	uint32_t idx, failed = 0;
+
+	while (xseg_ring_pop(xseg_req_ring(s, port), &idx)) {
+		struct xseg_request *r = &s->requests[idx];
+		xannotate_happens_after(&xseg_tsan_handoff);
+		set_holder(r, port);
+		store_state(r, XS_ACCEPTED);
+		uint32_t issuer = r->path_len ? r->path[r->path_len - 1].port : XSEG_NO_PORT;
+		/* Still bound here: a route that still leads here says stay. */
+		uint32_t to = r->dst_port == port || issuer == XSEG_NO_PORT ? XSEG_NO_PORT
+			    : xseg_resolve_route(s, issuer, r->dst_port);
+		if (to != XSEG_NO_PORT && to != port &&
+		    atomic_load(&s->ports[to].owner) &&
+		    deliver(s, r, to, xseg_req_ring(s, to), &s->ports[to].submitted,
+			    XS_QUEUED) == 0)
+			continue;
+		r->result = XR_FAILED;
+		r->error = EHOSTDOWN;
+		r->serviced = 0;
+		if (xseg_respond(s, r, port) < 0)
+			release_request(s, r);
+		failed++;
+	}
+	return failed;
+}
+
 /*
  * Called when `port` is taken over from a dead owner. Requests the dead
  * process held at that port, and replies still queued for it, are settled

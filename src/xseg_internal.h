@@ -193,6 +193,11 @@ static inline pid_t xseg_owner_pid(uint64_t owner)
 bool xseg_port_owned_here(struct xseg *s, uint32_t port);
 void xseg_signal_port(struct xseg *s, uint32_t port);
 uint32_t xseg_fail_queued_requests(struct xseg *s, uint32_t port, int err);
+/* A port being left: a request that reached it as a hop for another port
+ * (a cache) goes on where the route now leads, when that is elsewhere (the
+ * cache was unplugged); the rest fail back EHOSTDOWN. Returns how many
+ * failed. */
+uint32_t xseg_pass_on_queued_requests(struct xseg *s, uint32_t port);
 /* Wakes every thread asleep on port's word, to look again. */
 void xseg_wake_all(struct xseg *s, uint32_t port);
 /* Requests held by a dead port's owner: fail them back or free them. */

@@ -12,12 +12,12 @@
  *
  * Flow control: a connection with --max-inflight commands whose replies
  * are not yet written stops being read until half of them are. So does one
- * whose next READ or WRITE would take the buffers it holds (reply data,
- * payloads: cmd_buffer_bytes) past --max-client-buffer, or everyone's past
- * --max-buffer-total; a command is always taken when its connection (or
- * everyone) holds nothing, so one bigger than the limits still runs. In the
- * handshake the same holds for the option replies, at HANDSHAKE_OUT_MAX
- * bytes unsent.
+ * whose buffers (reply data, payloads: cmd_buffer_bytes) reach
+ * --max-client-buffer, and every connection with a READ or WRITE to start
+ * while all of them together hold --max-buffer-total. The command that
+ * crosses a limit is taken (a small READ behind a 32M one is not held up
+ * by it), so each is passed by one command at most. In the handshake the
+ * same holds for the option replies, at HANDSHAKE_OUT_MAX bytes unsent.
  *
  * Memory: a connection stopped for memory whose socket took no reply byte
  * for BUFFER_STALL_NS is closed: its client is not reading, and what it
@@ -104,7 +104,6 @@ struct conn {
 	bool paused;                /* too much in flight: not reading */
 	bool paused_memory;         /* ... for --max-client-buffer or --max-buffer-total */
 	bool waits_total;           /* ... for --max-buffer-total: S.total_waiters counts it */
-	uint64_t want_bytes;        /* waits_total: what its next command holds */
 	bool disc;                  /* DISC (or ABORT): close once drained */
 	bool kicked;                /* on the socket thread's kick list */
 	uint64_t tx_wait_ns;        /* want_out: the socket last took bytes then */
@@ -724,31 +723,23 @@ static void note_total_wait(uint64_t total)
 }
 
 /*
- * Whether c may start a command that holds `bytes` of buffer. If not, c is
- * not read (the request stays in its input buffer) until its own replies
- * drain (release_locked) or everyone's do (resume_total_waiters).
+ * Whether c may start a command that holds `bytes` of buffer, as far as
+ * --max-buffer-total goes (its own limit is checked before each request).
+ * If not, c is not read (the request stays in its input buffer) until
+ * everyone's replies drain (resume_total_waiters) or its own do.
  */
 static bool admit(struct conn *c, uint64_t bytes)
 {
-	if (!bytes)
+	uint64_t total = atomic_load(&S.held_total);
+	if (!bytes || total < nbdd_cfg.max_buffer_total)
 		return true;
 	pthread_mutex_lock(&c->lock);
-	uint64_t total = atomic_load(&S.held_total);
-	bool own = c->inflight_bytes && c->inflight_bytes + bytes > nbdd_cfg.max_client_buffer;
-	bool all = !own && total && total + bytes > nbdd_cfg.max_buffer_total;
-	if (own || all) {
-		c->paused = c->paused_memory = true;
-		if (all) {
-			c->waits_total = true;
-			c->want_bytes = bytes;
-			atomic_fetch_add(&S.total_waiters, 1);
-		}
-		update_events_locked(c);
-	}
+	c->paused = c->paused_memory = c->waits_total = true;
+	atomic_fetch_add(&S.total_waiters, 1);
+	update_events_locked(c);
 	pthread_mutex_unlock(&c->lock);
-	if (all)
-		note_total_wait(total);
-	return !own && !all;
+	note_total_wait(total);
+	return false;
 }
 
 /* What a request would hold: nothing when it is to be refused. */
@@ -934,8 +925,8 @@ static void run_kicks(void)
 }
 
 /*
- * Reads again the connections that waited for --max-buffer-total and whose
- * next command now fits. Called after memory was released, and at every
+ * Reads again the connections that waited for --max-buffer-total, now that
+ * everyone holds less. Called after memory was released, and at every
  * timeout scan while some wait (a release between admit's look and its
  * count may have gone unseen).
  */
@@ -944,9 +935,8 @@ static void resume_total_waiters(void)
 	for (struct conn *c = S.conns, *next; c && atomic_load(&S.total_waiters); c = next) {
 		next = c->next;   /* conn_readable may close c */
 		pthread_mutex_lock(&c->lock);
-		uint64_t total = atomic_load(&S.held_total);
 		bool go = c->waits_total && !c->dead &&
-			  (!total || total + c->want_bytes <= nbdd_cfg.max_buffer_total);
+			  atomic_load(&S.held_total) < nbdd_cfg.max_buffer_total;
 		if (go) {
 			unpause_locked(c);
 			update_events_locked(c);

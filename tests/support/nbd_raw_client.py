@@ -341,8 +341,9 @@ def leave_in_flight(s):
 
 
 def flow_control(s, leave=False):
-    # More replies than nbdd keeps unwritten (128M, 128 commands): it
-    # stops reading this connection, and must resume once we read.
+    # More replies than nbdd keeps unwritten (--max-client-buffer 32M,
+    # 128 commands): it stops reading this connection, and must resume once
+    # we read (a client that reads is paced, never closed for it).
     handshake(s, b"vol")
     n = 300
     # in one send: as many small sends would fill a Unix socket's budget

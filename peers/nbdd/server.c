@@ -15,9 +15,11 @@
  * whose buffers (reply data, payloads: cmd_buffer_bytes) reach
  * --max-client-buffer, and every connection with a READ or WRITE to start
  * while all of them together hold --max-buffer-total. The command that
- * crosses a limit is taken (a small READ behind a 32M one is not held up
- * by it), so each is passed by one command at most. In the handshake the
- * same holds for the option replies, at HANDSHAKE_OUT_MAX bytes unsent.
+ * crosses a limit is taken, so a command larger than a limit still runs
+ * and each limit is passed by one command at most. (With the defaults, a
+ * 32M READ fills its connection's buffer alone: nothing more is read from
+ * that connection until it is written.) In the handshake the same holds
+ * for the option replies, at HANDSHAKE_OUT_MAX bytes unsent.
  *
  * Memory: a connection stopped for memory whose socket took no reply byte
  * for BUFFER_STALL_NS is closed: its client is not reading, and what it
@@ -213,9 +215,9 @@ static void hold_locked(struct conn *c, uint64_t bytes)
 static void unhold_locked(struct conn *c, uint64_t bytes)
 {
 	c->inflight_bytes -= bytes;
-	atomic_fetch_sub(&S.held_total, bytes);
-	if (bytes && atomic_load(&S.total_waiters)) {
-		/* Others may wait for this memory: the socket thread looks. */
+	uint64_t total = atomic_fetch_sub(&S.held_total, bytes) - bytes;
+	if (bytes && atomic_load(&S.total_waiters) && total < nbdd_cfg.max_buffer_total) {
+		/* Others wait for this memory: the socket thread looks. */
 		atomic_store(&S.total_released, true);
 		uint64_t one = 1;
 		if (write(S.wakefd, &one, sizeof(one)) < 0 && errno != EAGAIN)

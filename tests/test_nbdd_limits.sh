@@ -78,8 +78,9 @@ check_mode mode0x 600 022 --socket-mode 600
 echo "--- 3 clients not reading their replies, defaults (32M each): closed, VmRSS bounded"
 start_nbdd 4 mem
 # VmRSS: 3 x 32M held, the segment's pages nbdd touches (at most its 128M
-# heap) and slack; the old nbdd held 128M of malloc's per client (3 x 128M)
-$T $RAW "$DIR/mem.sock" non-readers --clients 3 --rss-mb 240 --anon-mb 112 --pid $nbdd_pid \
+# heap) and slack; the old nbdd held 128M of malloc's per client (3 x 128M:
+# 450 MB of VmRSS)
+$T $RAW "$DIR/mem.sock" non-readers --clients 3 --rss-mb 256 --anon-mb 128 --pid $nbdd_pid \
 	--log "$DIR/mem.log" || fail "raw client: non-readers"
 qemu-io -f raw "nbd+unix:///vol?socket=$DIR/mem.sock" -c "write -P 0x61 0 1M" \
 	-c "read -P 0x61 0 1M" > "$DIR/qio.out" 2>&1 && ! grep -qiE "fail|error" "$DIR/qio.out" ||

@@ -79,18 +79,21 @@ check_mode mode0x 600 022 --socket-mode 600
 # the sanitizers (their shadow memory) only what is closed is checked
 bounds() { [ -n "${SANITIZE:-}" ] || echo "--rss-mb $1 --anon-mb $2"; }
 
-echo "--- 3 clients not reading their replies, defaults (32M each): closed, VmRSS bounded"
-start_nbdd 4 mem
+echo "--- clients not reading their replies, defaults (32M each), 3 on Unix, 2 on TCP: closed, VmRSS bounded"
+TCP=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+start_nbdd 4 mem --listen "127.0.0.1:$TCP"
 # VmRSS: 3 x 32M held, the segment's pages nbdd touches (at most its 128M
 # heap) and slack; the old nbdd held 128M of malloc's per client (3 x 128M:
 # 450 MB of VmRSS)
 $T $RAW "$DIR/mem.sock" non-readers --clients 3 $(bounds 256 128) --pid $nbdd_pid \
 	--log "$DIR/mem.log" || fail "raw client: non-readers"
+$T $RAW "127.0.0.1:$TCP" non-readers --clients 2 $(bounds 256 128) --pid $nbdd_pid \
+	--log "$DIR/mem.log" || fail "raw client over TCP: non-readers"
 qemu-io -f raw "nbd+unix:///vol?socket=$DIR/mem.sock" -c "write -P 0x61 0 1M" \
 	-c "read -P 0x61 0 1M" > "$DIR/qio.out" 2>&1 && ! grep -qiE "fail|error" "$DIR/qio.out" ||
 	{ cat "$DIR/qio.out"; fail "qemu-io after the non-readers"; }
 stop_nbdd mem
-grep -q "closed holding replies they did not read (--max-client-buffer): 3" "$DIR/mem.log" ||
+grep -q "closed holding replies they did not read (--max-client-buffer): 5" "$DIR/mem.log" ||
 	fail "the count of such closes is not in the log at exit"
 
 # malloc's part: 24M held, not 3 x 16M

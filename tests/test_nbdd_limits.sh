@@ -3,7 +3,8 @@
 # is 0600 whatever the umask (it took the umask: 0777 at umask 000, every
 # local user could read and write every export), --socket-mode widens it;
 # clients that send READs and never read the replies are closed with a
-# line once they hold --max-client-buffer, and nbdd's VmRSS stays bounded
+# line once they hold --max-client-buffer and their socket takes nothing
+# for 1 s (counted, the count logged at exit), and nbdd's VmRSS stays bounded
 # (two such clients took it to 285 MB), per client and under
 # --max-buffer-total, while a well-behaved client (a raw one, then
 # qemu-io) is served all along. The path: nbdd -> vlmcd -> filed.

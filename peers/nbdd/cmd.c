@@ -25,6 +25,12 @@ static struct cmd *cmd_of(struct peer_work *w)
 	return (struct cmd *)((char *)w - offsetof(struct cmd, work));
 }
 
+uint64_t cmd_buffer_bytes(const struct nbd_request *req)
+{
+	/* TRIM and WRITE_ZEROES allocate nothing: their length is not memory. */
+	return req->type == NBD_CMD_READ || req->type == NBD_CMD_WRITE ? req->length : 0;
+}
+
 struct cmd *cmd_new(struct conn *c, const struct nbd_export *exp,
 		    const struct nbd_request *req)
 {
@@ -38,7 +44,7 @@ struct cmd *cmd_new(struct conn *c, const struct nbd_export *exp,
 		return NULL;
 	}
 	cmd->reply->charge = 1;
-	cmd->reply->charge_bytes = req->length;
+	cmd->reply->charge_bytes = cmd_buffer_bytes(req);
 	if (req->type == NBD_CMD_WRITE && req->length) {
 		cmd->payload = malloc(req->length);
 		if (!cmd->payload) {

@@ -20,8 +20,15 @@ struct nbdd_config nbdd_cfg = {
 	.chunk_size = 1u << 20,
 	.max_inflight = 128,
 	.io_timeout = 30,
-	.max_connections = 1024,
+	.max_connections = 64,
+	.socket_mode = 0600,
+	.max_client_buffer = 32u << 20,
+	.max_buffer_total = 256u << 20,
 };
+
+/* --max-buffer-total as given: checked against --max-client-buffer once
+ * both are known. */
+static const char *max_buffer_total_arg;
 
 /* ---- exports ------------------------------------------------------------------------ */
 
@@ -86,6 +93,7 @@ static int add_listen(const char *arg)
 enum {
 	OPT_TARGET_PORT = 1, OPT_LISTEN, OPT_UNIX, OPT_VOLUME, OPT_VOLUMES_FILE,
 	OPT_MAX_REQUEST, OPT_CHUNK_SIZE, OPT_MAX_INFLIGHT, OPT_IO_TIMEOUT, OPT_MAX_CONNECTIONS,
+	OPT_SOCKET_MODE, OPT_MAX_CLIENT_BUFFER, OPT_MAX_BUFFER_TOTAL,
 };
 
 static const struct option nbdd_options[] = {
@@ -99,6 +107,9 @@ static const struct option nbdd_options[] = {
 	{ "max-inflight", required_argument, NULL, OPT_MAX_INFLIGHT },
 	{ "io-timeout", required_argument, NULL, OPT_IO_TIMEOUT },
 	{ "max-connections", required_argument, NULL, OPT_MAX_CONNECTIONS },
+	{ "socket-mode", required_argument, NULL, OPT_SOCKET_MODE },
+	{ "max-client-buffer", required_argument, NULL, OPT_MAX_CLIENT_BUFFER },
+	{ "max-buffer-total", required_argument, NULL, OPT_MAX_BUFFER_TOTAL },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -107,6 +118,8 @@ static const char nbdd_usage[] =
 "  --listen ADDR:PORT     TCP address to serve (repeatable, up to 4): a numeric\n"
 "                         address, [::1]:N for IPv6, 0.0.0.0:N for all IPv4\n"
 "  --unix PATH            Unix socket to serve (at least one of --listen, --unix)\n"
+"  --socket-mode OCTAL    the --unix socket file's mode, whatever the umask\n"
+"                         (default 0600: only nbdd's user; 0660 adds its group)\n"
 "  --volume NAME:SIZE     an export: vlmcd's volume NAME (repeatable)\n"
 "  --volumes-file F       exports, one 'NAME SIZE' per line ('#' comments)\n"
 "  --max-request-size S   largest READ/WRITE, announced as the maximum block\n"
@@ -117,8 +130,27 @@ static const char nbdd_usage[] =
 "                         a request may send nothing, or take none of its\n"
 "                         replies, before it is closed (default 30; 0: no limit)\n"
 "  --max-connections N    clients served at once; more wait to be accepted\n"
-"                         (default 1024)\n"
+"                         (default 64)\n"
+"  --max-client-buffer S  READ/WRITE buffers held for one client: past it\n"
+"                         its requests are not read until half is written; a\n"
+"                         client holding it that takes no reply byte for 1 s\n"
+"                         is closed (default 32M)\n"
+"  --max-buffer-total S   the same for all clients together: past it every\n"
+"                         client waits (default 256M, at least the above)\n"
 "Clients: qemu-io -f raw nbd://HOST:PORT/NAME, nbd+unix:///NAME?socket=PATH.\n";
+
+/* --socket-mode: octal digits only (no sign, no 0o), at most 0777. */
+static int parse_socket_mode(const char *arg)
+{
+	unsigned mode = 0;
+	const char *d = arg;
+	for (; *d >= '0' && *d <= '7' && mode <= 0777; d++)
+		mode = mode * 8 + (unsigned)(*d - '0');
+	if (!*arg || *d || mode > 0777)
+		return peer_arg_error("--socket-mode", arg, "is not an octal mode of at most 0777");
+	nbdd_cfg.socket_mode = mode;
+	return 0;
+}
 
 static int parse_option(struct peer *p, int val, const char *arg)
 {
@@ -149,6 +181,15 @@ static int parse_option(struct peer *p, int val, const char *arg)
 		return peer_arg_uint("--io-timeout", arg, 0, 86400, &nbdd_cfg.io_timeout);
 	case OPT_MAX_CONNECTIONS:
 		return peer_arg_uint("--max-connections", arg, 1, 1u << 20, &nbdd_cfg.max_connections);
+	case OPT_SOCKET_MODE:
+		return parse_socket_mode(arg);
+	case OPT_MAX_CLIENT_BUFFER:
+		return peer_arg_size("--max-client-buffer", arg, 64u << 10, 1ull << 40,
+				     &nbdd_cfg.max_client_buffer);
+	case OPT_MAX_BUFFER_TOTAL:
+		max_buffer_total_arg = arg;
+		return peer_arg_size("--max-buffer-total", arg, 64u << 10, 1ull << 40,
+				     &nbdd_cfg.max_buffer_total);
 	}
 	return -1;
 }
@@ -167,6 +208,13 @@ static int check_options(struct peer *p)
 	if (!nbdd_cfg.nr_listen && !nbdd_cfg.unix_path) {
 		fprintf(stderr, "nbdd: at least one --listen or --unix is required\n");
 		return -1;
+	}
+	if (nbdd_cfg.max_buffer_total < nbdd_cfg.max_client_buffer) {
+		if (max_buffer_total_arg)
+			return peer_arg_error("--max-buffer-total", max_buffer_total_arg,
+					      "is less than --max-client-buffer");
+		/* Only the client's was raised: the total follows it. */
+		nbdd_cfg.max_buffer_total = nbdd_cfg.max_client_buffer;
 	}
 	return 0;
 }

@@ -41,11 +41,14 @@ struct nbdd_config {
 	socklen_t listen_addr_len[4];
 	unsigned nr_listen;
 	char *unix_path;
+	unsigned socket_mode;         /* the Unix socket file's mode (0600) */
 	uint64_t max_request;         /* largest READ/WRITE; announced as block size max */
 	uint64_t chunk_size;          /* largest request sent to the target */
 	uint64_t max_inflight;        /* commands per connection before it stops reading */
 	uint64_t io_timeout;          /* seconds a partial message may wait; 0: forever */
 	uint64_t max_connections;     /* open at once; then the listeners rest */
+	uint64_t max_client_buffer;   /* READ/WRITE buffers held for one connection */
+	uint64_t max_buffer_total;    /* ... for all of them together */
 };
 
 extern struct nbdd_config nbdd_cfg;
@@ -91,6 +94,9 @@ struct cmd {
 	int error;                      /* first errno from the path */
 };
 
+/* Bytes of buffer a command holds until its reply is written: a READ's
+ * reply data or a WRITE's payload (what --max-client-buffer counts). */
+uint64_t cmd_buffer_bytes(const struct nbd_request *req);
 /* A command for `c` (the caller's reference is taken over); NULL when out
  * of memory. READ commands get their reply buffer now. */
 struct cmd *cmd_new(struct conn *c, const struct nbd_export *exp,

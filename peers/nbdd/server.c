@@ -10,18 +10,29 @@
  * queued. So a client that disappears mid-request leaves its commands to
  * finish on the path; their replies are dropped and nothing is left behind.
  *
- * Flow control: a connection with --max-inflight commands (or
- * MAX_INFLIGHT_BYTES) whose replies are not yet written stops being read
- * until half of them are; a client that never reads its replies cannot make nbdd
- * buffer without bound. In the handshake the same holds for the option
- * replies, at HANDSHAKE_OUT_MAX bytes unsent.
+ * Flow control: a connection with --max-inflight commands whose replies
+ * are not yet written stops being read until half of them are. So does one
+ * whose buffers (reply data, payloads: cmd_buffer_bytes) reach
+ * --max-client-buffer, and every connection with a READ or WRITE to start
+ * while all of them together hold --max-buffer-total. The command that
+ * crosses a limit is taken, so a command larger than a limit still runs
+ * and each limit is passed by one command at most. (With the defaults, a
+ * 32M READ fills its connection's buffer alone: nothing more is read from
+ * that connection until it is written.) In the handshake the same holds
+ * for the option replies, at HANDSHAKE_OUT_MAX bytes unsent.
+ *
+ * Memory: a connection stopped for memory whose socket took no reply byte
+ * for BUFFER_STALL_NS is closed: its client is not reading, and what it
+ * holds is memory the others wait for (two such clients held 285 MB). Real
+ * clients (qemu, libnbd) read every reply as it comes; a slow one takes
+ * some bytes every second and is only paced.
  *
  * Timeouts: a connection in the handshake, or one that has sent part of
  * a request (header or payload) and is being read, is closed after
  * --io-timeout seconds without a byte from it; so is one whose socket takes
  * none of its replies for that long (a client that stopped reading would
- * otherwise hold its connection and up to 128M of replies for ever). An
- * idle connection between requests has no limit.
+ * otherwise hold its connection and its replies for ever). An idle
+ * connection between requests has no limit.
  */
 #define _GNU_SOURCE   /* accept4 */
 #include <errno.h>
@@ -45,7 +56,11 @@
 #include "nbdd.h"
 
 #define IN_BUF_SIZE (64u * 1024)
-#define MAX_INFLIGHT_BYTES (128ull << 20)
+/* A connection stopped for memory whose socket takes no byte for this
+ * long is closed (--max-client-buffer). */
+#define BUFFER_STALL_NS (1000ull * 1000 * 1000)
+/* Waiting for --max-buffer-total is logged at most this often. */
+#define TOTAL_LOG_NS (10ull * 1000 * 1000 * 1000)
 /* Unsent handshake replies before the connection is not read: a client
  * pipelining options sends a few; one that never reads gets no more. */
 #define HANDSHAKE_OUT_MAX (64ull << 10)
@@ -89,10 +104,12 @@ struct conn {
 	bool broken;                /* a write failed: the socket thread closes it */
 	bool want_out;              /* waiting for EPOLLOUT */
 	bool paused;                /* too much in flight: not reading */
+	bool paused_memory;         /* ... for --max-client-buffer or --max-buffer-total */
+	bool waits_total;           /* ... for --max-buffer-total: S.total_waiters counts it */
 	bool disc;                  /* DISC (or ABORT): close once drained */
 	bool kicked;                /* on the socket thread's kick list */
 	uint64_t tx_wait_ns;        /* want_out: the socket last took bytes then */
-	uint64_t inflight, inflight_bytes;
+	uint64_t inflight, inflight_bytes;   /* inflight_bytes: also in S.held_total */
 	uint64_t bytes_limit;       /* inflight_bytes that pause reading: per phase */
 	struct conn *next_kick;
 };
@@ -123,6 +140,14 @@ static struct {
 	uint64_t accept_log_ns;         /* no accept error logged before then */
 	uint64_t next_timeout_scan_ns;
 	unsigned accept_errors;         /* failed accepts not logged yet */
+	/* Buffers held for every connection (their inflight_bytes). */
+	atomic_uint_fast64_t held_total;
+	atomic_uint total_waiters;      /* connections with waits_total */
+	atomic_bool total_released;     /* held_total fell with waiters: look at them */
+	uint64_t total_log_ns;          /* no --max-buffer-total line before then */
+	/* Figures (socket thread): connections closed holding replies their
+	 * client does not read; times a connection waited for the total. */
+	uint64_t buffer_closes, total_waits;
 } S = { .epfd = -1, .wakefd = -1, .wake_kind = SRC_WAKE,
 	.kick_lock = PTHREAD_MUTEX_INITIALIZER };
 
@@ -180,16 +205,46 @@ static void set_disc_locked(struct conn *c)
 	update_events_locked(c);
 }
 
+/* Buffer bytes a connection holds (lock held), counted in the total too. */
+static void hold_locked(struct conn *c, uint64_t bytes)
+{
+	c->inflight_bytes += bytes;
+	atomic_fetch_add(&S.held_total, bytes);
+}
+
+static void unhold_locked(struct conn *c, uint64_t bytes)
+{
+	c->inflight_bytes -= bytes;
+	uint64_t total = atomic_fetch_sub(&S.held_total, bytes) - bytes;
+	if (bytes && atomic_load(&S.total_waiters) && total < nbdd_cfg.max_buffer_total) {
+		/* Others wait for this memory: the socket thread looks. */
+		atomic_store(&S.total_released, true);
+		uint64_t one = 1;
+		if (write(S.wakefd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+			peer_warn("cannot wake the socket thread: %s", strerror(errno));
+	}
+}
+
+/* Reading c again (lock held): it is no longer stopped, for any reason. */
+static void unpause_locked(struct conn *c)
+{
+	c->paused = c->paused_memory = false;
+	if (c->waits_total) {
+		c->waits_total = false;
+		atomic_fetch_sub(&S.total_waiters, 1);
+	}
+}
+
 /* Takes a written or dropped buffer off the books (lock held). */
 static void release_locked(struct conn *c, struct out_buf *ob)
 {
 	c->inflight -= ob->charge;
-	c->inflight_bytes -= ob->charge_bytes;
+	unhold_locked(c, ob->charge_bytes);
 	free(ob);
 	/* Resume at half the limits, not at the first reply written. */
 	if (c->paused && c->inflight <= nbdd_cfg.max_inflight / 2 &&
 	    c->inflight_bytes <= c->bytes_limit / 2) {
-		c->paused = false;
+		unpause_locked(c);
 		kick(c);   /* bytes may wait in its input buffer */
 	}
 }
@@ -297,7 +352,7 @@ static void send_bytes(struct conn *c, const void *data, uint32_t len, uint32_t 
 	ob->charge_bytes = len;
 	pthread_mutex_lock(&c->lock);
 	c->inflight += charge;
-	c->inflight_bytes += len;
+	hold_locked(c, len);
 	pthread_mutex_unlock(&c->lock);
 	conn_send(c, ob);
 }
@@ -349,7 +404,11 @@ static void conn_close(struct conn *c, const char *why)
 	c->out_tail = &c->out_head;
 	if (c->filling) {
 		c->inflight -= c->filling->reply->charge;
-		c->inflight_bytes -= c->filling->reply->charge_bytes;
+		unhold_locked(c, c->filling->reply->charge_bytes);
+	}
+	if (c->waits_total) {
+		c->waits_total = false;
+		atomic_fetch_sub(&S.total_waiters, 1);
 	}
 	pthread_mutex_unlock(&c->lock);
 	if (c->filling) {
@@ -525,7 +584,7 @@ static void start_transmission(struct conn *c, const struct nbd_export *e)
 	c->exp = e;
 	c->phase = PH_TRANSMISSION;
 	pthread_mutex_lock(&c->lock);
-	c->bytes_limit = MAX_INFLIGHT_BYTES;
+	c->bytes_limit = nbdd_cfg.max_client_buffer;
 	pthread_mutex_unlock(&c->lock);
 	peer_info("%s: serving export %s", c->peer_name, e->name);
 }
@@ -615,7 +674,7 @@ static bool start_cmd(struct conn *c, const struct nbd_request *req)
 	}
 	pthread_mutex_lock(&c->lock);
 	c->inflight += cmd->reply->charge;
-	c->inflight_bytes += cmd->reply->charge_bytes;
+	hold_locked(c, cmd->reply->charge_bytes);
 	pthread_mutex_unlock(&c->lock);
 	if (cmd->payload) {
 		c->filling = cmd;
@@ -653,6 +712,46 @@ static bool handle_request(struct conn *c, const struct nbd_request *req)
 	return start_cmd(c, req);
 }
 
+static void note_total_wait(uint64_t total)
+{
+	S.total_waits++;
+	uint64_t now = xseg_now_ns();
+	if (now < S.total_log_ns)
+		return;
+	S.total_log_ns = now + TOTAL_LOG_NS;
+	peer_warn("%" PRIu64 " bytes held for clients: past --max-buffer-total %" PRIu64
+		  ", clients wait for replies to drain (waits so far: %" PRIu64 ")",
+		  total, nbdd_cfg.max_buffer_total, S.total_waits);
+}
+
+/*
+ * Whether c may start a command that holds `bytes` of buffer, as far as
+ * --max-buffer-total goes (its own limit is checked before each request).
+ * If not, c is not read (the request stays in its input buffer) until
+ * everyone's replies drain (resume_total_waiters) or its own do.
+ */
+static bool admit(struct conn *c, uint64_t bytes)
+{
+	uint64_t total = atomic_load(&S.held_total);
+	if (!bytes || total < nbdd_cfg.max_buffer_total)
+		return true;
+	pthread_mutex_lock(&c->lock);
+	c->paused = c->paused_memory = c->waits_total = true;
+	atomic_fetch_add(&S.total_waiters, 1);
+	update_events_locked(c);
+	pthread_mutex_unlock(&c->lock);
+	note_total_wait(total);
+	return false;
+}
+
+/* What a request would hold: nothing when it is to be refused. */
+static uint64_t request_buffer_bytes(const struct conn *c, const struct nbd_request *req)
+{
+	if (nbd_check_request(req, c->exp->size, (uint32_t)nbdd_cfg.max_request))
+		return 0;
+	return cmd_buffer_bytes(req);
+}
+
 /* Consumes what the input buffer holds; false when the connection must close
  * (why in *why). */
 static bool parse_input(struct conn *c, const char **why)
@@ -665,6 +764,8 @@ static bool parse_input(struct conn *c, const char **why)
 		if (!stop && !c->filling && !c->discard &&
 		    (c->inflight >= nbdd_cfg.max_inflight || c->inflight_bytes >= c->bytes_limit)) {
 			c->paused = stop = true;
+			c->paused_memory = c->phase == PH_TRANSMISSION &&
+					   c->inflight_bytes >= c->bytes_limit;
 			update_events_locked(c);
 			peer_debug("%s: not reading: %" PRIu64 " commands, %" PRIu64 " bytes unanswered",
 				   c->peer_name, c->inflight, c->inflight_bytes);
@@ -717,6 +818,8 @@ static bool parse_input(struct conn *c, const char **why)
 		} else {
 			struct nbd_request req;
 			n = nbd_decode_request(b, avail, &req);
+			if (n > 0 && !admit(c, request_buffer_bytes(c, &req)))
+				break;   /* not taken: read again when memory is back */
 			if (n > 0 && !handle_request(c, &req)) {
 				*why = "out of memory";
 				return false;
@@ -823,6 +926,29 @@ static void run_kicks(void)
 	}
 }
 
+/*
+ * Reads again the connections that waited for --max-buffer-total, now that
+ * everyone holds less. Called after memory was released, and at every
+ * timeout scan while some wait (a release between admit's look and its
+ * count may have gone unseen).
+ */
+static void resume_total_waiters(void)
+{
+	for (struct conn *c = S.conns, *next; c && atomic_load(&S.total_waiters); c = next) {
+		next = c->next;   /* conn_readable may close c */
+		pthread_mutex_lock(&c->lock);
+		bool go = c->waits_total && !c->dead &&
+			  atomic_load(&S.held_total) < nbdd_cfg.max_buffer_total;
+		if (go) {
+			unpause_locked(c);
+			update_events_locked(c);
+		}
+		pthread_mutex_unlock(&c->lock);
+		if (go)
+			conn_readable(c);
+	}
+}
+
 /* Time from `then` to `now`, never negative: a worker thread may have
  * stamped `then` (tx_wait_ns, in flush_locked) after `now` was read. The
  * plain difference wrapped to ~2^64 there and closed a healthy client as
@@ -841,23 +967,38 @@ static uint64_t elapsed_ns(uint64_t now, uint64_t then)
 static void expire_stalled(void)
 {
 	uint64_t now = xseg_now_ns();
-	if (!nbdd_cfg.io_timeout || now < S.next_timeout_scan_ns)
+	if (now < S.next_timeout_scan_ns)
 		return;
 	S.next_timeout_scan_ns = now + TIMEOUT_SCAN_NS;
+	resume_total_waiters();
 	uint64_t limit = nbdd_cfg.io_timeout * 1000000000ull;
 	for (struct conn *c = S.conns, *next; c; c = next) {
 		next = c->next;   /* conn_close moves c to the zombies */
 		bool handshake = c->phase != PH_TRANSMISSION;
 		pthread_mutex_lock(&c->lock);
 		bool not_read = c->paused || c->disc;
-		bool tx_stalled = c->want_out && elapsed_ns(now, c->tx_wait_ns) >= limit;
+		uint64_t tx_idle = c->want_out ? elapsed_ns(now, c->tx_wait_ns) : 0;
+		bool mem_stalled = c->paused_memory && tx_idle >= BUFFER_STALL_NS;
+		uint64_t held = c->inflight_bytes;
 		pthread_mutex_unlock(&c->lock);
-		if (tx_stalled) {
+		if (limit && tx_idle >= limit) {
 			peer_warn("%s: closed: took no reply bytes for %" PRIu64 " s (--io-timeout)",
 				  c->peer_name, nbdd_cfg.io_timeout);
 			conn_close(c, "timed out");
 			continue;
 		}
+		if (mem_stalled) {
+			S.buffer_closes++;
+			peer_warn("%s: closed: holds %" PRIu64 " bytes of replies it does not read "
+				  "(--max-client-buffer %" PRIu64 ", --max-buffer-total %" PRIu64
+				  "; closed so far: %" PRIu64 ")", c->peer_name, held,
+				  nbdd_cfg.max_client_buffer, nbdd_cfg.max_buffer_total,
+				  S.buffer_closes);
+			conn_close(c, "not reading its replies");
+			continue;
+		}
+		if (!limit)
+			continue;
 		if (!handshake && (not_read || (!c->in_len && !c->filling && !c->discard))) {
 			c->last_rx_ns = now;   /* owes nothing now: the clock starts later */
 			continue;
@@ -905,6 +1046,8 @@ static void *server_loop(void *arg)
 					conn_close(c, "connection reset");
 			}
 		}
+		if (atomic_exchange(&S.total_released, false))
+			resume_total_waiters();
 		expire_stalled();
 		free_zombies();
 	}
@@ -978,11 +1121,32 @@ static int open_unix(const char *path)
 		}
 		unlink(path);
 	}
+	/*
+	 * bind creates the file with 0777 less the umask: at umask 000 anyone
+	 * could connect and read or write every export. So it is created under
+	 * umask 0177 (0600: nbdd's user only; the umask is the process's, but
+	 * no other thread runs yet), then set to --socket-mode before listen:
+	 * no client connects to it before that, and it is never wider.
+	 */
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+	if (fd < 0) {
 		peer_error("cannot bind --unix '%s': %s", path, strerror(errno));
-		if (fd >= 0)
-			close(fd);
+		return -1;
+	}
+	mode_t old_umask = umask(0177);
+	int rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+	int err = errno;
+	umask(old_umask);
+	if (rc < 0) {
+		peer_error("cannot bind --unix '%s': %s", path, strerror(err));
+		close(fd);
+		return -1;
+	}
+	if (chmod(path, nbdd_cfg.socket_mode) < 0) {
+		peer_error("--unix '%s': cannot set --socket-mode %04o: %s", path,
+			   nbdd_cfg.socket_mode, strerror(errno));
+		close(fd);
+		unlink(path);
 		return -1;
 	}
 	return add_listener(fd, path);
@@ -1044,6 +1208,10 @@ void server_close(void)
 	S.nr_listeners = 0;
 	if (nbdd_cfg.unix_path)
 		unlink(nbdd_cfg.unix_path);
+	if (S.buffer_closes || S.total_waits)
+		peer_warn("connections closed holding replies they did not read "
+			  "(--max-client-buffer): %" PRIu64 "; waits for --max-buffer-total: %" PRIu64,
+			  S.buffer_closes, S.total_waits);
 	if (S.wakefd >= 0)
 		close(S.wakefd);
 	if (S.epfd >= 0)

@@ -141,6 +141,15 @@ def rss_anon_kb():
     fail("no RssAnon in /proc/%d/status" % args.pid)
 
 
+def vm_rss_kb():
+    """nbdd's resident memory as top shows it (VmRSS: malloc's and the
+    segment's pages it touched)."""
+    for line in open("/proc/%d/status" % args.pid):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    fail("no VmRSS in /proc/%d/status" % args.pid)
+
+
 def assert_idle_cpu(why, seconds=1.5, share=0.3, windows=5):
     """nbdd settles to under `share` of a core over `seconds`. Only CPU time
     is measured: a loaded machine slows nbdd down, it cannot make it use
@@ -296,11 +305,13 @@ def out_of_order(s):
         data = recv_exact(s, 65536)
         if error or data != bytes([cookie - 3000]) * 65536:
             fail("read %d returned wrong data" % cookie)
-    # Replies are sent as commands finish: a 32M READ (32 chunks on the
+    # Replies are sent as commands finish: a 16M READ (16 chunks on the
     # path) sent first, a 512-byte READ right after it. The small one
     # overtakes the big one nearly always; one overtake in ten tries proves
-    # it happens without hanging the test on one unlucky schedule.
-    big, small = 32 << 20, 512
+    # it happens without hanging the test on one unlucky schedule. (Not a
+    # 32M READ: that fills --max-client-buffer, 32M, and nothing more is
+    # read from the connection until it is written.)
+    big, small = 16 << 20, 512
     overtaken = 0
     for attempt in range(10):
         request(s, READ, 5000, 0, big)
@@ -318,7 +329,7 @@ def out_of_order(s):
             overtaken += 1
             break
     if not overtaken:
-        fail("a 512-byte READ never overtook a 32M READ in 10 tries: replies in order")
+        fail("a 512-byte READ never overtook a 16M READ in 10 tries: replies in order")
     request(s, DISC, 4000, 0, 0)
 
 
@@ -332,8 +343,9 @@ def leave_in_flight(s):
 
 
 def flow_control(s, leave=False):
-    # More replies than nbdd keeps unwritten (128M, 128 commands): it
-    # stops reading this connection, and must resume once we read.
+    # More replies than nbdd keeps unwritten (--max-client-buffer 32M,
+    # 128 commands): it stops reading this connection, and must resume once
+    # we read (a client that reads is paced, never closed for it).
     handshake(s, b"vol")
     n = 300
     # in one send: as many small sends would fill a Unix socket's budget
@@ -484,6 +496,78 @@ def zeroes(s):
     request(s, DISC, 21, 0, 0)
 
 
+def non_readers(s):
+    """--clients connections each send 300 1M READs and never read a reply;
+    a well-behaved connection writes and reads back meanwhile. nbdd's VmRSS
+    stays under --rss-mb above what it was (two such clients took it to
+    285 MB: each held 128M of replies), and its malloc'd part (RssAnon, the
+    replies: VmRSS also counts the segment's pages) under --anon-mb; every
+    non-reader is closed with a
+    line naming it and --max-client-buffer, and the good one keeps being
+    served, right to the end."""
+    rss0, anon0 = vm_rss_kb(), rss_anon_kb()
+    peak, anon_peak = rss0, anon0
+    before = log_lines("of replies it does not read")
+    s.close()
+    good = connect()
+    handshake(good, b"vol")
+    bad = []
+    for c in range(args.clients):
+        b = connect()
+        handshake(b, b"vol")
+        b.sendall(b"".join(struct.pack(">IHHQQI", REQ_MAGIC, 0, READ, 1000 * c + i,
+                                       (i % 16) << 20, 1 << 20) for i in range(300)))
+        bad.append(b)
+    deadline, ops, closed = time.time() + 20, 0, 0
+    while time.time() < deadline:
+        off = (32 << 20) + (ops % 64) * 65536
+        data = bytes([ops % 251 + 1]) * 65536
+        write(good, 2 * ops + 1, off, data)
+        if read(good, 2 * ops + 2, off, 65536) != data:
+            fail("the good client read back wrong data")
+        ops += 1
+        peak, anon_peak = max(peak, vm_rss_kb()), max(anon_peak, rss_anon_kb())
+        closed = log_lines("of replies it does not read") - before
+        if closed >= args.clients and ops >= 20:
+            break
+        time.sleep(0.02)
+    grown, anon_grown = (peak - rss0) >> 10, (anon_peak - anon0) >> 10
+    print("non-readers: VmRSS %d MB, peak %d MB (+%d MB, of which malloc's +%d MB); "
+          "%d of %d closed; %d good writes"
+          % (rss0 >> 10, peak >> 10, grown, anon_grown, closed, args.clients, ops))
+    if args.rss_mb and grown > args.rss_mb:
+        fail("%d clients not reading: nbdd's VmRSS grew by %d MB (at most %d)"
+             % (args.clients, grown, args.rss_mb))
+    if args.anon_mb and anon_grown > args.anon_mb:
+        fail("%d clients not reading: nbdd's malloc'd memory (RssAnon) grew by %d MB "
+             "(at most %d)" % (args.clients, anon_grown, args.anon_mb))
+    if closed < args.clients:
+        fail("%d of %d clients not reading were closed (with their line) in 20 s"
+             % (closed, args.clients))
+    with open(args.log, errors="replace") as f:
+        lines = [l for l in f if "of replies it does not read" in l][before:]
+    for line in lines:
+        if "unix client" not in line and "127.0.0.1" not in line or \
+                "--max-client-buffer" not in line:
+            fail("the line does not name the client and the limit: %s" % line.strip())
+    for b in bad:   # closed by nbdd: reading ends (after what was sent)
+        b.settimeout(5)
+        try:
+            while b.recv(1 << 20):
+                pass
+        except (ConnectionResetError, BrokenPipeError):
+            pass
+        except socket.timeout:
+            fail("a client that was logged as closed is still connected")
+        b.close()
+    # the good client goes on, reading big replies too
+    for i in range(8):
+        read(good, 10000 + i, i << 20, 1 << 20)
+    request(good, DISC, 3, 0, 0)
+    if not closed_by_server(good):
+        fail("DISC did not close the good client")
+
+
 def max_connections(s):
     """For an nbdd with --max-connections 2: a third client is not taken
     (no greeting) while two are open, and is served once one closes."""
@@ -516,6 +600,9 @@ def main():
     ap.add_argument("--pid", type=int)
     ap.add_argument("--log")
     ap.add_argument("--data")
+    ap.add_argument("--clients", type=int, default=2)
+    ap.add_argument("--rss-mb", type=int, default=0)   # 0: not checked
+    ap.add_argument("--anon-mb", type=int, default=0)
     args = ap.parse_args()
     cases = {
         "garbage-handshake": garbage_handshake,
@@ -538,6 +625,7 @@ def main():
         "fua": fua,
         "zeroes": zeroes,
         "max-connections": max_connections,
+        "non-readers": non_readers,
     }
     if args.case not in cases:
         fail("unknown case")

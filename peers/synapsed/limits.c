@@ -46,11 +46,19 @@ int budget_reserve_locked(struct conn *c, uint64_t charge)
 {
 	if (charge > S.conn_inflight)
 		return -1;
-	/* Set before the check: a release after it sees the flag and wakes us. */
-	atomic_store(&S.budget_wanted, 1);
-	if (c->incoming_bytes + charge > S.conn_inflight ||
-	    atomic_load(&S.inflight_bytes) + charge > S.max_inflight)
+	/* The connection's own share is given back under the lock we hold:
+	 * any release after this one sees the flag. */
+	if (c->incoming_bytes + charge > S.conn_inflight) {
+		atomic_store(&S.budget_wanted, 1);
 		return 0;
+	}
+	if (atomic_load(&S.inflight_bytes) + charge > S.max_inflight) {
+		/* Flag, then look again: a release after the flag wakes us,
+		 * one before it shows in the second look. */
+		atomic_store(&S.budget_wanted, 1);
+		if (atomic_load(&S.inflight_bytes) + charge > S.max_inflight)
+			return 0;
+	}
 	c->incoming_bytes += charge;
 	atomic_fetch_add(&S.inflight_bytes, charge);
 	return 1;

@@ -106,7 +106,12 @@ kill -0 "$junkpid" 2>/dev/null || fail "the junk holder ended early: $(cat "$DIR
 rss1=$(rss_kib "$bpid")
 extra=$(( (rss1 - rss0) / 1024 ))
 echo "synapsed B: VmRSS $((rss0 / 1024)) MiB before, $((rss1 / 1024)) MiB with the junk open (+$extra MiB)"
-[ "$extra" -lt 64 ] || fail "the junk connections cost synapsed B $extra MiB (limit 64)"
+# (a sanitizer's shadow memory grows with every byte touched: no figure to hold it to)
+if [ -n "${SANITIZE:-}" ]; then
+	echo "SANITIZE=$SANITIZE: the RSS bound is not checked"
+else
+	[ "$extra" -lt 64 ] || fail "the junk connections cost synapsed B $extra MiB (limit 64)"
+fi
 grep -q "evicted: 64 connections open (--max-connections) and it was idle the longest" \
 	"$DIR/synapsed-b.log" || fail "no eviction logged at the default log level"
 grep "evicted" "$DIR/synapsed-b.log" | grep -q "127.0.0.1:" || fail "the eviction does not name the peer"

@@ -112,15 +112,16 @@ if [ -n "${SANITIZE:-}" ]; then
 else
 	[ "$extra" -lt 64 ] || fail "the junk connections cost synapsed B $extra MiB (limit 64)"
 fi
-grep -q "evicted: 64 connections open (--max-connections) and it was idle the longest" \
+grep -q "evicted: 64 connections open (--max-connections) and it was the most evictable (idle, never sent a frame" \
 	"$DIR/synapsed-b.log" || fail "no eviction logged at the default log level"
 grep "evicted" "$DIR/synapsed-b.log" | grep -q "127.0.0.1:" || fail "the eviction does not name the peer"
 kill "$junkpid"; wait "$junkpid" 2>/dev/null
 
-echo "--- short limits: --idle-timeout 1, --timeout 2, --max-inflight-bytes 1M"
+echo "--- short limits: --idle-timeout 1, --timeout 2, --max-inflight-bytes 1M, --max-connections 3"
 P2=$(free_port)
 "$BIN/synapsed" --segment "$SEGB" --port 3 --listen "127.0.0.1:$P2" --target-port 1 \
-	--idle-timeout 1 --timeout 2 --max-inflight-bytes 1M 2> "$DIR/synapsed-b2.log" & b2pid=$!
+	--idle-timeout 1 --timeout 2 --max-inflight-bytes 1M --max-connections 3 \
+	2> "$DIR/synapsed-b2.log" & b2pid=$!
 pids+=($b2pid)
 wait_bound_in "$SEGB" 3
 # hold MODE: connects to B2 and prints the seconds until B2 closes it (or
@@ -179,10 +180,32 @@ t=$(hold trickle); within "a frame trickling in" "$t" 1.9 5
 wait_log "$DIR/synapsed-b2.log" "frame timeouts so far: 3)"
 t=$(hold big); within "a request over what a connection may hold" "$t" 0 2
 wait_log "$DIR/synapsed-b2.log" "a WRITE request needs 2097152 bytes, more than a connection may hold"
+# A table full of frames whose headers wait for room (one 768K WRITE gets
+# the budget and stops part way, two more wait behind it): a newcomer evicts
+# a waiting one and is served.
+python3 - "$P2" > "$DIR/waiters.out" 2>&1 <<'PY'
+import socket, struct, sys, time
+port = int(sys.argv[1])
+def frame(op, dl, fid):
+    return struct.pack('<IHBBIIQQQQiIQ', 0x4e595358, 1, 1, 0, op, 0, fid, 0, dl, 0, 0, 0, dl)
+held = []
+for i in range(3):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(frame(2, 768 << 10, i) + b'w' * 1000)
+    held.append(s)
+    time.sleep(0.1)
+s = socket.create_connection(("127.0.0.1", port))
+s.settimeout(1.5)
+s.sendall(frame(0, 0, 77))
+reply = s.recv(64)
+print('served' if len(reply) == 64 and struct.unpack('<Q', reply[16:24])[0] == 77 else 'not served')
+PY
+grep -qx served "$DIR/waiters.out" || fail "a newcomer to a table of waiting headers: $(cat "$DIR/waiters.out")"
+wait_log "$DIR/synapsed-b2.log" "it was the most evictable (waiting for room, nothing out"
 grep -c "closed: idle" "$DIR/synapsed-b2.log" | grep -qx 2 ||
 	fail "a connection under way was closed as idle: $(grep 'closed: idle' "$DIR/synapsed-b2.log")"
 kill -TERM "$b2pid"; wait "$b2pid" || fail "synapsed B2 exited non-zero on SIGTERM"
-grep -q "connection limits: 2 closed idle, 3 closed with a frame incomplete after --timeout, 0 evicted, 0 refused (table full), 1 closed for a request over --max-inflight-bytes" \
+grep -q "connection limits: 2 closed idle, [34] closed with a frame incomplete after --timeout, 1 evicted, 0 refused (table full), 1 closed for a request over --max-inflight-bytes, 2 waits for --max-inflight-bytes" \
 	"$DIR/synapsed-b2.log" || fail "the counters at exit are wrong: $(grep 'connection limits' "$DIR/synapsed-b2.log")"
 
 kill -TERM "$apid"; wait "$apid" || fail "synapsed A exited non-zero on SIGTERM"

@@ -15,8 +15,10 @@
  *   connection with nothing under way is closed after --idle-timeout.
  * - Slots. With --max-connections incoming connections open, a new one
  *   evicts the one idle the longest, preferring those that never sent a
- *   whole frame, so a table of silent sockets cannot lock out the real
- *   remote.
+ *   whole frame; with none idle, one whose header waits for room while
+ *   nothing of its own is out. So neither silent sockets nor headers that
+ *   announce more than the budget can lock out the real remote; a table
+ *   of frames under way empties within --timeout.
  * Every close is logged at warn with the peer's address and counted.
  */
 #include <errno.h>
@@ -116,31 +118,45 @@ void limits_sweep(uint64_t now)
 	}
 }
 
+/* How readily a connection is evicted: 0 idle and never sent a whole frame,
+ * 1 idle, 2 a header waiting for room with nothing of its own out (it holds
+ * no memory but its buffer), -1 not at all (under way). */
+static int evict_class(struct conn *c)
+{
+	if (c->fd < 0)
+		return -1;
+	if (conn_idle(c))
+		return c->frames_done ? 1 : 0;
+	if (c->read_paused && conn_owes_nothing(c))
+		return 2;
+	return -1;
+}
+
 uint32_t limits_evict(void)
 {
+	static const char *const what[] = { "idle, never sent a frame", "idle",
+					    "waiting for room, nothing out" };
 	uint32_t victim = 0;
-	bool victim_spoke = true;
+	int victim_class = 3;
 	uint64_t victim_since = UINT64_MAX;
 
 	for (uint32_t ci = 1; ci < S.nr_conns; ci++) {
 		struct conn *c = &S.conns[ci];
-		if (c->fd < 0 || !conn_idle(c))
-			continue;
-		bool spoke = c->frames_done > 0;
-		if ((victim_spoke && !spoke) ||
-		    (spoke == victim_spoke && c->idle_since_ns < victim_since)) {
+		int k = evict_class(c);
+		if (k >= 0 && (k < victim_class ||
+			       (k == victim_class && c->idle_since_ns < victim_since))) {
 			victim = ci;
-			victim_spoke = spoke;
+			victim_class = k;
 			victim_since = c->idle_since_ns;
 		}
 	}
 	if (victim) {
-		char why[160], t[32];
+		char why[192], t[32];
 		S.counts.evicted++;
 		snprintf(why, sizeof(why), "evicted: %u connections open (--max-connections) and it "
-			 "was idle the longest (%s%s; evictions so far: %" PRIu64 ")", S.max_conns,
-			 secs(xseg_now_ns() - victim_since, t, sizeof(t)),
-			 victim_spoke ? "" : ", never sent a frame", S.counts.evicted);
+			 "was the most evictable (%s, silent %s; evictions so far: %" PRIu64 ")",
+			 S.max_conns, what[victim_class],
+			 secs(xseg_now_ns() - victim_since, t, sizeof(t)), S.counts.evicted);
 		conn_close(victim, why, ECONNRESET);
 	}
 	return victim;

@@ -470,10 +470,8 @@ static int conn_read(struct conn *c, uint32_t ci)
 	return 0;
 }
 
-bool conn_idle(struct conn *c)
+bool conn_owes_nothing(struct conn *c)
 {
-	if (rx_mid_frame(&c->rx) || c->read_paused)
-		return false;
 	pthread_mutex_lock(&c->wlock);
 	bool writing = c->writing != NULL;
 	pthread_mutex_unlock(&c->wlock);
@@ -481,6 +479,11 @@ bool conn_idle(struct conn *c)
 	bool busy = writing || c->incoming || c->small.head || c->large.head;
 	pthread_mutex_unlock(&S.lock);
 	return !busy;
+}
+
+bool conn_idle(struct conn *c)
+{
+	return !rx_mid_frame(&c->rx) && !c->read_paused && conn_owes_nothing(c);
 }
 
 /* ---- connections ------------------------------------------------------------ */
@@ -526,8 +529,8 @@ static void accept_all(void)
 			ci++;
 		if (ci == S.nr_conns && !(ci = limits_evict())) {
 			S.counts.refused_full++;
-			peer_warn("connection from %s refused: %u connections open (--max-connections) "
-				  "and none idle (refusals so far: %" PRIu64 ")", who, S.max_conns,
+			peer_warn("connection from %s refused: %u connections open (--max-connections), "
+				  "none idle or waiting (refusals so far: %" PRIu64 ")", who, S.max_conns,
 				  S.counts.refused_full);
 			close(fd);
 			continue;

@@ -163,7 +163,9 @@ struct frame *frame_failed_reply(const struct wire_header *req, int err);
 int net_start(void);
 /* Closes connection ci, logging `why` (network thread). */
 void conn_close(uint32_t ci, const char *why, int err);
-/* Nothing under way on c: no partial frame, no request out, nothing to write. */
+/* No request from c out, no reply to write to it. */
+bool conn_owes_nothing(struct conn *c);
+/* Nothing under way on c: that, and no partial frame, not waiting for room. */
 bool conn_idle(struct conn *c);
 void net_stop(void);
 /* Wakes the network thread (a connection to close or to read again). */
@@ -225,7 +227,8 @@ void budget_release(uint64_t charge);
  * long. */
 void limits_sweep(uint64_t now);
 /* Net thread, the table full: closes the incoming connection idle the
- * longest; its index, or 0 when none is idle. */
+ * longest (or, none idle, one whose first header waits for room); its
+ * index, or 0 when there is none. */
 uint32_t limits_evict(void);
 /* The counters, in one log line. */
 void limits_report(void);

@@ -14,7 +14,22 @@ struct frame *frame_alloc(size_t len)
 	f->slot_id = 0;
 	f->len = len;
 	f->done = 0;
+	f->charge = 0;
 	return f;
+}
+
+void frame_free(struct frame *f)
+{
+	if (f) {
+		budget_release(f->charge);
+		free(f);
+	}
+}
+
+void frame_charge(struct frame *f)
+{
+	f->charge = f->len;
+	atomic_fetch_add(&S.inflight_bytes, f->charge);
 }
 
 struct frame *frame_new(size_t body_len)
@@ -51,13 +66,13 @@ void frame_queue_free(struct frame_queue *q)
 {
 	struct frame *f;
 	while ((f = frame_queue_pop(q)))
-		free(f);
+		frame_free(f);
 }
 
 bool conn_queue_locked(struct conn *c, uint32_t gen, struct frame *f)
 {
 	if (c->gen != gen || !c->up) {
-		free(f);
+		frame_free(f);
 		return false;
 	}
 	frame_queue_push(f->len <= SMALL_FRAME ? &c->small : &c->large, f);

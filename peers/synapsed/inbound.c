@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
@@ -20,25 +21,73 @@ struct inbound {
 	struct peer_work work;
 	uint32_t conn, conn_gen;
 	uint64_t deadline_ns;
+	uint64_t charge;       /* reserved from --max-inflight-bytes */
 	struct wire_header h;
 	uint8_t body[];        /* target, data: as on the wire */
 };
 
 int inbound_request_header(struct conn *c, uint32_t ci, const struct wire_header *h,
-			   uint8_t **body, void **owner)
+			   uint8_t **body, void **owner, const char **why)
 {
+	static char text[160];   /* network thread only */
+	uint64_t charge = request_charge(h);
+
+	pthread_mutex_lock(&S.lock);
+	bool too_many = c->incoming >= MAX_INCOMING;
+	int rc = too_many ? 0 : budget_reserve_locked(c, charge);
+	pthread_mutex_unlock(&S.lock);
+	if (rc < 0) {
+		S.counts.over_budget++;
+		snprintf(text, sizeof(text), "a %s request needs %" PRIu64 " bytes, more than a "
+			 "connection may hold (%" PRIu64 " of --max-inflight-bytes %" PRIu64 ")",
+			 xseg_op_name(h->op), charge, S.conn_inflight, S.max_inflight);
+		*why = text;
+		return -1;
+	}
+	if (rc == 0) {
+		if (!c->read_paused && !too_many) {   /* once per wait */
+			S.counts.budget_waits++;
+			peer_info("connection %s: a request of %" PRIu64 " bytes waits for "
+				  "--max-inflight-bytes (%" PRIu64 " of %" PRIu64 " reserved)", c->peer,
+				  charge, atomic_load(&S.inflight_bytes), S.max_inflight);
+		}
+		return 0;
+	}
 	struct inbound *in = malloc(sizeof(*in) + h->target_len + h->data_len);
 	if (!in) {
 		peer_error("connection %s: no memory for a request of %" PRIu64 " bytes",
 			   c->peer, h->data_len);
+		pthread_mutex_lock(&S.lock);
+		c->incoming_bytes -= charge;
+		pthread_mutex_unlock(&S.lock);
+		budget_release(charge);
+		*why = "out of memory";
 		return -1;
 	}
 	in->conn = ci;
 	in->conn_gen = c->gen;   /* read by the network thread only: no lock */
+	in->charge = charge;
 	in->h = *h;
 	*owner = in;
 	*body = in->body;
-	return 0;
+	return 1;
+}
+
+/* Frees `in` and gives back its reservation (lock held). */
+static void inbound_free_locked(struct inbound *in)
+{
+	struct conn *c = &S.conns[in->conn];
+	if (c->gen == in->conn_gen)
+		c->incoming_bytes -= in->charge;
+	budget_release(in->charge);
+	free(in);
+}
+
+void inbound_abandon(void *owner)
+{
+	pthread_mutex_lock(&S.lock);
+	inbound_free_locked(owner);
+	pthread_mutex_unlock(&S.lock);
 }
 
 /* Queues a reply frame (unless `sent` already) on the request's
@@ -49,19 +98,19 @@ static void send_reply(struct inbound *in, struct frame *f, bool sent)
 	uint32_t ci = in->conn;
 	pthread_mutex_lock(&S.lock);
 	struct conn *c = &S.conns[ci];
-	if (c->gen == in->conn_gen && c->incoming) {
-		resume = c->incoming-- == MAX_INCOMING ||
-			 c->incoming_bytes >= MAX_INCOMING_BYTES;
-		c->incoming_bytes -= in->h.data_len;
-	}
-	if (f)
+	if (c->gen == in->conn_gen && c->incoming)
+		resume = c->incoming-- == MAX_INCOMING;
+	if (f) {
+		frame_charge(f);   /* until written: the reservation moves to it */
 		queued = conn_queue_locked(c, in->conn_gen, f);
+	}
+	uint64_t id = in->h.id;
+	inbound_free_locked(in);
 	pthread_mutex_unlock(&S.lock);
 	atomic_fetch_sub(&S.inbound_live, 1);
 	if (!f && !sent)
 		peer_error("no memory for the reply to request id %#" PRIx64 ": its requester "
-			   "will time out", in->h.id);
-	free(in);
+			   "will time out", id);
 	if (queued)
 		conn_kick(ci);
 	if (resume)
@@ -182,14 +231,13 @@ void inbound_request_done(void *owner)
 	bool same = c->gen == in->conn_gen;
 	if (same) {
 		c->incoming++;
-		c->incoming_bytes += in->h.data_len;
 		atomic_fetch_add(&S.inbound_live, 1);
+	} else {
+		inbound_free_locked(in);
 	}
 	pthread_mutex_unlock(&S.lock);
-	if (!same) {
-		free(in);
+	if (!same)
 		return;
-	}
 	if (atomic_load(&S.stopping)) {
 		reply_failed(in, ESHUTDOWN);
 		return;

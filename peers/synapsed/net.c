@@ -4,12 +4,13 @@
  * when they queue frames. Sockets are non-blocking; a socket that cannot
  * take more is watched for EPOLLOUT, never retried in a loop.
  *
- * Reading: a 64-byte header is decoded (wire.c) before anything is
- * allocated; the body then goes into a buffer of exactly its size. A header
- * that breaks a rule, or a reply that names no request in flight, closes the
- * connection with a log line; the rest of the peer keeps serving. A
- * connection that has MAX_INCOMING requests out is not read until some are
- * answered.
+ * Reading (rx.c): a 64-byte header is decoded (wire.c) before anything is
+ * allocated; a request's body is then reserved from --max-inflight-bytes
+ * (limits.c) and goes into a buffer of exactly its size. A header that
+ * breaks a rule, or a reply that names no request in flight, closes the
+ * connection with a log line; the rest of the peer keeps serving. A header
+ * that finds no room (MAX_INCOMING requests out, or the budget reserved)
+ * stays buffered and the connection is not read until some are answered.
  *
  * Writing: frames are taken from a connection's queues in batches (small
  * and large frames alternate) and written with writev.
@@ -31,10 +32,7 @@
 
 #include "synapsed.h"
 
-#define RBUF_SIZE        (256u * 1024)
 #define READ_BUDGET      (1u << 20)     /* bytes per connection per turn */
-/* A body with this much still to come is read straight into its buffer. */
-#define DIRECT_READ      (32u * 1024)
 #define WRITE_BATCH      (1u << 20)     /* bytes taken from the queues at once */
 #define WRITE_IOV        64
 #define BACKOFF_MIN_NS   (100ull * 1000 * 1000)
@@ -47,8 +45,8 @@
 #define BUSY_NS          (1ull * 1000 * 1000)
 /* Spins in a row that must end in an event before the workers are parked. */
 #define PARK_STREAK      8u
-#define TAG_WAKE         (MAX_CONNS + 1)
-#define TAG_LISTEN       (MAX_CONNS + 2)
+#define TAG_WAKE         (1ull << 32)   /* epoll tags past every connection index */
+#define TAG_LISTEN       ((1ull << 32) + 1)
 
 static int epfd = -1, listen_fd = -1;
 
@@ -93,7 +91,7 @@ static void free_list(struct frame *f)
 {
 	while (f) {
 		struct frame *next = f->next;
-		free(f);
+		frame_free(f);
 		f = next;
 	}
 }
@@ -109,11 +107,11 @@ static void keep_requests(struct frame_queue *q)
 		if (f->slot_id)
 			frame_queue_push(q, f);
 		else
-			free(f);
+			frame_free(f);
 	}
 }
 
-static void close_conn(uint32_t ci, const char *why, int err)
+void conn_close(uint32_t ci, const char *why, int err)
 {
 	struct conn *c = &S.conns[ci];
 	uint64_t now = xseg_now_ns();
@@ -134,15 +132,16 @@ static void close_conn(uint32_t ci, const char *why, int err)
 	free_list(c->writing);
 	c->writing = NULL;
 	pthread_mutex_unlock(&c->wlock);
-	if (c->in_body) {
-		if (!c->body_direct)   /* a request's data area stays with it */
-			free(c->body_owner ? c->body_owner : c->body);
-		c->in_body = false;
+	if (c->rx.in_body && !c->body_direct) {   /* a request's data area stays with it */
+		if (c->body_owner)
+			inbound_abandon(c->body_owner);
+		else
+			free(c->rx.body);
 	}
+	rx_init(&c->rx, c->rx.buf);
 	c->body_direct = false;
-	c->body = NULL;
 	c->body_owner = NULL;
-	c->rlen = c->rpos = 0;
+	c->frame_since_ns = 0;
 
 	pthread_mutex_lock(&S.lock);
 	uint32_t old_gen = c->gen;
@@ -166,8 +165,8 @@ static void close_conn(uint32_t ci, const char *why, int err)
 		c->retry_at_ns = now + c->backoff_ns;
 		c->backoff_ns = c->backoff_ns * 2 < BACKOFF_MAX_NS ? c->backoff_ns * 2 : BACKOFF_MAX_NS;
 	} else {
-		free(c->rbuf);
-		c->rbuf = NULL;
+		free(c->rx.buf);
+		c->rx.buf = NULL;
 		c->used = false;
 	}
 }
@@ -195,7 +194,7 @@ static void take_frames(struct conn *c, uint32_t ci)
 		if (f->slot_id) {
 			struct slot *s = slots_lookup(&S.slots, f->slot_id);
 			if (!s || s->state != SLOT_QUEUED) {
-				free(f);
+				frame_free(f);
 				continue;
 			}
 			s->state = SLOT_SENT;
@@ -242,7 +241,7 @@ static void conn_write_locked(struct conn *c, uint32_t ci)
 			struct frame *f = c->writing;
 			left -= f->len - f->done;
 			c->writing = f->next;
-			free(f);
+			frame_free(f);
 		}
 		if (c->writing)
 			c->writing->done += left;
@@ -317,6 +316,8 @@ bool conn_write_now(uint32_t ci, uint32_t gen, const struct iovec *iov, int n, u
 			net_wake();
 		} else {
 			size_t at = 0;
+			if (idx == SLOT_NONE)
+				frame_charge(f);   /* a reply: held until written */
 			for (int i = 0; i < n; i++) {
 				size_t skip = done > iov[i].iov_len ? iov[i].iov_len : done;
 				memcpy(f->bytes + at, (const char *)iov[i].iov_base + skip,
@@ -345,119 +346,98 @@ static void conn_writable(struct conn *c, uint32_t ci)
 
 /* ---- reading --------------------------------------------------------------- */
 
-/* A header is at rbuf[rpos]: 1 taken, 0 incomplete, -1 closed. */
-static int take_header(struct conn *c, uint32_t ci)
+static uint32_t conn_index(const struct conn *c)
 {
-	struct wire_header h;
-	int64_t n = wire_decode_header(c->rbuf + c->rpos, c->rlen - c->rpos, &h);
-	if (n == WIRE_NEED_MORE)
-		return 0;
-	if (n < 0) {
-		char why[96];
-		snprintf(why, sizeof(why), "bad frame: %s", wire_error_name(n));
-		close_conn(ci, why, ECONNRESET);
-		return -1;
-	}
-	c->rpos += WIRE_HEADER_LEN;
-	c->rh = h;
-	c->body_len = h.target_len + h.data_len;
-	c->body_got = 0;
-	c->body_owner = NULL;
-	if (h.kind == WIRE_REQUEST) {
-		if (inbound_request_header(c, ci, &h, &c->body, &c->body_owner) < 0) {
-			close_conn(ci, "out of memory", ECONNRESET);
-			return -1;
-		}
-	} else {
-		uint8_t *direct = NULL;
-		if (outbound_reply_header(c, ci, &h, &direct) < 0) {
-			close_conn(ci, "reply to a request not in flight (logged above)", ECONNRESET);
-			return -1;
-		}
-		c->body_direct = direct != NULL;
-		c->body_deadline_ns = xseg_now_ns() + S.timeout_ns;
-		c->body = direct ? direct : malloc(c->body_len ? c->body_len : 1);
-		if (!c->body) {
-			close_conn(ci, "out of memory", ECONNRESET);
-			return -1;
-		}
-	}
-	c->in_body = true;
-	return 1;
+	return (uint32_t)(c - S.conns);
 }
 
-static void finish_body(struct conn *c, uint32_t ci)
+/* rx: a header arrived; where its body goes (see rx.h). */
+static int on_header(void *ctx, const struct wire_header *h, uint8_t **body)
 {
-	const struct wire_header *h = &c->rh;
-	c->in_body = false;
+	struct conn *c = ctx;
+	uint32_t ci = conn_index(c);
+	const char *why = "out of memory";
+
+	c->body_owner = NULL;
+	c->body_direct = false;
+	if (h->kind == WIRE_REQUEST) {
+		int rc = inbound_request_header(c, ci, h, body, &c->body_owner, &why);
+		if (rc < 0) {
+			conn_close(ci, why, ECONNRESET);
+			return RX_DROP;
+		}
+		return rc ? RX_TAKE : RX_WAIT;
+	}
+	uint8_t *direct = NULL;
+	if (outbound_reply_header(c, ci, h, &direct) < 0) {
+		conn_close(ci, "reply to a request not in flight (logged above)", ECONNRESET);
+		return RX_DROP;
+	}
+	size_t len = h->target_len + h->data_len;
+	c->body_direct = direct != NULL;
+	*body = direct ? direct : malloc(len ? len : 1);
+	if (!*body) {
+		conn_close(ci, "out of memory", ECONNRESET);
+		return RX_DROP;
+	}
+	return RX_TAKE;
+}
+
+/* rx: the body is in. */
+static void on_body(void *ctx, const struct wire_header *h, uint8_t *body)
+{
+	struct conn *c = ctx;
+	c->frame_since_ns = 0;   /* the next frame's clock starts at its first byte */
+	c->frames_done++;
 	if (h->kind == WIRE_REQUEST) {
 		inbound_request_done(c->body_owner);
 	} else if (c->body_direct) {
 		outbound_reply_received(h);
 	} else {
 		if (h->target_len)   /* replies need no target: skip it */
-			memmove(c->body, c->body + h->target_len, h->data_len);
-		outbound_reply_done(c, ci, h, c->body, h->data_len);
+			memmove(body, body + h->target_len, h->data_len);
+		outbound_reply_done(c, conn_index(c), h, body, h->data_len);
 	}
 	c->body_direct = false;
-	c->body = NULL;
 	c->body_owner = NULL;
 }
 
-static bool must_pause(struct conn *c)
+static const struct rx_ops conn_rx_ops = { .header = on_header, .body_done = on_body };
+
+/* Stops or resumes reading c while a header waits for room. */
+static void set_paused(struct conn *c, uint32_t ci, bool paused)
 {
-	pthread_mutex_lock(&S.lock);
-	bool full = c->incoming >= MAX_INCOMING || c->incoming_bytes >= MAX_INCOMING_BYTES;
-	pthread_mutex_unlock(&S.lock);
-	return full;
+	if (c->read_paused == paused)
+		return;
+	pthread_mutex_lock(&c->wlock);
+	c->read_paused = paused;
+	set_events(c, ci, paused ? c->events & ~(uint32_t)EPOLLIN : c->events | EPOLLIN);
+	pthread_mutex_unlock(&c->wlock);
 }
 
 /* Reads and dispatches frames; 0, or -1 when the connection closed. */
 static int conn_read(struct conn *c, uint32_t ci)
 {
 	size_t budget = READ_BUDGET;
+	bool got = false;
+	int64_t bad = 0;
 
-	while (budget) {
-		/* dispatch what is buffered */
-		for (;;) {
-			if (!c->in_body) {
-				if (must_pause(c)) {
-					pthread_mutex_lock(&c->wlock);
-					c->read_paused = true;
-					set_events(c, ci, c->events & ~(uint32_t)EPOLLIN);
-					pthread_mutex_unlock(&c->wlock);
-					return 0;
-				}
-				int rc = take_header(c, ci);
-				if (rc < 0)
-					return -1;
-				if (rc == 0)
-					break;
-			}
-			size_t n = c->rlen - c->rpos, need = c->body_len - c->body_got;
-			if (n > need)
-				n = need;
-			memcpy(c->body + c->body_got, c->rbuf + c->rpos, n);
-			c->body_got += n;
-			c->rpos += n;
-			if (c->body_got < c->body_len)
-				break;
-			finish_body(c, ci);
+	for (;;) {
+		int st = rx_dispatch(&c->rx, &conn_rx_ops, c, &bad);
+		if (st == RX_GONE)
+			return -1;
+		if (st == RX_BAD) {
+			char why[96];
+			snprintf(why, sizeof(why), "bad frame: %s", wire_error_name(bad));
+			conn_close(ci, why, ECONNRESET);
+			return -1;
 		}
-		/* keep the unread tail at the front */
-		if (c->rpos) {
-			memmove(c->rbuf, c->rbuf + c->rpos, c->rlen - c->rpos);
-			c->rlen -= c->rpos;
-			c->rpos = 0;
-		}
-		/* a large body is read straight into its buffer */
-		uint8_t *dst = c->rbuf + c->rlen;
-		size_t room = RBUF_SIZE - c->rlen;
-		bool direct = c->in_body && c->body_len - c->body_got >= DIRECT_READ;
-		if (direct) {
-			dst = c->body + c->body_got;
-			room = c->body_len - c->body_got;
-		}
+		set_paused(c, ci, st == RX_WAITING);
+		if (st == RX_WAITING || !budget)
+			break;
+		uint8_t *dst;
+		size_t room;
+		bool direct = rx_space(&c->rx, &dst, &room);
 		if (room > budget)
 			room = budget;
 		ssize_t r = read(c->fd, dst, room);
@@ -465,24 +445,45 @@ static int conn_read(struct conn *c, uint32_t ci)
 			if (errno == EINTR)
 				continue;
 			if (errno == EAGAIN || errno == EWOULDBLOCK)
-				return 0;
-			close_conn(ci, strerror(errno), errno == ETIMEDOUT ? ETIMEDOUT : ECONNRESET);
+				break;
+			conn_close(ci, strerror(errno), errno == ETIMEDOUT ? ETIMEDOUT : ECONNRESET);
 			return -1;
 		}
 		if (r == 0) {
-			close_conn(ci, c->in_body || c->rlen ? "closed by the peer in the middle of "
+			conn_close(ci, rx_mid_frame(&c->rx) ? "closed by the peer in the middle of "
 				   "a frame" : "closed by the peer", ECONNRESET);
 			return -1;
 		}
-		if (direct)
-			c->body_got += (size_t)r;
-		else
-			c->rlen += (size_t)r;
+		got = true;
 		budget -= (size_t)r;
-		if (direct && c->body_got == c->body_len)
-			finish_body(c, ci);
+		rx_advance(&c->rx, (size_t)r, direct, &conn_rx_ops, c);
 	}
+	/* A frame's clock runs from its first byte while we read; time spent
+	 * waiting for room is ours, not the sender's. */
+	uint64_t now = xseg_now_ns();
+	if (got)
+		c->idle_since_ns = now;
+	if (c->read_paused || !rx_mid_frame(&c->rx))
+		c->frame_since_ns = 0;
+	else if (!c->frame_since_ns)
+		c->frame_since_ns = now;
 	return 0;
+}
+
+bool conn_owes_nothing(struct conn *c)
+{
+	pthread_mutex_lock(&c->wlock);
+	bool writing = c->writing != NULL;
+	pthread_mutex_unlock(&c->wlock);
+	pthread_mutex_lock(&S.lock);
+	bool busy = writing || c->incoming || c->small.head || c->large.head;
+	pthread_mutex_unlock(&S.lock);
+	return !busy;
+}
+
+bool conn_idle(struct conn *c)
+{
+	return !rx_mid_frame(&c->rx) && !c->read_paused && conn_owes_nothing(c);
 }
 
 /* ---- connections ------------------------------------------------------------ */
@@ -524,17 +525,29 @@ static void accept_all(void)
 			continue;
 		}
 		uint32_t ci = 1;
-		while (ci < MAX_CONNS && S.conns[ci].used)
+		while (ci < S.nr_conns && S.conns[ci].used)
 			ci++;
-		struct conn *c = &S.conns[ci < MAX_CONNS ? ci : 0];
-		if (ci == MAX_CONNS || !(c->rbuf = malloc(RBUF_SIZE))) {
-			peer_warn("connection from %s refused: %s", who,
-				  ci == MAX_CONNS ? "too many connections" : "out of memory");
+		if (ci == S.nr_conns && !(ci = limits_evict())) {
+			S.counts.refused_full++;
+			peer_warn("connection from %s refused: %u connections open (--max-connections), "
+				  "none idle or waiting (refusals so far: %" PRIu64 ")", who, S.max_conns,
+				  S.counts.refused_full);
+			close(fd);
+			continue;
+		}
+		struct conn *c = &S.conns[ci];
+		uint8_t *buf = malloc(RX_BUF_SIZE);
+		if (!buf) {
+			peer_warn("connection from %s refused: out of memory", who);
 			close(fd);
 			continue;
 		}
 		tune_socket(fd);
 		c->used = true;
+		rx_init(&c->rx, buf);
+		c->frames_done = 0;
+		c->frame_since_ns = 0;
+		c->idle_since_ns = xseg_now_ns();
 		snprintf(c->peer, sizeof(c->peer), "%s", who);
 		pthread_mutex_lock(&c->wlock);
 		c->fd = fd;
@@ -543,7 +556,7 @@ static void accept_all(void)
 		pthread_mutex_unlock(&c->wlock);
 		if (add_fd(fd, ci, EPOLLIN) < 0) {
 			peer_error("epoll_ctl: %s", strerror(errno));
-			close_conn(ci, "cannot watch it", ECONNRESET);
+			conn_close(ci, "cannot watch it", ECONNRESET);
 			continue;
 		}
 		conn_up(c);
@@ -609,7 +622,7 @@ static void remote_connected(void)
 			peer_warn("%s: cannot connect: %s; retrying with backoff", c->peer,
 				  strerror(err));
 		c->warned_down = true;
-		close_conn(REMOTE_CONN, strerror(err), ECONNRESET);
+		conn_close(REMOTE_CONN, strerror(err), ECONNRESET);
 		remote_unreachable(err);
 		return;
 	}
@@ -626,27 +639,22 @@ static void remote_connected(void)
 	conn_kick(REMOTE_CONN);
 }
 
-/* Closes connections whose writes failed, resumes paused readers and
- * writes what is queued. */
+/* Closes connections whose writes failed, offers the headers that wait
+ * for room again (cheap: a decode and two sums) and writes what is queued. */
 static void service_conns(void)
 {
-	for (uint32_t ci = 0; ci < MAX_CONNS; ci++) {
+	for (uint32_t ci = 0; ci < S.nr_conns; ci++) {
 		struct conn *c = &S.conns[ci];
 		if (c->fd < 0 || c->connecting)
 			continue;
 		pthread_mutex_lock(&c->wlock);
 		int err = c->write_err;
-		bool resume = c->read_paused && !err && !must_pause(c);
-		if (resume) {
-			c->read_paused = false;
-			set_events(c, ci, c->events | EPOLLIN);
-		}
 		pthread_mutex_unlock(&c->wlock);
 		if (err) {
-			close_conn(ci, strerror(err), err == ETIMEDOUT ? ETIMEDOUT : ECONNRESET);
+			conn_close(ci, strerror(err), err == ETIMEDOUT ? ETIMEDOUT : ECONNRESET);
 			continue;
 		}
-		if (resume && conn_read(c, ci) < 0)
+		if (c->read_paused && conn_read(c, ci) < 0)
 			continue;
 		conn_kick(ci);
 	}
@@ -654,7 +662,7 @@ static void service_conns(void)
 
 static bool anything_queued(void)
 {
-	for (uint32_t ci = 0; ci < MAX_CONNS; ci++)
+	for (uint32_t ci = 0; ci < S.nr_conns; ci++)
 		if (S.conns[ci].fd >= 0 && !S.conns[ci].connecting &&
 		    (has_queued(&S.conns[ci]) || S.conns[ci].writing))
 			return true;
@@ -740,18 +748,16 @@ static void *net_loop(void *arg)
 		}
 		if (now >= next_sweep) {
 			outbound_expire(now);
-			/* A reply read into its request is out of the timeouts'
-			 * reach: a remote that stops in the middle of one is cut. */
-			if (remote->in_body && remote->body_direct && now >= remote->body_deadline_ns)
-				close_conn(REMOTE_CONN, "a reply stopped in the middle of its data",
-					   ETIMEDOUT);
+			/* Frames stopped half way (a reply read into its request is
+			 * out of the requests' timeouts' reach) and idle clients. */
+			limits_sweep(now);
 			next_sweep = now + SWEEP_NS;
 		}
 		if (S.have_remote && !atomic_load(&S.quit)) {
 			if (remote->fd < 0 && now >= remote->retry_at_ns)
 				remote_connect(now);
 			else if (remote->connecting && now >= remote->retry_at_ns) {
-				close_conn(REMOTE_CONN, "connect timed out", ETIMEDOUT);
+				conn_close(REMOTE_CONN, "connect timed out", ETIMEDOUT);
 				remote_unreachable(ETIMEDOUT);
 			}
 		}
@@ -782,6 +788,12 @@ static void *net_loop(void *arg)
 				remote_connected();
 				continue;
 			}
+			/* not read while it waits for room: a hang-up would fire
+			 * again and again, and nobody is there to answer */
+			if (c->read_paused && (ev & (EPOLLHUP | EPOLLERR))) {
+				conn_close(ci, "reset by the peer", ECONNRESET);
+				continue;
+			}
 			if ((ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) && conn_read(c, ci) < 0)
 				continue;
 			if (ev & EPOLLOUT)
@@ -789,9 +801,9 @@ static void *net_loop(void *arg)
 		}
 		service_conns();
 	}
-	for (uint32_t ci = 0; ci < MAX_CONNS; ci++)
+	for (uint32_t ci = 0; ci < S.nr_conns; ci++)
 		if (S.conns[ci].fd >= 0)
-			close_conn(ci, "stopping", ESHUTDOWN);
+			conn_close(ci, "stopping", ESHUTDOWN);
 	return NULL;
 }
 
@@ -803,7 +815,16 @@ int net_start(void)
 		peer_error("epoll/eventfd: %s", strerror(errno));
 		return -1;
 	}
-	for (uint32_t ci = 0; ci < MAX_CONNS; ci++) {
+	/* a quarter of the budget, but always room for the largest request */
+	uint64_t share = S.max_inflight / 4 > MAX_CHARGE ? S.max_inflight / 4 : MAX_CHARGE;
+	S.conn_inflight = share < S.max_inflight ? share : S.max_inflight;
+	S.nr_conns = S.max_conns + 1;
+	S.conns = calloc(S.nr_conns, sizeof(*S.conns));
+	if (!S.conns) {
+		peer_error("out of memory for %u connections", S.nr_conns);
+		return -1;
+	}
+	for (uint32_t ci = 0; ci < S.nr_conns; ci++) {
 		struct conn *c = &S.conns[ci];
 		c->fd = -1;
 		c->gen = 1;
@@ -814,10 +835,10 @@ int net_start(void)
 	if (S.have_remote) {
 		struct conn *c = &S.conns[REMOTE_CONN];
 		c->used = true;
-		c->rbuf = malloc(RBUF_SIZE);
+		rx_init(&c->rx, malloc(RX_BUF_SIZE));
 		c->backoff_ns = BACKOFF_MIN_NS;
 		snprintf(c->peer, sizeof(c->peer), "%s", S.remote_addr.text);
-		if (!c->rbuf) {
+		if (!c->rx.buf) {
 			peer_error("out of memory");
 			return -1;
 		}
@@ -858,13 +879,19 @@ void net_stop(void)
 	}
 	peer_helper_free(S.net_helper);
 	S.net_helper = NULL;
-	for (uint32_t ci = 0; ci < MAX_CONNS; ci++) {
+	for (uint32_t ci = 0; ci < S.nr_conns; ci++) {
 		struct conn *c = &S.conns[ci];
 		frame_queue_free(&c->small);
 		frame_queue_free(&c->large);
-		free(c->rbuf);
-		c->rbuf = NULL;
+		free(c->rx.buf);
+		c->rx.buf = NULL;
+		pthread_mutex_destroy(&c->wlock);
 	}
+	if (S.conns)
+		limits_report();
+	free(S.conns);
+	S.conns = NULL;
+	S.nr_conns = 0;
 	if (listen_fd >= 0)
 		close(listen_fd);
 	if (epfd >= 0)

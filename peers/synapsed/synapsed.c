@@ -19,9 +19,12 @@
 #include "synapsed.h"
 
 struct synapsed S = { .timeout_ns = 30ull * 1000 * 1000 * 1000, .wake_fd = -1,
-		      .net_spin_ns = 300ull * 1000 };
+		      .net_spin_ns = 300ull * 1000,
+		      .idle_timeout_ns = 300ull * 1000 * 1000 * 1000,
+		      .max_inflight = 256ull << 20, .max_conns = 64 };
 
-enum { OPT_LISTEN = 1, OPT_REMOTE, OPT_TARGET_PORT, OPT_ALLOW, OPT_TIMEOUT, OPT_NET_SPIN };
+enum { OPT_LISTEN = 1, OPT_REMOTE, OPT_TARGET_PORT, OPT_ALLOW, OPT_TIMEOUT, OPT_NET_SPIN,
+       OPT_IDLE_TIMEOUT, OPT_MAX_INFLIGHT, OPT_MAX_CONNS };
 
 static const struct option synapsed_options[] = {
 	{ "listen", required_argument, NULL, OPT_LISTEN },
@@ -30,6 +33,9 @@ static const struct option synapsed_options[] = {
 	{ "allow", required_argument, NULL, OPT_ALLOW },
 	{ "timeout", required_argument, NULL, OPT_TIMEOUT },
 	{ "net-spin-us", required_argument, NULL, OPT_NET_SPIN },
+	{ "idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT },
+	{ "max-inflight-bytes", required_argument, NULL, OPT_MAX_INFLIGHT },
+	{ "max-connections", required_argument, NULL, OPT_MAX_CONNS },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -40,7 +46,18 @@ static const char synapsed_usage[] =
 "  --allow ADDR           accept connections only from ADDR (repeatable;\n"
 "                         without it every address is accepted)\n"
 "  --timeout SECONDS      a request without a reply fails ETIMEDOUT after it;\n"
-"                         also the connect timeout (default 30)\n"
+"                         also the connect timeout, and a connection that\n"
+"                         does not complete a frame within it is closed\n"
+"                         (default 30)\n"
+"  --idle-timeout S       close an incoming connection silent this long with\n"
+"                         nothing under way (default 300; 0: never)\n"
+"  --max-inflight-bytes SIZE  memory for requests from the network, their\n"
+"                         bodies and replies, reserved before a body is read;\n"
+"                         a connection gets at most a quarter (but always\n"
+"                         room for one largest request) and waits for more\n"
+"                         unread (K, M, G suffixes; default 256M)\n"
+"  --max-connections N    incoming connections at once; when full, a new one\n"
+"                         evicts the longest-idle (default 64)\n"
 "  --net-spin-us N        the network thread polls this long after traffic\n"
 "                         before it sleeps; at depth 1 it then serves --port\n"
 "                         itself with the workers parked (default 300; the\n"
@@ -84,6 +101,18 @@ static int parse_option(struct peer *p, int val, const char *arg)
 			return -1;
 		S.net_spin_ns = secs * 1000;
 		return 0;
+	case OPT_IDLE_TIMEOUT:
+		if (peer_arg_uint("--idle-timeout", arg, 0, 30 * 86400, &secs) < 0)
+			return -1;
+		S.idle_timeout_ns = secs * 1000000000ull;
+		return 0;
+	case OPT_MAX_INFLIGHT:
+		return peer_arg_size("--max-inflight-bytes", arg, 1 << 20, 1ull << 40, &S.max_inflight);
+	case OPT_MAX_CONNS:
+		if (peer_arg_uint("--max-connections", arg, 1, 4096, &secs) < 0)
+			return -1;
+		S.max_conns = (uint32_t)secs;
+		return 0;
 	}
 	return -1;
 }
@@ -124,6 +153,11 @@ static int init(struct peer *p)
 	}
 	if (net_start() < 0)
 		return -1;
+	if (S.have_listen)
+		peer_info("incoming connections: at most %u, a frame within %" PRIu64 " s, idle "
+			  "closed after %" PRIu64 " s, %" PRIu64 " bytes in flight (%" PRIu64
+			  " per connection)", S.max_conns, S.timeout_ns / 1000000000u,
+			  S.idle_timeout_ns / 1000000000u, S.max_inflight, S.conn_inflight);
 	if (S.have_remote)
 		peer_info("requests to port %u go to %s (timeout %" PRIu64 " s)", peer_port(p),
 			  S.remote_addr.text, (uint64_t)(S.timeout_ns / 1000000000u));

@@ -15,7 +15,14 @@
  * Locking. S.lock guards the slot table, every connection's `gen`, `up`,
  * queues and `incoming`(_bytes); a connection's wlock guards writing to its socket;
  * the rest of a connection belongs to the network thread. Lock order:
- * wlock, then S.lock.
+ * wlock, then S.lock. S.inflight_bytes is atomic (released from any thread,
+ * reserved by the network thread only).
+ *
+ * Limits (limits.c): an incoming connection must complete each frame within
+ * --timeout and is closed after --idle-timeout of silence; request bodies
+ * (and the replies they will need) are reserved from --max-inflight-bytes
+ * before anything is allocated; a full table (--max-connections) evicts
+ * its longest-idle connection.
  */
 #ifndef SYNAPSED_H
 #define SYNAPSED_H
@@ -27,17 +34,19 @@
 
 #include "peer/peer.h"
 #include "peer/addr.h"
+#include "rx.h"
 #include "slots.h"
 #include "wire.h"
 
-#define MAX_CONNS        64u
 #define REMOTE_CONN      0u            /* the --remote link's connection */
 #define MAX_ALLOW        32u
 /* Requests from one connection handed to the workers and not yet
- * answered, and their data bytes; past either the connection is not read
- * (back-pressure: a client cannot make us hold more). */
+ * answered; past it the connection is not read (back-pressure). Their
+ * bytes are bounded by the per-connection share of --max-inflight-bytes. */
 #define MAX_INCOMING     1024u
-#define MAX_INCOMING_BYTES (256ull << 20)
+/* The most one request can reserve: its target and data, and as much
+ * again for its reply. */
+#define MAX_CHARGE       (WIRE_MAX_TARGET + 2ull * WIRE_MAX_DATA)
 /* Frames up to this many bytes go in the "small" queue: a connection
  * alternates between small and large frames, so a small request waits
  * behind at most one large frame. */
@@ -48,6 +57,7 @@ struct frame {
 	struct frame *next;
 	uint64_t slot_id;      /* request frames: the slot's id; 0 for replies */
 	size_t len, done;      /* bytes, bytes written */
+	uint64_t charge;       /* bytes of S.inflight_bytes it holds (replies) */
 	uint8_t bytes[];
 };
 
@@ -62,14 +72,14 @@ struct conn {
 	struct frame_queue small, large;
 	bool large_turn;       /* alternation between the queues */
 	uint32_t incoming;     /* requests from it not yet replied to */
-	uint64_t incoming_bytes;   /* and the bytes they hold */
+	uint64_t incoming_bytes;   /* bytes reserved for its requests (and the one being read) */
 
 	/* under wlock: writing, by whichever thread gets there (a worker that
 	 * just queued a frame writes it itself; no hand-off, no wake-up) */
 	pthread_mutex_t wlock;
 	bool writable;         /* connected, no write error */
 	int write_err;         /* a write failed: the network thread closes it */
-	bool read_paused;
+	bool read_paused;      /* a header waits for room (count or budget) */
 	uint32_t events;       /* epoll interest now */
 	struct frame *writing; /* frames taken from the queues, being written */
 
@@ -78,16 +88,12 @@ struct conn {
 	bool used;             /* a slot in S.conns in use (inbound) */
 	bool connecting;
 	char peer[ADDR_TEXT_MAX];
-	/* reading: a header in rbuf, then the frame's body */
-	uint8_t *rbuf;
-	size_t rlen, rpos;
-	struct wire_header rh;
-	bool in_body;
-	bool body_direct;      /* body is a request's data area: not ours to free */
-	uint64_t body_deadline_ns;   /* ... and must be complete by then */
-	uint8_t *body;         /* target + data of the frame being read */
-	size_t body_len, body_got;
+	struct rx rx;          /* reading frames; rx.buf NULL when closed */
+	bool body_direct;      /* rx.body is a request's data area: not ours to free */
 	void *body_owner;      /* an inbound request, or NULL for a reply */
+	uint64_t frame_since_ns;   /* a frame began arriving (0: none, or paused) */
+	uint64_t idle_since_ns;    /* last byte read or last work for it */
+	uint64_t frames_done;      /* complete frames read on it */
 	/* --remote link only */
 	uint64_t retry_at_ns, backoff_ns;
 	bool warned_down;
@@ -103,11 +109,22 @@ struct synapsed {
 	bool have_target;
 	uint64_t timeout_ns;
 	uint64_t net_spin_ns;   /* --net-spin-us */
+	uint64_t idle_timeout_ns;   /* --idle-timeout; 0: never */
+	uint64_t max_inflight;      /* --max-inflight-bytes */
+	uint64_t conn_inflight;     /* one connection's share of it */
+	uint32_t max_conns;         /* --max-connections: incoming ones */
 
 	struct peer *peer;
 	pthread_mutex_t lock;
 	struct slot_table slots;
-	struct conn conns[MAX_CONNS];
+	struct conn *conns;     /* [0] the --remote link, then incoming ones */
+	uint32_t nr_conns;      /* max_conns + 1 */
+	_Atomic uint64_t inflight_bytes;   /* reserved for requests and replies */
+	_Atomic int budget_wanted;  /* a header waits for inflight_bytes */
+	struct limit_counts {       /* network thread only */
+		uint64_t idle_closed, frame_timeouts, evicted, refused_full,
+			 over_budget, budget_waits;
+	} counts;
 	int wake_fd;            /* eventfd: workers -> network thread */
 	_Atomic int wake_pending;
 	_Atomic int remote_down;  /* errno of the last failed connect, 0 when up or
@@ -124,6 +141,10 @@ extern struct synapsed S;
 
 /* frame.c */
 struct frame *frame_alloc(size_t len);
+/* Frees f and gives back what it holds of S.inflight_bytes. */
+void frame_free(struct frame *f);
+/* f (a reply to a client) holds its length of S.inflight_bytes until freed. */
+void frame_charge(struct frame *f);
 /* A frame of a header and body_len more bytes. */
 struct frame *frame_new(size_t body_len);
 void frame_queue_init(struct frame_queue *q);
@@ -140,6 +161,12 @@ struct frame *frame_failed_reply(const struct wire_header *req, int err);
 
 /* net.c */
 int net_start(void);
+/* Closes connection ci, logging `why` (network thread). */
+void conn_close(uint32_t ci, const char *why, int err);
+/* No request from c out, no reply to write to it. */
+bool conn_owes_nothing(struct conn *c);
+/* Nothing under way on c: that, and no partial frame, not waiting for room. */
+bool conn_idle(struct conn *c);
 void net_stop(void);
 /* Wakes the network thread (a connection to close or to read again). */
 void net_wake(void);
@@ -177,12 +204,33 @@ void outbound_fail_queued(int err);
 void outbound_conn_closed(uint32_t ci, uint32_t old_gen, int err);
 
 /* inbound.c: requests from the network to --target-port */
-/* Net thread: a request header arrived; returns the buffer for its body
- * (target_len + data_len bytes) through *body and an owner for it, or -1
- * (out of memory: the connection is dropped). */
+/* Net thread: a request header arrived. 1: *body is the buffer for its
+ * body (target_len + data_len bytes), *owner its owner; 0: no room now
+ * (too many requests out or --max-inflight-bytes reserved), ask again
+ * later; -1: drop the connection for *why. */
 int inbound_request_header(struct conn *c, uint32_t ci, const struct wire_header *h,
-			   uint8_t **body, void **owner);
+			   uint8_t **body, void **owner, const char **why);
 /* Net thread: the body is in: hand it to a worker. */
 void inbound_request_done(void *owner);
+/* Net thread: the connection closed in the middle of owner's body. */
+void inbound_abandon(void *owner);
+
+/* limits.c */
+/* Bytes a request reserves: its body, and room for its reply. */
+uint64_t request_charge(const struct wire_header *h);
+/* Reserves `charge` for connection c (lock held): 1 done, 0 not now, -1
+ * never (more than a connection may hold). */
+int budget_reserve_locked(struct conn *c, uint64_t charge);
+/* Gives `charge` back to the total (any thread, any lock). */
+void budget_release(uint64_t charge);
+/* Net thread: closes connections past their frame deadline or idle too
+ * long. */
+void limits_sweep(uint64_t now);
+/* Net thread, the table full: closes the incoming connection idle the
+ * longest (or, none idle, one whose first header waits for room); its
+ * index, or 0 when there is none. */
+uint32_t limits_evict(void);
+/* The counters, in one log line. */
+void limits_report(void);
 
 #endif

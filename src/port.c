@@ -412,6 +412,17 @@ uint32_t xseg_get_next_hop(struct xseg *s, uint32_t port)
 	return atomic_load(&s->ports[port].next_hop);
 }
 
+bool xseg_route_reaches(struct xseg *s, uint32_t dst, uint32_t port)
+{
+	uint32_t cur = dst;
+	for (uint32_t steps = 0; steps < XSEG_MAX_PATH && cur < s->nr_ports; steps++) {
+		cur = atomic_load_explicit(&s->ports[cur].next_hop, memory_order_acquire);
+		if (cur == port)
+			return true;
+	}
+	return false;
+}
+
 /*
  * The chain of a port is dst, next_hop(dst), next_hop(next_hop(dst)), ...:
  * each hop sits in front of the one before it. A submit from outside the

@@ -482,9 +482,11 @@ uint32_t xseg_pass_on_queued_requests(struct xseg *s, uint32_t port)
 		set_holder(r, port);
 		store_state(r, XS_ACCEPTED);
 		uint32_t issuer = r->path_len ? r->path[r->path_len - 1].port : XSEG_NO_PORT;
-		/* Still bound here: a route that still leads here says stay. */
-		uint32_t to = r->dst_port == port || issuer == XSEG_NO_PORT ? XSEG_NO_PORT
-			    : xseg_resolve_route(s, issuer, r->dst_port);
+		/* A route that still names this port says it is in the path
+		 * (a cache that could not write back): those fail. */
+		uint32_t to = r->dst_port == port || issuer >= s->nr_ports ||
+			      xseg_route_reaches(s, r->dst_port, port)
+			      ? XSEG_NO_PORT : xseg_resolve_route(s, issuer, r->dst_port);
 		if (to != XSEG_NO_PORT && to != port &&
 		    atomic_load(&s->ports[to].owner) &&
 		    deliver(s, r, to, xseg_req_ring(s, to), &s->ports[to].submitted,

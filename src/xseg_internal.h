@@ -193,6 +193,8 @@ static inline pid_t xseg_owner_pid(uint64_t owner)
 bool xseg_port_owned_here(struct xseg *s, uint32_t port);
 void xseg_signal_port(struct xseg *s, uint32_t port);
 uint32_t xseg_fail_queued_requests(struct xseg *s, uint32_t port, int err);
+/* Whether a next hop of dst's chain is `port`, bound or not. */
+bool xseg_route_reaches(struct xseg *s, uint32_t dst, uint32_t port);
 /* A port being left: a request that reached it as a hop for another port
  * (a cache) goes on where the route now leads, when that is elsewhere (the
  * cache was unplugged); the rest fail back EHOSTDOWN. Returns how many

@@ -198,6 +198,39 @@ START_TEST(server_reaps_the_dead_client_it_answered)
 }
 END_TEST
 
+/* A cache (3) in front of a blocker (2) leaves with a request queued:
+ * unplugged first, the request goes on to the blocker; still plugged (it
+ * could not write back), the request fails back. */
+START_TEST(left_hop_passes_on_only_when_unplugged)
+{
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 1), 0);
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 2), 0);
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 3), 0);
+	ck_assert_int_eq(xseg_set_next_hop(xt_seg, 2, 3), 0);
+	struct xseg_request *r = issue(1, 2);
+	ck_assert_int_eq(xseg_clear_next_hop(xt_seg, 2), 0);
+	ck_assert_int_eq(xseg_leave_port(xt_seg, 3), 0);
+	ck_assert_ptr_eq(accept_one(2), r);
+	r->result = XR_SERVED;
+	ck_assert_int_eq(xseg_respond(xt_seg, r, 2), 1);
+	struct xseg_request *got = NULL;
+	ck_assert_int_eq(xseg_receive(xt_seg, 1, &got, 1), 1);
+	ck_assert_uint_eq(got->result, XR_SERVED);
+	ck_assert_int_eq(xseg_put_request(xt_seg, got), 0);
+
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 3), 0);
+	ck_assert_int_eq(xseg_set_next_hop(xt_seg, 2, 3), 0);
+	r = issue(1, 2);
+	ck_assert_int_eq(xseg_leave_port(xt_seg, 3), 0);
+	ck_assert_int_eq(xseg_accept(xt_seg, 2, &got, 1), 0);
+	ck_assert_int_eq(xseg_receive(xt_seg, 1, &got, 1), 1);
+	ck_assert_uint_eq(got->result, XR_FAILED);
+	ck_assert_int_eq(got->error, EHOSTDOWN);
+	ck_assert_int_eq(xseg_put_request(xt_seg, got), 0);
+	assert_pool_whole();
+}
+END_TEST
+
 static void setup(void)
 {
 	xt_setup_with(8, NREQS, 256 << 10);
@@ -215,6 +248,7 @@ int main(void)
 	tcase_add_test(tc, dead_holder_of_the_pool_is_reclaimed_on_demand);
 	tcase_add_test(tc, empty_pool_error_says_who_holds_it);
 	tcase_add_test(tc, server_reaps_the_dead_client_it_answered);
+	tcase_add_test(tc, left_hop_passes_on_only_when_unplugged);
 	suite_add_tcase(s, tc);
 	return xt_run(s);
 }

@@ -205,7 +205,7 @@ static void client_done(struct cache_req *r)
 static void reply_stats(struct xseg_request *x)
 {
 	struct cache_stats s;
-	char buf[1024];
+	char buf[1536];
 	cache_engine_stats(C.engine, &s);
 	int n = snprintf(buf, sizeof(buf),
 		"{\"port\":%u,\"blocker_port\":%u,\"policy\":\"%s\",\"hits\":%" PRIu64
@@ -215,6 +215,7 @@ static void reply_stats(struct xseg_request *x)
 		",\"cached_bytes\":%" PRIu64 ",\"free_bytes\":%" PRIu64 ",\"objects\":%" PRIu64
 		",\"evictions\":%" PRIu64 ",\"clean_released_bytes\":%" PRIu64
 		",\"flushes\":%" PRIu64 ",\"flush_failures\":%" PRIu64
+		",\"flush_backoff_ms\":%" PRIu64 ",\"flush_error\":\"%s\""
 		",\"flush_avg_us\":%.1f,\"waits\":%" PRIu64 ",\"uncached\":%" PRIu64
 		",\"lent\":%" PRIu64
 		",\"failed\":%" PRIu64 ",\"blocker_in_flight\":%" PRIu64 "}",
@@ -222,9 +223,10 @@ static void reply_stats(struct xseg_request *x)
 		s.hits, s.misses, s.partial_hits, s.read_bytes, s.write_bytes,
 		s.blocker_read_bytes, s.blocker_write_bytes, s.dirty_bytes, s.cached_bytes,
 		s.free_bytes, s.objects, s.evictions, s.clean_released_bytes, s.flushes, s.flush_failures,
+		s.flush_backoff_ns / 1000000, s.flush_error ? strerror(s.flush_error) : "",
 		s.flushes ? (double)s.flush_ns_total / (double)s.flushes / 1e3 : 0.0,
 		s.waits, s.uncached, s.lent, s.failed, s.blocker_in_flight);
-	if (n < 0 || (size_t)n >= sizeof(buf)) {   /* cannot happen: 24 fields fit */
+	if (n < 0 || (size_t)n >= sizeof(buf)) {   /* cannot happen: 26 fields fit */
 		respond(x, false, EOVERFLOW, 0);
 		return;
 	}
@@ -359,6 +361,37 @@ static void reap_dead_blocker(void)
 		       "back, dirty data stays until a blocker binds the port", to, n - 1);
 }
 
+/*
+ * A blocker that keeps failing write-back (a full disk) is said once per
+ * FLUSH_WARN_INTERVAL_S at the default level: the error, the dirty bytes
+ * waiting, how often it failed; and once more when it takes writes again.
+ * The engine meanwhile retries with a growing pause (engine.c).
+ */
+#define FLUSH_WARN_INTERVAL_S 10
+static void warn_flush_failures(uint64_t now)
+{
+	static uint64_t failures_seen, next_warn;
+	static bool warned;
+	struct cache_stats st;
+	cache_engine_stats(C.engine, &st);
+	if (st.flush_error && st.flush_failures > failures_seen && now >= next_warn) {
+		logmsg(LOG_WARN, "cannot write back to blocker port %u: %s; %" PRIu64 " dirty "
+		       "bytes wait, %" PRIu64 " failed writes since the last word; retrying "
+		       "every %" PRIu64 " ms", C.blocker_port, strerror(st.flush_error),
+		       st.dirty_bytes, st.flush_failures - failures_seen,
+		       st.flush_backoff_ns / 1000000);
+		failures_seen = st.flush_failures;
+		next_warn = now + FLUSH_WARN_INTERVAL_S * 1000000000ull;
+		warned = true;
+	} else if (warned && !st.flush_error) {
+		logmsg(LOG_WARN, "blocker port %u takes writes again; %" PRIu64 " dirty bytes left",
+		       C.blocker_port, st.dirty_bytes);
+		failures_seen = st.flush_failures;
+		next_warn = 0;
+		warned = false;
+	}
+}
+
 static void *maintainer(void *arg)
 {
 	(void)arg;
@@ -368,6 +401,7 @@ static void *maintainer(void *arg)
 		uint64_t now = xseg_now_ns();
 		if (now >= next_reap) {
 			reap_dead_blocker();
+			warn_flush_failures(now);
 			next_reap = now + 100000000ull;
 		}
 		uint64_t ns = cache_engine_maintain(C.engine);
@@ -401,6 +435,7 @@ static bool drain(void)
 	static struct drain_req d;   /* may be answered after we gave up */
 	rcu_register_thread();
 	uint64_t deadline = (uint64_t)time(NULL) + STOP_RETRY_S;
+	unsigned tries = 0;
 	for (;;) {
 		d = (struct drain_req){ .req = { .op = X_CONTROL, .name = "", .done = drain_done } };
 		cache_engine_set_policy(C.engine, CACHE_WRITETHROUGH, &d.req);
@@ -414,7 +449,10 @@ static bool drain(void)
 		}
 		if (d.req.served || (uint64_t)time(NULL) >= deadline)
 			break;
-		logmsg(LOG_WARN, "write-back failed (%s); retrying", strerror(d.req.error));
+		/* said once; the maintainer repeats it every FLUSH_WARN_INTERVAL_S */
+		if (!tries++)
+			logmsg(LOG_WARN, "write-back failed (%s); retrying for up to %d s",
+			       strerror(d.req.error), STOP_RETRY_S);
 		sleep(1);
 	}
 	while (d.req.served && (atomic_load(&C.in_flight) || !cache_engine_idle(C.engine)))

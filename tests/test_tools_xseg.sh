@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The xseg tool, nulld and ipc-bench from the outside: create, info (text
 # and JSON), route set and clear, plug, destroy; bad arguments answered with
-# exit 2 and one stderr line naming the value; nulld answering an ipc-bench
-# run and exiting 0 on SIGTERM, in the foreground and as a daemon.
+# exit 2 and one stderr line naming the value (nulld: also a segment that
+# does not exist, ports it does not have); nulld answering an ipc-bench
+# run and exiting 0 on SIGTERM, in the foreground and as a daemon (that
+# returns inside $(...)).
 # Run by tests/run-tests.sh (BIN = the build's bin directory).
 set -u
 cd "$(dirname "$0")/.."
@@ -113,6 +115,11 @@ bad_arg "'loud'" "$BIN/nulld" --segment "$SEG" --port 1 --log-level loud
 bad_arg "--pidfile" "$BIN/nulld" --segment "$SEG" --port 1 --daemon
 bad_arg "--forward 1" "$BIN/nulld" --segment "$SEG" --port 1 --forward 1
 bad_arg "'99999'" "$BIN/nulld" --segment "$SEG" --port 1 --forward 99999
+bad_arg "'a/b'" "$BIN/nulld" --segment a/b --port 1
+bad_arg "'$SEG-none'" "$BIN/nulld" --segment "$SEG-none" --port 1
+bad_arg "'$SEG-none'" "$BIN/nulld" --segment "$SEG-none" --port 1 --daemon --pidfile "$DIR/none.pid"
+bad_arg "--port 16" "$BIN/nulld" --segment "$SEG" --port 16
+bad_arg "--forward 16" "$BIN/nulld" --segment "$SEG" --port 1 --forward 16
 bad_arg "'0'" "$BIN/ipc-bench" --segment "$SEG" --port 2 --target-port 1 --iodepth 0
 bad_arg "'99999'" "$BIN/ipc-bench" --segment "$SEG" --port 2 --target-port 1 --iodepth 99999
 bad_arg "'-1'" "$BIN/ipc-bench" --segment "$SEG" --port 2 --target-port 1 --seconds -1
@@ -183,7 +190,10 @@ wait_gone "$npid" 5
 check_json '1 not in ports'
 
 echo "--- nulld --daemon --pidfile"
-expect_exit 0 "$BIN/nulld" --segment "$SEG" --port 1 --daemon --pidfile "$DIR/nulld.pid"
+# inside $(...), stderr too: the daemon lets go of both once it serves
+out=$(timeout 20 "$BIN/nulld" --segment "$SEG" --port 1 --daemon --pidfile "$DIR/nulld.pid" 2>&1)
+rc=$?
+[ $rc -eq 0 ] || fail "nulld --daemon in \$(...) exited $rc (124: it kept the caller waiting): $out"
 dpid=$(cat "$DIR/nulld.pid") || fail "no pidfile"
 pids+=($dpid)
 check_json 'ports[1]["owner"] == '"$dpid"

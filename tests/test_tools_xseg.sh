@@ -59,6 +59,19 @@ wait_gone() {
 	wait "$pid" 2>/dev/null || gone_rc=$?
 }
 
+# detached PIDFILE COMMAND...: runs COMMAND (a --daemon start writing
+# PIDFILE) with stdout and stderr on a pipe, as `out=$(COMMAND 2>&1)` does;
+# fails unless COMMAND exited 0 and the pipe ended within 20 s (a daemon
+# holding it keeps such a caller waiting forever). The daemon joins pids.
+detached() {
+	local pidfile=$1; shift
+	{ "$@" 2>&1; echo "exit $?"; } | { timeout 20 cat > "$DIR/dout"; echo $? > "$DIR/drc"; }
+	[ -s "$pidfile" ] && pids+=($(cat "$pidfile"))
+	[ "$(cat "$DIR/drc")" = 0 ] ||
+		fail "'$*' kept its caller's stdout or stderr open: $(cat "$DIR/dout")"
+	[ "$(tail -1 "$DIR/dout")" = "exit 0" ] || fail "'$*': $(cat "$DIR/dout")"
+}
+
 echo "--- help"
 expect_exit 0 "$BIN/xseg" --help
 grep -q "xseg create" "$DIR/out" || fail "xseg --help does not list create"
@@ -190,12 +203,9 @@ wait_gone "$npid" 5
 check_json '1 not in ports'
 
 echo "--- nulld --daemon --pidfile"
-# inside $(...), stderr too: the daemon lets go of both once it serves
-out=$(timeout 20 "$BIN/nulld" --segment "$SEG" --port 1 --daemon --pidfile "$DIR/nulld.pid" 2>&1)
-rc=$?
-[ $rc -eq 0 ] || fail "nulld --daemon in \$(...) exited $rc (124: it kept the caller waiting): $out"
+# as in $(... 2>&1): the daemon lets go of stdout and stderr once it serves
+detached "$DIR/nulld.pid" "$BIN/nulld" --segment "$SEG" --port 1 --daemon --pidfile "$DIR/nulld.pid"
 dpid=$(cat "$DIR/nulld.pid") || fail "no pidfile"
-pids+=($dpid)
 check_json 'ports[1]["owner"] == '"$dpid"
 expect_exit 0 "$BIN/ipc-bench" --segment "$SEG" --port 2 --target-port 1 --requests 2000
 kill -TERM "$dpid"

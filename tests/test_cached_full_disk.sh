@@ -11,11 +11,14 @@ SEG_PREFIX=cached-full
 . "$(dirname "$0")/lib.sh"
 
 if [ "$(id -u)" != 0 ]; then
-	echo "skipped: mounting a tmpfs needs root"
+	echo "SKIP: mounting a tmpfs needs root"
 	exit 0
 fi
 mkdir -p "$DIR/data"
-mount -t tmpfs -o size=4M tmpfs "$DIR/data" || fail "cannot mount a tmpfs"
+if ! mount -t tmpfs -o size=4M tmpfs "$DIR/data"; then
+	echo "SKIP: cannot mount a tmpfs here"
+	exit 0
+fi
 # lib.sh's cleanup removes $DIR: unmount first
 trap 'cleanup_mount' EXIT
 cleanup_mount() {

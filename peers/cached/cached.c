@@ -514,10 +514,11 @@ static void usage(FILE *out)
 "  --segment NAME          segment to join\n"
 "  --port N                cached's port\n"
 "  --blocker-port N        the blocker behind the cache\n"
-"  --cache-size SIZE       bytes of cached data (K, M, G suffixes)\n"
+"  --cache-size SIZE       bytes of cached data (K, M, G suffixes), a multiple\n"
+"                          of the bucket size\n"
 "  --max-objects N         objects indexed at once (default 1024)\n"
-"  --object-size SIZE      object size (default 4M)\n"
-"  --bucket-size SIZE      unit of caching (default 4K)\n"
+"  --object-size SIZE      object size, a multiple of the bucket size (default 4M)\n"
+"  --bucket-size SIZE      unit of caching, a power of two >= 512 (default 4K)\n"
 "  --max-request-size SIZE largest request to the blocker (default 512K)\n"
 "  --write-policy writeback|writethrough   (default writeback)\n"
 "  --dirty-high PCT        flusher starts above this share dirty (default 75)\n"
@@ -525,7 +526,9 @@ static void usage(FILE *out)
 "  --threads N             worker threads (default: half the online CPUs, 1 to 8)\n"
 "  --spin-us N             busy-poll before sleeping (default 20)\n"
 "  --log-level error|warn|info|debug   (default warn)\n"
-"  --daemon                run in the background; with --pidfile F\n"
+"  --daemon                run in the background: returns once serving, then\n"
+"                          keeps stderr (the log) only if it is a file\n"
+"  --pidfile F             the daemon's pid (with --daemon)\n"
 "  --help\n");
 }
 

@@ -173,7 +173,8 @@ static void usage(FILE *out)
 "                     of answering: the cost of one more hop in a path\n"
 "  --spin-us N        busy-poll this long before sleeping (default 50)\n"
 "  --log-level L      error, warn, info (default) or debug; logs go to stderr\n"
-"  --daemon           detach once serving; needs --pidfile\n"
+"  --daemon           detach once serving (stderr kept only if it is a file);\n"
+"                     needs --pidfile\n"
 "  --pidfile F        write the serving process's pid to F\n"
 "  --help\n"
 "SIGTERM or SIGINT: answer what is queued, leave the port, exit 0.\n",

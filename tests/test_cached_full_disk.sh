@@ -84,6 +84,11 @@ grep -E "warn: .*No space left on device.*2097152 dirty bytes" "$DIR/cached.log"
 	fail "no warning about the full disk in cached's log"
 [ "$(wc -l < "$DIR/warned")" -le 2 ] || fail "warned $(wc -l < "$DIR/warned") times in 4 s"
 
+# Unplugging needs the data on filed: it fails, says why, and does not hang.
+expect_exit 1 timeout 30 "$BIN/xseg" unplug --segment "$SEG" --via 3
+grep -q "No space left on device" "$DIR/err" || fail "unplug did not say why: $(cat "$DIR/err")"
+"$BIN/xseg" plug --segment "$SEG" --port 1 --via 3 || fail "plug again"
+
 # Space again: the flusher gets the data out by itself.
 rm -f "$DIR/data/filler"
 start=$SECONDS

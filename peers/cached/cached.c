@@ -389,8 +389,7 @@ static void warn_flush_failures(uint64_t now)
 		logmsg(LOG_WARN, "blocker port %u takes writes again; %" PRIu64 " dirty bytes left",
 		       C.blocker_port, st.dirty_bytes);
 		failures_seen = st.flush_failures;
-		next_warn = 0;
-		warned = false;
+		warned = false;   /* next_warn stays: a flapping blocker, 2 lines per interval */
 	}
 }
 

@@ -570,6 +570,55 @@ START_TEST(blocker_failure_keeps_dirty_data)
 }
 END_TEST
 
+/* A blocker that fails every write (a full disk): the flusher pauses 1 ms,
+ * doubling, instead of retrying every tick (it did: a core of CPU and tens
+ * of thousands of failures a second); a FLUSH still tries at once; the
+ * first write that goes through ends the pause. */
+START_TEST(failing_blocker_gets_a_growing_pause)
+{
+	setup_with(1 << 20, 16, CACHE_WRITEBACK);
+	unsigned char w[OBJ_SIZE];
+	char name[16];
+	for (int i = 0; i < 12; i++) {   /* 768K dirty: over the 50 % mark */
+		fill(w, sizeof(w), (unsigned)i);
+		snprintf(name, sizeof(name), "p%d", i);
+		ck_assert_int_eq(do_write(name, 0, sizeof(w), w), 0);
+	}
+	atomic_store(&blk.fail_writes, 1);
+	/* 400 ms of the glue's maintenance loop: ticks of 1 ms while flushing.
+	 * Each round sends at most 48 writes (12 objects, 16K each); pauses of
+	 * 1+2+...+256 ms leave room for 10 rounds at most, against ~400. */
+	uint64_t until = now_ns() + 400000000ull;
+	while (now_ns() < until) {
+		uint64_t ns = cache_engine_maintain(blk.engine);
+		struct timespec ts = { .tv_sec = 0, .tv_nsec = (long)ns };
+		nanosleep(&ts, NULL);
+	}
+	struct cache_stats st;
+	cache_engine_stats(blk.engine, &st);
+	int writes = atomic_load(&blk.writes);
+	ck_assert_msg(writes > 0 && writes <= 10 * 48, "%d writes in 400 ms", writes);
+	ck_assert_uint_eq(st.flush_failures, (uint64_t)writes);
+	ck_assert_uint_ge(st.flush_backoff_ns, 32000000ull);
+	ck_assert_uint_le(st.flush_backoff_ns, FLUSH_BACKOFF_MAX_NS);
+	ck_assert_int_eq(st.flush_error, EIO);
+	ck_assert_uint_eq(st.dirty_bytes, 12 * OBJ_SIZE);
+	/* a FLUSH does not wait out the pause: it tries, and says it failed */
+	ck_assert_int_eq(do_flush(), EIO);
+	ck_assert_int_gt(atomic_load(&blk.writes), writes);
+	/* room again: one success ends the pause, everything goes out */
+	atomic_store(&blk.fail_writes, 0);
+	ck_assert_int_eq(do_flush(), 0);
+	cache_engine_stats(blk.engine, &st);
+	ck_assert_uint_eq(st.flush_backoff_ns, 0);
+	ck_assert_int_eq(st.flush_error, 0);
+	ck_assert_uint_eq(st.dirty_bytes, 0);
+	fill(w, sizeof(w), 11);
+	ck_assert(blk_has("p11", 0, w, sizeof(w)));
+	teardown();
+}
+END_TEST
+
 static void wait_sync(struct sync_req *s)
 {
 	pthread_mutex_lock(&s->lock);
@@ -926,6 +975,7 @@ int main(void)
 	tcase_add_test(tc, clean_buckets_go_before_dirty_ones);
 	tcase_add_test(tc, data_read_once_goes_before_data_written);
 	tcase_add_test(tc, blocker_failure_keeps_dirty_data);
+	tcase_add_test(tc, failing_blocker_gets_a_growing_pause);
 	tcase_add_test(tc, flush_waits_for_free_blocker_requests);
 	tcase_add_test(tc, policy_switch_flushes_everything);
 	tcase_add_test(tc, uncached_write_never_overwrites_a_newer_cached_one);

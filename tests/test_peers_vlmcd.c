@@ -303,30 +303,52 @@ START_TEST(options)
 {
 	char log[320];
 	snprintf(log, sizeof(log), "%s/opt.log", dir);
-	struct { int want; const char *const *args; } cases[] = {
-		{ 0, (const char *const[]){ "--help", NULL } },
+	/* names: what the one line on stderr must name (NULL: not checked) */
+	struct { int want; const char *const *args; const char *names; } cases[] = {
+		{ 0, (const char *const[]){ "--help", NULL }, NULL },
 		{ 2, (const char *const[]){ "--segment", segname, "--port", "3", "--blocker-port", "1",
-					    NULL } },
+					    NULL }, NULL },
 		{ 2, (const char *const[]){ "--segment", segname, "--port", "3", "--volume", "v:1M",
-					    NULL } },
+					    NULL }, NULL },
 		{ 2, (const char *const[]){ "--segment", segname, "--port", "3", "--blocker-port", "1",
-					    "--volume", "novalue", NULL } },
+					    "--volume", "novalue", NULL }, NULL },
 		{ 2, (const char *const[]){ "--segment", segname, "--port", "3", "--blocker-port", "1",
-					    "--volume", "v:1M", "--volume", "v:2M", NULL } },
+					    "--volume", "v:1M", "--volume", "v:2M", NULL }, NULL },
 		{ 2, (const char *const[]){ "--segment", segname, "--port", "3", "--blocker-port", "1",
-					    "--volume", "a/b:1M", NULL } },
+					    "--volume", "a/b:1M", NULL }, NULL },
 		{ 2, (const char *const[]){ "--segment", segname, "--port", "3", "--blocker-port", "1",
-					    "--volume", "v:huge", NULL } },
+					    "--volume", "v:huge", NULL }, NULL },
 		{ 2, (const char *const[]){ "--segment", segname, "--port", "3", "--blocker-port", "1",
-					    "--volume", "v:1M", "--object-size", "0", NULL } },
+					    "--volume", "v:1M", "--object-size", "0", NULL }, NULL },
 		{ 2, (const char *const[]){ "--segment", segname, "--port", "3", "--blocker-port", "1",
-					    "--volumes-file", "/no/such/file", NULL } },
+					    "--volumes-file", "/no/such/file", NULL }, NULL },
+		/* its own port as the next hop: every request would loop back */
+		{ 2, (const char *const[]){ "--segment", segname, "--port", "3", "--blocker-port", "3",
+					    "--volume", "v:1M", NULL }, "--blocker-port 3" },
+		{ 2, (const char *const[]){ "--segment", segname, "--port", "2-4", "--blocker-port",
+					    "3", "--volume", "v:1M", NULL }, "--blocker-port 3" },
+		/* parts must start and end on a sector */
+		{ 2, (const char *const[]){ "--segment", segname, "--port", "3", "--blocker-port", "1",
+					    "--volume", "v:1M", "--object-size", "3", NULL },
+		  "--object-size: '3'" },
+		{ 2, (const char *const[]){ "--segment", segname, "--port", "3", "--blocker-port", "1",
+					    "--volume", "v:1M", "--object-size", "1000", NULL },
+		  "--object-size: '1000'" },
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		unlink(log);
 		int status = pt_run_prog("vlmcd", cases[i].args, log, TIMEOUT);
 		ck_assert_msg(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == cases[i].want,
 			      "case %zu: status %#x, expected exit %d", i, status, cases[i].want);
+		if (!cases[i].names)
+			continue;
+		uint64_t n;
+		char *text = pt_read_file(log, &n);
+		ck_assert_ptr_nonnull(text);
+		text[n] = '\0';
+		ck_assert_msg(strstr(text, cases[i].names) && strchr(text, '\n') == text + n - 1,
+			      "case %zu: not one line naming '%s': %s", i, cases[i].names, text);
+		free(text);
 	}
 	/* a bad line in the volumes file is named */
 	FILE *f = fopen(volfile, "w");

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The xseg tool, nulld and ipc-bench from the outside: create, info (text
 # and JSON), route set and clear, plug, destroy; bad arguments answered with
-# exit 2 and one stderr line naming the value; nulld answering an ipc-bench
-# run and exiting 0 on SIGTERM, in the foreground and as a daemon.
+# exit 2 and one stderr line naming the value (nulld: also a segment that
+# does not exist, ports it does not have); nulld answering an ipc-bench
+# run and exiting 0 on SIGTERM, in the foreground and as a daemon (that
+# returns inside $(...)).
 # Run by tests/run-tests.sh (BIN = the build's bin directory).
 set -u
 cd "$(dirname "$0")/.."
@@ -55,6 +57,19 @@ wait_gone() {
 	kill -0 "$pid" 2>/dev/null && fail "pid $pid still runs $limit s after SIGTERM"
 	gone_rc=0
 	wait "$pid" 2>/dev/null || gone_rc=$?
+}
+
+# detached PIDFILE COMMAND...: runs COMMAND (a --daemon start writing
+# PIDFILE) with stdout and stderr on a pipe, as `out=$(COMMAND 2>&1)` does;
+# fails unless COMMAND exited 0 and the pipe ended within 20 s (a daemon
+# holding it keeps such a caller waiting forever). The daemon joins pids.
+detached() {
+	local pidfile=$1; shift
+	{ "$@" 2>&1; echo "exit $?"; } | { timeout 20 cat > "$DIR/dout"; echo $? > "$DIR/drc"; }
+	[ -s "$pidfile" ] && pids+=($(cat "$pidfile"))
+	[ "$(cat "$DIR/drc")" = 0 ] ||
+		fail "'$*' kept its caller's stdout or stderr open: $(cat "$DIR/dout")"
+	[ "$(tail -1 "$DIR/dout")" = "exit 0" ] || fail "'$*': $(cat "$DIR/dout")"
 }
 
 echo "--- help"
@@ -113,6 +128,11 @@ bad_arg "'loud'" "$BIN/nulld" --segment "$SEG" --port 1 --log-level loud
 bad_arg "--pidfile" "$BIN/nulld" --segment "$SEG" --port 1 --daemon
 bad_arg "--forward 1" "$BIN/nulld" --segment "$SEG" --port 1 --forward 1
 bad_arg "'99999'" "$BIN/nulld" --segment "$SEG" --port 1 --forward 99999
+bad_arg "'a/b'" "$BIN/nulld" --segment a/b --port 1
+bad_arg "'$SEG-none'" "$BIN/nulld" --segment "$SEG-none" --port 1
+bad_arg "'$SEG-none'" "$BIN/nulld" --segment "$SEG-none" --port 1 --daemon --pidfile "$DIR/none.pid"
+bad_arg "--port 16" "$BIN/nulld" --segment "$SEG" --port 16
+bad_arg "--forward 16" "$BIN/nulld" --segment "$SEG" --port 1 --forward 16
 bad_arg "'0'" "$BIN/ipc-bench" --segment "$SEG" --port 2 --target-port 1 --iodepth 0
 bad_arg "'99999'" "$BIN/ipc-bench" --segment "$SEG" --port 2 --target-port 1 --iodepth 99999
 bad_arg "'-1'" "$BIN/ipc-bench" --segment "$SEG" --port 2 --target-port 1 --seconds -1
@@ -183,9 +203,9 @@ wait_gone "$npid" 5
 check_json '1 not in ports'
 
 echo "--- nulld --daemon --pidfile"
-expect_exit 0 "$BIN/nulld" --segment "$SEG" --port 1 --daemon --pidfile "$DIR/nulld.pid"
+# as in $(... 2>&1): the daemon lets go of stdout and stderr once it serves
+detached "$DIR/nulld.pid" "$BIN/nulld" --segment "$SEG" --port 1 --daemon --pidfile "$DIR/nulld.pid"
 dpid=$(cat "$DIR/nulld.pid") || fail "no pidfile"
-pids+=($dpid)
 check_json 'ports[1]["owner"] == '"$dpid"
 expect_exit 0 "$BIN/ipc-bench" --segment "$SEG" --port 2 --target-port 1 --requests 2000
 kill -TERM "$dpid"

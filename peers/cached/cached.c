@@ -10,6 +10,7 @@
  * operator's commands (stats, policy, flush, unplug).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -19,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <urcu.h>
@@ -205,7 +207,7 @@ static void client_done(struct cache_req *r)
 static void reply_stats(struct xseg_request *x)
 {
 	struct cache_stats s;
-	char buf[1024];
+	char buf[1536];
 	cache_engine_stats(C.engine, &s);
 	int n = snprintf(buf, sizeof(buf),
 		"{\"port\":%u,\"blocker_port\":%u,\"policy\":\"%s\",\"hits\":%" PRIu64
@@ -215,6 +217,7 @@ static void reply_stats(struct xseg_request *x)
 		",\"cached_bytes\":%" PRIu64 ",\"free_bytes\":%" PRIu64 ",\"objects\":%" PRIu64
 		",\"evictions\":%" PRIu64 ",\"clean_released_bytes\":%" PRIu64
 		",\"flushes\":%" PRIu64 ",\"flush_failures\":%" PRIu64
+		",\"flush_backoff_ms\":%" PRIu64 ",\"flush_error\":\"%s\""
 		",\"flush_avg_us\":%.1f,\"waits\":%" PRIu64 ",\"uncached\":%" PRIu64
 		",\"lent\":%" PRIu64
 		",\"failed\":%" PRIu64 ",\"blocker_in_flight\":%" PRIu64 "}",
@@ -222,9 +225,10 @@ static void reply_stats(struct xseg_request *x)
 		s.hits, s.misses, s.partial_hits, s.read_bytes, s.write_bytes,
 		s.blocker_read_bytes, s.blocker_write_bytes, s.dirty_bytes, s.cached_bytes,
 		s.free_bytes, s.objects, s.evictions, s.clean_released_bytes, s.flushes, s.flush_failures,
+		s.flush_backoff_ns / 1000000, s.flush_error ? strerror(s.flush_error) : "",
 		s.flushes ? (double)s.flush_ns_total / (double)s.flushes / 1e3 : 0.0,
 		s.waits, s.uncached, s.lent, s.failed, s.blocker_in_flight);
-	if (n < 0 || (size_t)n >= sizeof(buf)) {   /* cannot happen: 24 fields fit */
+	if (n < 0 || (size_t)n >= sizeof(buf)) {   /* cannot happen: 26 fields fit */
 		respond(x, false, EOVERFLOW, 0);
 		return;
 	}
@@ -359,6 +363,36 @@ static void reap_dead_blocker(void)
 		       "back, dirty data stays until a blocker binds the port", to, n - 1);
 }
 
+/*
+ * A blocker that keeps failing write-back (a full disk) is said once per
+ * FLUSH_WARN_INTERVAL_S at the default level: the error, the dirty bytes
+ * waiting, how often it failed; and once more when it takes writes again.
+ * The engine meanwhile retries with a growing pause (engine.c).
+ */
+#define FLUSH_WARN_INTERVAL_S 10
+static void warn_flush_failures(uint64_t now)
+{
+	static uint64_t failures_seen, next_warn;
+	static bool warned;
+	struct cache_stats st;
+	cache_engine_stats(C.engine, &st);
+	if (st.flush_error && st.flush_failures > failures_seen && now >= next_warn) {
+		logmsg(LOG_WARN, "cannot write back to blocker port %u: %s; %" PRIu64 " dirty "
+		       "bytes wait, %" PRIu64 " failed writes since the last word; retrying "
+		       "every %" PRIu64 " ms", C.blocker_port, strerror(st.flush_error),
+		       st.dirty_bytes, st.flush_failures - failures_seen,
+		       st.flush_backoff_ns / 1000000);
+		failures_seen = st.flush_failures;
+		next_warn = now + FLUSH_WARN_INTERVAL_S * 1000000000ull;
+		warned = true;
+	} else if (warned && !st.flush_error) {
+		logmsg(LOG_WARN, "blocker port %u takes writes again; %" PRIu64 " dirty bytes left",
+		       C.blocker_port, st.dirty_bytes);
+		failures_seen = st.flush_failures;
+		warned = false;   /* next_warn stays: a flapping blocker, 2 lines per interval */
+	}
+}
+
 static void *maintainer(void *arg)
 {
 	(void)arg;
@@ -368,6 +402,7 @@ static void *maintainer(void *arg)
 		uint64_t now = xseg_now_ns();
 		if (now >= next_reap) {
 			reap_dead_blocker();
+			warn_flush_failures(now);
 			next_reap = now + 100000000ull;
 		}
 		uint64_t ns = cache_engine_maintain(C.engine);
@@ -401,6 +436,7 @@ static bool drain(void)
 	static struct drain_req d;   /* may be answered after we gave up */
 	rcu_register_thread();
 	uint64_t deadline = (uint64_t)time(NULL) + STOP_RETRY_S;
+	unsigned tries = 0;
 	for (;;) {
 		d = (struct drain_req){ .req = { .op = X_CONTROL, .name = "", .done = drain_done } };
 		cache_engine_set_policy(C.engine, CACHE_WRITETHROUGH, &d.req);
@@ -414,7 +450,10 @@ static bool drain(void)
 		}
 		if (d.req.served || (uint64_t)time(NULL) >= deadline)
 			break;
-		logmsg(LOG_WARN, "write-back failed (%s); retrying", strerror(d.req.error));
+		/* said once; the maintainer repeats it every FLUSH_WARN_INTERVAL_S */
+		if (!tries++)
+			logmsg(LOG_WARN, "write-back failed (%s); retrying for up to %d s",
+			       strerror(d.req.error), STOP_RETRY_S);
 		sleep(1);
 	}
 	while (d.req.served && (atomic_load(&C.in_flight) || !cache_engine_idle(C.engine)))
@@ -474,10 +513,11 @@ static void usage(FILE *out)
 "  --segment NAME          segment to join\n"
 "  --port N                cached's port\n"
 "  --blocker-port N        the blocker behind the cache\n"
-"  --cache-size SIZE       bytes of cached data (K, M, G suffixes)\n"
+"  --cache-size SIZE       bytes of cached data (K, M, G suffixes), a multiple\n"
+"                          of the bucket size\n"
 "  --max-objects N         objects indexed at once (default 1024)\n"
-"  --object-size SIZE      object size (default 4M)\n"
-"  --bucket-size SIZE      unit of caching (default 4K)\n"
+"  --object-size SIZE      object size, a multiple of the bucket size (default 4M)\n"
+"  --bucket-size SIZE      unit of caching, a power of two >= 512 (default 4K)\n"
 "  --max-request-size SIZE largest request to the blocker (default 512K)\n"
 "  --write-policy writeback|writethrough   (default writeback)\n"
 "  --dirty-high PCT        flusher starts above this share dirty (default 75)\n"
@@ -485,7 +525,9 @@ static void usage(FILE *out)
 "  --threads N             worker threads (default: half the online CPUs, 1 to 8)\n"
 "  --spin-us N             busy-poll before sleeping (default 20)\n"
 "  --log-level error|warn|info|debug   (default warn)\n"
-"  --daemon                run in the background; with --pidfile F\n"
+"  --daemon                run in the background: returns once serving, then\n"
+"                          keeps stderr (the log) only if it is a file\n"
+"  --pidfile F             the daemon's pid (with --daemon)\n"
 "  --help\n");
 }
 
@@ -536,6 +578,9 @@ static void parse_options(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	bool have_port = false, have_bport = false;
+	/* as given, for the messages of the checks after the loop */
+	uint64_t bsize;
+	const char *csize_arg = NULL, *osize_arg = "4M", *bsize_arg = "4K", *mrs_arg = "512K";
 	int c;
 
 	C.threads = default_threads();
@@ -548,16 +593,25 @@ static void parse_options(int argc, char **argv)
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
-		case O_SEG: C.segment = optarg; break;
+		case O_SEG:
+			if (!*optarg || strlen(optarg) > XSEG_NAME_MAX || strchr(optarg, '/'))
+				die_arg("--segment", optarg, "is not a segment name");
+			C.segment = optarg;
+			break;
 		case O_PORT: C.port = (uint32_t)uint_arg("--port", optarg, XSEG_MAX_PORTS); have_port = true; break;
 		case O_BPORT: C.blocker_port = (uint32_t)uint_arg("--blocker-port", optarg, XSEG_MAX_PORTS); have_bport = true; break;
-		case O_CSIZE: C.cfg.cache_size = size_arg("--cache-size", optarg); break;
+		case O_CSIZE: C.cfg.cache_size = size_arg("--cache-size", optarg); csize_arg = optarg; break;
 		case O_MAXOBJ: C.cfg.max_objects = (uint32_t)uint_arg("--max-objects", optarg, 1u << 24);
 			if (!C.cfg.max_objects) die_arg("--max-objects", optarg, "must be at least 1");
 			break;
-		case O_OSIZE: C.cfg.object_size = size_arg("--object-size", optarg); break;
-		case O_BSIZE: C.cfg.bucket_size = (uint32_t)size_arg("--bucket-size", optarg); break;
-		case O_MRS: C.cfg.max_request_size = size_arg("--max-request-size", optarg); break;
+		case O_OSIZE: C.cfg.object_size = size_arg("--object-size", optarg); osize_arg = optarg; break;
+		case O_BSIZE:
+			if ((bsize = size_arg("--bucket-size", optarg)) > 1u << 30)
+				die_arg("--bucket-size", optarg, "is over 1G");
+			C.cfg.bucket_size = (uint32_t)bsize;
+			bsize_arg = optarg;
+			break;
+		case O_MRS: C.cfg.max_request_size = size_arg("--max-request-size", optarg); mrs_arg = optarg; break;
 		case O_POLICY:
 			if (!strcmp(optarg, "writeback")) C.cfg.policy = CACHE_WRITEBACK;
 			else if (!strcmp(optarg, "writethrough")) C.cfg.policy = CACHE_WRITETHROUGH;
@@ -595,6 +649,30 @@ static void parse_options(int argc, char **argv)
 		fprintf(stderr, "cached: --port and --blocker-port are both %u\n", C.port);
 		exit(2);
 	}
+	/* The engine would refuse these too, without naming the value. */
+	uint32_t bs = C.cfg.bucket_size;
+	if (bs < 512 || (bs & (bs - 1)))
+		die_arg("--bucket-size", bsize_arg, "is not a power of two of at least 512");
+	if (C.cfg.object_size % bs) {
+		fprintf(stderr, "cached: --object-size: '%s' is not a multiple of --bucket-size %u\n",
+			osize_arg, bs);
+		exit(2);
+	}
+	if (C.cfg.cache_size % bs) {
+		fprintf(stderr, "cached: --cache-size: '%s' is not a multiple of --bucket-size %u\n",
+			csize_arg, bs);
+		exit(2);
+	}
+	if (C.cfg.max_request_size < bs) {
+		fprintf(stderr, "cached: --max-request-size: '%s' is less than --bucket-size %u\n",
+			mrs_arg, bs);
+		exit(2);
+	}
+	if (C.cfg.dirty_low_pct > C.cfg.dirty_high_pct) {
+		fprintf(stderr, "cached: --dirty-low %u is above --dirty-high %u\n",
+			C.cfg.dirty_low_pct, C.cfg.dirty_high_pct);
+		exit(2);
+	}
 	if (C.pidfile && !C.daemonize) {
 		fprintf(stderr, "cached: --pidfile goes with --daemon\n");
 		exit(2);
@@ -619,26 +697,106 @@ static int write_pidfile(const char *path)
 	return 0;
 }
 
-int main(int argc, char **argv)
-{
-	pthread_t *workers, maint;
-	const char *why = NULL;
+/*
+ * --daemon: the caller's process waits on a pipe for the daemon's word and
+ * exits with it, 0 once the daemon serves, else the daemon's own exit
+ * status (2 for a bad argument found late, such as a segment that does not
+ * exist), so that a script can use the cache as soon as the command
+ * returns. Forked before the port is bound: the port records the binder's
+ * pid. Until then errors go to the caller's stderr.
+ */
+static int ready_fd = -1;
 
-	parse_options(argc, argv);
-	struct cache_backend be = { .alloc = backend_alloc, .submit = backend_submit,
-				    .release = backend_release, .lend = backend_lend };
-	C.engine = cache_engine_create(&C.cfg, &be, &why);
-	if (!C.engine) {
-		fprintf(stderr, "cached: %s\n", why);
+static void daemonize(void)
+{
+	int fds[2];
+	if (pipe(fds) < 0) {
+		fprintf(stderr, "cached: --daemon: pipe: %s\n", strerror(errno));
+		exit(1);
+	}
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid < 0) {
+		fprintf(stderr, "cached: --daemon: fork: %s\n", strerror(errno));
+		exit(1);
+	}
+	if (pid > 0) {
+		unsigned char status = 1;
+		close(fds[1]);
+		ssize_t n;
+		do
+			n = read(fds[0], &status, 1);
+		while (n < 0 && errno == EINTR);
+		_exit(n == 1 ? status : 1);
+	}
+	close(fds[0]);
+	setsid();
+	int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (null >= 0) {
+		dup2(null, STDIN_FILENO);
+		close(null);
+	}
+	ready_fd = fds[1];
+}
+
+/*
+ * Tells the caller's process how the start went. Serving, the daemon lets
+ * go of the caller's stdout and stderr: one that is a pipe (`$(cached
+ * --daemon ...)`) would keep the caller waiting for its end. The log stays
+ * on stderr only where that is a file (`2>>cached.log`).
+ */
+static int started(int status)
+{
+	if (ready_fd < 0)
+		return status;
+	unsigned char b = (unsigned char)status;
+	ssize_t n = write(ready_fd, &b, 1);
+	(void)n;
+	close(ready_fd);
+	ready_fd = -1;
+	if (status)
+		return status;
+	struct stat st;
+	bool log_to_file = fstat(STDERR_FILENO, &st) == 0 && S_ISREG(st.st_mode);
+	int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+	if (null >= 0) {
+		fflush(NULL);
+		dup2(null, STDOUT_FILENO);
+		if (!log_to_file)
+			dup2(null, STDERR_FILENO);
+		close(null);
+	}
+	return 0;
+}
+
+/* Joins the segment and binds the port; returns the exit status on failure. */
+static int join_and_bind(void)
+{
+	int rc = xseg_join(C.segment, &C.seg);
+	if (rc == -ENOENT) {
+		fprintf(stderr, "cached: --segment: '%s' does not exist (xseg create)\n", C.segment);
 		return 2;
 	}
-	if (xseg_join(C.segment, &C.seg) < 0 || xseg_bind_port(C.seg, C.port) < 0) {
+	if (rc < 0) {
 		fprintf(stderr, "cached: %s\n", xseg_last_error());
 		return 1;
 	}
 	struct xseg_segment_info si;
-	if (xseg_segment_info(C.seg, &si) < 0 ||
-	    !(C.slots = calloc(si.nr_requests, sizeof(*C.slots)))) {
+	if (xseg_segment_info(C.seg, &si) < 0) {
+		fprintf(stderr, "cached: %s\n", xseg_last_error());
+		return 1;
+	}
+	uint32_t bad = C.port >= si.nr_ports ? C.port : C.blocker_port;
+	if (bad >= si.nr_ports) {
+		fprintf(stderr, "cached: %s %u: segment '%s' has ports 0..%u\n",
+			bad == C.port ? "--port" : "--blocker-port", bad, C.segment, si.nr_ports - 1);
+		return 2;
+	}
+	if (xseg_bind_port(C.seg, C.port) < 0) {
+		fprintf(stderr, "cached: %s\n", xseg_last_error());
+		return 1;
+	}
+	if (!(C.slots = calloc(si.nr_requests, sizeof(*C.slots)))) {
 		fprintf(stderr, "cached: no memory for the glue of %u requests\n", si.nr_requests);
 		return 1;
 	}
@@ -648,12 +806,29 @@ int main(int argc, char **argv)
 		fprintf(stderr, "cached: %s\n", xseg_last_error());
 		return 1;
 	}
-	if (C.daemonize && daemon(0, 1) < 0) {
-		fprintf(stderr, "cached: cannot daemonize: %s\n", strerror(errno));
-		return 1;
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	pthread_t *workers, maint;
+	const char *why = NULL;
+
+	parse_options(argc, argv);
+	if (C.daemonize)
+		daemonize();
+	struct cache_backend be = { .alloc = backend_alloc, .submit = backend_submit,
+				    .release = backend_release, .lend = backend_lend };
+	C.engine = cache_engine_create(&C.cfg, &be, &why);
+	if (!C.engine) {
+		fprintf(stderr, "cached: %s\n", why);
+		return started(2);
 	}
+	int rc = join_and_bind();
+	if (rc)
+		return started(rc);
 	if (C.pidfile && write_pidfile(C.pidfile) < 0)
-		return 1;
+		return started(1);
 	struct sigaction sa = { .sa_handler = on_signal };
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
@@ -665,6 +840,7 @@ int main(int argc, char **argv)
 	for (unsigned i = 0; i < C.threads; i++)
 		pthread_create(&workers[i], NULL, worker, NULL);
 	pthread_create(&maint, NULL, maintainer, NULL);
+	started(0);
 
 	while (!stop_requested)
 		pause();

@@ -31,6 +31,12 @@
  * for clients: with a full cache their writes and misses go through, and a
  * flusher that held 485 of 512 (sustained run) made them queue behind it. */
 #define MAX_FLUSH_BIOS 64u
+/* A blocker that fails write-back (a full disk) gets a pause before the
+ * flusher tries again: 1 ms, doubled per round of failures up to 1 s, over
+ * at the first success. Without it the flusher retried every tick, tens of
+ * thousands of failures a second, a core for us and half one for filed. */
+#define FLUSH_BACKOFF_MIN_NS 1000000ull
+#define FLUSH_BACKOFF_MAX_NS 1000000000ull
 
 struct cache_object {
 	struct xcache_entry *entry;
@@ -95,6 +101,12 @@ struct cache_engine {
 	_Atomic uint32_t flush_bios;       /* flush writes in flight */
 	_Atomic int64_t shed_budget;       /* buckets cold objects may give back */
 	_Atomic bool shed_protected;       /* ... not only those on probation */
+
+	pthread_mutex_t backoff_lock;      /* guards backoff_step_ns, the stores below */
+	uint64_t backoff_step_ns;          /* when the pause last grew */
+	_Atomic uint64_t backoff_ns;       /* the pause now; 0: the blocker takes writes */
+	_Atomic uint64_t retry_at_ns;      /* no background flush write before this */
+	_Atomic int flush_error;           /* of the last failed flush write; 0 after a success */
 
 	struct {
 		_Atomic uint64_t hits, misses, partial_hits, read_bytes, write_bytes;
@@ -495,6 +507,40 @@ static bool flush_budget_cond(void *arg)
 	return atomic_load(&e->flush_bios) < MAX_FLUSH_BIOS;
 }
 
+/* A flush write failed: the pause grows once per round, the writes sent
+ * before it last grew being the same round failing. */
+static void backoff_failed(struct cache_engine *e, const struct cache_bio *bio, int error)
+{
+	uint64_t now = now_ns();
+	pthread_mutex_lock(&e->backoff_lock);
+	atomic_store(&e->flush_error, error);
+	if (bio->started_ns >= e->backoff_step_ns) {
+		uint64_t b = atomic_load(&e->backoff_ns) * 2;
+		b = b < FLUSH_BACKOFF_MIN_NS ? FLUSH_BACKOFF_MIN_NS
+		  : b > FLUSH_BACKOFF_MAX_NS ? FLUSH_BACKOFF_MAX_NS : b;
+		e->backoff_step_ns = now;
+		atomic_store(&e->backoff_ns, b);
+		atomic_store(&e->retry_at_ns, now + b);
+	}
+	pthread_mutex_unlock(&e->backoff_lock);
+}
+
+static void backoff_succeeded(struct cache_engine *e)
+{
+	if (!atomic_load(&e->backoff_ns) && !atomic_load(&e->flush_error))
+		return;
+	pthread_mutex_lock(&e->backoff_lock);
+	atomic_store(&e->flush_error, 0);
+	atomic_store(&e->backoff_ns, 0);
+	atomic_store(&e->retry_at_ns, 0);
+	pthread_mutex_unlock(&e->backoff_lock);
+}
+
+static bool backing_off(struct cache_engine *e, uint64_t now)
+{
+	return atomic_load(&e->retry_at_ns) > now;
+}
+
 static void flush_write_done_job(struct xwork *w, void *arg)
 {
 	(void)w;
@@ -514,9 +560,11 @@ static void flush_write_done_job(struct xwork *w, void *arg)
 	}
 	if (ok) {
 		STAT_ADD(e, blocker_write_bytes, bio->size);
+		backoff_succeeded(e);
 	} else {
 		STAT_ADD(e, flush_failures, 1);
 		o->flush_error = bio->error ? bio->error : EIO;
+		backoff_failed(e, bio, o->flush_error);
 	}
 	STAT_ADD(e, flush_ns_total, now_ns() - bio->started_ns);
 	bio_release(e, bio);
@@ -564,6 +612,10 @@ static void flush_job(struct xwork *w, void *arg)
 		o->flush_again = true;
 	} else if (o->deleting) {
 		/* the data is being dropped */
+	} else if (!o->waiters && backing_off(e, now_ns())) {
+		/* The flusher's own try, while the blocker fails writes: the
+		 * maintainer asks again after the pause. A FLUSH or an unplug
+		 * waiting (o->waiters) tries at once: the disk may have room. */
 	} else {
 		uint32_t i = 0, len;
 		while ((i = bucket_find_run(&o->b, i, o->b.n - 1, BUCKET_DIRTY, e->max_run, &len)) < o->b.n) {
@@ -1422,6 +1474,7 @@ struct cache_engine *cache_engine_create(const struct cache_config *cfg,
 	xwaitq_init(&e->entry_waitq, entry_cond, e);
 	xwaitq_init(&e->io_waitq, io_cond, e);
 	xwaitq_init(&e->flush_waitq, flush_budget_cond, e);
+	pthread_mutex_init(&e->backoff_lock, NULL);
 	return e;
 bad:
 	free(e);
@@ -1440,6 +1493,7 @@ void cache_engine_destroy(struct cache_engine *e)
 	xwaitq_destroy(&e->flush_waitq);
 	bucket_pool_destroy(&e->pool);
 	pthread_mutex_destroy(&e->dirty_lock);
+	pthread_mutex_destroy(&e->backoff_lock);
 	free(e);
 }
 
@@ -1463,7 +1517,8 @@ uint64_t cache_engine_maintain(struct cache_engine *e)
 	bool clean_to_spare = claimed > busy && claimed - busy > total / 16;
 	bool short_of_nodes = !xwaitq_empty(&e->entry_waitq);
 	bool need_room = (short_of_buckets && !clean_to_spare) || short_of_nodes;
-	if (e->flushing || (need_room && dirty)) {
+	bool paused = backing_off(e, now_ns());
+	if (!paused && (e->flushing || (need_room && dirty))) {
 		/* Oldest dirtied first; flushed ones go to the back. */
 		struct cache_object *batch[FLUSH_OBJECTS_PER_TICK];
 		unsigned n = 0;
@@ -1504,7 +1559,8 @@ uint64_t cache_engine_maintain(struct cache_engine *e)
 	xwaitq_signal(&e->io_waitq);
 	xwaitq_signal(&e->flush_waitq);
 	xwaitq_signal(&e->entry_waitq);
-	return e->flushing || short_of_buckets ? 1000000ull : 10000000ull;
+	/* A 1 ms tick only while it helps: not while the flusher pauses. */
+	return (e->flushing && !paused) || short_of_buckets ? 1000000ull : 10000000ull;
 }
 
 bool cache_engine_idle(struct cache_engine *e)
@@ -1536,6 +1592,8 @@ void cache_engine_stats(struct cache_engine *e, struct cache_stats *s)
 	s->flushes = atomic_load(&e->st.flushes);
 	s->flush_failures = atomic_load(&e->st.flush_failures);
 	s->flush_ns_total = atomic_load(&e->st.flush_ns_total);
+	s->flush_backoff_ns = atomic_load(&e->backoff_ns);
+	s->flush_error = atomic_load(&e->flush_error);
 	s->waits = atomic_load(&e->st.waits);
 	s->uncached = atomic_load(&e->st.uncached);
 	s->lent = atomic_load(&e->st.lent);

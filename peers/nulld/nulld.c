@@ -173,7 +173,8 @@ static void usage(FILE *out)
 "                     of answering: the cost of one more hop in a path\n"
 "  --spin-us N        busy-poll this long before sleeping (default 50)\n"
 "  --log-level L      error, warn, info (default) or debug; logs go to stderr\n"
-"  --daemon           detach once serving; needs --pidfile\n"
+"  --daemon           detach once serving (stderr kept only if it is a file);\n"
+"                     needs --pidfile\n"
 "  --pidfile F        write the serving process's pid to F\n"
 "  --help\n"
 "SIGTERM or SIGINT: answer what is queued, leave the port, exit 0.\n",
@@ -221,7 +222,11 @@ static void parse_options(int argc, char **argv)
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (c) {
-		case O_SEG: N.segment = optarg; break;
+		case O_SEG:
+			if (!*optarg || strlen(optarg) > XSEG_NAME_MAX || strchr(optarg, '/'))
+				bad_arg("--segment", optarg, "is not a segment name");
+			N.segment = optarg;
+			break;
 		case O_PORT:
 			N.port = (uint32_t)uint_arg("--port", optarg, 0, XSEG_MAX_PORTS - 1);
 			have_port = true;
@@ -305,12 +310,17 @@ static int daemonize(void)
 	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
 	if (null >= 0) {
 		dup2(null, STDIN_FILENO);
-		dup2(null, STDOUT_FILENO);   /* stderr stays: it carries the log */
+		dup2(null, STDOUT_FILENO);
 		close(null);
 	}
 	return fds[1];
 }
 
+/*
+ * Serving, the daemon also lets go of the caller's stderr: a pipe there
+ * (`$(nulld --daemon ... 2>&1)`) would keep the caller waiting for its end.
+ * The log stays on stderr only where that is a file (`2>>nulld.log`).
+ */
 static void tell_parent(int fd, unsigned char status)
 {
 	if (fd < 0)
@@ -318,6 +328,14 @@ static void tell_parent(int fd, unsigned char status)
 	ssize_t n = write(fd, &status, 1);
 	(void)n;
 	close(fd);
+	struct stat st;
+	if (status || (fstat(STDERR_FILENO, &st) == 0 && S_ISREG(st.st_mode)))
+		return;
+	int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+	if (null >= 0) {
+		dup2(null, STDERR_FILENO);
+		close(null);
+	}
 }
 
 static int write_pidfile(void)
@@ -338,25 +356,44 @@ static int write_pidfile(void)
 	return ok ? 0 : -1;
 }
 
-/* Joins, binds and starts the threads; logs and returns -1 on failure. */
+/* Joins, binds and starts the threads; says why and returns the exit
+ * status on failure: 2 for a segment or port that the arguments got wrong. */
 static int start(pthread_t *t, unsigned *started)
 {
-	if (xseg_join(N.segment, &N.seg) < 0) {
+	int rc = xseg_join(N.segment, &N.seg);
+	if (rc == -ENOENT) {
+		N.seg = NULL;
+		fprintf(stderr, "nulld: --segment: '%s' does not exist (xseg create)\n", N.segment);
+		return 2;
+	}
+	if (rc < 0) {
+		N.seg = NULL;
 		logmsg(L_ERROR, "%s", xseg_last_error());
-		return -1;
+		return 1;
+	}
+	struct xseg_segment_info si;
+	if (xseg_segment_info(N.seg, &si) < 0) {
+		logmsg(L_ERROR, "%s", xseg_last_error());
+		return 1;
+	}
+	uint32_t bad = N.port >= si.nr_ports ? N.port : N.forward;
+	if (bad != XSEG_NO_PORT && bad >= si.nr_ports) {
+		fprintf(stderr, "nulld: %s %u: segment '%s' has ports 0..%u\n",
+			bad == N.port ? "--port" : "--forward", bad, N.segment, si.nr_ports - 1);
+		return 2;
 	}
 	if (xseg_bind_port(N.seg, N.port) < 0) {
 		logmsg(L_ERROR, "%s", xseg_last_error());
-		return -1;
+		return 1;
 	}
 	if (N.pidfile && write_pidfile() < 0)
-		return -1;
+		return 1;
 	pidfile_written = N.pidfile != NULL;
 	for (*started = 0; *started < N.threads; (*started)++) {
 		int rc = pthread_create(&t[*started], NULL, serve, NULL);
 		if (rc) {
 			logmsg(L_ERROR, "cannot start thread %u: %s", *started, strerror(rc));
-			return -1;
+			return 1;
 		}
 	}
 	return 0;
@@ -375,14 +412,14 @@ int main(int argc, char **argv)
 	pthread_t t[MAX_THREADS];
 	unsigned started = 0;
 	int rc = start(t, &started);
-	if (rc < 0)
+	if (rc)
 		atomic_store(&stop, 1);
 	else
 		logmsg(L_INFO, "serving port %u of segment %s with %u thread%s, spin %llu us%s",
 		       N.port, N.segment, N.threads, N.threads == 1 ? "" : "s",
 		       (unsigned long long)(N.spin_ns / 1000),
 		       N.forward == XSEG_NO_PORT ? "" : ", forwarding");
-	tell_parent(ready_fd, rc < 0 ? 1 : 0);
+	tell_parent(ready_fd, (unsigned char)rc);
 	for (unsigned i = 0; i < started; i++)
 		pthread_join(t[i], NULL);
 
@@ -416,5 +453,5 @@ int main(int argc, char **argv)
 		xseg_leave(N.seg);
 	if (pidfile_written)
 		unlink(N.pidfile);
-	return rc < 0 ? 1 : 0;
+	return rc;
 }

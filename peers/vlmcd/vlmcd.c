@@ -92,7 +92,7 @@ static const struct option vlmcd_options[] = {
 static const char vlmcd_usage[] =
 "  --volume NAME:SIZE     a volume (repeatable; SIZE takes K, M, G suffixes)\n"
 "  --volumes-file F       volumes, one 'NAME SIZE' per line ('#' comments)\n"
-"  --object-size SIZE     bytes per object (default 4M)\n"
+"  --object-size SIZE     bytes per object, a multiple of 512 (default 4M)\n"
 "  --blocker-port N       where object requests go: the next hop (required)\n"
 "Objects are named <volume>_<16 hex digits of the object index>.\n";
 
@@ -137,7 +137,13 @@ static int parse_option(struct peer *p, int val, const char *arg)
 	case OPT_VOLUMES_FILE:
 		return peer_volumes_file("--volumes-file", arg, add_volume, NULL);
 	case OPT_OBJECT_SIZE:
-		return peer_arg_size("--object-size", arg, 1, 1ull << 30, &V.object_size);
+		if (peer_arg_size("--object-size", arg, 1, 1ull << 30, &V.object_size) < 0)
+			return -1;
+		/* Parts are split at object ends: a part must start and end on
+		 * a sector, as every request does. */
+		if (V.object_size % 512)
+			return peer_arg_error("--object-size", arg, "is not a multiple of 512 (a sector)");
+		return 0;
 	case OPT_BLOCKER_PORT:
 		V.have_blocker = true;
 		return peer_arg_uint("--blocker-port", arg, 0, XSEG_MAX_PORTS - 1, &V.blocker_port);
@@ -147,9 +153,19 @@ static int parse_option(struct peer *p, int val, const char *arg)
 
 static int check_options(struct peer *p)
 {
-	(void)p;
 	if (!V.have_blocker) {
 		fprintf(stderr, "vlmcd: --blocker-port is required (see --help)\n");
+		return -1;
+	}
+	/* Sending to our own port would loop every request back to us. */
+	uint32_t first = peer_port(p), last = peer_port_last(p);
+	if (V.blocker_port >= first && V.blocker_port <= last) {
+		if (first == last)
+			fprintf(stderr, "vlmcd: --blocker-port %" PRIu64 " is its own --port\n",
+				V.blocker_port);
+		else
+			fprintf(stderr, "vlmcd: --blocker-port %" PRIu64 " is one of its own "
+				"--port %u-%u\n", V.blocker_port, first, last);
 		return -1;
 	}
 	if (!V.nr_volumes) {

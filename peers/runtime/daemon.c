@@ -1,10 +1,13 @@
 /*
  * --daemon and --pidfile.
  *
- * Daemonizing is a double fork. The original process waits on a pipe until
- * the daemon says it is serving (its port bound, its threads running) or
- * failed, and exits 0 or 1 accordingly, so a script that starts a peer with
- * --daemon can use it as soon as the command returns.
+ * Daemonizing is a double fork, before the port is bound (so the daemon is
+ * the port's owner). The original process waits on a pipe until the daemon
+ * says it is serving (its port bound, its threads running) or failed, and
+ * exits with its status (0, 1, or 2 for a bad argument such as a segment
+ * that does not exist), so a script that starts a peer with --daemon can
+ * use it as soon as the command returns. Serving, the daemon lets go of
+ * the caller's stdout and stderr (stderr is kept when it is a file).
  *
  * The pidfile is created with O_EXCL. One that names a dead process is
  * stale and replaced; one that names a live process is an error naming it.
@@ -13,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +77,25 @@ int peer_daemonize(int *ready_fd)
 	return 0;
 }
 
+/*
+ * Once serving, the daemon lets go of the caller's stdout and of its
+ * stderr unless that is a file (a log): `out=$(filed --daemon ...)` would
+ * otherwise wait for the daemon's exit.
+ */
+static void release_caller_output(void)
+{
+	struct stat st;
+	bool log_to_file = fstat(STDERR_FILENO, &st) == 0 && S_ISREG(st.st_mode);
+	int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+	if (null < 0)
+		return;
+	fflush(NULL);
+	dup2(null, STDOUT_FILENO);
+	if (!log_to_file)
+		dup2(null, STDERR_FILENO);
+	close(null);
+}
+
 void peer_daemon_ready(int ready_fd, int status)
 {
 	if (ready_fd < 0)
@@ -81,6 +104,8 @@ void peer_daemon_ready(int ready_fd, int status)
 	ssize_t n = write(ready_fd, &b, 1);
 	(void)n;
 	close(ready_fd);
+	if (status == 0)
+		release_caller_output();
 }
 
 static pid_t read_pid(const char *path)

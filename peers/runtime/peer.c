@@ -553,14 +553,15 @@ static int join_and_bind(struct peer *p)
 	struct xseg_segment_info si;
 	int rc = xseg_join(p->cfg.segment, &p->seg);
 	if (rc < 0) {
-		peer_error("cannot join segment '%s': %s", p->cfg.segment, xseg_last_error());
+		peer_error("--segment %s: cannot join: %s", p->cfg.segment, xseg_last_error());
 		p->seg = NULL;
-		return -1;
+		/* No such segment, or not a name: the argument is wrong. */
+		return rc == -ENOENT || rc == -EINVAL || rc == -ENAMETOOLONG ? -2 : -1;
 	}
 	if (xseg_segment_info(p->seg, &si) < 0 || p->cfg.port_last >= si.nr_ports) {
 		peer_error("--port %u-%u: segment '%s' has ports 0..%u", p->cfg.port_first,
 			   p->cfg.port_last, p->cfg.segment, si.nr_ports - 1);
-		return -1;
+		return -2;
 	}
 	p->nr_requests = si.nr_requests;
 	p->nr_ports = si.nr_ports;
@@ -658,8 +659,10 @@ int peer_main(int argc, char **argv, const struct peer_ops *ops, void *priv)
 		pidfile_made = true;
 	}
 	p->cookie_salt = make_salt();
-	if (join_and_bind(p) < 0)
+	if ((rc = join_and_bind(p)) < 0) {
+		status = rc == -2 ? 2 : 1;
 		goto out;
+	}
 	if (ops->init && ops->init(p) != 0) {
 		peer_error("initialization failed");
 		goto out;
@@ -707,7 +710,7 @@ int peer_main(int argc, char **argv, const struct peer_ops *ops, void *priv)
 	status = atomic_load(&p->failed) ? 1 : 0;
 	peer_info("stopped");
 out:
-	peer_daemon_ready(ready_fd, 1);
+	peer_daemon_ready(ready_fd, status ? status : 1);
 	xseg_reserve_destroy(p->reserve);
 	p->reserve = NULL;
 	if (p->seg)

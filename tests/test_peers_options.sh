@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The runtime peers' start from the outside (filed and vlmcd stand for all
+# of them): a segment that does not exist or is not a name, and a port the
+# segment lacks, exit 2 with one stderr line naming the value, also with
+# --daemon; `out=$(filed --daemon ...)` returns once the daemon serves (it
+# lets go of the caller's stdout and stderr) and the daemon owns the port.
+set -u
+SEG_PREFIX=peers-opts
+. "$(dirname "$0")/lib.sh"
+
+# bad_arg VALUE COMMAND...: exit 2, one line on stderr, naming VALUE.
+bad_arg() {
+	local value=$1; shift
+	expect_exit 2 timeout 20 "$@"
+	[ "$(wc -l < "$DIR/err")" -eq 1 ] ||
+		fail "'$*': expected one line on stderr, got: $(cat "$DIR/err")"
+	grep -qF -- "$value" "$DIR/err" ||
+		fail "'$*': stderr does not name '$value': $(cat "$DIR/err")"
+}
+
+"$BIN/xseg" create --segment "$SEG" --ports 8 --requests 256 --heap 16M || fail "create"
+
+echo "--- bad segments and ports"
+for daemon in "" --daemon; do
+	bad_arg "no-such-$SEG" "$BIN/filed" --segment "no-such-$SEG" --port 1 --dir "$DIR/d" $daemon
+	bad_arg "a/b" "$BIN/filed" --segment a/b --port 1 --dir "$DIR/d" $daemon
+	bad_arg "--port 9-9" "$BIN/filed" --segment "$SEG" --port 9 --dir "$DIR/d" $daemon
+	bad_arg "no-such-$SEG" "$BIN/vlmcd" --segment "no-such-$SEG" --port 2 --blocker-port 1 \
+		--volume v:1M $daemon
+done
+
+echo "--- --daemon lets go of its caller"
+{ "$BIN/filed" --segment "$SEG" --port 1 --dir "$DIR/d" --daemon --pidfile "$DIR/filed.pid" 2>&1
+  echo "exit $?"; } | { timeout 20 cat > "$DIR/dout"; echo $? > "$DIR/drc"; }
+[ -s "$DIR/filed.pid" ] && pids+=($(cat "$DIR/filed.pid"))
+[ "$(cat "$DIR/drc")" = 0 ] || fail "filed --daemon kept its caller's stdout or stderr open"
+[ "$(tail -1 "$DIR/dout")" = "exit 0" ] || fail "filed --daemon: $(cat "$DIR/dout")"
+dpid=$(cat "$DIR/filed.pid")
+"$BIN/xseg" info --segment "$SEG" --json | grep -q "\"port\":1,\"owner\":$dpid,\"alive\":true" ||
+	fail "port 1 is not the daemon's ($dpid): $("$BIN/xseg" info --segment "$SEG")"
+kill -TERM "$dpid"
+for _ in $(seq 100); do kill -0 "$dpid" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$dpid" 2>/dev/null && fail "the daemon did not stop on SIGTERM"
+echo "PASS"

@@ -431,9 +431,26 @@ static void drain_done(struct cache_req *r)
  * says how much was not written, rather than hang or exit 0.
  */
 #define STOP_RETRY_S 30
+/* Nothing dirty and nobody serves the blocker port: nothing to wait for. */
+static bool clean_and_blocker_down(void)
+{
+	struct cache_stats st;
+	struct xseg_port_info pi;
+	cache_engine_stats(C.engine, &st);
+	uint32_t to = xseg_resolve_route(C.seg, C.port, C.blocker_port);
+	return st.dirty_bytes == 0 && st.blocker_in_flight == 0 &&
+	       (to == XSEG_NO_PORT || xseg_port_info(C.seg, to, &pi) < 0 || !pi.owner ||
+		!pi.owner_alive);
+}
+
 static bool drain(void)
 {
 	static struct drain_req d;   /* may be answered after we gave up */
+	if (clean_and_blocker_down()) {
+		logmsg(LOG_INFO, "nothing dirty and blocker port %u is down: stopping at once",
+		       C.blocker_port);
+		return true;
+	}
 	rcu_register_thread();
 	uint64_t deadline = (uint64_t)time(NULL) + STOP_RETRY_S;
 	unsigned tries = 0;

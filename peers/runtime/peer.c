@@ -587,15 +587,60 @@ static int join_and_bind(struct peer *p)
 	return 0;
 }
 
-/* Waits for a stop: a signal, or peer_stop() from a worker. */
+/*
+ * A cache plugged in front of one of our ports (its next hop, bound by a
+ * live process) still writes back to us: the port it is in front of, or
+ * XSEG_NO_PORT.
+ */
+static uint32_t port_behind_a_cache(struct peer *p, uint32_t *cache)
+{
+	for (uint32_t port = p->cfg.port_first; port <= p->cfg.port_last; port++) {
+		uint32_t next = xseg_get_next_hop(p->seg, port);
+		struct xseg_port_info pi;
+		if (next != XSEG_NO_PORT && xseg_port_info(p->seg, next, &pi) == 0 &&
+		    pi.owner && pi.owner_alive && pi.owner != getpid()) {
+			*cache = next;
+			return port;
+		}
+	}
+	return XSEG_NO_PORT;
+}
+
+/*
+ * Waits for a stop: a signal, or peer_stop() from a worker. A signal to a
+ * whole path at once (Ctrl-C in a terminal) reaches the blocker with the
+ * caches in front of it: while one of them is still plugged in front of
+ * us it is writing back, so we keep serving until it has unplugged (or
+ * died), up to --stop-timeout, and only then stop.
+ */
 static void wait_for_stop(struct peer *p, const sigset_t *set)
 {
 	struct timespec ts = { 0, 100 * 1000 * 1000 };
+	uint64_t stop_by = 0;   /* a signal came; when we stop serving at last */
+	uint32_t cache = XSEG_NO_PORT, lingering = XSEG_NO_PORT;
+
 	while (!atomic_load(&p->stop) && atomic_load(&p->running)) {
+		if (stop_by) {
+			uint32_t behind = port_behind_a_cache(p, &cache);
+			if (behind == XSEG_NO_PORT || xseg_now_ns() >= stop_by) {
+				if (behind != XSEG_NO_PORT)
+					peer_warn("stop: port %u still has cache port %u in front "
+						  "after %us: stopping anyway", behind, cache,
+						  p->cfg.stop_timeout_s);
+				peer_stop(p);
+				break;
+			}
+			if (behind != lingering)
+				peer_info("stop: serving on while cache port %u in front of port "
+					  "%u writes back", cache, behind);
+			lingering = behind;
+			ts.tv_nsec = 10 * 1000 * 1000;
+		}
 		int sig = sigtimedwait(set, NULL, &ts);
-		if (sig == SIGTERM || sig == SIGINT) {
+		if ((sig == SIGTERM || sig == SIGINT) && !stop_by) {
 			peer_info("signal %d: stopping", sig);
-			peer_stop(p);
+			stop_by = xseg_now_ns() +
+				  (uint64_t)p->cfg.stop_timeout_s * 1000000000ull;
 		}
 		reap_dead_peers(p);
 	}

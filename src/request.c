@@ -105,7 +105,7 @@ static void release_request(struct xseg *s, struct xseg_request *req)
 
 /* The pool is empty: say who holds it, so that "in use" is never a
  * mystery (a client that asks for more than the pool has holds it all). */
-static int explain_empty_pool(struct xseg *s, uint32_t src)
+int xseg_pool_explain_empty(struct xseg *s, uint32_t src)
 {
 	uint32_t mine = 0, reserved = 0;
 	for (uint32_t i = 0; i < s->nr_requests; i++) {
@@ -121,23 +121,12 @@ static int explain_empty_pool(struct xseg *s, uint32_t src)
 			 s->nr_requests, mine, src, reserved);
 }
 
-struct xseg_request *xseg_get_request(struct xseg *s, uint32_t src)
+struct xseg_request *xseg_pool_take(struct xseg *s, uint32_t src)
 {
 	uint32_t idx;
 
-	if (!xseg_port_valid(s, src)) {
-		errno = -xseg_fail(EINVAL, "get request: port %u out of range", src);
+	if (!xseg_ring_pop(s->free_ring, &idx))
 		return NULL;
-	}
-	if (!xseg_port_owned_here(s, src)) {
-		errno = -xseg_fail(EPERM, "get request: port %u is not bound by this process", src);
-		return NULL;
-	}
-	if (!xseg_ring_pop(s->free_ring, &idx) &&
-	    (!xseg_reap_all_dead(s) || !xseg_ring_pop(s->free_ring, &idx))) {
-		errno = -explain_empty_pool(s, src);
-		return NULL;
-	}
 	struct xseg_request *r = &s->requests[idx];
 	xannotate_happens_after(&xseg_tsan_handoff);
 	r->generation++;

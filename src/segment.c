@@ -13,22 +13,6 @@
 
 #include "xseg_internal.h"
 
-static _Thread_local char last_error[256];
-
-const char *xseg_last_error(void)
-{
-	return last_error[0] ? last_error : "no error";
-}
-
-int xseg_fail(int err, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(last_error, sizeof(last_error), fmt, ap);
-	va_end(ap);
-	return -err;
-}
-
 void xseg_config_default(struct xseg_config *cfg)
 {
 	cfg->nr_ports = XSEG_DEFAULT_PORTS;

@@ -49,13 +49,6 @@ static long futex(_Atomic uint32_t *word, int op, uint32_t val, const struct tim
 	return syscall(SYS_futex, (uint32_t *)word, op, val, ts, NULL, 0);
 }
 
-uint64_t xseg_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 void xseg_signal_port(struct xseg *s, uint32_t port)
 {
 	uint32_t leader = atomic_load_explicit(&s->ports[port].group_leader,
@@ -112,8 +105,13 @@ static bool has_work(struct xseg *s, uint32_t leader, bool (*ready)(void *), voi
 	return group_has_work(s, leader) || (ready && ready(arg));
 }
 
-static int wait_on(struct xseg *s, uint32_t port, uint64_t timeout_ns,
-		   bool (*ready)(void *), void *arg)
+bool xseg_work_ready(struct xseg *s, uint32_t port, bool (*ready)(void *), void *arg)
+{
+	return has_work(s, leader_of(s, port), ready, arg);
+}
+
+int xseg_wait_on(struct xseg *s, uint32_t port, uint64_t timeout_ns,
+		 bool (*ready)(void *), void *arg)
 {
 	struct timespec ts, *tsp = NULL;
 	uint32_t leader = leader_of(s, port);
@@ -146,7 +144,7 @@ int xseg_wait(struct xseg *s, uint32_t port, uint64_t timeout_ns)
 {
 	if (!xseg_port_valid(s, port))
 		return xseg_fail(EINVAL, "wait: port %u out of range", port);
-	return wait_on(s, port, timeout_ns, NULL, NULL);
+	return xseg_wait_on(s, port, timeout_ns, NULL, NULL);
 }
 
 int xseg_signal(struct xseg *s, uint32_t port)
@@ -157,47 +155,3 @@ int xseg_signal(struct xseg *s, uint32_t port)
 	return 0;
 }
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ __volatile__("yield");
-#endif
-}
-
-/*
- * Spinning pays only while the peer we wait for is running on another core.
- * When more peers than cores are busy, a pure spin steals the core from the
- * very peer that would produce our work, so we yield between short bursts:
- * sched_yield lets any runnable peer on this core go first and costs little
- * when none is waiting.
- */
-int xseg_poll_until(struct xseg *s, uint32_t port, uint64_t spin_ns, uint64_t timeout_ns,
-		    bool (*ready)(void *), void *arg)
-{
-	if (!xseg_port_valid(s, port))
-		return xseg_fail(EINVAL, "poll: port %u out of range", port);
-	uint32_t leader = leader_of(s, port);
-	if (spin_ns) {
-		uint64_t start = xseg_now_ns();
-		for (;;) {
-			for (int i = 0; i < 64; i++) {
-				if (has_work(s, leader, ready, arg))
-					return 1;
-				cpu_relax();
-			}
-			if (xseg_now_ns() - start >= spin_ns)
-				break;
-			sched_yield();
-		}
-	}
-	/* About to sleep: a peer we wait on may be dead (xseg.h). */
-	xseg_reap_dead_peers_rate_limited(s);
-	return wait_on(s, port, timeout_ns, ready, arg);
-}
-
-int xseg_poll(struct xseg *s, uint32_t port, uint64_t spin_ns, uint64_t timeout_ns)
-{
-	return xseg_poll_until(s, port, spin_ns, timeout_ns, NULL, NULL);
-}

@@ -181,27 +181,49 @@ static inline struct xseg_ring *xseg_rep_ring(struct xseg *s, uint32_t port)
 
 /* ---- helpers shared by the modules ---------------------------------------- */
 
-/* Records the thread's last error (printf format) and returns -err. */
+/* error.c: records the thread's last error (printf format), returns -err. */
 int xseg_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* owner.c: who this process is, and whether a recorded owner lives. */
 pid_t xseg_self_pid(void);
 uint64_t xseg_owner_word(pid_t pid);       /* 0: gone (errno ESRCH), or could not look */
+uint64_t xseg_self_owner_word(void);
 bool xseg_owner_alive(uint64_t owner);
 static inline pid_t xseg_owner_pid(uint64_t owner)
 {
 	return (pid_t)(owner & 0xffffffffu);
 }
-bool xseg_port_owned_here(struct xseg *s, uint32_t port);
+
+/* wait.c: the futex wake-up. */
 void xseg_signal_port(struct xseg *s, uint32_t port);
-uint32_t xseg_fail_queued_requests(struct xseg *s, uint32_t port, int err);
+/* Wakes every thread asleep on port's word, to look again. */
+void xseg_wake_all(struct xseg *s, uint32_t port);
+/* Work queued on port's group, or what `ready` sees. */
+bool xseg_work_ready(struct xseg *s, uint32_t port, bool (*ready)(void *), void *arg);
+/* One sleep on port's group word until work, a wake-up or the timeout. */
+int xseg_wait_on(struct xseg *s, uint32_t port, uint64_t timeout_ns,
+		 bool (*ready)(void *), void *arg);
+
+/* port.c: ownership primitives. take: from nobody (0) or from a dead owner
+ * (1: the caller settles what it held), or -errno. */
+bool xseg_port_owned_here(struct xseg *s, uint32_t port);
+int xseg_port_take(struct xseg *s, uint32_t port, bool reaper);
+void xseg_port_release(struct xseg *s, uint32_t port);
+void xseg_port_set_group(struct xseg *s, uint32_t first, uint32_t last);
+/* Takes `port` out of its group (the rest stay groups of their own). */
+void xseg_port_ungroup(struct xseg *s, uint32_t port);
 /* Whether a next hop of dst's chain is `port`, bound or not. */
 bool xseg_route_reaches(struct xseg *s, uint32_t dst, uint32_t port);
+
+/* request.c: the pool, and settling what a port leaves behind. */
+struct xseg_request *xseg_pool_take(struct xseg *s, uint32_t src);  /* NULL: empty */
+int xseg_pool_explain_empty(struct xseg *s, uint32_t src);         /* -ENOBUFS */
+uint32_t xseg_fail_queued_requests(struct xseg *s, uint32_t port, int err);
 /* A port being left: a request that reached it as a hop for another port
  * (a cache) goes on where the route now leads, when that is elsewhere (the
  * cache was unplugged); the rest fail back EHOSTDOWN. Returns how many
  * failed. */
 uint32_t xseg_pass_on_queued_requests(struct xseg *s, uint32_t port);
-/* Wakes every thread asleep on port's word, to look again. */
-void xseg_wake_all(struct xseg *s, uint32_t port);
 /* Requests held by a dead port's owner: fail them back or free them. */
 void xseg_reclaim_port_requests(struct xseg *s, uint32_t port);
 /* Remembers that this handle sent or replied to `port` (for reaping). */
@@ -212,8 +234,10 @@ static inline void xseg_note_contact(struct xseg *s, uint32_t port)
 	if (!(atomic_load_explicit(word, memory_order_relaxed) & bit))
 		atomic_fetch_or_explicit(word, bit, memory_order_relaxed);
 }
-/* Reaps the ports of every dead owner in the segment (get_request's
- * sweep when the pool is empty). Returns how many. */
+
+/* owners.c: reaps the ports of every dead owner in the segment (the
+ * pool's sweep when it is empty; ten times a second at most). Returns
+ * how many. */
 int xseg_reap_all_dead(struct xseg *s);
 /* xseg_reap_dead_peers at most once per 100 ms of this handle. */
 void xseg_reap_dead_peers_rate_limited(struct xseg *s);

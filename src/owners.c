@@ -1,0 +1,184 @@
+/*
+ * Owners come and go: binding a port (taking over a dead owner's and
+ * settling what it left), leaving one (settling what it still has),
+ * reaping the ports of owners that died, and the pool's sweep of them when
+ * it runs dry. Above port.c (ownership) and request.c (settling).
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "xseg_internal.h"
+
+/* What a dead owner held at `port`, which this process now owns. */
+static void settle_dead_owner(struct xseg *s, uint32_t port)
+{
+	xseg_reclaim_port_requests(s, port);
+	atomic_store(&s->ports[port].reserved, 0);   /* reclaimed just now */
+}
+
+int xseg_bind_range(struct xseg *s, uint32_t first, uint32_t last)
+{
+	int rc = 0;
+
+	if (!s)
+		return xseg_fail(EINVAL, "bind: no segment");
+	if (first > last || last >= s->nr_ports)
+		return xseg_fail(EINVAL, "bind: port range %u..%u outside 0..%u", first, last,
+				 s->nr_ports - 1);
+	pthread_mutex_lock(&s->bind_lock);
+	uint32_t p;
+	for (p = first; p <= last; p++) {
+		if ((rc = xseg_port_take(s, p, false)) < 0)
+			break;
+		if (rc == 1)
+			settle_dead_owner(s, p);
+		rc = 0;
+		s->bound[p] = 1;
+	}
+	if (rc < 0) {
+		while (p-- > first) {
+			xseg_port_release(s, p);
+			s->bound[p] = 0;
+		}
+	} else {
+		xseg_port_set_group(s, first, last);
+	}
+	pthread_mutex_unlock(&s->bind_lock);
+	return rc;
+}
+
+int xseg_bind_port(struct xseg *s, uint32_t port)
+{
+	return xseg_bind_range(s, port, port);
+}
+
+int xseg_leave_port(struct xseg *s, uint32_t port)
+{
+	if (!xseg_port_valid(s, port))
+		return xseg_fail(EINVAL, "leave: port %u out of range", port);
+	if (!xseg_port_owned_here(s, port))
+		return xseg_fail(EPERM, "leave: port %u is not bound by this process", port);
+	pthread_mutex_lock(&s->bind_lock);
+	/* Nothing of this port may stay behind held by nobody: what is
+	 * queued for it (on along the route when it was only a hop, as a
+	 * cache unplugged at its stop), what it holds, what came back. */
+	xseg_pass_on_queued_requests(s, port);
+	xseg_reclaim_port_requests(s, port);
+	atomic_store(&s->ports[port].reserved, 0);
+	xseg_port_ungroup(s, port);
+	xseg_port_release(s, port);
+	s->bound[port] = 0;
+	pthread_mutex_unlock(&s->bind_lock);
+	return 0;
+}
+
+/* The owner died; or the port is unbound and a request or a reply slipped
+ * into its queues in the instant its owner left or was reaped. */
+static bool needs_reap(struct xseg *s, uint32_t port, uint64_t owner)
+{
+	if (owner)
+		return xseg_owner_pid(owner) != xseg_self_pid() && !xseg_owner_alive(owner);
+	return xseg_ring_nonempty(xseg_req_ring(s, port)) ||
+	       xseg_ring_nonempty(xseg_rep_ring(s, port));
+}
+
+int xseg_reap_port(struct xseg *s, uint32_t port, int err)
+{
+	if (!xseg_port_valid(s, port))
+		return xseg_fail(EINVAL, "reap: port %u out of range", port);
+	if (err <= 0)
+		return xseg_fail(EINVAL, "reap: error %d is not an errno", err);
+	struct xseg_port_shm *p = &s->ports[port];
+	uint64_t owner = atomic_load(&p->owner);
+	if (!needs_reap(s, port, owner))
+		return 0;
+	pthread_mutex_lock(&s->bind_lock);
+	/* Announced before the takeover: a binder that finds us owning the
+	 * port waits for the reap instead of failing. A count: two clients
+	 * may reap at once (one of them finds nothing to do). */
+	atomic_fetch_add(&p->reaping, 1);
+	/* A new owner may have bound it since: decide again. */
+	if (!needs_reap(s, port, atomic_load(&p->owner)) || xseg_port_take(s, port, true) < 0) {
+		atomic_fetch_sub(&p->reaping, 1);
+		pthread_mutex_unlock(&s->bind_lock);
+		return 0;
+	}
+	s->bound[port] = 1;
+	settle_dead_owner(s, port);
+	/* A dead owner's queue fails (it may have held data the route past
+	 * it lacks: a cache); what slipped into a cleanly left port's queue
+	 * goes on where the route leads now. */
+	uint32_t failed = owner ? xseg_fail_queued_requests(s, port, err)
+				: xseg_pass_on_queued_requests(s, port);
+	xseg_port_ungroup(s, port);
+	xseg_port_release(s, port);
+	atomic_fetch_sub(&p->reaping, 1);
+	s->bound[port] = 0;
+	pthread_mutex_unlock(&s->bind_lock);
+	return 1 + (int)failed;
+}
+
+int xseg_reap_dead_peers(struct xseg *s)
+{
+	int reaped = 0;
+
+	if (!s)
+		return xseg_fail(EINVAL, "reap: no segment");
+	for (uint32_t w = 0; w < (s->nr_ports + 63) / 64; w++) {
+		uint64_t bits = atomic_load_explicit(&s->contacts[w], memory_order_relaxed);
+		while (bits) {
+			uint32_t port = w * 64 + (uint32_t)__builtin_ctzll(bits);
+			bits &= bits - 1;
+			if (xseg_reap_port(s, port, EHOSTDOWN) > 0)
+				reaped++;
+		}
+	}
+	return reaped;
+}
+
+/* One caller per interval: the reap reads /proc for every contact. */
+static bool take_turn(_Atomic uint64_t *next_ns, uint64_t interval_ns)
+{
+	uint64_t now = xseg_now_ns(), next = atomic_load_explicit(next_ns, memory_order_relaxed);
+	return now >= next &&
+	       atomic_compare_exchange_strong(next_ns, &next, now + interval_ns);
+}
+
+void xseg_reap_dead_peers_rate_limited(struct xseg *s)
+{
+	if (take_turn(&s->next_peer_reap_ns, 100000000ull))
+		xseg_reap_dead_peers(s);
+}
+
+int xseg_reap_all_dead(struct xseg *s)
+{
+	int reaped = 0;
+
+	if (!take_turn(&s->next_pool_sweep_ns, 100000000ull))
+		return 0;
+	for (uint32_t port = 0; port < s->nr_ports; port++) {
+		uint64_t owner = atomic_load_explicit(&s->ports[port].owner, memory_order_relaxed);
+		if (owner && xseg_owner_pid(owner) != xseg_self_pid() &&
+		    xseg_reap_port(s, port, EHOSTDOWN) > 0)
+			reaped++;
+	}
+	return reaped;
+}
+
+struct xseg_request *xseg_get_request(struct xseg *s, uint32_t src)
+{
+	if (!xseg_port_valid(s, src)) {
+		errno = -xseg_fail(EINVAL, "get request: port %u out of range", src);
+		return NULL;
+	}
+	if (!xseg_port_owned_here(s, src)) {
+		errno = -xseg_fail(EPERM, "get request: port %u is not bound by this process", src);
+		return NULL;
+	}
+	struct xseg_request *r = xseg_pool_take(s, src);
+	if (!r && xseg_reap_all_dead(s))
+		r = xseg_pool_take(s, src);
+	if (!r)
+		errno = -xseg_pool_explain_empty(s, src);
+	return r;
+}

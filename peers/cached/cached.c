@@ -220,15 +220,17 @@ static void reply_stats(struct xseg_request *x)
 		",\"flush_backoff_ms\":%" PRIu64 ",\"flush_error\":\"%s\""
 		",\"flush_avg_us\":%.1f,\"waits\":%" PRIu64 ",\"uncached\":%" PRIu64
 		",\"lent\":%" PRIu64
-		",\"failed\":%" PRIu64 ",\"blocker_in_flight\":%" PRIu64 "}",
+		",\"failed\":%" PRIu64 ",\"blocker_in_flight\":%" PRIu64
+		",\"barriers_open\":%" PRIu64 ",\"barrier_waiters\":%" PRIu64 "}",
 		C.port, C.blocker_port, s.policy == CACHE_WRITEBACK ? "writeback" : "writethrough",
 		s.hits, s.misses, s.partial_hits, s.read_bytes, s.write_bytes,
 		s.blocker_read_bytes, s.blocker_write_bytes, s.dirty_bytes, s.cached_bytes,
 		s.free_bytes, s.objects, s.evictions, s.clean_released_bytes, s.flushes, s.flush_failures,
 		s.flush_backoff_ns / 1000000, s.flush_error ? strerror(s.flush_error) : "",
 		s.flushes ? (double)s.flush_ns_total / (double)s.flushes / 1e3 : 0.0,
-		s.waits, s.uncached, s.lent, s.failed, s.blocker_in_flight);
-	if (n < 0 || (size_t)n >= sizeof(buf)) {   /* cannot happen: 26 fields fit */
+		s.waits, s.uncached, s.lent, s.failed, s.blocker_in_flight, s.barriers_open,
+		s.barrier_waiters);
+	if (n < 0 || (size_t)n >= sizeof(buf)) {   /* cannot happen: 28 fields fit */
 		respond(x, false, EOVERFLOW, 0);
 		return;
 	}

@@ -114,6 +114,8 @@ struct cache_engine {
 		_Atomic uint64_t evictions, clean_released, flushes, flush_failures, flush_ns_total;
 		_Atomic uint64_t waits, uncached, failed, lent;
 	} st;
+	_Atomic uint64_t barriers_open;    /* FLUSH, policy switch, COPY: not answered yet */
+	_Atomic uint64_t barrier_waiters;  /* of those, objects still to be clean */
 };
 
 static _Thread_local struct bucket_magazine tl_magazine;
@@ -477,6 +479,7 @@ static void notify_waiters(struct cache_object *o, int error)
 	o->waiters = NULL;
 	while (w) {
 		struct flush_waiter *next = w->next;
+		atomic_fetch_sub(&o->e->barrier_waiters, 1);
 		barrier_arrive(w->b, error);
 		obj_put(w->obj);
 		free(w);
@@ -656,8 +659,10 @@ static void barrier_arrive(struct barrier *b, int error)
 {
 	if (error)
 		atomic_store(&b->error, error);
-	if (atomic_fetch_sub(&b->pending, 1) == 1)
+	if (atomic_fetch_sub(&b->pending, 1) == 1) {
+		atomic_fetch_sub(&b->e->barriers_open, 1);
 		b->then(b);
+	}
 }
 
 /* On the object's queue: arrive now if clean, else when its flush ends. */
@@ -674,6 +679,7 @@ static void waiter_job(struct xwork *work, void *arg)
 	}
 	w->next = o->waiters;
 	o->waiters = w;
+	atomic_fetch_add(&o->e->barrier_waiters, 1);
 	if (o->flushes)
 		o->flush_again = true;
 	else
@@ -731,6 +737,7 @@ static struct barrier *barrier_new(struct cache_engine *e, struct cache_req *req
 	if (!b)
 		return NULL;
 	atomic_init(&b->pending, 1);   /* the creator's, dropped by barrier_arrive */
+	atomic_fetch_add(&e->barriers_open, 1);
 	b->e = e;
 	b->req = req;
 	b->then = then;
@@ -1599,5 +1606,7 @@ void cache_engine_stats(struct cache_engine *e, struct cache_stats *s)
 	s->lent = atomic_load(&e->st.lent);
 	s->failed = atomic_load(&e->st.failed);
 	s->blocker_in_flight = atomic_load(&e->bios_in_flight);
+	s->barriers_open = atomic_load(&e->barriers_open);
+	s->barrier_waiters = atomic_load(&e->barrier_waiters);
 	s->policy = (enum cache_policy)atomic_load(&e->policy);
 }

@@ -145,6 +145,8 @@ struct cache_stats {
 	uint64_t lent;                          /* client requests sent on to the blocker */
 	uint64_t failed;
 	uint64_t blocker_in_flight;             /* requests out to the blocker now */
+	uint64_t barriers_open;                 /* FLUSH, policy switch, COPY under way */
+	uint64_t barrier_waiters;               /* objects those still wait to be clean */
 	enum cache_policy policy;
 };
 

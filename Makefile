@@ -16,6 +16,9 @@ PREFIX   ?= /usr/local
 DESTDIR  ?=
 
 CC       ?= cc
+# The project's version is written once, in include/xseg/version.h.
+XSEG_VERSION := $(shell sed -n 's/^\#define XSEG_VERSION  *"\(.*\)"/\1/p' include/xseg/version.h)
+
 PKGS     := liburcu liburcu-cds libxxhash
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
@@ -137,7 +140,7 @@ install: all
 	install -m 0644 $(LIBXSEG_A) $(DESTDIR)$(PREFIX)/lib/
 	install -m 0755 $(LIBXSEG_SO) $(DESTDIR)$(PREFIX)/lib/
 	cp -r include/xseg include/xtypes $(DESTDIR)$(PREFIX)/include/
-	sed -e 's|@PREFIX@|$(PREFIX)|g' tools/libxseg.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/libxseg.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(XSEG_VERSION)|g' tools/libxseg.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/libxseg.pc
 
 clean:
 	rm -rf build build-address build-thread

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "xseg/version.h"
 #include "xseg/xseg.h"
 #include "block_data.h"
 #include "block_order.h"
@@ -89,7 +90,8 @@ static void usage(FILE *out)
 "  --timeout S           give up on requests outstanding longer (default 30)\n"
 "  --progress            a progress line every second (default: on a TTY)\n"
 "  --json                last stdout line: one JSON object with the results\n"
-"  --help\n", MAX_IODEPTH);
+"  -h, --help\n"
+"  --version\n", MAX_IODEPTH);
 }
 
 static void die_arg(const char *opt, const char *val, const char *why)
@@ -118,7 +120,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 {
 	enum { O_SEG = 256, O_PORT, O_TPORT, O_OP, O_PATTERN, O_TOTAL, O_BS, O_OS,
 	       O_DEPTH, O_SEED, O_VERIFY, O_VOLUME, O_PREFIX, O_JSON, O_PROGRESS,
-	       O_SPIN, O_TIMEOUT, O_HELP };
+	       O_SPIN, O_TIMEOUT, O_HELP, O_VERSION };
 	static const struct option longopts[] = {
 		{ "segment", required_argument, NULL, O_SEG },
 		{ "port", required_argument, NULL, O_PORT },
@@ -138,6 +140,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 		{ "spin-us", required_argument, NULL, O_SPIN },
 		{ "timeout", required_argument, NULL, O_TIMEOUT },
 		{ "help", no_argument, NULL, O_HELP },
+		{ "version", no_argument, NULL, O_VERSION },
 		{ NULL, 0, NULL, 0 },
 	};
 	bool have_port = false, have_tport = false, have_op = false, have_pattern = false;
@@ -147,7 +150,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 			       .seed = 1, .prefix = "bench", .spin_us = 20, .timeout_s = 30,
 			       .progress = isatty(STDERR_FILENO) };
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (c) {
 		case O_SEG: o->segment = optarg; break;
 		case O_PORT: o->port = (uint32_t)arg_uint("--port", optarg, XSEG_MAX_PORTS); have_port = true; break;
@@ -185,7 +188,9 @@ static void parse_options(int argc, char **argv, struct options *o)
 		case O_TIMEOUT: o->timeout_s = arg_uint("--timeout", optarg, 86400);
 			if (!o->timeout_s) die_arg("--timeout", optarg, "must be at least 1");
 			break;
+		case 'h':
 		case O_HELP: usage(stdout); exit(0);
+		case O_VERSION: xseg_print_version("bench-xseg"); exit(0);
 		default:
 			fprintf(stderr, "bench-xseg: unknown or incomplete option '%s' (see --help)\n",
 				argv[optind - 1]);

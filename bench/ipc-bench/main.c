@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "xseg/version.h"
 #include "xseg/xseg.h"
 #include "../common/bench_args.h"
 #include "../common/latency.h"
@@ -74,7 +75,8 @@ static void usage(FILE *out)
 "  --seconds S         ... or run this long (e.g. 5, 0.5)\n"
 "  --spin-us N         busy-poll this long before sleeping (default 50)\n"
 "  --json              last stdout line: one JSON object with the results\n"
-"  --help\n"
+"  -h, --help\n"
+"  --version\n"
 "Exit status: 0 every request served, 1 a failure, 2 bad arguments.\n",
 		MAX_IODEPTH, MAX_THREADS, DEFAULT_REQUESTS);
 }
@@ -82,7 +84,7 @@ static void usage(FILE *out)
 static void parse_options(int argc, char **argv)
 {
 	enum { O_SEG = 256, O_PORT, O_TARGET, O_DEPTH, O_THREADS, O_REQS, O_SECS,
-	       O_SPIN, O_JSON, O_HELP };
+	       O_SPIN, O_JSON, O_HELP, O_VERSION };
 	static const struct option opts[] = {
 		{ "segment", required_argument, NULL, O_SEG },
 		{ "port", required_argument, NULL, O_PORT },
@@ -94,12 +96,13 @@ static void parse_options(int argc, char **argv)
 		{ "spin-us", required_argument, NULL, O_SPIN },
 		{ "json", no_argument, NULL, O_JSON },
 		{ "help", no_argument, NULL, O_HELP },
+		{ "version", no_argument, NULL, O_VERSION },
 		{ NULL, 0, NULL, 0 },
 	};
 	bool have_port = false, have_target = false;
 	int c;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
 		case O_SEG: O.segment = optarg; break;
 		case O_PORT:
@@ -125,7 +128,9 @@ static void parse_options(int argc, char **argv)
 			O.spin_ns = bench_arg_uint("--spin-us", optarg, 0, 1000000) * 1000;
 			break;
 		case O_JSON: O.json = true; break;
+		case 'h':
 		case O_HELP: usage(stdout); exit(0);
+		case O_VERSION: xseg_print_version("ipc-bench"); exit(0);
 		default:
 			bench_usage_error("unknown or incomplete option '%s' (see --help)",
 					  argv[optind - 1]);

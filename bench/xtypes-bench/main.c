@@ -3,6 +3,7 @@
  * 512K and 2M entries on 1 and 2 threads, and xworkq throughput.
  * Speed is reported here, never asserted.  See --help.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -15,6 +16,7 @@
 #include <time.h>
 #include <urcu.h>
 
+#include <xseg/version.h>
 #include <xtypes/xcache.h>
 #include <xtypes/xworkq.h>
 
@@ -251,8 +253,23 @@ static void usage(FILE *f)
 		"  --json       one JSON object instead of tables\n"
 		"  --quick      128K entries only, fewer operations (a smoke run)\n"
 		"  --lookups N  lookups per thread (default %ld)\n"
-		"  --jobs N     xworkq jobs per thread (default %ld)\n",
+		"  --jobs N     xworkq jobs per thread (default %ld)\n"
+		"  -h, --help   this text\n"
+		"  --version    the version and segment layout\n",
 		lookups_per_thread, jobs_per_thread);
+}
+
+/* A positive count for --lookups or --jobs; a bad one exits 2 naming it. */
+static long count_arg(const char *opt, const char *val)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(val, &end, 10);
+	if (!*val || *end || errno || v <= 0) {
+		fprintf(stderr, "xtypes-bench: %s: '%s' is not a positive whole number\n", opt, val);
+		exit(2);
+	}
+	return v;
 }
 
 int main(int argc, char **argv)
@@ -260,24 +277,30 @@ int main(int argc, char **argv)
 	static const struct option opts[] = {
 		{ "json", no_argument, NULL, 'j' }, { "quick", no_argument, NULL, 'q' },
 		{ "lookups", required_argument, NULL, 'l' }, { "jobs", required_argument, NULL, 'w' },
-		{ "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 },
+		{ "help", no_argument, NULL, 'h' }, { "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
 	};
 	bool json = false;
 	size_t nr_sizes = sizeof(cache_sizes) / sizeof(cache_sizes[0]);
 	int c;
 
-	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'j': json = true; break;
 		case 'q': nr_sizes = 1; lookups_per_thread = 500000; jobs_per_thread = 200000; break;
-		case 'l': lookups_per_thread = atol(optarg); break;
-		case 'w': jobs_per_thread = atol(optarg); break;
+		case 'l': lookups_per_thread = count_arg("--lookups", optarg); break;
+		case 'w': jobs_per_thread = count_arg("--jobs", optarg); break;
 		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		case 'V': xseg_print_version("xtypes-bench"); return 0;
+		default:
+			fprintf(stderr, "xtypes-bench: unknown or incomplete option '%s' (see --help)\n",
+				argv[optind - 1]);
+			return 2;
 		}
 	}
-	if (lookups_per_thread <= 0 || jobs_per_thread <= 0) {
-		usage(stderr);
+	if (optind < argc) {
+		fprintf(stderr, "xtypes-bench: unexpected argument '%s' (see --help)\n", argv[optind]);
 		return 2;
 	}
 

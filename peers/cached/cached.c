@@ -25,6 +25,7 @@
 #include <unistd.h>
 #include <urcu.h>
 
+#include "xseg/version.h"
 #include "xseg/xseg.h"
 #include "engine.h"
 
@@ -547,7 +548,8 @@ static void usage(FILE *out)
 "  --daemon                run in the background: returns once serving, then\n"
 "                          keeps stderr (the log) only if it is a file\n"
 "  --pidfile F             the daemon's pid (with --daemon)\n"
-"  --help\n");
+"  -h, --help\n"
+"  --version\n");
 }
 
 static void die_arg(const char *opt, const char *val, const char *why)
@@ -575,7 +577,7 @@ static uint64_t uint_arg(const char *opt, const char *val, uint64_t max)
 static void parse_options(int argc, char **argv)
 {
 	enum { O_SEG = 256, O_PORT, O_BPORT, O_CSIZE, O_MAXOBJ, O_OSIZE, O_BSIZE, O_MRS,
-	       O_POLICY, O_HIGH, O_LOW, O_THREADS, O_SPIN, O_LOG, O_DAEMON, O_PIDFILE, O_HELP };
+	       O_POLICY, O_HIGH, O_LOW, O_THREADS, O_SPIN, O_LOG, O_DAEMON, O_PIDFILE, O_HELP, O_VERSION };
 	static const struct option opts[] = {
 		{ "segment", required_argument, NULL, O_SEG },
 		{ "port", required_argument, NULL, O_PORT },
@@ -594,6 +596,7 @@ static void parse_options(int argc, char **argv)
 		{ "daemon", no_argument, NULL, O_DAEMON },
 		{ "pidfile", required_argument, NULL, O_PIDFILE },
 		{ "help", no_argument, NULL, O_HELP },
+		{ "version", no_argument, NULL, O_VERSION },
 		{ NULL, 0, NULL, 0 },
 	};
 	bool have_port = false, have_bport = false;
@@ -610,7 +613,7 @@ static void parse_options(int argc, char **argv)
 				       .policy = CACHE_WRITEBACK, .dirty_high_pct = 75,
 				       .dirty_low_pct = 50 };
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
 		case O_SEG:
 			if (!*optarg || strlen(optarg) > XSEG_NAME_MAX || strchr(optarg, '/'))
@@ -651,7 +654,9 @@ static void parse_options(int argc, char **argv)
 			break;
 		case O_DAEMON: C.daemonize = true; break;
 		case O_PIDFILE: C.pidfile = optarg; break;
+		case 'h':
 		case O_HELP: usage(stdout); exit(0);
+		case O_VERSION: xseg_print_version("cached"); exit(0);
 		default:
 			fprintf(stderr, "cached: unknown or incomplete option '%s' (see --help)\n",
 				argv[optind - 1]);

@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "xseg/version.h"
 #include "xseg/xseg.h"
 
 #define BATCH 32u
@@ -176,7 +177,8 @@ static void usage(FILE *out)
 "  --daemon           detach once serving (stderr kept only if it is a file);\n"
 "                     needs --pidfile\n"
 "  --pidfile F        write the serving process's pid to F\n"
-"  --help\n"
+"  -h, --help\n"
+"  --version\n"
 "SIGTERM or SIGINT: answer what is queued, leave the port, exit 0.\n",
 		MAX_THREADS);
 }
@@ -204,7 +206,7 @@ static uint64_t uint_arg(const char *opt, const char *val, uint64_t min, uint64_
 
 static void parse_options(int argc, char **argv)
 {
-	enum { O_SEG = 256, O_PORT, O_FORWARD, O_THREADS, O_SPIN, O_LOG, O_DAEMON, O_PIDFILE, O_HELP };
+	enum { O_SEG = 256, O_PORT, O_FORWARD, O_THREADS, O_SPIN, O_LOG, O_DAEMON, O_PIDFILE, O_HELP, O_VERSION };
 	static const struct option opts[] = {
 		{ "segment", required_argument, NULL, O_SEG },
 		{ "port", required_argument, NULL, O_PORT },
@@ -215,12 +217,13 @@ static void parse_options(int argc, char **argv)
 		{ "daemon", no_argument, NULL, O_DAEMON },
 		{ "pidfile", required_argument, NULL, O_PIDFILE },
 		{ "help", no_argument, NULL, O_HELP },
+		{ "version", no_argument, NULL, O_VERSION },
 		{ NULL, 0, NULL, 0 },
 	};
 	bool have_port = false;
 	int c;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
 		case O_SEG:
 			if (!*optarg || strlen(optarg) > XSEG_NAME_MAX || strchr(optarg, '/'))
@@ -253,7 +256,9 @@ static void parse_options(int argc, char **argv)
 				bad_arg("--pidfile", optarg, "is not a file name");
 			N.pidfile = optarg;
 			break;
+		case 'h':
 		case O_HELP: usage(stdout); exit(0);
+		case O_VERSION: xseg_print_version("nulld"); exit(0);
 		default:
 			fprintf(stderr, "nulld: unknown or incomplete option '%s' (see --help)\n",
 				argv[optind - 1]);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "runtime.h"
+#include "xseg/version.h"
 
 enum {
 	OPT_SEGMENT = PEER_OPT_RESERVED,
@@ -20,6 +21,7 @@ enum {
 	OPT_SPIN_US,
 	OPT_STOP_TIMEOUT,
 	OPT_HELP,
+	OPT_VERSION,
 };
 
 static const struct option common_options[] = {
@@ -32,6 +34,7 @@ static const struct option common_options[] = {
 	{ "spin-us", required_argument, NULL, OPT_SPIN_US },
 	{ "stop-timeout", required_argument, NULL, OPT_STOP_TIMEOUT },
 	{ "help", no_argument, NULL, OPT_HELP },
+	{ "version", no_argument, NULL, OPT_VERSION },
 };
 #define NR_COMMON (sizeof(common_options) / sizeof(common_options[0]))
 
@@ -84,7 +87,8 @@ static void usage(const struct peer_ops *ops)
 	       "  --spin-us N          busy-poll this long before sleeping (default 20)\n"
 	       "  --stop-timeout S     on SIGTERM, wait at most S seconds for requests in\n"
 	       "                       flight (default 30)\n"
-	       "  --help               this text\n",
+	       "  -h, --help           this text\n"
+	       "  --version            the version and segment layout\n",
 	       ops->default_threads ? ops->default_threads : 1);
 }
 
@@ -166,8 +170,8 @@ static int common_option(struct peer_config *c, int val, const char *arg)
 }
 
 /*
- * Returns 0 to go on, otherwise the exit status: 2 for a bad argument, 0
- * after --help (printed), 1 when out of memory.
+ * Returns 0 to go on, otherwise the exit status: 2 for a bad argument, -1
+ * (exit 0) after --help or --version (printed), 1 when out of memory.
  */
 int peer_parse_args(struct peer *p, int argc, char **argv)
 {
@@ -199,6 +203,11 @@ int peer_parse_args(struct peer *p, int argc, char **argv)
 			usage(ops);
 			free(all);
 			return -1;   /* --help: exit 0 */
+		}
+		if (val == OPT_VERSION) {
+			xseg_print_version(ops->name);
+			free(all);
+			return -1;
 		}
 		if (val == ':') {
 			fprintf(stderr, "%s: option '%s' needs a value\n", ops->name, argv[optind - 1]);

@@ -683,7 +683,7 @@ int peer_main(int argc, char **argv, const struct peer_ops *ops, void *priv)
 	peer_log_setup(ops->name, PEER_LOG_WARN);
 	int rc = peer_parse_args(p, argc, argv);
 	if (rc < 0)
-		return 0;   /* --help */
+		return 0;   /* --help or --version */
 	if (rc > 0)
 		return rc;
 	peer_log_setup(ops->name, p->cfg.log_level);

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "xseg/version.h"
 #include "xseg/xseg.h"
 
 struct args {
@@ -38,6 +39,8 @@ static void usage(FILE *out)
 "  --data TEXT        WRITE: repeated to fill --size; CONTROL: the command\n"
 "  --src NAME         COPY: the source object (the target is the destination)\n"
 "  --timeout S        give up after S seconds (default 10; exit 3)\n"
+"  -h, --help         this text\n"
+"  --version          the version and segment layout\n"
 "Exit: 0 served, 1 failed, 2 bad argument, 3 no answer in time.\n");
 }
 
@@ -57,7 +60,7 @@ static uint64_t arg_size(const char *opt, const char *val)
 
 static void parse(int argc, char **argv, struct args *a)
 {
-	enum { O_SEG = 1, O_PORT, O_TPORT, O_OP, O_TARGET, O_OFF, O_SIZE, O_DATA, O_SRC, O_TMO };
+	enum { O_SEG = 1, O_PORT, O_TPORT, O_OP, O_TARGET, O_OFF, O_SIZE, O_DATA, O_SRC, O_TMO, O_VERSION };
 	static const struct option opts[] = {
 		{ "segment", required_argument, NULL, O_SEG },
 		{ "port", required_argument, NULL, O_PORT },
@@ -70,6 +73,7 @@ static void parse(int argc, char **argv, struct args *a)
 		{ "src", required_argument, NULL, O_SRC },
 		{ "timeout", required_argument, NULL, O_TMO },
 		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, O_VERSION },
 		{ NULL, 0, NULL, 0 },
 	};
 	int c;
@@ -110,6 +114,7 @@ static void parse(int argc, char **argv, struct args *a)
 				die_arg("--timeout", optarg, "is not a number of seconds (1..86400)");
 			break;
 		case 'h': usage(stdout); exit(0);
+		case O_VERSION: xseg_print_version("xreq"); exit(0);
 		default:
 			fprintf(stderr, "xreq: unknown or incomplete option '%s' (see --help)\n",
 				argv[optind - 1]);

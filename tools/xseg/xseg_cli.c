@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "xseg/version.h"
 #include "xseg/xseg.h"
 #include "control.h"
 
@@ -86,7 +87,7 @@ static void parse(int argc, char **argv, const struct command *cmd, struct args 
 	};
 	int c;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
 		case O_SEG: a->segment = optarg; break;
 		case O_PORTS: a->ports = num("--ports", optarg, 1, XSEG_MAX_PORTS); break;
@@ -113,6 +114,7 @@ static void parse(int argc, char **argv, const struct command *cmd, struct args 
 				bad("--set: '%s' is not writeback or writethrough%s", optarg, "");
 			a->set = optarg;
 			break;
+		case 'h':
 		case O_HELP: printf("usage: %s\n%s", cmd->synopsis, cmd->help); exit(0);
 		default: bad("unknown or incomplete option '%s'%s", argv[optind - 1], " (see --help)");
 		}
@@ -428,7 +430,8 @@ static void print_usage(FILE *out)
 	fputs("usage: xseg COMMAND --segment NAME [options]\n\n", out);
 	for (size_t i = 0; i < NR_COMMANDS; i++)
 		fprintf(out, "  %s\n", commands[i].synopsis);
-	fputs("\n'xseg help COMMAND' or 'xseg COMMAND --help' says more.\n"
+	fputs("  xseg --version\n"
+	      "\n'xseg help COMMAND' or 'xseg COMMAND --help' (-h) says more.\n"
 	      "Exit status: 0 ok, 1 failure, 2 bad arguments.\n", out);
 }
 
@@ -453,6 +456,10 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help"))
 		return help(argc, argv);
+	if (!strcmp(argv[1], "--version")) {
+		xseg_print_version("xseg");
+		return 0;
+	}
 	const struct command *cmd = find_command(argv[1]);
 	if (!cmd)
 		bad("unknown command '%s'%s", argv[1], " (see xseg --help)");

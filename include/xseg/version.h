@@ -1,0 +1,24 @@
+/*
+ * The project's version, the one place it is written. Every program prints
+ * it for --version; the Makefile reads XSEG_VERSION from here for the
+ * pkg-config file. XSEG_VERSION_LAYOUT is the segment layout these programs
+ * create and join (src/xseg_internal.h XSEG_LAYOUT_VERSION, which libxseg writes into
+ * every segment header; tests/test_programs_help.sh fails when the two
+ * differ).
+ */
+#ifndef XSEG_VERSION_H
+#define XSEG_VERSION_H
+
+#include <stdio.h>
+
+#define XSEG_VERSION        "0.1.0"
+#define XSEG_VERSION_LAYOUT 5
+
+/* The --version line: "PROGRAM (xseg) 0.1.0, segment layout 5". */
+static inline void xseg_print_version(const char *program)
+{
+	printf("%s (xseg) %s, segment layout %d\n", program, XSEG_VERSION,
+	       XSEG_VERSION_LAYOUT);
+}
+
+#endif

@@ -17,10 +17,11 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "xseg/version.h"
 #include "xseg/xseg.h"
 
 #define XSEG_MAGIC           "XSEGSHM"
-#define XSEG_LAYOUT_VERSION  5u
+#define XSEG_LAYOUT_VERSION  ((uint32_t)XSEG_VERSION_LAYOUT)   /* include/xseg/version.h */
 #define XSEG_CACHELINE       64u
 
 /* ---- lock-free bounded MPMC ring of u32 (ring.c) ------------------------

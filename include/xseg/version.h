@@ -2,9 +2,8 @@
  * The project's version, the one place it is written. Every program prints
  * it for --version; the Makefile reads XSEG_VERSION from here for the
  * pkg-config file. XSEG_VERSION_LAYOUT is the segment layout these programs
- * create and join (src/xseg_internal.h XSEG_LAYOUT_VERSION, which libxseg writes into
- * every segment header; tests/test_programs_help.sh fails when the two
- * differ).
+ * create and join: libxseg writes it into every segment header and refuses
+ * a segment of another (src/xseg_internal.h takes it from here).
  */
 #ifndef XSEG_VERSION_H
 #define XSEG_VERSION_H

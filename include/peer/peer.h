@@ -302,6 +302,26 @@ void peer_unpark_workers(struct peer *p);
  * much the peer has under way (a helper parks the workers only when low). */
 uint64_t peer_in_flight(struct peer *p);
 
+/* ---- daemon and pidfile ---------------------------------------------------------- */
+
+/*
+ * --daemon, for peer_main and for programs with a main loop of their own
+ * (cached, nulld). Call before binding any port (the daemon must own
+ * them). Returns 0 in the daemon, with *ready_fd set; the caller's process
+ * waits until the daemon calls peer_daemon_ready and exits with its
+ * status (0 serving, 1 failed, 2 a bad argument found late). Serving, the
+ * daemon lets go of the caller's stdout, and of its stderr unless that is
+ * a file (a log). -1 (logged) if it could not fork.
+ */
+int peer_daemonize(int *ready_fd);
+/* Tells the waiting caller `status`; a no-op for ready_fd < 0. */
+void peer_daemon_ready(int ready_fd, int status);
+/* --pidfile: created with O_EXCL; a stale one (dead pid) is replaced, a
+ * live one is an error naming its pid. 0 or -1 (logged). */
+int peer_pidfile_create(const char *path);
+/* Removes it if it still holds our pid. */
+void peer_pidfile_remove(const char *path);
+
 /* ---- logging --------------------------------------------------------------- */
 
 enum peer_log_level {

@@ -27,11 +27,11 @@
 
 #include "xseg/version.h"
 #include "xseg/xseg.h"
+#include "peer/peer.h"
 #include "engine.h"
 
 #define BATCH 32u
 
-enum log_level { LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG };
 
 struct cached {
 	struct xseg *seg;
@@ -39,7 +39,7 @@ struct cached {
 	uint32_t port, blocker_port;
 	unsigned threads;
 	uint64_t spin_ns;
-	enum log_level log_level;
+	enum peer_log_level log_level;
 	const char *pidfile;
 	bool daemonize;
 	struct cache_config cfg;
@@ -52,22 +52,6 @@ struct cached {
 static struct cached C;
 /* Lock-free atomics are async-signal-safe and visible to every thread. */
 static _Atomic int stop_requested;
-
-static void logmsg(enum log_level lvl, const char *fmt, ...)
-{
-	static const char *const names[] = { "error", "warn", "info", "debug" };
-	if (lvl > C.log_level)
-		return;
-	char buf[512];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(buf, sizeof(buf), fmt, ap);
-	va_end(ap);
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	fprintf(stderr, "%ld.%03ld cached[%d] %s: %s\n", (long)ts.tv_sec, ts.tv_nsec / 1000000,
-		(int)getpid(), names[lvl], buf);
-}
 
 /* ---- blocker requests (the engine's backend) ------------------------------ */
 
@@ -148,7 +132,7 @@ static void backend_submit(void *ctx, struct cache_bio *bio)
 		static _Atomic time_t last_warned;
 		time_t now = time(NULL);
 		if (atomic_exchange(&last_warned, now) != now)   /* once a second */
-			logmsg(LOG_WARN, "cannot reach blocker port %u: %s", C.blocker_port,
+			peer_log(PEER_LOG_WARN, "cannot reach blocker port %u: %s", C.blocker_port,
 			       xseg_last_error());
 		bio->served = false;
 		bio->error = EHOSTUNREACH;
@@ -185,7 +169,7 @@ static void respond(struct xseg_request *x, bool served, int error, uint64_t ser
 	x->error = served ? 0 : error;
 	x->serviced = serviced;
 	if (xseg_respond(C.seg, x, C.port) < 0)
-		logmsg(LOG_ERROR, "cannot answer request %u: %s", x->index, xseg_last_error());
+		peer_log(PEER_LOG_ERROR, "cannot answer request %u: %s", x->index, xseg_last_error());
 	atomic_fetch_sub(&C.in_flight, 1);
 }
 
@@ -251,7 +235,7 @@ static void handle_control(struct glue_req *g)
 	memcpy(g->control, xseg_get_data(C.seg, x), len);
 	g->control[len] = '\0';
 	g->control[strcspn(g->control, "\n")] = '\0';
-	logmsg(LOG_INFO, "control: %s", g->control);
+	peer_log(PEER_LOG_INFO, "control: %s", g->control);
 
 	if (!strcmp(g->control, "stats")) {
 		reply_stats(x);
@@ -288,7 +272,7 @@ static void on_client_request(struct xseg_request *x)
 	if (!r->name)
 		r->name = "";
 	if ((x->op == X_READ || x->op == X_WRITE) && x->datalen < x->size) {
-		logmsg(LOG_WARN, "%s %s: size %" PRIu64 " over the buffer's %" PRIu64 " bytes",
+		peer_log(PEER_LOG_WARN, "%s %s: size %" PRIu64 " over the buffer's %" PRIu64 " bytes",
 		       xseg_op_name(x->op), r->name, x->size, x->datalen);
 		respond(x, false, EINVAL, 0);
 		return;
@@ -362,7 +346,7 @@ static void reap_dead_blocker(void)
 		return;
 	int n = xseg_reap_port(C.seg, to, EHOSTDOWN);
 	if (n > 0)
-		logmsg(LOG_WARN, "blocker port %u: its owner died; failed %d queued requests "
+		peer_log(PEER_LOG_WARN, "blocker port %u: its owner died; failed %d queued requests "
 		       "back, dirty data stays until a blocker binds the port", to, n - 1);
 }
 
@@ -380,7 +364,7 @@ static void warn_flush_failures(uint64_t now)
 	struct cache_stats st;
 	cache_engine_stats(C.engine, &st);
 	if (st.flush_error && st.flush_failures > failures_seen && now >= next_warn) {
-		logmsg(LOG_WARN, "cannot write back to blocker port %u: %s; %" PRIu64 " dirty "
+		peer_log(PEER_LOG_WARN, "cannot write back to blocker port %u: %s; %" PRIu64 " dirty "
 		       "bytes wait, %" PRIu64 " failed writes since the last word; retrying "
 		       "every %" PRIu64 " ms", C.blocker_port, strerror(st.flush_error),
 		       st.dirty_bytes, st.flush_failures - failures_seen,
@@ -389,7 +373,7 @@ static void warn_flush_failures(uint64_t now)
 		next_warn = now + FLUSH_WARN_INTERVAL_S * 1000000000ull;
 		warned = true;
 	} else if (warned && !st.flush_error) {
-		logmsg(LOG_WARN, "blocker port %u takes writes again; %" PRIu64 " dirty bytes left",
+		peer_log(PEER_LOG_WARN, "blocker port %u takes writes again; %" PRIu64 " dirty bytes left",
 		       C.blocker_port, st.dirty_bytes);
 		failures_seen = st.flush_failures;
 		warned = false;   /* next_warn stays: a flapping blocker, 2 lines per interval */
@@ -450,7 +434,7 @@ static bool drain(void)
 {
 	static struct drain_req d;   /* may be answered after we gave up */
 	if (clean_and_blocker_down()) {
-		logmsg(LOG_INFO, "nothing dirty and blocker port %u is down: stopping at once",
+		peer_log(PEER_LOG_INFO, "nothing dirty and blocker port %u is down: stopping at once",
 		       C.blocker_port);
 		return true;
 	}
@@ -468,26 +452,47 @@ static bool drain(void)
 			d.req.error = ETIMEDOUT;
 			break;
 		}
+		/* A write-back write that was under way at the switch can land
+		 * after the barrier took its list: flush again until none is. */
+		if (d.req.served && !cache_engine_clean(C.engine) &&
+		    (uint64_t)time(NULL) < deadline)
+			continue;
 		if (d.req.served || (uint64_t)time(NULL) >= deadline)
 			break;
 		/* said once; the maintainer repeats it every FLUSH_WARN_INTERVAL_S */
 		if (!tries++)
-			logmsg(LOG_WARN, "write-back failed (%s); retrying for up to %d s",
+			peer_log(PEER_LOG_WARN, "write-back failed (%s); retrying for up to %d s",
 			       strerror(d.req.error), STOP_RETRY_S);
 		sleep(1);
 	}
-	while (d.req.served && (atomic_load(&C.in_flight) || !cache_engine_idle(C.engine)))
-		usleep(1000);
 	rcu_unregister_thread();
 	if (!d.req.served) {
 		struct cache_stats st;
 		cache_engine_stats(C.engine, &st);
-		logmsg(LOG_ERROR, "giving up after %d s: %" PRIu64 " dirty bytes not written to "
+		peer_log(PEER_LOG_ERROR, "giving up after %d s: %" PRIu64 " dirty bytes not written to "
 		       "port %u, %" PRIu64 " requests to it unanswered (%s)", STOP_RETRY_S,
 		       st.dirty_bytes, C.blocker_port, st.blocker_in_flight,
 		       strerror(d.req.error));
 	}
 	return d.req.served;
+}
+
+/*
+ * Requests accepted are answered before the workers stop. Waiting for the
+ * engine to be idle instead never ended under load: the drain switched to
+ * write-through, but client writes went on being lent to the blocker. With
+ * the route restored nothing new arrives; clients that address our port
+ * directly get IN_FLIGHT_MAX_S at most (then ESHUTDOWN, or EPIPE for what
+ * is still out at the blocker).
+ */
+#define IN_FLIGHT_MAX_S 10
+static void answer_in_flight(void)
+{
+	for (unsigned ms = 0; atomic_load(&C.in_flight) && ms < IN_FLIGHT_MAX_S * 1000; ms++)
+		usleep(1000);
+	if (atomic_load(&C.in_flight))
+		peer_log(PEER_LOG_WARN, "stopping with %" PRIu64 " client requests still in "
+			 "progress after %d s", (uint64_t)atomic_load(&C.in_flight), IN_FLIGHT_MAX_S);
 }
 
 /*
@@ -505,11 +510,11 @@ static void restore_route(void)
 	if (xseg_get_next_hop(C.seg, C.blocker_port) != C.port)
 		return;
 	if (xseg_clear_next_hop(C.seg, C.blocker_port) < 0) {
-		logmsg(LOG_WARN, "cannot restore the route of port %u: %s", C.blocker_port,
+		peer_log(PEER_LOG_WARN, "cannot restore the route of port %u: %s", C.blocker_port,
 		       xseg_last_error());
 		return;
 	}
-	logmsg(LOG_INFO, "port %u routes straight to its blocker again", C.blocker_port);
+	peer_log(PEER_LOG_INFO, "port %u routes straight to its blocker again", C.blocker_port);
 	unsigned quiet = 0;
 	for (unsigned ms = 0; quiet < QUIET_MS && ms < QUIET_MAX_MS; ms++) {
 		struct xseg_port_info pi;
@@ -607,7 +612,7 @@ static void parse_options(int argc, char **argv)
 
 	C.threads = default_threads();
 	C.spin_ns = 20000;
-	C.log_level = LOG_WARN;
+	C.log_level = PEER_LOG_WARN;
 	C.cfg = (struct cache_config){ .max_objects = 1024, .object_size = 4u << 20,
 				       .bucket_size = 4096, .max_request_size = 512u << 10,
 				       .policy = CACHE_WRITEBACK, .dirty_high_pct = 75,
@@ -646,10 +651,10 @@ static void parse_options(int argc, char **argv)
 			break;
 		case O_SPIN: C.spin_ns = uint_arg("--spin-us", optarg, 1000000) * 1000; break;
 		case O_LOG:
-			if (!strcmp(optarg, "error")) C.log_level = LOG_ERROR;
-			else if (!strcmp(optarg, "warn")) C.log_level = LOG_WARN;
-			else if (!strcmp(optarg, "info")) C.log_level = LOG_INFO;
-			else if (!strcmp(optarg, "debug")) C.log_level = LOG_DEBUG;
+			if (!strcmp(optarg, "error")) C.log_level = PEER_LOG_ERROR;
+			else if (!strcmp(optarg, "warn")) C.log_level = PEER_LOG_WARN;
+			else if (!strcmp(optarg, "info")) C.log_level = PEER_LOG_INFO;
+			else if (!strcmp(optarg, "debug")) C.log_level = PEER_LOG_DEBUG;
 			else die_arg("--log-level", optarg, "is not error, warn, info or debug");
 			break;
 		case O_DAEMON: C.daemonize = true; break;
@@ -709,88 +714,14 @@ static void on_signal(int sig)
 	stop_requested = 1;
 }
 
-static int write_pidfile(const char *path)
-{
-	FILE *f = fopen(path, "wx");
-	if (!f) {
-		logmsg(LOG_ERROR, "pidfile %s: %s", path, strerror(errno));
-		return -1;
-	}
-	fprintf(f, "%d\n", (int)getpid());
-	fclose(f);
-	return 0;
-}
-
-/*
- * --daemon: the caller's process waits on a pipe for the daemon's word and
- * exits with it, 0 once the daemon serves, else the daemon's own exit
- * status (2 for a bad argument found late, such as a segment that does not
- * exist), so that a script can use the cache as soon as the command
- * returns. Forked before the port is bound: the port records the binder's
- * pid. Until then errors go to the caller's stderr.
- */
+/* --daemon: the caller's process waits for this word (peer_daemonize). */
 static int ready_fd = -1;
 
-static void daemonize(void)
-{
-	int fds[2];
-	if (pipe(fds) < 0) {
-		fprintf(stderr, "cached: --daemon: pipe: %s\n", strerror(errno));
-		exit(1);
-	}
-	fflush(NULL);
-	pid_t pid = fork();
-	if (pid < 0) {
-		fprintf(stderr, "cached: --daemon: fork: %s\n", strerror(errno));
-		exit(1);
-	}
-	if (pid > 0) {
-		unsigned char status = 1;
-		close(fds[1]);
-		ssize_t n;
-		do
-			n = read(fds[0], &status, 1);
-		while (n < 0 && errno == EINTR);
-		_exit(n == 1 ? status : 1);
-	}
-	close(fds[0]);
-	setsid();
-	int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	if (null >= 0) {
-		dup2(null, STDIN_FILENO);
-		close(null);
-	}
-	ready_fd = fds[1];
-}
-
-/*
- * Tells the caller's process how the start went. Serving, the daemon lets
- * go of the caller's stdout and stderr: one that is a pipe (`$(cached
- * --daemon ...)`) would keep the caller waiting for its end. The log stays
- * on stderr only where that is a file (`2>>cached.log`).
- */
 static int started(int status)
 {
-	if (ready_fd < 0)
-		return status;
-	unsigned char b = (unsigned char)status;
-	ssize_t n = write(ready_fd, &b, 1);
-	(void)n;
-	close(ready_fd);
+	peer_daemon_ready(ready_fd, status);
 	ready_fd = -1;
-	if (status)
-		return status;
-	struct stat st;
-	bool log_to_file = fstat(STDERR_FILENO, &st) == 0 && S_ISREG(st.st_mode);
-	int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
-	if (null >= 0) {
-		fflush(NULL);
-		dup2(null, STDOUT_FILENO);
-		if (!log_to_file)
-			dup2(null, STDERR_FILENO);
-		close(null);
-	}
-	return 0;
+	return status;
 }
 
 /* Joins the segment and binds the port; returns the exit status on failure. */
@@ -839,8 +770,9 @@ int main(int argc, char **argv)
 	const char *why = NULL;
 
 	parse_options(argc, argv);
-	if (C.daemonize)
-		daemonize();
+	peer_log_setup("cached", C.log_level);
+	if (C.daemonize && peer_daemonize(&ready_fd) < 0)
+		return 1;
 	struct cache_backend be = { .alloc = backend_alloc, .submit = backend_submit,
 				    .release = backend_release, .lend = backend_lend };
 	C.engine = cache_engine_create(&C.cfg, &be, &why);
@@ -851,13 +783,13 @@ int main(int argc, char **argv)
 	int rc = join_and_bind();
 	if (rc)
 		return started(rc);
-	if (C.pidfile && write_pidfile(C.pidfile) < 0)
+	if (C.pidfile && peer_pidfile_create(C.pidfile) < 0)
 		return started(1);
 	struct sigaction sa = { .sa_handler = on_signal };
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 
-	logmsg(LOG_INFO, "serving port %u in front of %u: %" PRIu64 " bytes of cache, %s",
+	peer_log(PEER_LOG_INFO, "serving port %u in front of %u: %" PRIu64 " bytes of cache, %s",
 	       C.port, C.blocker_port, C.cfg.cache_size,
 	       C.cfg.policy == CACHE_WRITEBACK ? "write-back" : "write-through");
 	workers = calloc(C.threads, sizeof(*workers));
@@ -868,10 +800,11 @@ int main(int argc, char **argv)
 
 	while (!stop_requested)
 		pause();
-	logmsg(LOG_INFO, "stopping: writing back every dirty byte");
+	peer_log(PEER_LOG_INFO, "stopping: writing back every dirty byte");
 	bool clean = drain();
 	if (clean)
 		restore_route();
+	answer_in_flight();
 	atomic_store(&maintainer_stop, true);
 	pthread_join(maint, NULL);
 	atomic_store(&workers_stop, true);
@@ -893,7 +826,7 @@ int main(int argc, char **argv)
 	xseg_leave(C.seg);
 	free(C.slots);
 	if (C.pidfile)
-		unlink(C.pidfile);
-	logmsg(LOG_INFO, "stopped");
+		peer_pidfile_remove(C.pidfile);
+	peer_log(PEER_LOG_INFO, "stopped");
 	return clean ? 0 : 1;
 }

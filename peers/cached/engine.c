@@ -1570,6 +1570,12 @@ uint64_t cache_engine_maintain(struct cache_engine *e)
 	return (e->flushing && !paused) || short_of_buckets ? 1000000ull : 10000000ull;
 }
 
+bool cache_engine_clean(struct cache_engine *e)
+{
+	return atomic_load(&e->totals.count[BUCKET_DIRTY]) == 0 &&
+	       atomic_load(&e->totals.count[BUCKET_WRITING]) == 0;
+}
+
 bool cache_engine_idle(struct cache_engine *e)
 {
 	return atomic_load(&e->totals.count[BUCKET_DIRTY]) == 0 &&

@@ -181,6 +181,9 @@ uint64_t cache_engine_maintain(struct cache_engine *e);
 
 /* True when nothing is dirty, loading, writing or in flight. */
 bool cache_engine_idle(struct cache_engine *e);
+/* Nothing dirty and nothing being written back: every write acknowledged
+ * is on the blocker. */
+bool cache_engine_clean(struct cache_engine *e);
 
 void cache_engine_stats(struct cache_engine *e, struct cache_stats *st);
 

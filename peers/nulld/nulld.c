@@ -26,6 +26,7 @@
 
 #include "xseg/version.h"
 #include "xseg/xseg.h"
+#include "peer/peer.h"
 
 #define BATCH 32u
 #define MAX_THREADS 64u
@@ -34,7 +35,6 @@
 /* On a stop, how long forwarded requests are waited for. */
 #define DRAIN_NS (10ull * 1000000000ull)
 
-enum log_level { L_ERROR, L_WARN, L_INFO, L_DEBUG };
 static const char *const level_names[] = { "error", "warn", "info", "debug" };
 
 static struct {
@@ -43,11 +43,11 @@ static struct {
 	uint32_t forward;   /* XSEG_NO_PORT: answer instead */
 	unsigned threads;
 	uint64_t spin_ns;
-	enum log_level log_level;
+	enum peer_log_level log_level;
 	bool daemon;
 	const char *pidfile;
 	struct xseg *seg;
-} N = { .forward = XSEG_NO_PORT, .threads = 1, .spin_ns = 50000, .log_level = L_INFO };
+} N = { .forward = XSEG_NO_PORT, .threads = 1, .spin_ns = 50000, .log_level = PEER_LOG_INFO };
 
 /* Lock-free atomics are async-signal-safe and visible to every thread. */
 static _Atomic int stop;
@@ -61,24 +61,6 @@ static void on_signal(int sig)
 	atomic_store(&stop, 1);
 }
 
-static void logmsg(enum log_level level, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-static void logmsg(enum log_level level, const char *fmt, ...)
-{
-	if (level > N.log_level)
-		return;
-	char line[512];
-	int len = snprintf(line, sizeof(line), "nulld[%d]: %s: ", (int)getpid(),
-			   level_names[level]);
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(line + len, sizeof(line) - (size_t)len - 1, fmt, ap);
-	va_end(ap);
-	strcat(line, "\n");
-	/* one write: lines of different threads never interleave */
-	ssize_t n = write(STDERR_FILENO, line, strlen(line));
-	(void)n;
-}
 
 static void answer(struct xseg_request **batch, int n)
 {
@@ -86,7 +68,7 @@ static void answer(struct xseg_request **batch, int n)
 		batch[i]->result = XR_SERVED;
 		batch[i]->serviced = batch[i]->size;
 		if (xseg_respond(N.seg, batch[i], N.port) < 0)
-			logmsg(L_ERROR, "%s", xseg_last_error());
+			peer_log(PEER_LOG_ERROR, "%s", xseg_last_error());
 	}
 	atomic_fetch_add_explicit(&answered, (uint64_t)n, memory_order_relaxed);
 }
@@ -97,7 +79,7 @@ static void fail_back(struct xseg_request *req, int err)
 	req->error = err;
 	req->serviced = 0;
 	if (xseg_respond(N.seg, req, N.port) < 0)
-		logmsg(L_ERROR, "%s", xseg_last_error());
+		peer_log(PEER_LOG_ERROR, "%s", xseg_last_error());
 }
 
 /* --forward: the requests go on to the next port as they are (their return
@@ -113,7 +95,7 @@ static void forward(struct xseg_request **batch, int n)
 		}
 		atomic_fetch_add_explicit(&forwarded_out, 1, memory_order_relaxed);
 		if (xseg_forward(N.seg, batch[i], N.port, N.forward) < 0) {
-			logmsg(L_WARN, "cannot forward request %u to port %u: %s",
+			peer_log(PEER_LOG_WARN, "cannot forward request %u to port %u: %s",
 			       batch[i]->index, N.forward, xseg_last_error());
 			atomic_fetch_sub_explicit(&forwarded_out, 1, memory_order_relaxed);
 			fail_back(batch[i], EHOSTUNREACH);
@@ -128,7 +110,7 @@ static int pass_replies_back(void)
 	int n = xseg_receive(N.seg, N.port, batch, BATCH);
 	for (int i = 0; i < n; i++) {
 		if (xseg_respond(N.seg, batch[i], N.port) < 0)
-			logmsg(L_ERROR, "%s", xseg_last_error());
+			peer_log(PEER_LOG_ERROR, "%s", xseg_last_error());
 		atomic_fetch_sub_explicit(&forwarded_out, 1, memory_order_relaxed);
 	}
 	if (n > 0)
@@ -243,11 +225,11 @@ static void parse_options(int argc, char **argv)
 		case O_SPIN: N.spin_ns = uint_arg("--spin-us", optarg, 0, 1000000) * 1000; break;
 		case O_LOG: {
 			unsigned l = 0;
-			while (l <= L_DEBUG && strcmp(optarg, level_names[l]))
+			while (l <= PEER_LOG_DEBUG && strcmp(optarg, level_names[l]))
 				l++;
-			if (l > L_DEBUG)
+			if (l > PEER_LOG_DEBUG)
 				bad_arg("--log-level", optarg, "is not error, warn, info or debug");
-			N.log_level = (enum log_level)l;
+			N.log_level = (enum peer_log_level)l;
 			break;
 		}
 		case O_DAEMON: N.daemon = true; break;
@@ -283,84 +265,6 @@ static void parse_options(int argc, char **argv)
 	}
 }
 
-/*
- * Detaches before the port is bound (the port records the binder's pid).
- * The caller's process waits on a pipe for the daemon's word, so it exits
- * 0 only once the daemon serves, and 1 if it could not start.
- */
-static int daemonize(void)
-{
-	int fds[2];
-	if (pipe(fds) < 0) {
-		logmsg(L_ERROR, "--daemon: pipe: %s", strerror(errno));
-		exit(1);
-	}
-	fflush(NULL);
-	pid_t pid = fork();
-	if (pid < 0) {
-		logmsg(L_ERROR, "--daemon: fork: %s", strerror(errno));
-		exit(1);
-	}
-	if (pid > 0) {
-		unsigned char status = 1;
-		close(fds[1]);
-		ssize_t n;
-		do
-			n = read(fds[0], &status, 1);
-		while (n < 0 && errno == EINTR);
-		_exit(n == 1 ? status : 1);
-	}
-	close(fds[0]);
-	setsid();
-	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-	if (null >= 0) {
-		dup2(null, STDIN_FILENO);
-		dup2(null, STDOUT_FILENO);
-		close(null);
-	}
-	return fds[1];
-}
-
-/*
- * Serving, the daemon also lets go of the caller's stderr: a pipe there
- * (`$(nulld --daemon ... 2>&1)`) would keep the caller waiting for its end.
- * The log stays on stderr only where that is a file (`2>>nulld.log`).
- */
-static void tell_parent(int fd, unsigned char status)
-{
-	if (fd < 0)
-		return;
-	ssize_t n = write(fd, &status, 1);
-	(void)n;
-	close(fd);
-	struct stat st;
-	if (status || (fstat(STDERR_FILENO, &st) == 0 && S_ISREG(st.st_mode)))
-		return;
-	int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
-	if (null >= 0) {
-		dup2(null, STDERR_FILENO);
-		close(null);
-	}
-}
-
-static int write_pidfile(void)
-{
-	int fd = open(N.pidfile, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-	if (fd < 0) {
-		logmsg(L_ERROR, "--pidfile %s: %s", N.pidfile, strerror(errno));
-		return -1;
-	}
-	char buf[32];
-	int len = snprintf(buf, sizeof(buf), "%d\n", (int)getpid());
-	bool ok = write(fd, buf, (size_t)len) == len;
-	close(fd);
-	if (!ok) {
-		logmsg(L_ERROR, "--pidfile %s: write failed", N.pidfile);
-		unlink(N.pidfile);
-	}
-	return ok ? 0 : -1;
-}
-
 /* Joins, binds and starts the threads; says why and returns the exit
  * status on failure: 2 for a segment or port that the arguments got wrong. */
 static int start(pthread_t *t, unsigned *started)
@@ -373,12 +277,12 @@ static int start(pthread_t *t, unsigned *started)
 	}
 	if (rc < 0) {
 		N.seg = NULL;
-		logmsg(L_ERROR, "%s", xseg_last_error());
+		peer_log(PEER_LOG_ERROR, "%s", xseg_last_error());
 		return 1;
 	}
 	struct xseg_segment_info si;
 	if (xseg_segment_info(N.seg, &si) < 0) {
-		logmsg(L_ERROR, "%s", xseg_last_error());
+		peer_log(PEER_LOG_ERROR, "%s", xseg_last_error());
 		return 1;
 	}
 	uint32_t bad = N.port >= si.nr_ports ? N.port : N.forward;
@@ -388,16 +292,16 @@ static int start(pthread_t *t, unsigned *started)
 		return 2;
 	}
 	if (xseg_bind_port(N.seg, N.port) < 0) {
-		logmsg(L_ERROR, "%s", xseg_last_error());
+		peer_log(PEER_LOG_ERROR, "%s", xseg_last_error());
 		return 1;
 	}
-	if (N.pidfile && write_pidfile() < 0)
+	if (N.pidfile && peer_pidfile_create(N.pidfile) < 0)
 		return 1;
 	pidfile_written = N.pidfile != NULL;
 	for (*started = 0; *started < N.threads; (*started)++) {
 		int rc = pthread_create(&t[*started], NULL, serve, NULL);
 		if (rc) {
-			logmsg(L_ERROR, "cannot start thread %u: %s", *started, strerror(rc));
+			peer_log(PEER_LOG_ERROR, "cannot start thread %u: %s", *started, strerror(rc));
 			return 1;
 		}
 	}
@@ -407,7 +311,10 @@ static int start(pthread_t *t, unsigned *started)
 int main(int argc, char **argv)
 {
 	parse_options(argc, argv);
-	int ready_fd = N.daemon ? daemonize() : -1;
+	peer_log_setup("nulld", N.log_level);
+	int ready_fd = -1;
+	if (N.daemon && peer_daemonize(&ready_fd) < 0)
+		return 1;
 
 	/* Handlers before the port is bound: a stop that comes early counts. */
 	struct sigaction sa = { .sa_handler = on_signal };
@@ -420,11 +327,11 @@ int main(int argc, char **argv)
 	if (rc)
 		atomic_store(&stop, 1);
 	else
-		logmsg(L_INFO, "serving port %u of segment %s with %u thread%s, spin %llu us%s",
+		peer_log(PEER_LOG_INFO, "serving port %u of segment %s with %u thread%s, spin %llu us%s",
 		       N.port, N.segment, N.threads, N.threads == 1 ? "" : "s",
 		       (unsigned long long)(N.spin_ns / 1000),
 		       N.forward == XSEG_NO_PORT ? "" : ", forwarding");
-	tell_parent(ready_fd, (unsigned char)rc);
+	peer_daemon_ready(ready_fd, rc);
 	for (unsigned i = 0; i < started; i++)
 		pthread_join(t[i], NULL);
 
@@ -449,14 +356,14 @@ int main(int argc, char **argv)
 			if (!pass_replies_back())
 				xseg_poll(N.seg, N.port, 0, WAIT_SLICE_NS);
 		if (atomic_load(&forwarded_out))
-			logmsg(L_WARN, "stopped with %llu forwarded requests unanswered by port %u",
+			peer_log(PEER_LOG_WARN, "stopped with %llu forwarded requests unanswered by port %u",
 			       (unsigned long long)atomic_load(&forwarded_out), N.forward);
-		logmsg(L_INFO, "stopped after %llu requests",
+		peer_log(PEER_LOG_INFO, "stopped after %llu requests",
 		       (unsigned long long)atomic_load(&answered));
 	}
 	if (N.seg)
 		xseg_leave(N.seg);
 	if (pidfile_written)
-		unlink(N.pidfile);
+		peer_pidfile_remove(N.pidfile);
 	return rc;
 }

@@ -79,13 +79,6 @@ struct peer {
 /* options.c */
 int peer_parse_args(struct peer *p, int argc, char **argv);
 
-/* daemon.c: returns 0 in the daemon, exits in the parents. ready_fd is
- * written once the daemon is serving (peer_daemon_ready). */
-int peer_daemonize(int *ready_fd);
-void peer_daemon_ready(int ready_fd, int status);
-int peer_pidfile_create(const char *path);
-void peer_pidfile_remove(const char *path);
-
 /* log.c */
 const char *peer_log_name(void);
 

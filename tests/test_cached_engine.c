@@ -849,6 +849,67 @@ START_TEST(failed_lent_load_fails_the_read_and_caches_nothing)
 }
 END_TEST
 
+/* Blocker requests queued now (held by blk.hold). */
+static int blk_queued(void)
+{
+	int n = 0;
+	pthread_mutex_lock(&blk.lock);
+	for (struct fake_bio *fb = blk.queue; fb; fb = fb->next)
+		n++;
+	pthread_mutex_unlock(&blk.lock);
+	return n;
+}
+
+static void start_fua_write(struct sync_req *s, const char *name, uint64_t offset,
+			    uint64_t size, void *data)
+{
+	memset(s, 0, sizeof(*s));
+	s->r = (struct cache_req){ .op = X_WRITE, .flags = XF_FUA, .name = name,
+				   .offset = offset, .size = size, .data = data,
+				   .done = sync_done };
+	pthread_mutex_init(&s->lock, NULL);
+	pthread_cond_init(&s->cond, NULL);
+	cache_engine_submit(blk.engine, &s->r);
+}
+
+/* A flush of dirty data waits for the uncached (FUA) writes in flight on
+ * its object to land. A write that comes meanwhile waits behind the
+ * flush: before, it went straight to the blocker, so a steady stream of
+ * them held the flush off for as long as it lasted (a stop or an unplug
+ * under write load waited until cached gave up after 30 s). */
+START_TEST(deferred_flush_goes_before_later_uncached_writes)
+{
+	setup_with(1 << 20, 16, CACHE_WRITEBACK);
+	unsigned char d[BKT_SIZE], w1[BKT_SIZE], w2[BKT_SIZE];
+	fill(d, sizeof(d), 30);
+	fill(w1, sizeof(w1), 31);
+	fill(w2, sizeof(w2), 32);
+	ck_assert_int_eq(do_write("s", 0, sizeof(d), d), 0);          /* dirty */
+	atomic_store(&blk.hold, 1);
+	struct sync_req a, f, b;
+	start_fua_write(&a, "s", 5 * BKT_SIZE, sizeof(w1), w1);      /* uncached */
+	ck_assert(!a.done);
+	ck_assert_int_eq(blk_queued(), 1);
+	start_req(&f, X_FLUSH, "s", 0, 0, NULL);                       /* deferred */
+	ck_assert_int_eq(blk_queued(), 1);
+	start_fua_write(&b, "s", 6 * BKT_SIZE, sizeof(w2), w2);
+	ck_assert_msg(blk_queued() == 1, "the later write went to the blocker ahead of the "
+		      "flush waiting for the first (%d queued)", blk_queued());
+	pthread_mutex_lock(&blk.lock);
+	atomic_store(&blk.hold, 0);
+	pthread_cond_broadcast(&blk.cond);
+	pthread_mutex_unlock(&blk.lock);
+	wait_sync(&a);
+	wait_sync(&f);
+	wait_sync(&b);
+	ck_assert(a.r.served && f.r.served && b.r.served);
+	ck_assert(blk_has("s", 0, d, sizeof(d)));
+	ck_assert(blk_has("s", 5 * BKT_SIZE, w1, sizeof(w1)));
+	ck_assert(blk_has("s", 6 * BKT_SIZE, w2, sizeof(w2)));
+	teardown();
+}
+END_TEST
+
 START_TEST(policy_switch_flushes_everything)
 {
 	setup_with(1 << 20, 16, CACHE_WRITEBACK);
@@ -978,6 +1039,7 @@ int main(void)
 	tcase_add_test(tc, failing_blocker_gets_a_growing_pause);
 	tcase_add_test(tc, flush_waits_for_free_blocker_requests);
 	tcase_add_test(tc, policy_switch_flushes_everything);
+	tcase_add_test(tc, deferred_flush_goes_before_later_uncached_writes);
 	tcase_add_test(tc, uncached_write_never_overwrites_a_newer_cached_one);
 	tcase_add_test(tc, load_never_caches_bytes_older_than_an_acknowledged_write);
 	tcase_add_test(tc, whole_bucket_miss_is_its_own_load);

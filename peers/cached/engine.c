@@ -50,6 +50,9 @@ struct cache_object {
 	uint32_t through_writes;           /* of throughs: uncached writes */
 	uint32_t writes_waiting;           /* uncached writes parked for loads/flushes */
 	bool flush_again, deleting, on_dirty_list;
+	/* A flush waits for uncached writes in flight to land: new ones wait
+	 * behind it, or a steady stream of them would hold it off for ever. */
+	bool flush_deferred;
 	int flush_error;                   /* of the current flush cycle */
 	_Atomic bool flush_queued;
 	_Atomic bool flush_io_wait;        /* a flush waits for a free bio */
@@ -493,11 +496,13 @@ static void flush_cycle_done(struct cache_object *o)
 	int error = o->flush_error;
 	o->flush_error = 0;
 	if (object_clean(o)) {
+		o->flush_deferred = false;
 		notify_waiters(o, 0);
 		mark_clean(o);
 	} else if (error) {
 		notify_waiters(o, error);   /* dirty data stays for a later try */
-	} else if ((o->flush_again || o->waiters) && !atomic_load(&o->flush_io_wait)) {
+	} else if ((o->flush_again || o->waiters || o->flush_deferred) &&
+		   !atomic_load(&o->flush_io_wait)) {
 		queue_flush(o);
 	}
 	o->flush_again = false;
@@ -608,17 +613,24 @@ static void flush_job(struct xwork *w, void *arg)
 	struct cache_object *o = arg;
 	struct cache_engine *e = o->e;
 	atomic_store(&o->flush_queued, false);
+	bool was_deferred = o->flush_deferred;
+	o->flush_deferred = false;
 
 	if (o->flushes || o->through_writes) {
 		/* Never two flushes of one object, nor a flush beside an uncached
 		 * write: either could land on the blocker after newer data. */
 		o->flush_again = true;
+		o->flush_deferred = o->through_writes > 0;
 	} else if (o->deleting) {
 		/* the data is being dropped */
+		if (was_deferred)
+			run_parked(o);
 	} else if (!o->waiters && backing_off(e, now_ns())) {
 		/* The flusher's own try, while the blocker fails writes: the
 		 * maintainer asks again after the pause. A FLUSH or an unplug
 		 * waiting (o->waiters) tries at once: the disk may have room. */
+		if (was_deferred)
+			run_parked(o);
 	} else {
 		uint32_t i = 0, len;
 		while ((i = bucket_find_run(&o->b, i, o->b.n - 1, BUCKET_DIRTY, e->max_run, &len)) < o->b.n) {
@@ -989,7 +1001,7 @@ static void through_done_job(struct xwork *w, void *arg)
 	}
 	int error = bio->error ? bio->error : EIO;
 	o->throughs--;
-	if (req->op == X_WRITE && --o->through_writes == 0 && o->flush_again) {
+	if (req->op == X_WRITE && --o->through_writes == 0 && (o->flush_again || o->flush_deferred)) {
 		o->flush_again = false;
 		queue_flush(o);
 	}
@@ -1119,8 +1131,11 @@ static void write_through(struct cache_object *o, struct cache_req *req,
 	(void)sp;
 	/* A flush may carry older copies of these bytes: wait for it, or they
 	 * could land on the blocker after this write. A load may read the
-	 * blocker before this write lands and mark old bytes VALID after it. */
-	if (o->flushes || o->loads) {
+	 * blocker before this write lands and mark old bytes VALID after it.
+	 * A flush deferred until the uncached writes in flight land goes
+	 * first too: a stream of them would starve it (a stop or an unplug
+	 * under write load waited for ever). */
+	if (o->flushes || o->loads || o->flush_deferred) {
 		req->write_waiting = true;   /* until object_step runs it again */
 		o->writes_waiting++;
 		park(o, req);
@@ -1386,7 +1401,7 @@ static int on_init(void *priv, void *node_priv)
 	o->parked = NULL;
 	o->waiters = NULL;
 	o->loads = o->flushes = o->throughs = o->through_writes = 0;
-	o->flush_again = o->deleting = o->on_dirty_list = false;
+	o->flush_again = o->deleting = o->on_dirty_list = o->flush_deferred = false;
 	o->flush_error = 0;
 	atomic_store(&o->flush_queued, false);
 	atomic_store(&o->flush_io_wait, false);

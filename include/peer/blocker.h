@@ -64,7 +64,8 @@ int blocker_copy_source(const void *data, uint64_t datalen, size_t max_len,
  * Writes the INFO reply of an object of `size` bytes into req (held by the
  * caller) and sets serviced. A data buffer too small for the reply is
  * replaced by one large enough, keeping the target name. 0, or ENOMEM
- * when the heap has no room.
+ * when the heap has no room (the request may then have lost its buffer,
+ * as after a failed xseg_prep_request: fail it, read nothing from it).
  */
 int blocker_reply_info(struct xseg *seg, struct xseg_request *req, uint64_t size);
 

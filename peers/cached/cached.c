@@ -25,9 +25,9 @@
 #include <unistd.h>
 #include <urcu.h>
 
-#include "peer/blocker.h"
 #include "xseg/version.h"
 #include "xseg/xseg.h"
+#include "peer/blocker.h"
 #include "peer/peer.h"
 #include "engine.h"
 
@@ -271,8 +271,8 @@ static bool name_allowed(struct xseg_request *x)
 	int err = blocker_check_name(name, len, BLOCKER_NAME_MAX, &why);
 	if (!err)
 		return true;
-	logmsg(LOG_WARN, "refused object name '%s' (%zu bytes) in a %s request: %s",
-	       blocker_printable(name, len, shown, sizeof(shown)), len, xseg_op_name(x->op), why);
+	peer_warn("refused object name '%s' (%zu bytes) in a %s request: %s",
+		  blocker_printable(name, len, shown, sizeof(shown)), len, xseg_op_name(x->op), why);
 	respond(x, false, err, 0);
 	return false;
 }
@@ -313,12 +313,12 @@ static void on_client_request(struct xseg_request *x)
 					      &why);
 		if (err) {
 			if (src)
-				logmsg(LOG_WARN, "refused COPY source name '%s' (%u bytes): %s",
-				       blocker_printable(src, src_len, shown, sizeof(shown)), src_len,
-				       why);
+				peer_warn("refused COPY source name '%s' (%u bytes): %s",
+					  blocker_printable(src, src_len, shown, sizeof(shown)),
+					  src_len, why);
 			else
-				logmsg(LOG_WARN, "refused COPY to '%s': %s (%" PRIu64 " bytes of data)",
-				       r->name, why, x->datalen);
+				peer_warn("refused COPY to '%s': %s (%" PRIu64 " bytes of data)",
+					  r->name, why, x->datalen);
 			respond(x, false, err, 0);
 			return;
 		}

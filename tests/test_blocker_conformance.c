@@ -3,7 +3,9 @@
  * (filed, sosd, ...) must do, the same cases for each. Every op; the edges
  * (offset 0, an object's end, beyond it, zero length, the maximum request
  * size); bad names and sizes (answered FAILED, the blocker keeps serving);
- * many requests in flight on one object.
+ * many requests in flight on one object. The name rules, the COPY payload
+ * and the INFO reply are include/peer/blocker.h's; the bad names sent are
+ * tests/support/blocker_cases.c's, each checked against that header first.
  *
  *   test_blocker_conformance                    runs filed itself, a fresh
  *                                               one per case (make check)
@@ -29,6 +31,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "peer/blocker.h"
+#include "support/blocker_cases.h"
 #include "support/peer_test_util.h"
 
 #define FILED_PORT 1u
@@ -317,6 +321,70 @@ START_TEST(copy_objects)
 }
 END_TEST
 
+/* The COPY payload may end right after the name; a payload shorter than
+ * its header or than src_len says, or a src_len over the longest name, is
+ * EINVAL and changes nothing. */
+START_TEST(copy_payload_forms)
+{
+	const char *src = obj("cp-src"), *dst = obj("cp-dst");
+	write_obj(src, 0, 5000, 30);
+	char cp[sizeof(struct xseg_request_copy)];
+	size_t n = blocker_copy_payload(cp, sizeof(cp), src, (uint32_t)strlen(src));
+	struct pt_req r = { .op = X_COPY, .target = dst, .data = cp, .data_len = n, .datalen = n };
+	ck_assert_int_eq(pt_do(seg, client, blocker, &r, TIMEOUT), 0);
+	expect_served(r, "COPY with a payload that ends after the name");
+	ck_assert_uint_eq(r.serviced, 5000);
+	expect_data(dst, 0, 5000, 30);
+
+	const char *untouched = obj("cp-untouched");
+	write_obj(untouched, 0, 100, 31);
+	static const struct { uint64_t datalen; uint32_t src_len; const char *what; } bad[] = {
+		{ 2, 0, "a payload shorter than its header" },
+		{ 0, 0, "no payload" },
+		{ 4 + 3, 0, "a payload shorter than src_len says" },
+		{ sizeof(struct xseg_request_copy), BLOCKER_NAME_MAX + 1, "src_len over the limit" },
+		{ sizeof(struct xseg_request_copy), UINT32_MAX, "src_len of 4G" },
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		n = blocker_copy_payload(cp, sizeof(cp), src, (uint32_t)strlen(src));
+		if (bad[i].src_len)
+			((struct xseg_request_copy *)cp)->src_len = bad[i].src_len;
+		r = (struct pt_req){ .op = X_COPY, .target = untouched, .data = cp,
+				     .data_len = bad[i].datalen, .datalen = bad[i].datalen };
+		ck_assert_int_eq(pt_do(seg, client, blocker, &r, TIMEOUT), 0);
+		expect_failed(r, EINVAL, bad[i].what);
+	}
+	expect_data(untouched, 0, 100, 31);
+	ck_assert_uint_eq(info_size(untouched), 100);
+}
+END_TEST
+
+/* INFO sent with no room for the reply: the blocker makes room and the
+ * reply still names the object. */
+START_TEST(info_into_a_small_buffer)
+{
+	char name[BLOCKER_NAME_MAX + 1];
+	int n = snprintf(name, sizeof(name), "%s-", obj("info-room"));
+	memset(name + n, 'i', 250 - (size_t)n);
+	name[250] = '\0';                 /* its buffer has no room after the name */
+	write_obj(name, 0, 777, 32);
+	struct pt_req r = { .op = X_INFO, .target = name, .datalen = 0 };
+	struct xseg_request *req = pt_submit(seg, client, blocker, &r);
+	ck_assert_ptr_nonnull(req);
+	struct xseg_request *rep = pt_receive(seg, client, TIMEOUT);
+	ck_assert_ptr_eq(rep, req);
+	ck_assert_msg(rep->result == XR_SERVED, "INFO failed: %d", rep->error);
+	ck_assert_uint_eq(rep->serviced, sizeof(struct xseg_reply_info));
+	ck_assert_uint_ge(rep->datalen, sizeof(struct xseg_reply_info));
+	ck_assert_uint_eq(((struct xseg_reply_info *)xseg_get_data(seg, rep))->size, 777);
+	ck_assert_uint_eq(rep->targetlen, 250);
+	ck_assert_msg(!memcmp(xseg_get_target(seg, rep), name, 250),
+		      "the INFO reply lost its target");
+	xseg_put_request(seg, rep);
+	expect_served(do_req(X_DELETE, name, 0, 0, NULL, NULL, 0), "DELETE");
+}
+END_TEST
+
 START_TEST(flush_and_fua)
 {
 	const char *o = obj("flush");
@@ -381,27 +449,40 @@ END_TEST
 
 START_TEST(bad_names)
 {
-	static const uint32_t ops[] = { X_READ, X_WRITE, X_INFO, X_DELETE, X_COPY };
-	static const struct { const char *name; uint32_t len; } bad[] = {
-		{ "", 0 }, { "a\0b", 3 }, { "dir/obj", 0 }, { "..", 0 }, { ".", 0 },
-		{ ".hidden", 0 }, { "/abs", 0 },
-	};
+	static const uint32_t ops[] = { X_READ, X_WRITE, X_INFO, X_DELETE, X_COPY, X_FLUSH };
 	char data[sizeof(struct xseg_request_copy)] = { 0 };
-	((struct xseg_request_copy *)data)->src_len = 1;
-	((struct xseg_request_copy *)data)->src[0] = 'x';
-	for (size_t b = 0; b < sizeof(bad) / sizeof(bad[0]); b++) {
+	size_t copy_len = blocker_copy_payload(data, sizeof(data), "x", 1);
+	for (size_t b = 0; b < blocker_bad_names_count; b++) {
+		const struct blocker_bad_name *bad = &blocker_bad_names[b];
+		size_t len = bad->len ? bad->len : strlen(bad->name);
+		const char *why;
+		/* the table and the header agree (test_peers_blocker checks it too) */
+		ck_assert_int_eq(blocker_check_name(bad->name, len, BLOCKER_NAME_MAX, &why),
+				 bad->error);
 		for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
+			if (ops[i] == X_FLUSH && !len)
+				continue;                  /* a FLUSH of everything */
 			struct pt_req r = { .op = ops[i], .size = 16, .datalen = sizeof(data),
-					    .data = data, .data_len = sizeof(data) };
-			if (bad[b].name[0] || bad[b].len) {
-				r.target = bad[b].name;
-				r.targetlen = bad[b].len;
+					    .data = data, .data_len = copy_len };
+			if (len) {
+				r.target = bad->name;
+				r.targetlen = bad->len;
 			}
 			ck_assert_int_eq(pt_do(seg, client, blocker, &r, TIMEOUT), 0);
-			ck_assert_msg(r.result == XR_FAILED && r.error == EINVAL,
-				      "%s of bad name #%zu: result %u error %d, expected EINVAL",
-				      xseg_op_name(ops[i]), b, r.result, r.error);
+			ck_assert_msg(r.result == XR_FAILED && r.error == bad->error,
+				      "%s of bad name #%zu (%s): result %u error %d, expected %d",
+				      xseg_op_name(ops[i]), b, bad->what, r.result, r.error,
+				      bad->error);
 		}
+		/* and as the source of a COPY */
+		char cp[sizeof(struct xseg_request_copy)];
+		size_t n = blocker_copy_payload(cp, sizeof(cp), bad->name, (uint32_t)len);
+		struct pt_req r = { .op = X_COPY, .target = obj("copy-from-bad"), .data = cp,
+				    .data_len = n, .datalen = n };
+		ck_assert_int_eq(pt_do(seg, client, blocker, &r, TIMEOUT), 0);
+		ck_assert_msg(r.result == XR_FAILED && r.error == bad->error,
+			      "COPY from bad name #%zu (%s): result %u error %d, expected %d", b,
+			      bad->what, r.result, r.error, bad->error);
 	}
 	/* the longest name is fine */
 	char longest[XSEG_MAX_TARGETLEN + 1];
@@ -555,6 +636,8 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, info_sizes);
 	tcase_add_test(tc, delete_objects);
 	tcase_add_test(tc, copy_objects);
+	tcase_add_test(tc, copy_payload_forms);
+	tcase_add_test(tc, info_into_a_small_buffer);
 	tcase_add_test(tc, flush_and_fua);
 	tcase_add_test(tc, flush_behind_writes);
 	tcase_add_test(tc, bad_names);

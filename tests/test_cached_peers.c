@@ -8,6 +8,10 @@
  *    the object's buckets; then the whole object and filed's file.
  *  - The client holds the whole request pool: every miss still reaches
  *    filed through cached's reserve of requests, none waits forever.
+ *  - The blocker contract (include/peer/blocker.h) holds through cached:
+ *    the names a blocker refuses are refused (none reaches the cache), a
+ *    COPY payload that ends after the name works, INFO makes room for its
+ *    reply and keeps the target.
  */
 #define _GNU_SOURCE
 #include <check.h>
@@ -17,6 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "peer/blocker.h"
+#include "support/blocker_cases.h"
 #include "support/peer_test_util.h"
 #include "support/xseg_test_util.h"
 
@@ -249,6 +255,78 @@ START_TEST(misses_with_the_pool_taken_by_clients)
 }
 END_TEST
 
+/* What a blocker refuses, cached refuses the same way (write-back: the
+ * cache would otherwise take a WRITE that can never land, or read "a\0b"
+ * as object "a"); the rest of the contract works through it. */
+START_TEST(blocker_contract_through_cached)
+{
+	static const uint32_t ops[] = { X_READ, X_WRITE, X_INFO, X_DELETE, X_COPY, X_FLUSH };
+	char data[sizeof(struct xseg_request_copy)] = { 0 };
+	size_t copy_len = blocker_copy_payload(data, sizeof(data), "x", 1);
+	for (size_t b = 0; b < blocker_bad_names_count; b++) {
+		const struct blocker_bad_name *bad = &blocker_bad_names[b];
+		size_t len = bad->len ? bad->len : strlen(bad->name);
+		for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
+			if (ops[i] == X_FLUSH && !len)
+				continue;                  /* a FLUSH of everything */
+			struct pt_req r = { .op = ops[i], .size = 16, .datalen = sizeof(data),
+					    .data = data, .data_len = copy_len };
+			if (len) {
+				r.target = bad->name;
+				r.targetlen = bad->len;
+			}
+			ck_assert_int_eq(pt_do(seg, CLIENT, CACHED, &r, TIMEOUT), 0);
+			ck_assert_msg(r.result == XR_FAILED && r.error == bad->error,
+				      "%s of bad name #%zu (%s) through cached: result %u error %d, "
+				      "expected %d", xseg_op_name(ops[i]), b, bad->what, r.result,
+				      r.error, bad->error);
+		}
+		char cp[sizeof(struct xseg_request_copy)];
+		size_t n = blocker_copy_payload(cp, sizeof(cp), bad->name, (uint32_t)len);
+		struct pt_req r = { .op = X_COPY, .target = "copy-from-bad", .data = cp,
+				    .data_len = n, .datalen = n };
+		ck_assert_int_eq(pt_do(seg, CLIENT, CACHED, &r, TIMEOUT), 0);
+		ck_assert_msg(r.result == XR_FAILED && r.error == bad->error,
+			      "COPY from bad name #%zu (%s) through cached: result %u error %d",
+			      b, bad->what, r.result, r.error);
+	}
+
+	/* a COPY payload that ends after the name */
+	char buf[4096];
+	pt_pattern(buf, sizeof(buf), 40, 0);
+	request(CLIENT, X_WRITE, "contract-src", 0, sizeof(buf), buf, NULL);
+	char cp[sizeof(struct xseg_request_copy)];
+	size_t n = blocker_copy_payload(cp, sizeof(cp), "contract-src", 12);
+	struct pt_req r = { .op = X_COPY, .target = "contract-dst", .data = cp, .data_len = n,
+			    .datalen = n };
+	ck_assert_int_eq(pt_do(seg, CLIENT, CACHED, &r, TIMEOUT), 0);
+	ck_assert_msg(r.result == XR_SERVED, "short COPY payload through cached: error %d",
+		      r.error);
+	char got[4096];
+	request(CLIENT, X_READ, "contract-dst", 0, sizeof(got), NULL, got);
+	ck_assert(!memcmp(got, buf, sizeof(buf)));
+
+	/* INFO without room for the reply */
+	char name[251];
+	memset(name, 'i', 250);
+	memcpy(name, "contract-info-", 14);
+	name[250] = '\0';
+	request(CLIENT, X_WRITE, name, 0, 777, buf, NULL);
+	struct pt_req q = { .op = X_INFO, .target = name };
+	struct xseg_request *req = pt_submit(seg, CLIENT, CACHED, &q);
+	ck_assert_ptr_nonnull(req);
+	struct xseg_request *rep = pt_receive(seg, CLIENT, TIMEOUT);
+	ck_assert_ptr_eq(rep, req);
+	ck_assert_msg(rep->result == XR_SERVED, "INFO failed: %d", rep->error);
+	ck_assert_uint_eq(rep->serviced, sizeof(struct xseg_reply_info));
+	ck_assert_uint_eq(((struct xseg_reply_info *)xseg_get_data(seg, rep))->size, 777);
+	ck_assert_uint_eq(rep->targetlen, 250);
+	ck_assert_msg(!memcmp(xseg_get_target(seg, rep), name, 250),
+		      "the INFO reply lost its target");
+	xseg_put_request(seg, rep);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("cached_peers");
@@ -256,6 +334,7 @@ int main(void)
 	tcase_add_test(tc, flush_reply_means_bytes_in_filed);
 	tcase_add_test(tc, many_threads_one_object_cache_holds_it);
 	tcase_add_test(tc, misses_with_the_pool_taken_by_clients);
+	tcase_add_test(tc, blocker_contract_through_cached);
 	tc = pt_tcase(s, "small", setup_small, 240);
 	tcase_add_test(tc, many_threads_one_object_cache_evicts);
 	return pt_run(s);

@@ -27,6 +27,7 @@
 
 #include "xseg/version.h"
 #include "xseg/xseg.h"
+#include "peer/blocker.h"
 #include "peer/peer.h"
 #include "engine.h"
 
@@ -178,12 +179,9 @@ static void client_done(struct cache_req *r)
 	struct glue_req *g = (struct glue_req *)r;
 	struct xseg_request *x = g->xreq;
 	if (r->op == X_INFO && r->served) {
-		if (x->datalen < sizeof(struct xseg_reply_info) &&
-		    xseg_prep_request(C.seg, x, x->targetlen, sizeof(struct xseg_reply_info)) < 0) {
-			respond(x, false, ENOMEM, 0);
-			return;
-		}
-		((struct xseg_reply_info *)xseg_get_data(C.seg, x))->size = r->info_size;
+		int err = blocker_reply_info(C.seg, x, r->info_size);
+		respond(x, !err, err, err ? 0 : x->serviced);
+		return;
 	}
 	respond(x, r->served, r->error, r->serviced);
 }
@@ -255,6 +253,30 @@ static void handle_control(struct glue_req *g)
 	}
 }
 
+/* The ops whose target names an object (a FLUSH only when it names one). */
+static bool names_object(const struct xseg_request *x)
+{
+	return x->op == X_READ || x->op == X_WRITE || x->op == X_INFO || x->op == X_DELETE ||
+	       x->op == X_COPY || (x->op == X_FLUSH && x->targetlen);
+}
+
+/* The blocker's name rules, checked here too: a name the blocker would
+ * refuse must not reach the cache (a NUL inside would make it another
+ * object's name, a write-back could never land). Refuses and answers x. */
+static bool name_allowed(struct xseg_request *x)
+{
+	const char *name = xseg_get_target(C.seg, x), *why;
+	size_t len = name ? x->targetlen : 0;
+	char shown[BLOCKER_PRINTABLE_SIZE];
+	int err = blocker_check_name(name, len, BLOCKER_NAME_MAX, &why);
+	if (!err)
+		return true;
+	peer_warn("refused object name '%s' (%zu bytes) in a %s request: %s",
+		  blocker_printable(name, len, shown, sizeof(shown)), len, xseg_op_name(x->op), why);
+	respond(x, false, err, 0);
+	return false;
+}
+
 static void on_client_request(struct xseg_request *x)
 {
 	struct glue_req *g = &C.slots[x->index].req;
@@ -271,6 +293,8 @@ static void on_client_request(struct xseg_request *x)
 	r->done = client_done;
 	if (!r->name)
 		r->name = "";
+	if (names_object(x) && !name_allowed(x))
+		return;
 	if ((x->op == X_READ || x->op == X_WRITE) && x->datalen < x->size) {
 		peer_log(PEER_LOG_WARN, "%s %s: size %" PRIu64 " over the buffer's %" PRIu64 " bytes",
 		       xseg_op_name(x->op), r->name, x->size, x->datalen);
@@ -282,13 +306,24 @@ static void on_client_request(struct xseg_request *x)
 		return;
 	}
 	if (x->op == X_COPY) {
-		struct xseg_request_copy *cp = r->data;
-		if (x->datalen < sizeof(*cp) || cp->src_len == 0 || cp->src_len > XSEG_MAX_TARGETLEN) {
-			respond(x, false, EINVAL, 0);
+		const char *src, *why;
+		uint32_t src_len;
+		char shown[BLOCKER_PRINTABLE_SIZE];
+		int err = blocker_copy_source(r->data, x->datalen, BLOCKER_NAME_MAX, &src, &src_len,
+					      &why);
+		if (err) {
+			if (src)
+				peer_warn("refused COPY source name '%s' (%u bytes): %s",
+					  blocker_printable(src, src_len, shown, sizeof(shown)),
+					  src_len, why);
+			else
+				peer_warn("refused COPY to '%s': %s (%" PRIu64 " bytes of data)",
+					  r->name, why, x->datalen);
+			respond(x, false, err, 0);
 			return;
 		}
-		memcpy(g->copy_src, cp->src, cp->src_len);
-		g->copy_src[cp->src_len] = '\0';
+		memcpy(g->copy_src, src, src_len);
+		g->copy_src[src_len] = '\0';
 		r->copy_src = g->copy_src;
 	}
 	cache_engine_submit(C.engine, r);

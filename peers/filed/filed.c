@@ -4,7 +4,7 @@
  *
  * The runtime's worker threads do pread/pwrite directly, each with its own
  * small cache of open files; no lock is held around I/O. Names are checked
- * before any path is used (objects.c) and files are opened relative to the
+ * before any path is used (include/peer/blocker.h) and files are opened relative to the
  * directory with O_NOFOLLOW, so no request reaches a file outside --dir.
  *
  *   READ    beyond the end of an object, or of a missing one: zeros;
@@ -32,6 +32,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "peer/blocker.h"
 #include "peer/peer.h"
 #include "objects.h"
 
@@ -311,12 +312,7 @@ static int do_info(struct peer_thread *t, struct xseg_request *req, const char *
 	} else if (errno != ENOENT) {
 		return errno;
 	}
-	struct xseg_reply_info *info = peer_reply_data(t, req, sizeof(*info));
-	if (!info)
-		return ENOMEM;
-	info->size = size;
-	req->serviced = sizeof(*info);
-	return 0;
+	return blocker_reply_info(peer_segment(peer_of(t)), req, size);
 }
 
 /* Copies in to out from the start; returns 0 or an errno. */
@@ -374,23 +370,25 @@ static int copy_contents(int in, int out, uint64_t size, uint64_t *copied)
 static int do_copy(struct peer_thread *t, struct xseg_request *req, const char *name,
 		   size_t len, const char *data)
 {
-	const struct xseg_request_copy *cp = (const void *)data;
-	const char *why;
-	char shown[80];
+	const char *from, *why;
+	uint32_t from_len;
+	char shown[BLOCKER_PRINTABLE_SIZE];
 	int err;
 
-	if (!data || req->datalen < offsetof(struct xseg_request_copy, src) ||
-	    cp->src_len > XSEG_MAX_TARGETLEN ||
-	    req->datalen < offsetof(struct xseg_request_copy, src) + cp->src_len)
-		return EINVAL;
-	if ((err = obj_check_name(cp->src, cp->src_len, F.max_name, &why)) != 0) {
-		obj_printable(cp->src, cp->src_len, shown, sizeof(shown));
-		peer_warn("refused COPY source name '%s' (%u bytes): %s", shown, cp->src_len, why);
+	if ((err = blocker_copy_source(data, req->datalen, F.max_name, &from, &from_len,
+				       &why)) != 0) {
+		if (from)
+			peer_warn("refused COPY source name '%s' (%u bytes): %s",
+				  blocker_printable(from, from_len, shown, sizeof(shown)), from_len,
+				  why);
+		else
+			peer_warn("refused COPY to '%s': %s (%" PRIu64 " bytes of data)", name, why,
+				  req->datalen);
 		return err;
 	}
-	char src[XSEG_MAX_TARGETLEN + 1];
-	memcpy(src, cp->src, cp->src_len);
-	src[cp->src_len] = '\0';
+	char src[BLOCKER_NAME_MAX + 1];
+	memcpy(src, from, from_len);
+	src[from_len] = '\0';
 	int in = openat(F.dirfd, src, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (in < 0)
 		return errno;
@@ -425,7 +423,7 @@ static int serve(struct peer_thread *t, struct xseg_request *req)
 	char *data = xseg_get_data(peer_segment(peer_of(t)), req);
 	size_t len = name ? req->targetlen : 0;
 	const char *why;
-	char shown[80];
+	char shown[BLOCKER_PRINTABLE_SIZE];
 	int err;
 
 	req->serviced = 0;
@@ -433,9 +431,9 @@ static int serve(struct peer_thread *t, struct xseg_request *req)
 		return err;
 	if (req->op == X_FLUSH && len == 0)
 		return flush_all();
-	if ((err = obj_check_name(name, len, F.max_name, &why)) != 0) {
-		obj_printable(name, len, shown, sizeof(shown));
-		peer_warn("refused object name '%s' (%zu bytes) in a %s request: %s", shown, len,
+	if ((err = blocker_check_name(name, len, F.max_name, &why)) != 0) {
+		peer_warn("refused object name '%s' (%zu bytes) in a %s request: %s",
+			  blocker_printable(name, len, shown, sizeof(shown)), len,
 			  xseg_op_name(req->op), why);
 		return err;
 	}

@@ -1,5 +1,5 @@
 /*
- * Object names, the dirty-name set and the per-thread fd cache of filed.
+ * The dirty-name set and the per-thread fd cache of filed.
  */
 #include "objects.h"
 
@@ -8,45 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-int obj_check_name(const char *name, size_t len, size_t max_len, const char **why)
-{
-	if (!name || len == 0) {
-		*why = "is empty";
-		return EINVAL;
-	}
-	if (len > max_len) {
-		*why = "is too long";
-		return ENAMETOOLONG;
-	}
-	if (memchr(name, '\0', len)) {
-		*why = "contains a NUL byte";
-		return EINVAL;
-	}
-	if (memchr(name, '/', len)) {
-		*why = "contains '/'";
-		return EINVAL;
-	}
-	if (name[0] == '.') {
-		*why = "starts with '.' (\".\", \"..\" and hidden names are refused)";
-		return EINVAL;
-	}
-	return 0;
-}
-
-void obj_printable(const char *name, size_t len, char *out, size_t outlen)
-{
-	size_t n = 0;
-	if (!outlen)
-		return;
-	for (size_t i = 0; name && i < len && n + 4 < outlen && i < 64; i++)
-		out[n++] = (name[i] >= 0x20 && name[i] < 0x7f) ? name[i] : '?';
-	if (name && len > 64 && n + 4 < outlen) {
-		memcpy(out + n, "...", 3);
-		n += 3;
-	}
-	out[n] = '\0';
-}
 
 uint64_t obj_hash(const char *name, size_t len)
 {

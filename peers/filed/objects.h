@@ -1,6 +1,7 @@
 /*
- * filed's bookkeeping of objects: checked names, a set of names (the objects
- * written since the last FLUSH) and a small per-thread cache of open files.
+ * filed's bookkeeping of objects: a set of names (the objects written since
+ * the last FLUSH) and a small per-thread cache of open files. Names are
+ * checked before they get here (include/peer/blocker.h).
  */
 #ifndef FILED_OBJECTS_H
 #define FILED_OBJECTS_H
@@ -9,17 +10,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-/*
- * 0 when `name` (len bytes, as the request's targetlen says) may name a file
- * under the directory; otherwise EINVAL (empty, a NUL inside, a '/', a
- * leading '.', which covers "." and "..") or ENAMETOOLONG (over max_len),
- * with *why saying which.
- */
-int obj_check_name(const char *name, size_t len, size_t max_len, const char **why);
-
-/* Writes a printable rendering of name (at most 64 bytes of it) to out. */
-void obj_printable(const char *name, size_t len, char *out, size_t outlen);
 
 uint64_t obj_hash(const char *name, size_t len);
 

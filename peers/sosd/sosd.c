@@ -23,8 +23,8 @@
  *   PING    served by the runtime
  * A request with XF_FLUSH set is preceded by a FLUSH barrier.
  *
- * Names follow filed's rules (empty, a NUL, '/' or a leading '.': EINVAL),
- * so a volume that works on one blocker works on the other.
+ * Names, the COPY payload and the INFO reply follow the blocker contract
+ * (include/peer/blocker.h), so a volume that works on filed works here.
  *
  * Cluster down or slow: every operation carries --op-timeout, after which it
  * fails with ETIMEDOUT; the peer keeps serving and succeeds again once the
@@ -43,6 +43,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "peer/blocker.h"
 #include "peer/peer.h"
 #include "xtypes/xannotate.h"
 #include "write_order.h"
@@ -178,30 +179,7 @@ static int check_options(struct peer *p)
 	return 0;
 }
 
-/* ---- names and failures ------------------------------------------------------ */
-
-/* 0, or EINVAL/ENAMETOOLONG with *why: the same rules as filed. */
-static int check_name(const char *name, size_t len, const char **why)
-{
-	*why = !name || len == 0           ? "is empty"
-	       : len > S.max_name           ? "is too long"
-	       : memchr(name, '\0', len)    ? "contains a NUL byte"
-	       : memchr(name, '/', len)     ? "contains '/'"
-	       : name[0] == '.'             ? "starts with '.'"
-	       : NULL;
-	if (!*why)
-		return 0;
-	return len > S.max_name ? ENAMETOOLONG : EINVAL;
-}
-
-/* A name as it can be shown in a log line. */
-static void printable(const char *name, size_t len, char *out, size_t outlen)
-{
-	size_t n = 0;
-	for (size_t i = 0; name && i < len && i < 64 && n + 1 < outlen; i++)
-		out[n++] = (name[i] >= 0x20 && name[i] < 0x7f) ? name[i] : '?';
-	out[n] = '\0';
-}
+/* ---- failures ------------------------------------------------------ */
 
 /* A cluster that is down fails every request: one warning a second, saying
  * how many went unlogged, instead of one line each. */
@@ -412,22 +390,24 @@ static void start_op(struct peer_thread *t, struct sosd_op *op)
 static int parse_copy_source(struct peer_thread *t, struct sosd_op *op)
 {
 	struct xseg_request *req = op->req;
-	const struct xseg_request_copy *cp = (const void *)data_of(t, req);
-	const char *why;
-	char shown[80];
+	const char *src, *why;
+	uint32_t src_len;
+	char shown[BLOCKER_PRINTABLE_SIZE];
 
-	if (!cp || req->datalen < offsetof(struct xseg_request_copy, src) ||
-	    cp->src_len > XSEG_MAX_TARGETLEN ||
-	    req->datalen < offsetof(struct xseg_request_copy, src) + cp->src_len)
-		return EINVAL;
-	int err = check_name(cp->src, cp->src_len, &why);
+	int err = blocker_copy_source(data_of(t, req), req->datalen, S.max_name, &src, &src_len,
+				      &why);
 	if (err) {
-		printable(cp->src, cp->src_len, shown, sizeof(shown));
-		peer_warn("refused COPY source name '%s' (%u bytes): %s", shown, cp->src_len, why);
+		if (src)
+			peer_warn("refused COPY source name '%s' (%u bytes): %s",
+				  blocker_printable(src, src_len, shown, sizeof(shown)), src_len,
+				  why);
+		else
+			peer_warn("refused COPY to '%s': %s (%" PRIu64 " bytes of data)", op->oid,
+				  why, req->datalen);
 		return err;
 	}
-	memcpy(op->src, cp->src, cp->src_len);
-	op->src[cp->src_len] = '\0';
+	memcpy(op->src, src, src_len);
+	op->src[src_len] = '\0';
 	return 0;
 }
 
@@ -453,13 +433,7 @@ static void op_completed(struct peer_thread *t, struct peer_work *w)
 		}
 		if (rc < 0)
 			break;
-		struct xseg_reply_info *info = peer_reply_data(t, req, sizeof(*info));
-		if (!info) {
-			rc = -ENOMEM;
-			break;
-		}
-		info->size = op->stat_size;
-		req->serviced = sizeof(*info);
+		rc = -blocker_reply_info(peer_segment(peer_of(t)), req, op->stat_size);
 		break;
 	}
 	case ST_COPY_STAT:
@@ -511,14 +485,14 @@ static int check_request(struct peer_thread *t, struct sosd_op *op)
 	const char *name = req->targetlen ? xseg_get_target(peer_segment(peer_of(t)), req) : NULL;
 	size_t len = name ? req->targetlen : 0;
 	const char *why;
-	char shown[80];
+	char shown[BLOCKER_PRINTABLE_SIZE];
 	int err;
 
 	if (req->op == X_FLUSH && len == 0)
 		return 0;
-	if ((err = check_name(name, len, &why)) != 0) {
-		printable(name, len, shown, sizeof(shown));
-		peer_warn("refused object name '%s' (%zu bytes) in a %s request: %s", shown, len,
+	if ((err = blocker_check_name(name, len, S.max_name, &why)) != 0) {
+		peer_warn("refused object name '%s' (%zu bytes) in a %s request: %s",
+			  blocker_printable(name, len, shown, sizeof(shown)), len,
 			  xseg_op_name(req->op), why);
 		return err;
 	}

@@ -20,6 +20,9 @@
  *   announce more than the budget can lock out the real remote; a table
  *   of frames under way empties within --timeout.
  * Every close is logged at warn with the peer's address and counted.
+ *
+ * The budget's accounting is budget.c (below frame.c, which gives it
+ * back); this file is above net.c, which calls it through net_ops.
  */
 #include <errno.h>
 #include <inttypes.h>

@@ -14,6 +14,10 @@
  *
  * Writing: frames are taken from a connection's queues in batches (small
  * and large frames alternate) and written with writev.
+ *
+ * This is the socket layer: it calls the files below it (frame.c, rx.c,
+ * slots.c, wire.c, wake.c) by name and the ones above it (inbound.c,
+ * outbound.c, limits.c) only through the net_ops given to net_start.
  */
 #define _GNU_SOURCE   /* accept4 */
 #include <errno.h>

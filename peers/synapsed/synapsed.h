@@ -18,7 +18,7 @@
  * wlock, then S.lock. S.inflight_bytes is atomic (released from any thread,
  * reserved by the network thread only).
  *
- * Limits (limits.c): an incoming connection must complete each frame within
+ * Limits (limits.c, budget.c): an incoming connection must complete each frame within
  * --timeout and is closed after --idle-timeout of silence; request bodies
  * (and the replies they will need) are reserved from --max-inflight-bytes
  * before anything is allocated; a full table (--max-connections) evicts

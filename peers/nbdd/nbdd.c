@@ -221,9 +221,20 @@ static int check_options(struct peer *p)
 
 /* ---- the peer ------------------------------------------------------------------------ */
 
+/* The layers above the socket thread, as server.c calls them (it never
+ * names them: see struct server_ops). */
+static const struct server_ops server_ops = {
+	.find_export = nbdd_find_export,
+	.transmission_flags = nbdd_transmission_flags,
+	.cmd_buffer_bytes = cmd_buffer_bytes,
+	.cmd_new = cmd_new,
+	.cmd_free = cmd_free,
+	.cmd_post = cmd_post,
+};
+
 static int init(struct peer *p)
 {
-	if (server_open(p) < 0)
+	if (server_open(p, &server_ops) < 0)
 		return -1;
 	for (unsigned i = 0; i < nbdd_cfg.nr_exports; i++)
 		peer_info("export %s: %" PRIu64 " bytes", nbdd_cfg.exports[i].name,

@@ -7,6 +7,10 @@
  *             target port in chunks, the reply handed back to its connection
  *   proto.c   the wire format (pure functions)
  *
+ * Layers, top down: nbdd.c -> cmd.c -> server.c -> proto.c. Each calls the
+ * ones below by name; server.c calls up only through the struct server_ops
+ * nbdd.c gives server_open.
+ *
  * Threads: one socket thread owns every connection's input side; commands
  * go to the runtime's workers with peer_post; a worker queues the reply on
  * its connection and writes as much as the socket takes at once (under the
@@ -107,8 +111,24 @@ void cmd_post(struct peer *p, struct cmd *cmd);
 
 /* ---- the socket thread -------------------------------------------------------------- */
 
-/* Opens the listeners: 0, or -1 after logging which address failed. */
-int server_open(struct peer *p);
+/* What the socket thread calls up into: nbdd.c's exports and cmd.c's
+ * commands. server.c never names a function of the files above it; they
+ * call it by name (conn_send, conn_put, out_buf_new, server_*). */
+struct server_ops {
+	/* The export called `name` (len bytes, not empty); NULL: none. */
+	const struct nbd_export *(*find_export)(const uint8_t *name, uint32_t len);
+	uint16_t (*transmission_flags)(void);
+	/* See cmd_buffer_bytes, cmd_new, cmd_free, cmd_post above. */
+	uint64_t (*cmd_buffer_bytes)(const struct nbd_request *req);
+	struct cmd *(*cmd_new)(struct conn *c, const struct nbd_export *exp,
+			       const struct nbd_request *req);
+	void (*cmd_free)(struct cmd *cmd);
+	void (*cmd_post)(struct peer *p, struct cmd *cmd);
+};
+
+/* Opens the listeners: 0, or -1 after logging which address failed. `ops`
+ * must outlive the socket thread. */
+int server_open(struct peer *p, const struct server_ops *ops);
 /* Starts the socket thread. */
 int server_start(void);
 /* Stops it: no more connections or requests; returns once it has ended, so

@@ -124,6 +124,9 @@ struct listener {
 
 static struct {
 	struct peer *peer;
+	/* The layers above (cmd.c, nbdd.c), given to server_open: this file
+	 * calls up only through them, never by name. */
+	const struct server_ops *up;
 	int epfd, wakefd;
 	enum source_kind wake_kind;
 	struct listener listeners[MAX_LISTENERS];
@@ -412,7 +415,7 @@ static void conn_close(struct conn *c, const char *why)
 	}
 	pthread_mutex_unlock(&c->lock);
 	if (c->filling) {
-		cmd_free(c->filling);
+		S.up->cmd_free(c->filling);
 		c->filling = NULL;
 		conn_put(c);   /* the command's reference */
 	}
@@ -576,7 +579,7 @@ static const struct nbd_export *lookup(const uint8_t *name, uint32_t len)
 {
 	if (!len)
 		return nbdd_cfg.nr_exports ? &nbdd_cfg.exports[0] : NULL;
-	return nbdd_find_export(name, len);
+	return S.up->find_export(name, len);
 }
 
 static void start_transmission(struct conn *c, const struct nbd_export *e)
@@ -604,7 +607,7 @@ static void info_or_go(struct conn *c, uint32_t option, const uint8_t *data, uin
 		return;
 	}
 	uint8_t info[NBD_INFO_BLOCK_SIZE_LEN];
-	nbd_encode_info_export(info, e->size, nbdd_transmission_flags());
+	nbd_encode_info_export(info, e->size, S.up->transmission_flags());
 	option_reply(c, option, NBD_REP_INFO, info, NBD_INFO_EXPORT_LEN);
 	/* Any alignment works (vlmcd takes byte ranges); the maximum bounds
 	 * READ and WRITE. Sent even when not asked: clients ignore it then. */
@@ -624,7 +627,7 @@ static bool handle_option(struct conn *c, const struct nbd_option *opt, const ui
 		if (!e)
 			return false;   /* the spec: no error reply to this option */
 		uint8_t buf[NBD_EXPORT_NAME_REPLY_LEN];
-		size_t n = nbd_encode_export_name_reply(buf, e->size, nbdd_transmission_flags(),
+		size_t n = nbd_encode_export_name_reply(buf, e->size, S.up->transmission_flags(),
 							c->client_flags & NBD_FLAG_NO_ZEROES);
 		send_bytes(c, buf, (uint32_t)n, 0);
 		start_transmission(c, e);
@@ -665,7 +668,7 @@ static void reply_now(struct conn *c, uint64_t cookie, uint32_t error)
 static bool start_cmd(struct conn *c, const struct nbd_request *req)
 {
 	conn_get(c);
-	struct cmd *cmd = cmd_new(c, c->exp, req);
+	struct cmd *cmd = S.up->cmd_new(c, c->exp, req);
 	if (!cmd) {
 		conn_put(c);
 		reply_now(c, req->cookie, NBD_ENOMEM);
@@ -680,7 +683,7 @@ static bool start_cmd(struct conn *c, const struct nbd_request *req)
 		c->filling = cmd;
 		c->filled = 0;
 	} else {
-		cmd_post(S.peer, cmd);
+		S.up->cmd_post(S.peer, cmd);
 	}
 	return true;
 }
@@ -749,7 +752,7 @@ static uint64_t request_buffer_bytes(const struct conn *c, const struct nbd_requ
 {
 	if (nbd_check_request(req, c->exp->size, (uint32_t)nbdd_cfg.max_request))
 		return 0;
-	return cmd_buffer_bytes(req);
+	return S.up->cmd_buffer_bytes(req);
 }
 
 /* Consumes what the input buffer holds; false when the connection must close
@@ -793,7 +796,7 @@ static bool parse_input(struct conn *c, const char **why)
 			if (c->filled < cmd->req.length)
 				break;
 			c->filling = NULL;
-			cmd_post(S.peer, cmd);
+			S.up->cmd_post(S.peer, cmd);
 			continue;
 		}
 		int n;
@@ -878,7 +881,7 @@ static void conn_readable(struct conn *c)
 			if (c->filled == c->filling->req.length) {
 				struct cmd *cmd = c->filling;
 				c->filling = NULL;
-				cmd_post(S.peer, cmd);
+				S.up->cmd_post(S.peer, cmd);
 			}
 		} else {
 			c->in_len += (size_t)r;
@@ -1152,9 +1155,10 @@ static int open_unix(const char *path)
 	return add_listener(fd, path);
 }
 
-int server_open(struct peer *p)
+int server_open(struct peer *p, const struct server_ops *ops)
 {
 	S.peer = p;
+	S.up = ops;
 	S.epfd = epoll_create1(EPOLL_CLOEXEC);
 	S.wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &S.wake_kind };

@@ -6,7 +6,7 @@
  *
  * Reading (rx.c): a 64-byte header is decoded (wire.c) before anything is
  * allocated; a request's body is then reserved from --max-inflight-bytes
- * (limits.c) and goes into a buffer of exactly its size. A header that
+ * (budget.c) and goes into a buffer of exactly its size. A header that
  * breaks a rule, or a reply that names no request in flight, closes the
  * connection with a log line; the rest of the peer keeps serving. A header
  * that finds no room (MAX_INCOMING requests out, or the budget reserved)
@@ -14,6 +14,10 @@
  *
  * Writing: frames are taken from a connection's queues in batches (small
  * and large frames alternate) and written with writev.
+ *
+ * This is the socket layer: it calls the files below it (frame.c, rx.c,
+ * slots.c, wire.c, wake.c) by name and the ones above it (inbound.c,
+ * outbound.c, limits.c) only through the net_ops given to net_start.
  */
 #define _GNU_SOURCE   /* accept4 */
 #include <errno.h>
@@ -49,15 +53,9 @@
 #define TAG_LISTEN       ((1ull << 32) + 1)
 
 static int epfd = -1, listen_fd = -1;
-
-void net_wake(void)
-{
-	if (!atomic_exchange(&S.wake_pending, 1)) {
-		uint64_t one = 1;
-		if (write(S.wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-			peer_error("cannot wake the network thread: %s", strerror(errno));
-	}
-}
+/* The layers above (inbound.c, outbound.c, limits.c), given to net_start:
+ * this file calls up only through them, never by name. */
+static const struct net_ops *up;
 
 /* wlock held. */
 static void set_events(struct conn *c, uint32_t ci, uint32_t events)
@@ -134,7 +132,7 @@ void conn_close(uint32_t ci, const char *why, int err)
 	pthread_mutex_unlock(&c->wlock);
 	if (c->rx.in_body && !c->body_direct) {   /* a request's data area stays with it */
 		if (c->body_owner)
-			inbound_abandon(c->body_owner);
+			up->request_abandon(c->body_owner);
 		else
 			free(c->rx.body);
 	}
@@ -157,7 +155,7 @@ void conn_close(uint32_t ci, const char *why, int err)
 		frame_queue_free(&c->large);
 	}
 	pthread_mutex_unlock(&S.lock);
-	outbound_conn_closed(ci, old_gen, err);
+	up->conn_closed(ci, old_gen, err);
 
 	if (ci == REMOTE_CONN) {
 		c->connecting = false;
@@ -361,7 +359,7 @@ static int on_header(void *ctx, const struct wire_header *h, uint8_t **body)
 	c->body_owner = NULL;
 	c->body_direct = false;
 	if (h->kind == WIRE_REQUEST) {
-		int rc = inbound_request_header(c, ci, h, body, &c->body_owner, &why);
+		int rc = up->request_header(c, ci, h, body, &c->body_owner, &why);
 		if (rc < 0) {
 			conn_close(ci, why, ECONNRESET);
 			return RX_DROP;
@@ -369,7 +367,7 @@ static int on_header(void *ctx, const struct wire_header *h, uint8_t **body)
 		return rc ? RX_TAKE : RX_WAIT;
 	}
 	uint8_t *direct = NULL;
-	if (outbound_reply_header(c, ci, h, &direct) < 0) {
+	if (up->reply_header(c, ci, h, &direct) < 0) {
 		conn_close(ci, "reply to a request not in flight (logged above)", ECONNRESET);
 		return RX_DROP;
 	}
@@ -390,13 +388,13 @@ static void on_body(void *ctx, const struct wire_header *h, uint8_t *body)
 	c->frame_since_ns = 0;   /* the next frame's clock starts at its first byte */
 	c->frames_done++;
 	if (h->kind == WIRE_REQUEST) {
-		inbound_request_done(c->body_owner);
+		up->request_done(c->body_owner);
 	} else if (c->body_direct) {
-		outbound_reply_received(h);
+		up->reply_received(h);
 	} else {
 		if (h->target_len)   /* replies need no target: skip it */
 			memmove(body, body + h->target_len, h->data_len);
-		outbound_reply_done(c, conn_index(c), h, body, h->data_len);
+		up->reply_done(c, conn_index(c), h, body, h->data_len);
 	}
 	c->body_direct = false;
 	c->body_owner = NULL;
@@ -527,7 +525,7 @@ static void accept_all(void)
 		uint32_t ci = 1;
 		while (ci < S.nr_conns && S.conns[ci].used)
 			ci++;
-		if (ci == S.nr_conns && !(ci = limits_evict())) {
+		if (ci == S.nr_conns && !(ci = up->evict())) {
 			S.counts.refused_full++;
 			peer_warn("connection from %s refused: %u connections open (--max-connections), "
 				  "none idle or waiting (refusals so far: %" PRIu64 ")", who, S.max_conns,
@@ -568,7 +566,7 @@ static void accept_all(void)
 static void remote_unreachable(int err)
 {
 	atomic_store(&S.remote_down, err > 0 ? err : ECONNREFUSED);
-	outbound_fail_queued(err > 0 ? err : ECONNREFUSED);
+	up->fail_queued(err > 0 ? err : ECONNREFUSED);
 }
 
 static void remote_connect(uint64_t now)
@@ -747,10 +745,10 @@ static void *net_loop(void *arg)
 				break;
 		}
 		if (now >= next_sweep) {
-			outbound_expire(now);
+			up->expire(now);
 			/* Frames stopped half way (a reply read into its request is
 			 * out of the requests' timeouts' reach) and idle clients. */
-			limits_sweep(now);
+			up->sweep(now);
 			next_sweep = now + SWEEP_NS;
 		}
 		if (S.have_remote && !atomic_load(&S.quit)) {
@@ -807,8 +805,9 @@ static void *net_loop(void *arg)
 	return NULL;
 }
 
-int net_start(void)
+int net_start(const struct net_ops *ops)
 {
+	up = ops;
 	epfd = epoll_create1(EPOLL_CLOEXEC);
 	S.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (epfd < 0 || S.wake_fd < 0 || add_fd(S.wake_fd, TAG_WAKE, EPOLLIN) < 0) {
@@ -888,7 +887,7 @@ void net_stop(void)
 		pthread_mutex_destroy(&c->wlock);
 	}
 	if (S.conns)
-		limits_report();
+		up->report();
 	free(S.conns);
 	S.conns = NULL;
 	S.nr_conns = 0;

@@ -131,6 +131,23 @@ static int check_options(struct peer *p)
 	return 0;
 }
 
+/* The layers above the socket layer, as net.c calls them (it never names
+ * them: see struct net_ops). */
+static const struct net_ops net_ops = {
+	.request_header = inbound_request_header,
+	.request_done = inbound_request_done,
+	.request_abandon = inbound_abandon,
+	.reply_header = outbound_reply_header,
+	.reply_done = outbound_reply_done,
+	.reply_received = outbound_reply_received,
+	.expire = outbound_expire,
+	.fail_queued = outbound_fail_queued,
+	.conn_closed = outbound_conn_closed,
+	.sweep = limits_sweep,
+	.evict = limits_evict,
+	.report = limits_report,
+};
+
 static int init(struct peer *p)
 {
 	struct xseg_segment_info si;
@@ -151,7 +168,7 @@ static int init(struct peer *p)
 		peer_error("out of memory for %u request slots", si.nr_requests * 2);
 		return -1;
 	}
-	if (net_start() < 0)
+	if (net_start(&net_ops) < 0)
 		return -1;
 	if (S.have_listen)
 		peer_info("incoming connections: at most %u, a frame within %" PRIu64 " s, idle "

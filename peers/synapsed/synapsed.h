@@ -18,7 +18,7 @@
  * wlock, then S.lock. S.inflight_bytes is atomic (released from any thread,
  * reserved by the network thread only).
  *
- * Limits (limits.c): an incoming connection must complete each frame within
+ * Limits (limits.c, budget.c): an incoming connection must complete each frame within
  * --timeout and is closed after --idle-timeout of silence; request bodies
  * (and the replies they will need) are reserved from --max-inflight-bytes
  * before anything is allocated; a full table (--max-connections) evicts
@@ -139,6 +139,19 @@ struct synapsed {
 
 extern struct synapsed S;
 
+/* wake.c (below every other file) */
+/* Wakes the network thread (a connection to close or to read again). */
+void net_wake(void);
+
+/* budget.c: --max-inflight-bytes (below frame.c) */
+/* Bytes a request reserves: its body, and room for its reply. */
+uint64_t request_charge(const struct wire_header *h);
+/* Reserves `charge` for connection c (lock held): 1 done, 0 not now, -1
+ * never (more than a connection may hold). */
+int budget_reserve_locked(struct conn *c, uint64_t charge);
+/* Gives `charge` back to the total (any thread, any lock). */
+void budget_release(uint64_t charge);
+
 /* frame.c */
 struct frame *frame_alloc(size_t len);
 /* Frees f and gives back what it holds of S.inflight_bytes. */
@@ -159,8 +172,54 @@ struct frame *conn_next_frame_locked(struct conn *c);
 /* A reply frame with no data, for a request that failed here. */
 struct frame *frame_failed_reply(const struct wire_header *req, int err);
 
-/* net.c */
-int net_start(void);
+/* net.c: the socket layer. It calls the layers above only through the
+ * net_ops synapsed.c gives net_start; they call it by name. Every hook is
+ * called on the network thread. */
+struct net_ops {
+	/* inbound.c: request frames from the network */
+	/* A request header arrived. 1: *body is the buffer for its body
+	 * (target_len + data_len bytes), *owner its owner; 0: no room now (too
+	 * many requests out or --max-inflight-bytes reserved), ask again
+	 * later; -1: drop the connection for *why. */
+	int (*request_header)(struct conn *c, uint32_t ci, const struct wire_header *h,
+			      uint8_t **body, void **owner, const char **why);
+	/* The body is in: hand it to a worker. */
+	void (*request_done)(void *owner);
+	/* The connection closed in the middle of owner's body. */
+	void (*request_abandon)(void *owner);
+
+	/* outbound.c: replies from the --remote synapsed */
+	/* A reply header arrived on c; -1 to drop the connection (reason
+	 * logged), else 0 and the body is read into *direct when set (the
+	 * request's own data area: finish with reply_received), or into a
+	 * malloc'd buffer of target_len + data_len bytes (reply_done). */
+	int (*reply_header)(struct conn *c, uint32_t ci, const struct wire_header *h,
+			    uint8_t **direct);
+	/* The reply's body is in; takes `data` (malloc'd). */
+	void (*reply_done)(struct conn *c, uint32_t ci, const struct wire_header *h,
+			   uint8_t *data, uint64_t data_len);
+	/* The body read into *direct is complete. */
+	void (*reply_received)(const struct wire_header *h);
+	/* Fails what timed out; drops a connection that stopped answering. */
+	void (*expire)(uint64_t now_ns);
+	/* The remote is unreachable: fail every request still waiting to be
+	 * sent with `err` and drop their frames. */
+	void (*fail_queued)(int err);
+	/* Connection ci closed; fail its requests with `err`. */
+	void (*conn_closed)(uint32_t ci, uint32_t old_gen, int err);
+
+	/* limits.c: what one client may hold */
+	/* Close connections past their frame deadline or idle too long. */
+	void (*sweep)(uint64_t now);
+	/* The table full: close the incoming connection idle the longest (or,
+	 * none idle, one whose first header waits for room); its index, or 0
+	 * when there is none. */
+	uint32_t (*evict)(void);
+	/* The counters, in one log line (at stop). */
+	void (*report)(void);
+};
+/* Opens the sockets and starts the network thread; `ops` must outlive it. */
+int net_start(const struct net_ops *ops);
 /* Closes connection ci, logging `why` (network thread). */
 void conn_close(uint32_t ci, const char *why, int err);
 /* No request from c out, no reply to write to it. */
@@ -168,8 +227,6 @@ bool conn_owes_nothing(struct conn *c);
 /* Nothing under way on c: that, and no partial frame, not waiting for room. */
 bool conn_idle(struct conn *c);
 void net_stop(void);
-/* Wakes the network thread (a connection to close or to read again). */
-void net_wake(void);
 /* Writes connection ci's queued frames now if nobody else is writing;
  * any thread. */
 void conn_kick(uint32_t ci);
@@ -181,56 +238,28 @@ void conn_kick(uint32_t ci);
 struct iovec;
 bool conn_write_now(uint32_t ci, uint32_t gen, const struct iovec *iov, int n, uint32_t idx);
 
-/* outbound.c: requests to the --remote synapsed */
+/* outbound.c: requests to the --remote synapsed (above net.c); the
+ * network thread reaches the rest through struct net_ops. */
 void outbound_on_request(struct peer_thread *t, struct xseg_request *req);
-/* Net thread: a reply header arrived on c; -1 to drop the connection
- * (reason logged), else 0 and the body is read into *direct when set (the
- * request's own data area: finish with outbound_reply_received), or into a
- * malloc'd buffer of target_len + data_len bytes (outbound_reply_done). */
 int outbound_reply_header(struct conn *c, uint32_t ci, const struct wire_header *h,
 			  uint8_t **direct);
-/* Net thread: the reply's body is in; takes `data` (malloc'd). */
 void outbound_reply_done(struct conn *c, uint32_t ci, const struct wire_header *h,
 			 uint8_t *data, uint64_t data_len);
-/* Net thread: the body read into *direct is complete. */
 void outbound_reply_received(const struct wire_header *h);
-/* Net thread: fails what timed out; drops a connection that stopped
- * answering. Returns the next deadline (ns) or 0. */
 void outbound_expire(uint64_t now_ns);
-/* Net thread: the remote is unreachable: fails every request still
- * waiting to be sent with `err` and drops their frames. */
 void outbound_fail_queued(int err);
-/* Net thread: connection ci closed; fails its requests with `err`. */
 void outbound_conn_closed(uint32_t ci, uint32_t old_gen, int err);
 
-/* inbound.c: requests from the network to --target-port */
-/* Net thread: a request header arrived. 1: *body is the buffer for its
- * body (target_len + data_len bytes), *owner its owner; 0: no room now
- * (too many requests out or --max-inflight-bytes reserved), ask again
- * later; -1: drop the connection for *why. */
+/* inbound.c: requests from the network to --target-port (above net.c;
+ * net_ops hooks) */
 int inbound_request_header(struct conn *c, uint32_t ci, const struct wire_header *h,
 			   uint8_t **body, void **owner, const char **why);
-/* Net thread: the body is in: hand it to a worker. */
 void inbound_request_done(void *owner);
-/* Net thread: the connection closed in the middle of owner's body. */
 void inbound_abandon(void *owner);
 
-/* limits.c */
-/* Bytes a request reserves: its body, and room for its reply. */
-uint64_t request_charge(const struct wire_header *h);
-/* Reserves `charge` for connection c (lock held): 1 done, 0 not now, -1
- * never (more than a connection may hold). */
-int budget_reserve_locked(struct conn *c, uint64_t charge);
-/* Gives `charge` back to the total (any thread, any lock). */
-void budget_release(uint64_t charge);
-/* Net thread: closes connections past their frame deadline or idle too
- * long. */
+/* limits.c: deadlines and eviction (above net.c; net_ops hooks) */
 void limits_sweep(uint64_t now);
-/* Net thread, the table full: closes the incoming connection idle the
- * longest (or, none idle, one whose first header waits for room); its
- * index, or 0 when there is none. */
 uint32_t limits_evict(void);
-/* The counters, in one log line. */
 void limits_report(void);
 
 #endif

@@ -80,7 +80,7 @@ grep -q "No space left on device" <<< "$(stat_field flush_error)" ||
 echo "flush failures in 3 s: $((f1 - f0))"
 # Warned at the default level, with the error and the bytes waiting; once
 # per interval, not per failure.
-grep -E "warn: .*No space left on device.*2097152 dirty bytes" "$DIR/cached.log" > "$DIR/warned" ||
+grep -E "WARN: .*No space left on device.*2097152 dirty bytes" "$DIR/cached.log" > "$DIR/warned" ||
 	fail "no warning about the full disk in cached's log"
 [ "$(wc -l < "$DIR/warned")" -le 2 ] || fail "warned $(wc -l < "$DIR/warned") times in 4 s"
 

@@ -15,8 +15,8 @@ fail() {
 	exit 1
 }
 
-cleanup() {
-	# peers get SIGTERM and two seconds; what still runs then is killed
+# Peers get SIGTERM and two seconds; what still runs then is killed.
+stop_peers() {
 	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
 	for _ in $(seq 40); do
 		local alive=0
@@ -26,6 +26,10 @@ cleanup() {
 	done
 	for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
 	wait 2>/dev/null
+}
+
+cleanup() {
+	stop_peers
 	"$BIN/xseg" destroy --segment "$SEG" 2>/dev/null
 	rm -rf "$DIR"
 }
@@ -46,4 +50,28 @@ expect_exit() {
 	local want=$1; shift
 	"$@" > "$DIR/out" 2> "$DIR/err"; local rc=$?
 	[ $rc -eq "$want" ] || { cat "$DIR/err"; fail "'$*' exited $rc, expected $want"; }
+}
+
+# bad_arg VALUE COMMAND...: COMMAND must exit 2 with exactly one line on
+# stderr, and that line must name VALUE.
+bad_arg() {
+	local value=$1; shift
+	expect_exit 2 timeout 20 "$@"
+	[ "$(wc -l < "$DIR/err")" -eq 1 ] ||
+		fail "'$*': expected one line on stderr, got: $(cat "$DIR/err")"
+	grep -qF -- "$value" "$DIR/err" ||
+		fail "'$*': stderr does not name '$value': $(cat "$DIR/err")"
+}
+
+# detached PIDFILE COMMAND...: runs COMMAND (a --daemon start writing
+# PIDFILE) with stdout and stderr on a pipe, as `out=$(COMMAND 2>&1)` does;
+# fails unless COMMAND exited 0 and the pipe ended within 20 s (a daemon
+# holding it keeps such a caller waiting forever). The daemon joins pids.
+detached() {
+	local pidfile=$1; shift
+	{ "$@" 2>&1; echo "exit $?"; } | { timeout 20 cat > "$DIR/dout"; echo $? > "$DIR/drc"; }
+	[ -s "$pidfile" ] && pids+=($(cat "$pidfile"))
+	[ "$(cat "$DIR/drc")" = 0 ] ||
+		fail "'$*' kept its caller's stdout or stderr open: $(cat "$DIR/dout")"
+	[ "$(tail -1 "$DIR/dout")" = "exit 0" ] || fail "'$*': $(cat "$DIR/dout")"
 }

@@ -22,15 +22,7 @@ fi
 # lib.sh's cleanup removes $DIR: unmount first
 trap 'cleanup_mount' EXIT
 cleanup_mount() {
-	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
-	for _ in $(seq 40); do
-		alive=0
-		for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
-		[ $alive = 0 ] && break
-		sleep 0.05
-	done
-	for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
-	wait 2>/dev/null
+	stop_peers
 	umount "$DIR/data" 2>/dev/null
 	cleanup
 }

@@ -9,30 +9,6 @@ set -u
 SEG_PREFIX=cached-opts
 . "$(dirname "$0")/lib.sh"
 
-# bad_arg VALUE COMMAND...: COMMAND must exit 2 with exactly one line on
-# stderr, and that line must name VALUE.
-bad_arg() {
-	local value=$1; shift
-	expect_exit 2 timeout 20 "$@"
-	[ "$(wc -l < "$DIR/err")" -eq 1 ] ||
-		fail "'$*': expected one line on stderr, got: $(cat "$DIR/err")"
-	grep -qF -- "$value" "$DIR/err" ||
-		fail "'$*': stderr does not name '$value': $(cat "$DIR/err")"
-}
-
-# detached PIDFILE COMMAND...: runs COMMAND (a --daemon start writing
-# PIDFILE) with stdout and stderr on a pipe, as `out=$(COMMAND 2>&1)` does;
-# fails unless COMMAND exited 0 and the pipe ended within 20 s (a daemon
-# holding it keeps such a caller waiting forever). The daemon joins pids.
-detached() {
-	local pidfile=$1; shift
-	{ "$@" 2>&1; echo "exit $?"; } | { timeout 20 cat > "$DIR/dout"; echo $? > "$DIR/drc"; }
-	[ -s "$pidfile" ] && pids+=($(cat "$pidfile"))
-	[ "$(cat "$DIR/drc")" = 0 ] ||
-		fail "'$*' kept its caller's stdout or stderr open: $(cat "$DIR/dout")"
-	[ "$(tail -1 "$DIR/dout")" = "exit 0" ] || fail "'$*': $(cat "$DIR/dout")"
-}
-
 "$BIN/xseg" create --segment "$SEG" --ports 8 --requests 256 --heap 16M || fail "create"
 C=("$BIN/cached" --segment "$SEG" --port 3 --blocker-port 1)
 

@@ -8,16 +8,6 @@ set -u
 SEG_PREFIX=peers-opts
 . "$(dirname "$0")/lib.sh"
 
-# bad_arg VALUE COMMAND...: exit 2, one line on stderr, naming VALUE.
-bad_arg() {
-	local value=$1; shift
-	expect_exit 2 timeout 20 "$@"
-	[ "$(wc -l < "$DIR/err")" -eq 1 ] ||
-		fail "'$*': expected one line on stderr, got: $(cat "$DIR/err")"
-	grep -qF -- "$value" "$DIR/err" ||
-		fail "'$*': stderr does not name '$value': $(cat "$DIR/err")"
-}
-
 "$BIN/xseg" create --segment "$SEG" --ports 8 --requests 256 --heap 16M || fail "create"
 
 echo "--- bad segments and ports"

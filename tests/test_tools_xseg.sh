@@ -35,17 +35,6 @@ check_json() {
 	[ "$(info_json "$1")" = True ] || fail "xseg info --json: not ($1): $(cat "$DIR/info.json")"
 }
 
-# bad_arg VALUE COMMAND...: COMMAND must exit 2 with exactly one line on
-# stderr, and that line must name VALUE.
-bad_arg() {
-	local value=$1; shift
-	expect_exit 2 "$@"
-	[ "$(wc -l < "$DIR/err")" -eq 1 ] ||
-		fail "'$*': expected one line on stderr, got: $(cat "$DIR/err")"
-	grep -qF -- "$value" "$DIR/err" ||
-		fail "'$*': stderr does not name '$value': $(cat "$DIR/err")"
-}
-
 # wait_gone PID SECONDS: fails unless PID exits within SECONDS; its exit
 # status is left in $gone_rc (only for our children).
 wait_gone() {
@@ -57,19 +46,6 @@ wait_gone() {
 	kill -0 "$pid" 2>/dev/null && fail "pid $pid still runs $limit s after SIGTERM"
 	gone_rc=0
 	wait "$pid" 2>/dev/null || gone_rc=$?
-}
-
-# detached PIDFILE COMMAND...: runs COMMAND (a --daemon start writing
-# PIDFILE) with stdout and stderr on a pipe, as `out=$(COMMAND 2>&1)` does;
-# fails unless COMMAND exited 0 and the pipe ended within 20 s (a daemon
-# holding it keeps such a caller waiting forever). The daemon joins pids.
-detached() {
-	local pidfile=$1; shift
-	{ "$@" 2>&1; echo "exit $?"; } | { timeout 20 cat > "$DIR/dout"; echo $? > "$DIR/drc"; }
-	[ -s "$pidfile" ] && pids+=($(cat "$pidfile"))
-	[ "$(cat "$DIR/drc")" = 0 ] ||
-		fail "'$*' kept its caller's stdout or stderr open: $(cat "$DIR/dout")"
-	[ "$(tail -1 "$DIR/dout")" = "exit 0" ] || fail "'$*': $(cat "$DIR/dout")"
 }
 
 echo "--- help"

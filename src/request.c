@@ -440,28 +440,14 @@ int xseg_receive(struct xseg *s, uint32_t port, struct xseg_request **reqs, unsi
 	return take(s, port, xseg_rep_ring(s, port), reqs, max, XS_RECEIVED);
 }
 
-/* Fails every request queued on `port` (held by nobody yet) back to its
- * issuer with `err`. The caller owns the port. Returns how many. */
-uint32_t xseg_fail_queued_requests(struct xseg *s, uint32_t port, int err)
-{
-	uint32_t idx, n = 0;
-
-	while (xseg_ring_pop(xseg_req_ring(s, port), &idx)) {
-		struct xseg_request *r = &s->requests[idx];
-		xannotate_happens_after(&xseg_tsan_handoff);
-		set_holder(r, port);
-		store_state(r, XS_ACCEPTED);
-		r->result = XR_FAILED;
-		r->error = err;
-		r->serviced = 0;
-		if (xseg_respond(s, r, port) < 0)
-			release_request(s, r);
-		n++;
-	}
-	return n;
-}
-
-uint32_t xseg_pass_on_queued_requests(struct xseg *s, uint32_t port)
+/*
+ * Empties `port`'s request queue (the caller owns the port). With pass_on,
+ * a request that reached the port as a hop for another port goes on where
+ * the route leads now, unless a route still names this port (a cache that
+ * could not write back); every other request fails back to its issuer with
+ * `err`. Returns how many failed.
+ */
+static uint32_t settle_queued(struct xseg *s, uint32_t port, int err, bool pass_on)
 {
 	uint32_t idx, failed = 0;
 
@@ -470,25 +456,36 @@ uint32_t xseg_pass_on_queued_requests(struct xseg *s, uint32_t port)
 		xannotate_happens_after(&xseg_tsan_handoff);
 		set_holder(r, port);
 		store_state(r, XS_ACCEPTED);
-		uint32_t issuer = r->path_len ? r->path[r->path_len - 1].port : XSEG_NO_PORT;
-		/* A route that still names this port says it is in the path
-		 * (a cache that could not write back): those fail. */
-		uint32_t to = r->dst_port == port || issuer >= s->nr_ports ||
-			      xseg_route_reaches(s, r->dst_port, port)
-			      ? XSEG_NO_PORT : xseg_resolve_route(s, issuer, r->dst_port);
-		if (to != XSEG_NO_PORT && to != port &&
-		    atomic_load(&s->ports[to].owner) &&
-		    deliver(s, r, to, xseg_req_ring(s, to), &s->ports[to].submitted,
-			    XS_QUEUED) == 0)
-			continue;
+		if (pass_on) {
+			uint32_t issuer = r->path_len ? r->path[r->path_len - 1].port
+						      : XSEG_NO_PORT;
+			uint32_t to = r->dst_port == port || issuer >= s->nr_ports ||
+				      xseg_route_reaches(s, r->dst_port, port)
+				      ? XSEG_NO_PORT : xseg_resolve_route(s, issuer, r->dst_port);
+			if (to != XSEG_NO_PORT && to != port &&
+			    atomic_load(&s->ports[to].owner) &&
+			    deliver(s, r, to, xseg_req_ring(s, to), &s->ports[to].submitted,
+				    XS_QUEUED) == 0)
+				continue;
+		}
 		r->result = XR_FAILED;
-		r->error = EHOSTDOWN;
+		r->error = err;
 		r->serviced = 0;
 		if (xseg_respond(s, r, port) < 0)
 			release_request(s, r);
 		failed++;
 	}
 	return failed;
+}
+
+uint32_t xseg_fail_queued_requests(struct xseg *s, uint32_t port, int err)
+{
+	return settle_queued(s, port, err, false);
+}
+
+uint32_t xseg_pass_on_queued_requests(struct xseg *s, uint32_t port)
+{
+	return settle_queued(s, port, EHOSTDOWN, true);
 }
 
 /*

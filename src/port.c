@@ -131,6 +131,35 @@ int xseg_port_info(struct xseg *s, uint32_t port, struct xseg_port_info *info)
 	info->reserved = atomic_load_explicit(&p->reserved, memory_order_relaxed);
 	info->epoch = atomic_load_explicit(&p->epoch, memory_order_relaxed);
 	info->dropped_replies = atomic_load_explicit(&p->dropped_replies, memory_order_relaxed);
+	info->dirty_bytes = atomic_load(&p->dirty_bytes);
+	return 0;
+}
+
+/* ---- a cache's dirty data: fail closed ---------------------------------- */
+
+int xseg_port_set_dirty(struct xseg *s, uint32_t port, uint64_t bytes)
+{
+	if (!xseg_port_valid(s, port))
+		return xseg_fail(EINVAL, "dirty: port %u out of range", port);
+	if (xseg_owner_pid(atomic_load(&s->ports[port].owner)) != xseg_self_pid())
+		return xseg_fail(EPERM, "dirty: port %u is not bound by this process", port);
+	/* seq_cst: ordered against the owner's own bookkeeping around it */
+	if (atomic_load(&s->ports[port].dirty_bytes) != bytes)
+		atomic_store(&s->ports[port].dirty_bytes, bytes);
+	return 0;
+}
+
+int xseg_port_give_up_dirty(struct xseg *s, uint32_t port, uint64_t *bytes)
+{
+	if (!xseg_port_valid(s, port))
+		return xseg_fail(EINVAL, "dirty: port %u out of range", port);
+	uint64_t owner = atomic_load(&s->ports[port].owner);
+	if (owner && xseg_owner_alive(owner))
+		return xseg_fail(EBUSY, "port %u is served by live pid %d: it writes back its "
+				 "own data (unplug without --force)", port, (int)xseg_owner_pid(owner));
+	uint64_t was = atomic_exchange(&s->ports[port].dirty_bytes, 0);
+	if (bytes)
+		*bytes = was;
 	return 0;
 }
 
@@ -203,8 +232,11 @@ uint32_t xseg_resolve_route(struct xseg *s, uint32_t from, uint32_t dst)
 	chain[n++] = dst;
 	while (n <= XSEG_MAX_PATH) {
 		uint32_t next = atomic_load_explicit(&s->ports[cur].next_hop, memory_order_acquire);
+		/* A hop nobody serves is skipped, unless a cache left it
+		 * holding dirty data: then the route ends there (submit fails). */
 		if (next >= s->nr_ports ||
-		    !atomic_load_explicit(&s->ports[next].owner, memory_order_relaxed))
+		    (!atomic_load_explicit(&s->ports[next].owner, memory_order_relaxed) &&
+		     !atomic_load(&s->ports[next].dirty_bytes)))
 			break;
 		chain[n++] = next;
 		cur = next;

@@ -7,6 +7,7 @@
  * misuse returns -EINVAL instead of corrupting a queue.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <string.h>
 
 #include "xseg_internal.h"
@@ -268,8 +269,15 @@ int xseg_submit(struct xseg *s, struct xseg_request *req, uint32_t from, uint32_
 		return xseg_fail(E2BIG, "submit: request %u already passed %u ports",
 				 req->index, XSEG_MAX_PATH);
 	uint32_t to = xseg_resolve_route(s, from, dst);
-	if (to == XSEG_NO_PORT || !atomic_load(&s->ports[to].owner))
+	if (to == XSEG_NO_PORT || !atomic_load(&s->ports[to].owner)) {
+		uint64_t dirty = to == XSEG_NO_PORT ? 0 : atomic_load(&s->ports[to].dirty_bytes);
+		if (dirty)
+			return xseg_fail(EIO, "submit: the cache at port %u is gone holding %" PRIu64
+					 " dirty bytes for port %u: restart it on its persist file, "
+					 "or give them up with xseg unplug --force --via %u",
+					 to, dirty, dst, to);
 		return xseg_fail(ENOENT, "submit: nobody has bound port %u", dst);
+	}
 	req->path[req->path_len].port = from;
 	req->path[req->path_len].epoch =
 		atomic_load_explicit(&s->ports[from].epoch, memory_order_relaxed);

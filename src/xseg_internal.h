@@ -128,6 +128,12 @@ struct xseg_port_shm {
 	/* Bumped by every bind and every release: a return-path hop records
 	 * it, so a reply outlives no owner (request.c). */
 	_Atomic uint32_t epoch;
+	/* Bytes of acknowledged data the port's cache holds that the port
+	 * behind it lacks (its owner publishes it; xseg.h: fail closed). Kept
+	 * across leave and reap: an unbound port that still says so is never
+	 * bypassed. Written when the figure changes, read by routing only
+	 * where the port has no owner. */
+	_Atomic uint64_t dirty_bytes;
 	/* Wake-up: one line, touched by every waiter and signaller. */
 	_Alignas(XSEG_CACHELINE) _Atomic uint32_t wake_seq;
 	_Atomic uint32_t waiters;

@@ -673,6 +673,74 @@ START_TEST(submit_follows_routes)
 }
 END_TEST
 
+/*
+ * Fail closed: a cache that leaves its port while it says it holds dirty
+ * data is never bypassed; requests through it fail EIO until it comes back
+ * or its data is given up.
+ */
+START_TEST(dirty_cache_fails_closed)
+{
+	struct xseg_request *r, *q, *got;
+	struct xseg_port_info pi;
+	uint64_t bytes = 1;
+
+	ck_assert_int_eq(xseg_bind_range(xt_seg, PA, PC), 0);
+	ck_assert_int_eq(xseg_set_next_hop(xt_seg, PB, PC), 0);   /* C caches B */
+	ck_assert_int_eq(xseg_port_set_dirty(xt_seg, 9, 1), -EPERM);
+	ck_assert_int_eq(xseg_port_set_dirty(xt_seg, 999, 1), -EINVAL);
+	ck_assert_int_eq(xseg_port_set_dirty(xt_seg, PC, 8192), 0);
+	ck_assert_int_eq(xseg_port_info(xt_seg, PC, &pi), 0);
+	ck_assert_uint_eq(pi.dirty_bytes, 8192);
+	ck_assert_int_eq(xseg_port_give_up_dirty(xt_seg, PC, &bytes), -EBUSY);
+	ck_assert_error_mentions("live");
+
+	/* Queued at C when it goes: failed, not passed on to B's older data. */
+	q = xseg_get_request(xt_seg, PA);
+	ck_assert_int_eq(xseg_submit(xt_seg, q, PA, PB), PC);
+	ck_assert_int_eq(xseg_leave_port(xt_seg, PC), 0);
+	ck_assert_int_eq(xseg_port_info(xt_seg, PB, &pi), 0);
+	ck_assert_uint_eq(pi.request_depth, 0);
+	ck_assert_int_eq(xseg_receive(xt_seg, PA, &got, 1), 1);
+	ck_assert_ptr_eq(got, q);
+	ck_assert_int_eq(q->result, XR_FAILED);
+
+	/* C gone, dirty: the route ends at C and submits fail, naming it. */
+	ck_assert_uint_eq(xseg_resolve_route(xt_seg, PA, PB), PC);
+	ck_assert_int_eq(xseg_submit(xt_seg, q, PA, PB), -EIO);
+	ck_assert_error_mentions("unplug --force");
+	/* A cache back on C (recovering) is routed to; it reaches B itself. */
+	ck_assert_int_eq(xseg_bind_port(xt_seg, PC), 0);
+	ck_assert_int_eq(xseg_port_info(xt_seg, PC, &pi), 0);
+	ck_assert_uint_eq(pi.dirty_bytes, 8192);   /* until it publishes anew */
+	ck_assert_uint_eq(xseg_resolve_route(xt_seg, PC, PB), PB);
+	ck_assert_int_eq(xseg_submit(xt_seg, q, PA, PB), PC);
+	ck_assert_int_eq(xseg_accept(xt_seg, PC, &got, 1), 1);
+	q->result = XR_SERVED;
+	ck_assert_int_eq(xseg_respond(xt_seg, q, PC), PA);
+	ck_assert_int_eq(xseg_receive(xt_seg, PA, &got, 1), 1);
+	ck_assert_int_eq(xseg_leave_port(xt_seg, PC), 0);
+
+	/* Given up: the dead hop is skipped again. */
+	ck_assert_int_eq(xseg_port_give_up_dirty(xt_seg, PC, &bytes), 0);
+	ck_assert_uint_eq(bytes, 8192);
+	ck_assert_uint_eq(xseg_resolve_route(xt_seg, PA, PB), PB);
+	r = q;
+	ck_assert_int_eq(xseg_submit(xt_seg, r, PA, PB), PB);
+	ck_assert_int_eq(xseg_accept(xt_seg, PB, &got, 1), 1);
+	r->result = XR_SERVED;
+	ck_assert_int_eq(xseg_respond(xt_seg, r, PB), PA);
+	ck_assert_int_eq(xseg_receive(xt_seg, PA, &got, 1), 1);
+	ck_assert_int_eq(xseg_put_request(xt_seg, r), 0);
+
+	/* A cache that says it is clean (0) leaves and is skipped at once. */
+	ck_assert_int_eq(xseg_bind_port(xt_seg, PC), 0);
+	ck_assert_int_eq(xseg_port_set_dirty(xt_seg, PC, 4096), 0);
+	ck_assert_int_eq(xseg_port_set_dirty(xt_seg, PC, 0), 0);
+	ck_assert_int_eq(xseg_leave_port(xt_seg, PC), 0);
+	ck_assert_uint_eq(xseg_resolve_route(xt_seg, PA, PB), PB);
+}
+END_TEST
+
 /* ==== names and parsing ==================================================== */
 
 START_TEST(op_names)
@@ -810,6 +878,7 @@ static Suite *api_suite(void)
 	tcase_add_test(tc, next_hop_set_clear_cycles);
 	tcase_add_test(tc, resolve_route_semantics);
 	tcase_add_test(tc, submit_follows_routes);
+	tcase_add_test(tc, dirty_cache_fails_closed);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("routing_long");

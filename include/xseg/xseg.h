@@ -254,8 +254,29 @@ struct xseg_port_info {
 	uint32_t reserved;        /* requests in its owner's reserve */
 	uint32_t epoch;           /* bumped by every bind and leave */
 	uint64_t dropped_replies; /* replies that came back after their owner left */
+	uint64_t dirty_bytes;     /* what its cache published (xseg_port_set_dirty) */
 };
 int xseg_port_info(struct xseg *seg, uint32_t port, struct xseg_port_info *info);
+
+/*
+ * Fail closed: a cache never lets the path serve older data. A cache
+ * publishes on its port whether it holds acknowledged data that the port
+ * behind it lacks (xseg_port_set_dirty: the bytes, or any non-zero value
+ * while it may hold some); it must publish before it acknowledges such
+ * data and may clear it only once all of it reached the blocker. The
+ * figure outlives the owner: while a port nobody serves says it holds
+ * dirty data, a route through it ends there and submits fail with EIO
+ * naming the port, instead of skipping the dead hop to the blocker's
+ * older data. A cache that binds the port again (recovering its data)
+ * publishes anew; xseg_port_give_up_dirty, for a port no live process
+ * serves (`xseg unplug --force`), clears it and says how many bytes were
+ * given up. A port that never published is skipped when dead, as always.
+ *
+ *   set:     the caller must have bound `port`; 0 or -errno.
+ *   give up: -EBUSY while a live owner serves the port; 0 and *bytes.
+ */
+int xseg_port_set_dirty(struct xseg *seg, uint32_t port, uint64_t bytes);
+int xseg_port_give_up_dirty(struct xseg *seg, uint32_t port, uint64_t *bytes);
 
 /* ---- routing ------------------------------------------------------------ */
 

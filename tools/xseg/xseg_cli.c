@@ -6,7 +6,7 @@
  *   xseg info    --segment NAME [--json] [--all]
  *   xseg route   --segment NAME --port P (--next Q | --clear)
  *   xseg plug    --segment NAME --port B --via C
- *   xseg unplug  --segment NAME --via C
+ *   xseg unplug  --segment NAME --via C [--force]
  *   xseg stats   --segment NAME --port N [--json]
  *   xseg policy  --segment NAME --port N --set writeback|writethrough
  *
@@ -29,7 +29,7 @@ struct args {
 	const char *segment;
 	uint64_t ports, requests, heap, mode;
 	uint32_t port, next, via;
-	bool have_port, have_next, have_via, clear, json, all;
+	bool have_port, have_next, have_via, clear, json, all, force;
 	const char *set;
 };
 
@@ -68,7 +68,7 @@ static uint64_t num(const char *opt, const char *val, uint64_t min, uint64_t max
 static void parse(int argc, char **argv, const struct command *cmd, struct args *a)
 {
 	enum { O_SEG = 256, O_PORTS, O_REQS, O_HEAP, O_MODE, O_PORT, O_NEXT, O_VIA, O_CLEAR,
-	       O_JSON, O_ALL, O_SET, O_HELP };
+	       O_JSON, O_ALL, O_SET, O_FORCE, O_HELP };
 	static const struct option opts[] = {
 		{ "segment", required_argument, NULL, O_SEG },
 		{ "ports", required_argument, NULL, O_PORTS },
@@ -82,6 +82,7 @@ static void parse(int argc, char **argv, const struct command *cmd, struct args 
 		{ "json", no_argument, NULL, O_JSON },
 		{ "all", no_argument, NULL, O_ALL },
 		{ "set", required_argument, NULL, O_SET },
+		{ "force", no_argument, NULL, O_FORCE },
 		{ "help", no_argument, NULL, O_HELP },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -113,6 +114,11 @@ static void parse(int argc, char **argv, const struct command *cmd, struct args 
 			if (strcmp(optarg, "writeback") && strcmp(optarg, "writethrough"))
 				bad("--set: '%s' is not writeback or writethrough%s", optarg, "");
 			a->set = optarg;
+			break;
+		case O_FORCE:
+			if (strcmp(cmd->name, "unplug"))
+				bad("--force goes with unplug, not %s%s", cmd->name, "");
+			a->force = true;
 			break;
 		case 'h':
 		case O_HELP: printf("usage: %s\n%s", cmd->synopsis, cmd->help); exit(0);
@@ -191,7 +197,7 @@ static void print_json_string(const char *str)
 static bool port_worth_showing(const struct xseg_port_info *p, bool all)
 {
 	return all || p->owner || p->next_hop != XSEG_NO_PORT || p->request_depth ||
-	       p->reply_depth || p->dropped_replies;
+	       p->reply_depth || p->dropped_replies || p->dirty_bytes;
 }
 
 static int cmd_info(struct args *a)
@@ -218,8 +224,9 @@ static int cmd_info(struct args *a)
 		printf("heap: %" PRIu64 " of %" PRIu64 " bytes used in %" PRIu64
 		       " buffers, largest free block %" PRIu64 "\n",
 		       si.heap_used, si.heap_size, si.heap_allocs, si.heap_free_largest);
-		printf("%6s %8s %6s %6s %8s %8s %8s %12s %12s %8s\n", "port", "owner", "alive",
-		       "next", "queued", "replies", "waiters", "submitted", "replied", "dropped");
+		printf("%6s %8s %6s %6s %8s %8s %8s %12s %12s %8s %12s\n", "port", "owner", "alive",
+		       "next", "queued", "replies", "waiters", "submitted", "replied", "dropped",
+		       "dirty");
 	}
 	bool first = true;
 	for (uint32_t p = 0; p < si.nr_ports; p++) {
@@ -235,23 +242,67 @@ static int cmd_info(struct args *a)
 				printf("%u", pi.next_hop);
 			printf(",\"request_depth\":%u,\"reply_depth\":%u,\"waiters\":%u,"
 			       "\"submitted\":%" PRIu64 ",\"replied\":%" PRIu64 ",\"reserved\":%u,"
-			       "\"epoch\":%u,\"dropped_replies\":%" PRIu64 "}",
+			       "\"epoch\":%u,\"dropped_replies\":%" PRIu64
+			       ",\"dirty_bytes\":%" PRIu64 "}",
 			       pi.request_depth, pi.reply_depth, pi.waiters, pi.submitted, pi.replied,
-			       pi.reserved, pi.epoch, pi.dropped_replies);
+			       pi.reserved, pi.epoch, pi.dropped_replies, pi.dirty_bytes);
 		} else {
 			char next[16] = "-";
 			if (pi.next_hop != XSEG_NO_PORT)
 				snprintf(next, sizeof(next), "%u", pi.next_hop);
-			printf("%6u %8d %6s %6s %8u %8u %8u %12" PRIu64 " %12" PRIu64 " %8" PRIu64 "\n",
+			printf("%6u %8d %6s %6s %8u %8u %8u %12" PRIu64 " %12" PRIu64 " %8" PRIu64
+			       " %12" PRIu64 "\n",
 			       p, (int)pi.owner, pi.owner ? (pi.owner_alive ? "yes" : "DEAD") : "-", next,
 			       pi.request_depth, pi.reply_depth, pi.waiters, pi.submitted, pi.replied,
-			       pi.dropped_replies);
+			       pi.dropped_replies, pi.dirty_bytes);
 		}
 		first = false;
 	}
 	if (a->json)
 		printf("]}\n");
 	xseg_leave(seg);
+	return 0;
+}
+
+/*
+ * A cache at `port` that is gone but holds dirty data (xseg.h: fail
+ * closed): taking it out of the path would serve older data. Says so and
+ * what to do; true if that is the case.
+ */
+static bool gone_dirty(struct xseg *seg, uint32_t port, const char *what)
+{
+	struct xseg_port_info pi;
+	if (port == XSEG_NO_PORT || xseg_port_info(seg, port, &pi) < 0 || !pi.dirty_bytes ||
+	    (pi.owner && pi.owner_alive))
+		return false;
+	fprintf(stderr, "xseg: %s: the cache at port %u is gone holding %" PRIu64 " dirty bytes; "
+		"restart it on its persist file, or give them up with xseg unplug --force "
+		"--via %u\n", what, port, pi.dirty_bytes, port);
+	return true;
+}
+
+/* Clears every route to `via`. */
+static void clear_routes_to(struct xseg *seg, uint32_t via)
+{
+	struct xseg_segment_info si;
+	xseg_segment_info(seg, &si);
+	for (uint32_t p = 0; p < si.nr_ports; p++)
+		if (xseg_get_next_hop(seg, p) == via)
+			xseg_clear_next_hop(seg, p);
+}
+
+/* unplug --force: a cache that is gone leaves the path, its dirty data given up. */
+static int unplug_gone(struct xseg *seg, uint32_t via)
+{
+	uint64_t bytes = 0;
+	if (xseg_port_give_up_dirty(seg, via, &bytes) < 0) {
+		fprintf(stderr, "xseg: unplug --force: %s\n", xseg_last_error());
+		return 1;
+	}
+	clear_routes_to(seg, via);
+	if (bytes)
+		fprintf(stderr, "xseg: unplug --force: gave up %" PRIu64 " dirty bytes of the cache "
+			"at port %u; its blocker has older data for them\n", bytes, via);
 	return 0;
 }
 
@@ -264,6 +315,10 @@ static int cmd_route(struct args *a)
 	struct xseg *seg = join(a->segment);
 	check_port(seg, "--port", a->port);
 	int rc;
+	if (a->clear && gone_dirty(seg, xseg_get_next_hop(seg, a->port), "route --clear")) {
+		xseg_leave(seg);
+		return 1;
+	}
 	if (a->clear) {
 		rc = xseg_clear_next_hop(seg, a->port);
 	} else {
@@ -314,8 +369,15 @@ static int cmd_unplug(struct args *a)
 		bad("unplug: --via C is required%s%s", "", "");
 	struct xseg *seg = join(a->segment);
 	check_port(seg, "--via", a->via);
-	struct xseg_segment_info si;
-	xseg_segment_info(seg, &si);
+	if (a->force) {
+		int rc = unplug_gone(seg, a->via);
+		xseg_leave(seg);
+		return rc;
+	}
+	if (gone_dirty(seg, a->via, "unplug")) {
+		xseg_leave(seg);
+		return 1;
+	}
 	/* While still in the path, the peer writes back every dirty byte;
 	 * the route goes only when that is done, so no read can be stale. */
 	char reply[256];
@@ -327,9 +389,7 @@ static int cmd_unplug(struct args *a)
 		xseg_leave(seg);
 		return 1;
 	}
-	for (uint32_t p = 0; p < si.nr_ports; p++)
-		if (xseg_get_next_hop(seg, p) == a->via)
-			xseg_clear_next_hop(seg, p);
+	clear_routes_to(seg, a->via);
 	xseg_leave(seg);
 	return 0;
 }
@@ -405,9 +465,13 @@ static const struct command commands[] = {
 	{ "plug", cmd_plug, "xseg plug --segment NAME --port B --via C",
 	  "Puts the peer serving C (e.g. cached) in front of B, online: requests\n"
 	  "for B go to C; what C sends to B reaches B.\n" },
-	{ "unplug", cmd_unplug, "xseg unplug --segment NAME --via C",
+	{ "unplug", cmd_unplug, "xseg unplug --segment NAME --via C [--force]",
 	  "C writes back all dirty data while still in the path, then every route\n"
-	  "to C is cleared; returns when that is done.\n" },
+	  "to C is cleared; returns when that is done. A cache that is gone while\n"
+	  "holding dirty data keeps its routes failing (EIO) rather than let reads\n"
+	  "reach older data: restart it on its persist file, or --force: give its\n"
+	  "dirty data up (the count is printed) and clear the routes. --force on a\n"
+	  "port a live process serves is refused.\n" },
 	{ "stats", cmd_stats, "xseg stats --segment NAME --port N [--json]",
 	  "A peer's statistics (cached), one 'name: value' per line or one JSON object.\n" },
 	{ "policy", cmd_policy,

@@ -354,42 +354,13 @@ uint64_t cache_engine_maintain(struct cache_engine *e)
 	bool short_of_nodes = !xwaitq_empty(&e->entry_waitq);
 	bool need_room = (short_of_buckets && !clean_to_spare) || short_of_nodes;
 	bool paused = backing_off(e, now_ns());
-	if (!paused && (e->flushing || (need_room && dirty))) {
-		/* Oldest dirtied first; flushed ones go to the back. */
-		struct cache_object *batch[FLUSH_OBJECTS_PER_TICK];
-		unsigned n = 0;
-		pthread_mutex_lock(&e->dirty_lock);
-		while (n < FLUSH_OBJECTS_PER_TICK && !cds_list_empty(&e->dirty)) {
-			struct cache_object *o = cds_list_first_entry(&e->dirty, struct cache_object,
-								      dirty_link);
-			if (n && o == batch[0])
-				break;
-			cds_list_del(&o->dirty_link);
-			cds_list_add_tail(&o->dirty_link, &e->dirty);
-			obj_get(o);
-			batch[n++] = o;
-		}
-		pthread_mutex_unlock(&e->dirty_lock);
-		for (unsigned i = 0; i < n; i++) {
-			queue_flush(batch[i]);
-			obj_put(batch[i]);
-		}
-	}
+	if (!paused && (e->flushing || (need_room && dirty)))
+		flush_oldest(e);
 	if (short_of_buckets) {
-		/* Room for an eighth of the pool, taken from data read once by a
-		 * miss (probation); from other clean data too only while that
-		 * holds more than PROTECTED_PCT of the pool, so that a scan read
-		 * once does not push out what was written or read twice. Dirty
-		 * data becomes clean through the flush above first. Objects are
-		 * not evicted whole for room: one can be a good part of the cache. */
-		uint64_t probation = atomic_load(&e->totals.probation);
-		uint64_t loading = atomic_load(&e->totals.count[BUCKET_LOADING]);
-		uint64_t protected_ = claimed > probation + loading ? claimed - probation - loading : 0;
-		atomic_store(&e->shed_protected, protected_ * 100 > total * PROTECTED_PCT);
-		atomic_store(&e->shed_budget, (int64_t)(total / 8 + 1) - (int64_t)(total - claimed));
-		unsigned n = xcache_sweep_cold(e->index, RECLAIM_OBJECTS_PER_TICK, shed_cold, e);
-		if (n < RECLAIM_OBJECTS_PER_TICK)   /* the first sweep may only clear bits */
-			xcache_sweep_cold(e->index, RECLAIM_OBJECTS_PER_TICK - n, shed_cold, e);
+		/* Dirty data becomes clean through the flush above first. Objects
+		 * are not evicted whole for room: one can be a good part of the
+		 * cache. */
+		shed_cold_objects(e, total, claimed);
 	}
 	atomic_store(&e->io_starved, false);
 	xwaitq_signal(&e->io_waitq);

@@ -284,7 +284,7 @@ bool claim_range(struct cache_object *o, uint32_t first, uint32_t last);
 void release_bucket(struct cache_object *o, uint32_t i);
 void release_clean(struct cache_object *o);
 void drain_magazine(struct cache_engine *e);
-bool shed_cold(void *arg, struct xcache_entry *entry);
+void shed_cold_objects(struct cache_engine *e, uint64_t total, uint64_t claimed);
 void mark_dirty(struct cache_object *o, uint64_t end);
 void mark_clean(struct cache_object *o);
 
@@ -294,6 +294,7 @@ void queue_flush(struct cache_object *o);
 bool flush_budget_cond(void *arg);
 void barrier_arrive(struct barrier *b, int error);
 void waiter_job(struct xwork *work, void *arg);
+void flush_oldest(struct cache_engine *e);
 
 /* ---- barrier.c: FLUSH, policy switch, COPY's source ---------------------------- */
 

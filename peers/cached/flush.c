@@ -238,3 +238,28 @@ void waiter_job(struct xwork *work, void *arg)
 		queue_flush(o);
 }
 
+/* ---- the flusher's tick ---------------------------------------------------------- */
+
+/* Asks the oldest-dirtied objects (at most FLUSH_OBJECTS_PER_TICK) to
+ * flush; they go to the back of the dirty list. */
+void flush_oldest(struct cache_engine *e)
+{
+	struct cache_object *batch[FLUSH_OBJECTS_PER_TICK];
+	unsigned n = 0;
+	pthread_mutex_lock(&e->dirty_lock);
+	while (n < FLUSH_OBJECTS_PER_TICK && !cds_list_empty(&e->dirty)) {
+		struct cache_object *o = cds_list_first_entry(&e->dirty, struct cache_object,
+							      dirty_link);
+		if (n && o == batch[0])
+			break;
+		cds_list_del(&o->dirty_link);
+		cds_list_add_tail(&o->dirty_link, &e->dirty);
+		obj_get(o);
+		batch[n++] = o;
+	}
+	pthread_mutex_unlock(&e->dirty_lock);
+	for (unsigned i = 0; i < n; i++) {
+		queue_flush(batch[i]);
+		obj_put(batch[i]);
+	}
+}

@@ -187,7 +187,7 @@ static void shed_job(struct xwork *w, void *arg)
 }
 
 /* xcache_sweep_cold's callback: the lent reference goes to the job. */
-bool shed_cold(void *arg, struct xcache_entry *entry)
+static bool shed_cold(void *arg, struct xcache_entry *entry)
 {
 	(void)arg;
 	struct cache_object *o = xcache_entry_priv(entry);
@@ -197,6 +197,25 @@ bool shed_cold(void *arg, struct xcache_entry *entry)
 	else
 		obj_put(o);
 	return true;
+}
+
+/*
+ * The pool runs short (the maintenance tick): room for an eighth of it,
+ * taken from cold objects' data read once by a miss (probation); from
+ * other clean data too only while that holds more than PROTECTED_PCT of
+ * the pool, so that a scan read once does not push out what was written
+ * or read twice.
+ */
+void shed_cold_objects(struct cache_engine *e, uint64_t total, uint64_t claimed)
+{
+	uint64_t probation = atomic_load(&e->totals.probation);
+	uint64_t loading = atomic_load(&e->totals.count[BUCKET_LOADING]);
+	uint64_t protected_ = claimed > probation + loading ? claimed - probation - loading : 0;
+	atomic_store(&e->shed_protected, protected_ * 100 > total * PROTECTED_PCT);
+	atomic_store(&e->shed_budget, (int64_t)(total / 8 + 1) - (int64_t)(total - claimed));
+	unsigned n = xcache_sweep_cold(e->index, RECLAIM_OBJECTS_PER_TICK, shed_cold, e);
+	if (n < RECLAIM_OBJECTS_PER_TICK)   /* the first sweep may only clear bits */
+		xcache_sweep_cold(e->index, RECLAIM_OBJECTS_PER_TICK - n, shed_cold, e);
 }
 
 /* ---- the dirty list ------------------------------------------------------------ */

@@ -10,11 +10,13 @@
  *              a whole request (INFO, FLUSH) to the blocker
  *   object.c   an object: its work queue, parked requests, its buckets'
  *              pool slots, shedding clean buckets, the dirty list
- *   flush.c    writing dirty buckets back, the back-off of a failing
- *              blocker, an object's waiters for "clean"
+ *   flush.c    writing dirty buckets back, the flusher's tick, the
+ *              back-off of a failing blocker, an object's waiters for
+ *              "clean"
  *   barrier.c  FLUSH, policy switch, COPY's source: wait for objects to
  *              be clean
- *   through.c  uncached reads and writes past a full pool
+ *   through.c  uncached reads and writes: write-through, and past a
+ *              full pool
  *   read.c     reads: hits, loads of missing buckets
  *   write.c    writes: write-back into buckets, write-through
  *   drop.c     DELETE and COPY onto an object: drop its data

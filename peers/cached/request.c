@@ -6,6 +6,11 @@
  * from this table, and a step that would move it where it cannot be
  * (answered twice, parked after it was answered) stops the program with
  * the request and both states named instead of corrupting another.
+ *
+ * The check is on in every build, not only debug and sanitizer ones: it
+ * is a byte load, a compare and a table bit test, three or four times per
+ * request (about 18 instructions per hit, valgrind's count), no atomics
+ * and no memory beyond the request's own line and this 48-byte table.
  */
 #include "engine_private.h"
 

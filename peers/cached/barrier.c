@@ -8,7 +8,7 @@
 #include "engine_private.h"
 
 /* Adds `o` (referenced by the caller) to barrier b. */
-void barrier_add(struct barrier *b, struct cache_object *o)
+static void barrier_add(struct barrier *b, struct cache_object *o)
 {
 	struct flush_waiter *w = calloc(1, sizeof(*w));
 	if (!w) {
@@ -53,8 +53,8 @@ static void barrier_add_all_dirty(struct barrier *b)
 
 /* A barrier for req (-> BARRIER), answered by then() once every object
  * added is clean and the creator's own arrival (barrier_arrive) is in. */
-struct barrier *barrier_new(struct cache_engine *e, struct cache_req *req,
-			    void (*then)(struct barrier *))
+static struct barrier *barrier_new(struct cache_engine *e, struct cache_req *req,
+				   void (*then)(struct barrier *))
 {
 	struct barrier *b = calloc(1, sizeof(*b));
 	if (!b)
@@ -67,6 +67,7 @@ struct barrier *barrier_new(struct cache_engine *e, struct cache_req *req,
 	req_set(req, REQ_BARRIER);
 	return b;
 }
+
 static void flush_barrier_then(struct barrier *b)
 {
 	struct cache_engine *e = b->e;
@@ -92,20 +93,28 @@ void cache_engine_flush_all(struct cache_engine *e, struct cache_req *req)
 	barrier_arrive(b, 0);
 }
 
-/* FLUSH of one object: its dirty data, then the blocker's FLUSH of it. */
-void flush_one(struct cache_engine *e, struct cache_req *req)
+/* req waits (-> BARRIER) until object `name`, if cached, is clean, and
+ * then(b) goes on with it. */
+void barrier_one(struct cache_engine *e, struct cache_req *req, const char *name,
+		 void (*then)(struct barrier *))
 {
-	struct barrier *b = barrier_new(e, req, flush_barrier_then);
+	struct barrier *b = barrier_new(e, req, then);
 	if (!b) {
 		finish(e, req, false, ENOMEM, 0);
 		return;
 	}
-	struct xcache_entry *ent = xcache_lookup(e->index, req->name, strlen(req->name));
+	struct xcache_entry *ent = xcache_lookup(e->index, name, strlen(name));
 	if (ent) {
 		barrier_add(b, xcache_entry_priv(ent));
 		xcache_put(e->index, ent);
 	}
 	barrier_arrive(b, 0);
+}
+
+/* FLUSH of one object: its dirty data, then the blocker's FLUSH of it. */
+void flush_one(struct cache_engine *e, struct cache_req *req)
+{
+	barrier_one(e, req, req->name, flush_barrier_then);
 }
 
 void cache_engine_set_policy(struct cache_engine *e, enum cache_policy p,

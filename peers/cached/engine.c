@@ -161,18 +161,7 @@ void cache_engine_submit(struct cache_engine *e, struct cache_req *req)
 			finish(e, req, false, EINVAL, 0);
 			return;
 		}
-		struct barrier *b = barrier_new(e, req, copy_then);
-		if (!b) {
-			finish(e, req, false, ENOMEM, 0);
-			return;
-		}
-		struct xcache_entry *src = xcache_lookup(e->index, req->copy_src,
-							 strlen(req->copy_src));
-		if (src) {
-			barrier_add(b, xcache_entry_priv(src));
-			xcache_put(e->index, src);
-		}
-		barrier_arrive(b, 0);
+		barrier_one(e, req, req->copy_src, copy_then);   /* the source first */
 		return;
 	}
 	default:

@@ -300,9 +300,10 @@ void flush_oldest(struct cache_engine *e);
 
 /* ---- barrier.c: FLUSH, policy switch, COPY's source ---------------------------- */
 
-struct barrier *barrier_new(struct cache_engine *e, struct cache_req *req,
-			    void (*then)(struct barrier *));
-void barrier_add(struct barrier *b, struct cache_object *o);
+/* req waits (-> BARRIER) until object `name`, if cached, is clean, and
+ * then(b) goes on with it (b->req; then frees b). */
+void barrier_one(struct cache_engine *e, struct cache_req *req, const char *name,
+		 void (*then)(struct barrier *));
 void flush_one(struct cache_engine *e, struct cache_req *req);
 
 /* ---- through.c, read.c, write.c, drop.c: the steps of a request on its object -- */

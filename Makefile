@@ -101,6 +101,14 @@ $(BUILD)/bin/$(notdir $(1)): $(call obj,$(wildcard $(1)/*.c)) $(if $(filter benc
 endef
 $(foreach d,$(PROG_DIRS),$(eval $(call PROG_RULE,$(d))))
 
+# The cache engine (peers/cached: the files that include engine_private.h,
+# and the bucket layers below them) is linked into the tests that drive it
+# directly; cached.c, the program around it, is not.
+CACHED_ENGINE_SRC := $(shell grep -l '^\#include "engine_private.h"' peers/cached/*.c) \
+                     peers/cached/buckets.c peers/cached/bucket_pool.c
+CACHED_ENGINE_TESTS := test_cached_engine test_cached_req_states
+$(addprefix $(BUILD)/tests/,$(CACHED_ENGINE_TESTS)): $(call obj,$(CACHED_ENGINE_SRC))
+
 $(BUILD)/obj/tests/%.o: CFLAGS += $(CHECK_CFLAGS)
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_SUPPORT_OBJ) $(LIBPEER_A) $(LIBXSEG_A)
 	@mkdir -p $(dir $@)

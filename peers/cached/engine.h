@@ -119,13 +119,13 @@ struct cache_req {
 	int error;
 	uint64_t serviced;
 	uint64_t info_size;        /* X_INFO */
-	/* the engine's: */
+	/* the engine's (engine_private.h): */
 	struct cache_engine *engine;
 	struct cache_object *obj;
-	struct cache_req *next_parked;
-	int load_error;
-	bool counted;              /* hit/miss already counted */
-	bool write_waiting;        /* counted in its object's writes_waiting */
+	uint8_t state;             /* enum cache_req_state: where it is in its life */
+	bool counted;              /* a read's hit or miss is counted (once) */
+	int load_error;            /* a load it waited for failed: answer this */
+	struct cache_req *next_parked;  /* its object's parked list */
 	uint32_t fwd_op;           /* op of the forward in progress */
 	struct xwork work;
 };

@@ -1,0 +1,129 @@
+/*
+ * Barriers: a FLUSH (of one object or of all), a switch to write-through
+ * and COPY's source each wait until the objects dirty when they came are
+ * clean on the blocker (flush.c tells a barrier as each one is), and then
+ * go on: a FLUSH forwards the blocker's own FLUSH, COPY goes to its
+ * target (engine.c), a policy switch answers.
+ */
+#include "engine_private.h"
+
+/* Adds `o` (referenced by the caller) to barrier b. */
+static void barrier_add(struct barrier *b, struct cache_object *o)
+{
+	struct flush_waiter *w = calloc(1, sizeof(*w));
+	if (!w) {
+		atomic_store(&b->error, ENOMEM);
+		return;
+	}
+	atomic_fetch_add(&b->pending, 1);
+	obj_get(o);
+	w->b = b;
+	w->obj = o;
+	obj_enqueue(o, &w->work, waiter_job, w);
+}
+
+/* Every object dirty right now joins the barrier. */
+static void barrier_add_all_dirty(struct barrier *b)
+{
+	struct cache_engine *e = b->e;
+	struct cache_object *o;
+	size_t n = 0, i = 0;
+
+	pthread_mutex_lock(&e->dirty_lock);
+	cds_list_for_each_entry(o, &e->dirty, dirty_link)
+		n++;
+	struct cache_object **snap = calloc(n ? n : 1, sizeof(*snap));
+	if (snap) {
+		cds_list_for_each_entry(o, &e->dirty, dirty_link) {
+			obj_get(o);     /* the list's reference keeps it alive here */
+			snap[i++] = o;
+		}
+	}
+	pthread_mutex_unlock(&e->dirty_lock);
+	if (!snap) {
+		atomic_store(&b->error, ENOMEM);
+		return;
+	}
+	for (i = 0; i < n; i++) {
+		barrier_add(b, snap[i]);
+		obj_put(snap[i]);
+	}
+	free(snap);
+}
+
+/* A barrier for req (-> BARRIER), answered by then() once every object
+ * added is clean and the creator's own arrival (barrier_arrive) is in. */
+static struct barrier *barrier_new(struct cache_engine *e, struct cache_req *req,
+				   void (*then)(struct barrier *))
+{
+	struct barrier *b = calloc(1, sizeof(*b));
+	if (!b)
+		return NULL;
+	atomic_init(&b->pending, 1);   /* the creator's, dropped by barrier_arrive */
+	atomic_fetch_add(&e->barriers_open, 1);
+	b->e = e;
+	b->req = req;
+	b->then = then;
+	req_set(req, REQ_BARRIER);
+	return b;
+}
+
+static void flush_barrier_then(struct barrier *b)
+{
+	struct cache_engine *e = b->e;
+	struct cache_req *req = b->req;
+	int error = atomic_load(&b->error);
+	free(b);
+	if (error) {
+		finish(e, req, false, error, 0);
+		return;
+	}
+	forward(e, req, X_FLUSH);   /* the blocker's own FLUSH, then answer */
+}
+
+void cache_engine_flush_all(struct cache_engine *e, struct cache_req *req)
+{
+	req_init(e, req);
+	struct barrier *b = barrier_new(e, req, flush_barrier_then);
+	if (!b) {
+		finish(e, req, false, ENOMEM, 0);
+		return;
+	}
+	barrier_add_all_dirty(b);
+	barrier_arrive(b, 0);
+}
+
+/* req waits (-> BARRIER) until object `name`, if cached, is clean, and
+ * then(b) goes on with it. */
+void barrier_one(struct cache_engine *e, struct cache_req *req, const char *name,
+		 void (*then)(struct barrier *))
+{
+	struct barrier *b = barrier_new(e, req, then);
+	if (!b) {
+		finish(e, req, false, ENOMEM, 0);
+		return;
+	}
+	struct xcache_entry *ent = xcache_lookup(e->index, name, strlen(name));
+	if (ent) {
+		barrier_add(b, xcache_entry_priv(ent));
+		xcache_put(e->index, ent);
+	}
+	barrier_arrive(b, 0);
+}
+
+/* FLUSH of one object: its dirty data, then the blocker's FLUSH of it. */
+void flush_one(struct cache_engine *e, struct cache_req *req)
+{
+	barrier_one(e, req, req->name, flush_barrier_then);
+}
+
+void cache_engine_set_policy(struct cache_engine *e, enum cache_policy p,
+			     struct cache_req *req)
+{
+	req_init(e, req);
+	atomic_store(&e->policy, (int)p);
+	if (p == CACHE_WRITETHROUGH)
+		cache_engine_flush_all(e, req);   /* no dirty byte stays behind */
+	else
+		finish(e, req, true, 0, 0);
+}

@@ -1,0 +1,60 @@
+/*
+ * DELETE, and COPY onto an object: once nothing of the object is in
+ * flight, every cached byte of it is dropped (DIRTY too: the data is gone
+ * on purpose) and the request goes to the blocker; no load starts on the
+ * object meanwhile (o->deleting), and requests for it park until then.
+ */
+#include "engine_private.h"
+
+static void drop_all(struct cache_object *o)
+{
+	struct cache_engine *e = o->e;
+	for (uint32_t i = 0; i < o->b.n; i++)
+		if (o->b.state[i] == BUCKET_DIRTY || o->b.state[i] == BUCKET_VALID)
+			bucket_set(&o->b, &e->totals, i, BUCKET_INVALID);
+	release_clean(o);
+	mark_clean(o);
+}
+
+static void drop_done_job(struct xwork *w, void *arg);
+
+/* DELETE, or COPY onto this object: drop what is cached, then forward. */
+void drop_step(struct cache_object *o, struct cache_req *req)
+{
+	struct cache_engine *e = o->e;
+	o->deleting = true;            /* no loads start meanwhile */
+	if (o->loads || o->flushes || o->throughs) {
+		park(o, req, REQ_PARKED);
+		return;
+	}
+	drop_all(o);
+	struct cache_bio *bio = bio_alloc(e, req->op, req->name, req->offset, 0, req->copy_src);
+	if (!bio) {
+		o->deleting = false;
+		wait_for_io(o, req);
+		return;
+	}
+	bio->flags = req->flags;
+	bio->size = req->size;
+	bio->req = req;
+	req_set(req, REQ_DROPPING);
+	o->throughs++;
+	bio_send(o, bio, drop_done_job);
+}
+
+static void drop_done_job(struct xwork *w, void *arg)
+{
+	(void)w;
+	struct cache_bio *bio = arg;
+	struct cache_req *req = bio->req;
+	struct cache_object *o = bio->owner;
+	struct cache_engine *e = o->e;
+	bool served = bio->served;
+	int error = bio->error ? bio->error : EIO;
+	o->throughs--;
+	o->deleting = false;
+	bio_release(e, bio);
+	finish(e, req, served, error, served ? req->size : 0);
+	run_parked(o);
+	obj_put(o);   /* the bio's reference */
+}

@@ -1,0 +1,319 @@
+/*
+ * What the files of the cache engine share, and nothing else includes:
+ * the engine, an object, a barrier, a request's states, and the functions
+ * one file of the engine offers the ones above it. engine.h is the
+ * engine's face to the glue (cached.c); this is its inside.
+ *
+ * The files form a one-way stack (tools/check-layers), lowest first:
+ *   request.c  a request's states (the transition table), answering it
+ *   io.c       blocker requests: taking, lending, giving back; forwarding
+ *              a whole request (INFO, FLUSH) to the blocker
+ *   object.c   an object: its work queue, parked requests, its buckets'
+ *              pool slots, shedding clean buckets, the dirty list
+ *   flush.c    writing dirty buckets back, the flusher's tick, the
+ *              back-off of a failing blocker, an object's waiters for
+ *              "clean"
+ *   barrier.c  FLUSH, policy switch, COPY's source: wait for objects to
+ *              be clean
+ *   through.c  uncached reads and writes: write-through, and past a
+ *              full pool
+ *   read.c     reads: hits, loads of missing buckets
+ *   write.c    writes: write-back into buckets, write-through
+ *   drop.c     DELETE and COPY onto an object: drop its data
+ *   engine.c   the index, dispatch on an object's queue, submit, life
+ *              cycle, maintenance, statistics
+ * A lower file never calls a higher one; where it must go on with a
+ * request (a parked one resumes, a blocker request is free again) it
+ * calls e->resume, set by engine.c.
+ *
+ * Every function named *_job (and every step: read_step, write_*,
+ * drop_step) runs on an object's work queue (one at a time per object)
+ * and may touch that object's buckets and fields freely. Everything else
+ * touches only atomics, the dirty list (under its mutex) and xcache.
+ */
+#ifndef CACHED_ENGINE_PRIVATE_H
+#define CACHED_ENGINE_PRIVATE_H
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <urcu/list.h>
+#include <xtypes/xcache.h>
+#include <xtypes/xworkq.h>
+
+#include "xseg/xseg.h"
+#include "engine.h"
+
+#define MAX_BIOS_IN_FLIGHT  512u
+#define FLUSH_OBJECTS_PER_TICK 32u
+/* Cold objects asked per maintenance tick to give back their clean buckets. */
+#define RECLAIM_OBJECTS_PER_TICK 8u
+/* The share of the pool (%) that data written or read twice may keep when
+ * data read once wants room (an SLRU's protected segment). */
+#define PROTECTED_PCT 80u
+/* Flush writes in flight at once. The rest of the blocker requests stay
+ * for clients: with a full cache their writes and misses go through, and a
+ * flusher that held 485 of 512 (sustained run) made them queue behind it. */
+#define MAX_FLUSH_BIOS 64u
+/* A blocker that fails write-back (a full disk) gets a pause before the
+ * flusher tries again: 1 ms, doubled per round of failures up to 1 s, over
+ * at the first success. Without it the flusher retried every tick, tens of
+ * thousands of failures a second, a core for us and half one for filed. */
+#define FLUSH_BACKOFF_MIN_NS 1000000ull
+#define FLUSH_BACKOFF_MAX_NS 1000000000ull
+
+struct cache_object {
+	struct xcache_entry *entry;
+	struct cache_engine *e;
+	const char *name;
+	struct object_buckets b;
+	struct xworkq wq;
+	struct cache_req *parked;          /* re-run when loads/flushes end */
+	struct flush_waiter *waiters;      /* barriers waiting for "clean" */
+	uint32_t loads, flushes, throughs; /* blocker I/O in flight */
+	uint32_t through_writes;           /* of throughs: uncached writes */
+	uint32_t writes_waiting;           /* uncached writes parked for loads/flushes */
+	bool flush_again, deleting, on_dirty_list;
+	/* A flush waits for uncached writes in flight to land: new ones wait
+	 * behind it, or a steady stream of them would hold it off for ever. */
+	bool flush_deferred;
+	int flush_error;                   /* of the current flush cycle */
+	_Atomic bool flush_queued;
+	_Atomic bool flush_io_wait;        /* a flush waits for a free bio */
+	struct xwork flush_io_work;
+	_Atomic bool shed_queued;          /* give back its clean buckets */
+	struct xwork shed_work;
+	_Atomic uint64_t dirty_end;        /* highest byte written back-cached */
+	struct xwork flush_work;
+	struct cds_list_head dirty_link;   /* on e->dirty while dirty */
+};
+
+/* A FLUSH (or COPY's source flush) waiting for objects to become clean. */
+struct barrier {
+	_Atomic int pending;
+	_Atomic int error;
+	struct cache_engine *e;
+	struct cache_req *req;
+	void (*then)(struct barrier *b);   /* runs when pending reaches 0 */
+};
+
+struct flush_waiter {
+	struct barrier *b;
+	struct cache_object *obj;
+	struct flush_waiter *next;
+	struct xwork work;
+};
+
+struct cache_engine {
+	struct cache_config cfg;
+	struct bucket_geometry geo;
+	struct bucket_pool pool;
+	struct bucket_totals totals;
+	struct cache_backend be;
+	struct xcache *index;
+	uint32_t nr_nodes;
+	_Atomic uint32_t nodes_used;
+	_Atomic int policy;
+	uint32_t max_run;                  /* buckets per blocker request */
+	/* Runs a request on its object again (engine.c's object_step): a
+	 * parked one, or one that waited for a blocker request. */
+	void (*resume)(struct cache_object *o, struct cache_req *req);
+
+	pthread_mutex_t dirty_lock;        /* guards `dirty` */
+	struct cds_list_head dirty;        /* oldest-dirtied first */
+	bool flushing;                     /* between the high and low marks */
+
+	struct xwaitq entry_waitq;         /* cond: a cache node is free */
+	struct xwaitq io_waitq;            /* cond: a blocker request may be free */
+	_Atomic uint32_t bios_in_flight;
+	_Atomic bool io_starved;
+	struct xwaitq flush_waitq;         /* cond: a flush write may start */
+	_Atomic uint32_t flush_bios;       /* flush writes in flight */
+	_Atomic int64_t shed_budget;       /* buckets cold objects may give back */
+	_Atomic bool shed_protected;       /* ... not only those on probation */
+
+	pthread_mutex_t backoff_lock;      /* guards backoff_step_ns, the stores below */
+	uint64_t backoff_step_ns;          /* when the pause last grew */
+	_Atomic uint64_t backoff_ns;       /* the pause now; 0: the blocker takes writes */
+	_Atomic uint64_t retry_at_ns;      /* no background flush write before this */
+	_Atomic int flush_error;           /* of the last failed flush write; 0 after a success */
+
+	struct {
+		_Atomic uint64_t hits, misses, partial_hits, read_bytes, write_bytes;
+		_Atomic uint64_t blocker_read_bytes, blocker_write_bytes;
+		_Atomic uint64_t evictions, clean_released, flushes, flush_failures, flush_ns_total;
+		_Atomic uint64_t waits, uncached, failed, lent;
+	} st;
+	_Atomic uint64_t barriers_open;    /* FLUSH, policy switch, COPY: not answered yet */
+	_Atomic uint64_t barrier_waiters;  /* of those, objects still to be clean */
+};
+
+/* ---- a request's states (request.c) ----------------------------------------
+ *
+ * Where a client request is in its life; req->state, changed only through
+ * req_set(), which aborts on a transition the table does not list (a
+ * request in an impossible state would be answered twice, or never).
+ *
+ *   NEW          handed to the engine (submit, flush_all, set_policy)
+ *   WAIT_NODE    waits for a free index node (entry_waitq)
+ *   QUEUED       on its object's work queue, to be stepped
+ *   RUNNING      its step runs on the object's queue (object_step)
+ *   PARKED       on its object's parked list until a load, flush, uncached
+ *                request or drop of the object ends; then RUNNING again
+ *                (or DONE: a read whose own request was the load)
+ *   PARKED_WRITE a write-through write parked behind the object's flushes
+ *                or loads, counted in o->writes_waiting (no load starts
+ *                meanwhile, or a stream of reads would hold it off)
+ *   WAIT_IO      waits for a free blocker request (io_waitq); then QUEUED
+ *                again, or FORWARDED
+ *   THROUGH      its uncached read or write is at the blocker
+ *   DROPPING     DELETE or COPY: the object's data dropped, the request
+ *                at the blocker
+ *   BARRIER      FLUSH, policy switch or COPY waits for objects to be clean
+ *   FORWARDED    INFO, or FLUSH after its barrier, at the blocker
+ *   DONE         answered (req->done called); the glue may reuse it
+ */
+enum cache_req_state {
+	REQ_NEW,
+	REQ_WAIT_NODE,
+	REQ_QUEUED,
+	REQ_RUNNING,
+	REQ_PARKED,
+	REQ_PARKED_WRITE,
+	REQ_WAIT_IO,
+	REQ_THROUGH,
+	REQ_DROPPING,
+	REQ_BARRIER,
+	REQ_FORWARDED,
+	REQ_DONE,
+	REQ_STATES
+};
+
+/* req_next[from]: bit `to` set where from -> to is legal. */
+extern const uint32_t req_next[REQ_STATES];
+
+const char *req_state_name(enum cache_req_state s);
+bool req_transition_ok(enum cache_req_state from, enum cache_req_state to);
+/* Prints the request and the transition, and aborts. */
+_Noreturn void req_bad_transition(const struct cache_req *req, enum cache_req_state to);
+
+/* Moves req to state `to`: one table lookup, no atomics. Called before
+ * the request is handed on (to a queue, a blocker request or done()), as
+ * from then on another thread may own it. */
+static inline void req_set(struct cache_req *req, enum cache_req_state to)
+{
+	if ((unsigned)req->state >= REQ_STATES || !((req_next[req->state] >> to) & 1u))
+		req_bad_transition(req, to);
+	req->state = (uint8_t)to;
+}
+
+/* Resets the engine's fields of a request it is handed: NEW. */
+void req_init(struct cache_engine *e, struct cache_req *req);
+/* Answers req (-> DONE) and drops its object reference. */
+void finish(struct cache_engine *e, struct cache_req *req, bool served, int error,
+	    uint64_t serviced);
+
+#define STAT_ADD(e, field, n) atomic_fetch_add_explicit(&(e)->st.field, (n), memory_order_relaxed)
+
+static inline uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline void obj_get(struct cache_object *o) { xcache_get(o->e->index, o->entry); }
+static inline void obj_put(struct cache_object *o) { xcache_put(o->e->index, o->entry); }
+
+static inline void obj_enqueue(struct cache_object *o, struct xwork *w, xwork_fn fn, void *arg)
+{
+	xwork_init(w, fn, arg);
+	xworkq_enqueue(&o->wq, w);
+}
+
+/* Copies the bytes of [offset, offset+size) that bucket i holds between the
+ * bucket and buf (which starts at `offset`). */
+static inline void bucket_copy(struct cache_object *o, uint32_t i, uint64_t offset,
+			       uint64_t size, void *buf, bool to_bucket)
+{
+	uint64_t bs = o->e->geo.bucket_size, start = (uint64_t)i * bs;
+	uint64_t from = offset > start ? offset : start;
+	uint64_t end = offset + size < start + bs ? offset + size : start + bs;
+	unsigned char *b = bucket_pool_data(&o->e->pool, o->b.slot[i]) + (from - start);
+	unsigned char *p = (unsigned char *)buf + (from - offset);
+	if (to_bucket)
+		memcpy(b, p, end - from);
+	else
+		memcpy(p, b, end - from);
+}
+
+static inline bool object_clean(const struct cache_object *o)
+{
+	return o->b.count[BUCKET_DIRTY] == 0 && o->b.count[BUCKET_WRITING] == 0;
+}
+
+/* The flusher pauses: the blocker failed writes (flush.c). */
+static inline bool backing_off(struct cache_engine *e, uint64_t now)
+{
+	return atomic_load(&e->retry_at_ns) > now;
+}
+
+/* ---- io.c: blocker requests ----------------------------------------------- */
+
+struct cache_bio *bio_alloc(struct cache_engine *e, uint32_t op, const char *name,
+			    uint64_t offset, uint64_t size, const char *copy_src);
+struct cache_bio *bio_for_req(struct cache_engine *e, struct cache_req *req,
+			      const char *name);
+void bio_release(struct cache_engine *e, struct cache_bio *bio);
+bool io_cond(void *arg);
+/* Sends `op` for req's target to the blocker (-> FORWARDED, or WAIT_IO
+ * until a blocker request is free); answers req when the blocker does. */
+void forward(struct cache_engine *e, struct cache_req *req, uint32_t op);
+
+/* ---- object.c: an object, its queue and buckets ------------------------------ */
+
+void park(struct cache_object *o, struct cache_req *req, enum cache_req_state why);
+void unpark(struct cache_object *o, struct cache_req *req);
+void run_parked(struct cache_object *o);
+void wait_for_io(struct cache_object *o, struct cache_req *req);
+void bio_send(struct cache_object *o, struct cache_bio *bio, xwork_fn job);
+bool claim_range(struct cache_object *o, uint32_t first, uint32_t last);
+void release_bucket(struct cache_object *o, uint32_t i);
+void release_clean(struct cache_object *o);
+void drain_magazine(struct cache_engine *e);
+void shed_cold_objects(struct cache_engine *e, uint64_t total, uint64_t claimed);
+void mark_dirty(struct cache_object *o, uint64_t end);
+void mark_clean(struct cache_object *o);
+
+/* ---- flush.c: write-back ------------------------------------------------------ */
+
+void queue_flush(struct cache_object *o);
+bool flush_budget_cond(void *arg);
+void barrier_arrive(struct barrier *b, int error);
+void waiter_job(struct xwork *work, void *arg);
+void flush_oldest(struct cache_engine *e);
+
+/* ---- barrier.c: FLUSH, policy switch, COPY's source ---------------------------- */
+
+/* req waits (-> BARRIER) until object `name`, if cached, is clean, and
+ * then(b) goes on with it (b->req; then frees b). */
+void barrier_one(struct cache_engine *e, struct cache_req *req, const char *name,
+		 void (*then)(struct barrier *));
+void flush_one(struct cache_engine *e, struct cache_req *req);
+
+/* ---- through.c, read.c, write.c, drop.c: the steps of a request on its object -- */
+
+void go_through(struct cache_object *o, struct cache_req *req);
+bool load_runs(struct cache_object *o, uint32_t first, uint32_t last, bool *no_io,
+	       struct cache_req *reader);
+void read_step(struct cache_object *o, struct cache_req *req, const struct bucket_span *sp);
+void write_back(struct cache_object *o, struct cache_req *req, const struct bucket_span *sp);
+void write_through(struct cache_object *o, struct cache_req *req, const struct bucket_span *sp);
+void drop_step(struct cache_object *o, struct cache_req *req);
+
+#endif

@@ -1,0 +1,248 @@
+/*
+ * A cached object (struct cache_object): its work queue, on which every
+ * step of a request that reads or changes its buckets runs, one at a
+ * time; the requests parked on it until its I/O in flight ends; the
+ * blocker requests it sends, whose replies come back to its queue; the
+ * pool slots of its buckets (claimed, released, and shed by cold objects
+ * when the pool runs short); and its place on the dirty list.
+ */
+#include "engine_private.h"
+
+/* ---- parked requests -------------------------------------------------------- */
+
+/* Parks req (-> `why`: PARKED, or PARKED_WRITE for a write-through write
+ * counted in writes_waiting) until the object's I/O in flight ends. */
+void park(struct cache_object *o, struct cache_req *req, enum cache_req_state why)
+{
+	req_set(req, why);
+	if (why == REQ_PARKED_WRITE)
+		o->writes_waiting++;
+	req->next_parked = NULL;
+	struct cache_req **p = &o->parked;   /* FIFO: keep arrival order */
+	while (*p)
+		p = &(*p)->next_parked;
+	*p = req;
+	STAT_ADD(o->e, waits, 1);
+}
+
+/* Takes req off the object's parked list. */
+void unpark(struct cache_object *o, struct cache_req *req)
+{
+	for (struct cache_req **p = &o->parked; *p; p = &(*p)->next_parked)
+		if (*p == req) {
+			*p = req->next_parked;
+			req->next_parked = NULL;
+			return;
+		}
+}
+
+/* Resumes every parked request (e->resume: object_step), in arrival order;
+ * each moves on, or parks again. */
+void run_parked(struct cache_object *o)
+{
+	struct cache_req *list = o->parked;
+	o->parked = NULL;
+	while (list) {
+		struct cache_req *req = list;
+		list = req->next_parked;
+		o->e->resume(o, req);
+	}
+}
+/* ---- blocker requests of an object ---------------------------------------------- */
+
+static void retry_on_object(struct xwork *w, void *arg);
+
+/* Waits for a blocker request (-> WAIT_IO), then runs `req` on its object
+ * again. */
+void wait_for_io(struct cache_object *o, struct cache_req *req)
+{
+	STAT_ADD(o->e, waits, 1);
+	req_set(req, REQ_WAIT_IO);
+	xwork_init(&req->work, retry_on_object, req);
+	xwaitq_enqueue(&o->e->io_waitq, &req->work);
+}
+
+static void resume_job(struct xwork *w, void *arg)
+{
+	(void)w;
+	struct cache_req *req = arg;
+	req->obj->e->resume(req->obj, req);
+}
+
+static void retry_on_object(struct xwork *w, void *arg)
+{
+	(void)w;
+	struct cache_req *req = arg;
+	req_set(req, REQ_QUEUED);
+	obj_enqueue(req->obj, &req->work, resume_job, req);
+}
+
+/* Sends bio; its completion runs `job` on the object's queue. */
+static void bio_done_to_object(struct cache_bio *bio);
+void bio_send(struct cache_object *o, struct cache_bio *bio, xwork_fn job)
+{
+	obj_get(o);
+	bio->owner = o;
+	xwork_init(&bio->work, job, bio);
+	bio->done = bio_done_to_object;
+	o->e->be.submit(o->e->be.ctx, bio);
+}
+
+static void bio_done_to_object(struct cache_bio *bio)
+{
+	struct cache_object *o = bio->owner;
+	xworkq_enqueue(&o->wq, &bio->work);
+}
+
+/* ---- pool slots of an object's buckets --------------------------------------------- */
+
+static _Thread_local struct bucket_magazine tl_magazine;
+
+/* Claims pool slots for every unclaimed bucket in [first, last]. */
+bool claim_range(struct cache_object *o, uint32_t first, uint32_t last)
+{
+	struct cache_engine *e = o->e;
+	for (uint32_t i = first; i <= last; i++) {
+		if (o->b.slot[i] != BUCKET_NO_SLOT)
+			continue;
+		uint32_t slot = bucket_pool_get(&e->pool, &tl_magazine);
+		if (slot == UINT32_MAX)
+			return false;
+		bucket_claim(&o->b, &e->totals, i, slot);
+	}
+	return true;
+}
+
+/* Gives back clean bucket i's slot (-> INVALID), if it has one. */
+void release_bucket(struct cache_object *o, uint32_t i)
+{
+	int64_t slot = bucket_release(&o->b, &o->e->totals, i);
+	if (slot >= 0)
+		bucket_pool_put(&o->e->pool, &tl_magazine, (uint32_t)slot);
+}
+
+/* Gives back the slots of clean buckets (INVALID or VALID). */
+void release_clean(struct cache_object *o)
+{
+	for (uint32_t i = 0; i < o->b.n && o->b.claimed; i++) {
+		if (o->b.slot[i] == BUCKET_NO_SLOT)
+			continue;
+		release_bucket(o, i);
+	}
+}
+
+/* The calling thread's magazine goes back to the pool (destroy). */
+void drain_magazine(struct cache_engine *e)
+{
+	bucket_pool_drain(&e->pool, &tl_magazine);
+}
+
+/* Takes one bucket from the maintenance thread's shed budget. */
+static bool take_from_budget(struct cache_engine *e)
+{
+	int64_t left = atomic_load(&e->shed_budget);
+	while (left > 0 && !atomic_compare_exchange_weak(&e->shed_budget, &left, left - 1))
+		;
+	return left > 0;
+}
+
+/* Gives back, within the budget, the buckets of `o` that hold nothing
+ * (claimed INVALID) or data on probation, and with `protected_too` any
+ * other clean ones; returns how many. */
+static uint32_t shed_buckets(struct cache_object *o, bool protected_too)
+{
+	struct cache_engine *e = o->e;
+	uint32_t given = 0;
+	for (uint32_t i = 0; i < o->b.n && o->b.claimed; i++) {
+		enum bucket_state s = o->b.state[i];
+		if (o->b.slot[i] == BUCKET_NO_SLOT || (s != BUCKET_INVALID && s != BUCKET_VALID))
+			continue;
+		if (s == BUCKET_VALID && !o->b.probation[i] && !protected_too)
+			continue;
+		if (!take_from_budget(e))
+			break;
+		int64_t slot = bucket_release(&o->b, &e->totals, i);
+		if (slot >= 0) {
+			bucket_pool_put(&e->pool, &tl_magazine, (uint32_t)slot);
+			given++;
+		}
+	}
+	return given;
+}
+
+/* A cold object gives back clean buckets (their bytes are on the blocker),
+ * those on probation first, and keeps its dirty ones for the flusher; it
+ * stays indexed. */
+static void shed_job(struct xwork *w, void *arg)
+{
+	(void)w;
+	struct cache_object *o = arg;
+	struct cache_engine *e = o->e;
+	atomic_store(&o->shed_queued, false);
+	uint32_t given = shed_buckets(o, false);
+	if (atomic_load(&e->shed_protected))
+		given += shed_buckets(o, true);
+	STAT_ADD(e, clean_released, (uint64_t)given * e->geo.bucket_size);
+	obj_put(o);
+}
+
+/* xcache_sweep_cold's callback: the lent reference goes to the job. */
+static bool shed_cold(void *arg, struct xcache_entry *entry)
+{
+	(void)arg;
+	struct cache_object *o = xcache_entry_priv(entry);
+	bool expected = false;
+	if (atomic_compare_exchange_strong(&o->shed_queued, &expected, true))
+		obj_enqueue(o, &o->shed_work, shed_job, o);
+	else
+		obj_put(o);
+	return true;
+}
+
+/*
+ * The pool runs short (the maintenance tick): room for an eighth of it,
+ * taken from cold objects' data read once by a miss (probation); from
+ * other clean data too only while that holds more than PROTECTED_PCT of
+ * the pool, so that a scan read once does not push out what was written
+ * or read twice.
+ */
+void shed_cold_objects(struct cache_engine *e, uint64_t total, uint64_t claimed)
+{
+	uint64_t probation = atomic_load(&e->totals.probation);
+	uint64_t loading = atomic_load(&e->totals.count[BUCKET_LOADING]);
+	uint64_t protected_ = claimed > probation + loading ? claimed - probation - loading : 0;
+	atomic_store(&e->shed_protected, protected_ * 100 > total * PROTECTED_PCT);
+	atomic_store(&e->shed_budget, (int64_t)(total / 8 + 1) - (int64_t)(total - claimed));
+	unsigned n = xcache_sweep_cold(e->index, RECLAIM_OBJECTS_PER_TICK, shed_cold, e);
+	if (n < RECLAIM_OBJECTS_PER_TICK)   /* the first sweep may only clear bits */
+		xcache_sweep_cold(e->index, RECLAIM_OBJECTS_PER_TICK - n, shed_cold, e);
+}
+
+/* ---- the dirty list ------------------------------------------------------------ */
+
+/* The list holds a reference on each object on it. */
+void mark_dirty(struct cache_object *o, uint64_t end)
+{
+	uint64_t cur = atomic_load(&o->dirty_end);
+	while (end > cur && !atomic_compare_exchange_weak(&o->dirty_end, &cur, end))
+		;
+	if (o->on_dirty_list)
+		return;
+	obj_get(o);
+	pthread_mutex_lock(&o->e->dirty_lock);
+	cds_list_add_tail(&o->dirty_link, &o->e->dirty);
+	o->on_dirty_list = true;
+	pthread_mutex_unlock(&o->e->dirty_lock);
+}
+
+void mark_clean(struct cache_object *o)
+{
+	if (!o->on_dirty_list)
+		return;
+	pthread_mutex_lock(&o->e->dirty_lock);
+	cds_list_del(&o->dirty_link);
+	o->on_dirty_list = false;
+	pthread_mutex_unlock(&o->e->dirty_lock);
+	atomic_store(&o->dirty_end, 0);
+	obj_put(o);
+}

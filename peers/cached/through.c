@@ -1,0 +1,90 @@
+/*
+ * Uncached reads and writes: past a full pool (no free bucket), and every
+ * write-through write, the request goes to the blocker as it is; its
+ * reply is merged with what the object caches (a read takes the cached
+ * bytes, newer; a write updates the cached copies, or drops them where
+ * uncached writes of the object may land in any order).
+ */
+#include "engine_private.h"
+
+static bool bucket_fully_covered(struct cache_engine *e, uint32_t i, uint64_t offset,
+				 uint64_t size)
+{
+	uint64_t start = (uint64_t)i * e->geo.bucket_size;
+	return offset <= start && offset + size >= start + e->geo.bucket_size;
+}
+
+static void through_done_job(struct xwork *w, void *arg);
+
+/* Sends req to the blocker uncached (-> THROUGH), or waits for a blocker
+ * request (-> WAIT_IO). */
+void go_through(struct cache_object *o, struct cache_req *req)
+{
+	struct cache_engine *e = o->e;
+	struct cache_bio *bio = bio_for_req(e, req, o->name);
+	if (!bio) {
+		wait_for_io(o, req);
+		return;
+	}
+	bio->flags = req->flags;
+	if (req->op == X_WRITE && bio->data != req->data)
+		memcpy(bio->data, req->data, req->size);
+	bio->req = req;
+	req_set(req, REQ_THROUGH);
+	o->throughs++;
+	if (req->op == X_WRITE)
+		o->through_writes++;
+	bio_send(o, bio, through_done_job);
+}
+
+static void through_done_job(struct xwork *w, void *arg)
+{
+	(void)w;
+	struct cache_bio *bio = arg;
+	struct cache_object *o = bio->owner;
+	struct cache_engine *e = o->e;
+	struct cache_req *req = bio->req;
+	bool ok = bio->served && bio->serviced == req->size;
+	struct bucket_span sp;
+
+	bucket_span_of(&e->geo, req->offset, req->size, &sp);
+	if (req->op == X_READ && ok) {
+		if (bio->data != req->data)
+			memcpy(req->data, bio->data, req->size);
+		STAT_ADD(e, blocker_read_bytes, req->size);
+		for (uint32_t i = sp.first; i <= sp.last; i++)   /* cached is newer */
+			if (o->b.slot[i] != BUCKET_NO_SLOT && bucket_readable(o->b.state[i]))
+				bucket_copy(o, i, req->offset, req->size, req->data, false);
+	} else if (req->op == X_WRITE && ok) {
+		STAT_ADD(e, blocker_write_bytes, req->size);
+		bool racing = o->through_writes > 1;   /* overlapping writes land in any order */
+		for (uint32_t i = sp.first; i <= sp.last; i++) {
+			enum bucket_state s = o->b.state[i];
+			if (s == BUCKET_DIRTY) {
+				bucket_copy(o, i, req->offset, req->size, req->data, true);
+			} else if (s == BUCKET_VALID) {
+				if (racing) {
+					release_bucket(o, i);
+				} else {
+					bucket_copy(o, i, req->offset, req->size, req->data, true);
+				}
+			} else if (s == BUCKET_INVALID && !racing &&
+				   atomic_load(&e->policy) == CACHE_WRITETHROUGH &&
+				   bucket_fully_covered(e, i, req->offset, req->size) &&
+				   claim_range(o, i, i)) {
+				bucket_copy(o, i, req->offset, req->size, req->data, true);
+				bucket_set(&o->b, &e->totals, i, BUCKET_VALID);
+			}
+		}
+	}
+	int error = bio->error ? bio->error : EIO;
+	o->throughs--;
+	if (req->op == X_WRITE && --o->through_writes == 0 && (o->flush_again || o->flush_deferred)) {
+		o->flush_again = false;
+		queue_flush(o);
+	}
+	bio_release(e, bio);
+	finish(e, req, ok, error, ok ? req->size : 0);
+	run_parked(o);
+	obj_put(o);
+}

@@ -1,0 +1,79 @@
+/*
+ * Writes. Write-back: the bytes land in DIRTY buckets and the write is
+ * answered (the flusher writes them back later); a bucket the write covers
+ * only in part is loaded first. Write-through (and FUA): the write goes to
+ * the blocker uncached (through.c) once no flush or load of the object is
+ * out, and is answered when the blocker has it.
+ */
+#include "engine_private.h"
+
+/* A write-back write (RUNNING): into DIRTY buckets and answered, once the
+ * partly covered buckets hold the rest of their bytes. */
+void write_back(struct cache_object *o, struct cache_req *req, const struct bucket_span *sp)
+{
+	struct cache_engine *e = o->e;
+	/* An uncached write in flight copies its bytes into DIRTY buckets when
+	 * it lands, as newer than theirs: so no newer DIRTY bytes meanwhile. */
+	if (o->through_writes) {
+		park(o, req, REQ_PARKED);
+		return;
+	}
+	for (uint32_t i = sp->first; i <= sp->last; i++)
+		if (o->b.state[i] == BUCKET_LOADING) {
+			park(o, req, REQ_PARKED);
+			return;
+		}
+	if (req->load_error) {
+		finish(e, req, false, req->load_error, 0);
+		return;
+	}
+	/* A partly covered bucket must hold the rest of its bytes first. */
+	bool head = bucket_span_head_partial(&e->geo, sp) && o->b.state[sp->first] == BUCKET_INVALID;
+	bool tail = bucket_span_tail_partial(&e->geo, sp) && o->b.state[sp->last] == BUCKET_INVALID;
+	if (head || tail) {
+		bool no_io = false, ok = true;
+		if (head)
+			ok = load_runs(o, sp->first, sp->first, &no_io, NULL);
+		if (ok && tail && !no_io)
+			ok = load_runs(o, sp->last, sp->last, &no_io, NULL);
+		if (!ok) {
+			STAT_ADD(e, uncached, 1);
+			write_through(o, req, sp);
+		} else if (no_io && !o->loads) {
+			wait_for_io(o, req);
+		} else {
+			park(o, req, REQ_PARKED);
+		}
+		return;
+	}
+	if (!claim_range(o, sp->first, sp->last)) {
+		STAT_ADD(e, uncached, 1);
+		write_through(o, req, sp);
+		return;
+	}
+	for (uint32_t i = sp->first; i <= sp->last; i++) {
+		bucket_copy(o, i, req->offset, req->size, req->data, true);
+		bucket_set(&o->b, &e->totals, i, BUCKET_DIRTY);
+	}
+	mark_dirty(o, req->offset + req->size);
+	STAT_ADD(e, write_bytes, req->size);
+	finish(e, req, true, 0, req->size);
+}
+
+/* A write-through (or FUA) write: to the blocker, answered when it has it. */
+void write_through(struct cache_object *o, struct cache_req *req, const struct bucket_span *sp)
+{
+	(void)sp;
+	/* A flush may carry older copies of these bytes: wait for it, or they
+	 * could land on the blocker after this write. A load may read the
+	 * blocker before this write lands and mark old bytes VALID after it.
+	 * A flush deferred until the uncached writes in flight land goes
+	 * first too: a stream of them would starve it (a stop or an unplug
+	 * under write load waited for ever). */
+	if (o->flushes || o->loads || o->flush_deferred) {
+		park(o, req, REQ_PARKED_WRITE);   /* counted in writes_waiting */
+		return;
+	}
+	STAT_ADD(o->e, write_bytes, req->size);
+	go_through(o, req);
+}

@@ -24,6 +24,7 @@
 #include "xseg/version.h"
 #include "xseg/xseg.h"
 #include "control.h"
+#include "plug.h"
 
 struct args {
 	const char *segment;
@@ -264,33 +265,6 @@ static int cmd_info(struct args *a)
 	return 0;
 }
 
-/*
- * A cache at `port` that is gone but holds dirty data (xseg.h: fail
- * closed): taking it out of the path would serve older data. Says so and
- * what to do; true if that is the case.
- */
-static bool gone_dirty(struct xseg *seg, uint32_t port, const char *what)
-{
-	struct xseg_port_info pi;
-	if (port == XSEG_NO_PORT || xseg_port_info(seg, port, &pi) < 0 || !pi.dirty_bytes ||
-	    (pi.owner && pi.owner_alive))
-		return false;
-	fprintf(stderr, "xseg: %s: the cache at port %u is gone holding %" PRIu64 " dirty bytes; "
-		"restart it on its persist file, or give them up with xseg unplug --force "
-		"--via %u\n", what, port, pi.dirty_bytes, port);
-	return true;
-}
-
-/* Clears every route to `via`. */
-static void clear_routes_to(struct xseg *seg, uint32_t via)
-{
-	struct xseg_segment_info si;
-	xseg_segment_info(seg, &si);
-	for (uint32_t p = 0; p < si.nr_ports; p++)
-		if (xseg_get_next_hop(seg, p) == via)
-			xseg_clear_next_hop(seg, p);
-}
-
 /* unplug --force: a cache that is gone leaves the path, its dirty data given up. */
 static int unplug_gone(struct xseg *seg, uint32_t via)
 {
@@ -338,29 +312,9 @@ static int cmd_plug(struct args *a)
 	struct xseg *seg = join(a->segment);
 	check_port(seg, "--port", a->port);
 	check_port(seg, "--via", a->via);
-	struct xseg_port_info pi;
-	xseg_port_info(seg, a->via, &pi);
-	if (!pi.owner || !pi.owner_alive) {
-		fprintf(stderr, "xseg: plug: nothing is serving port %u; start the peer first\n",
-			a->via);
-		xseg_leave(seg);
-		return 1;
-	}
-	/* Tell the peer it is going into a path (cached returns to the policy
-	 * it was started with); a peer without control commands is fine. */
-	char reply[64];
-	const char *why = "";
-	int rc = control_call(seg, a->via, "plug", reply, sizeof(reply), 60, &why);
-	if (rc != 0 && rc != EOPNOTSUPP && rc != EINVAL) {
-		fprintf(stderr, "xseg: plug: port %u did not take the plug command: %s\n", a->via, why);
-		xseg_leave(seg);
-		return 1;
-	}
-	rc = xseg_set_next_hop(seg, a->port, a->via);
-	if (rc < 0)
-		fprintf(stderr, "xseg: %s\n", xseg_last_error());
+	int rc = plug_in(seg, a->port, a->via, "plug");
 	xseg_leave(seg);
-	return rc < 0 ? 1 : 0;
+	return rc;
 }
 
 static int cmd_unplug(struct args *a)

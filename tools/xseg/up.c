@@ -111,9 +111,26 @@ static pid_t read_pidfile(const char *path)
 	return end != buf && v > 0 && v <= 0x3fffffff ? (pid_t)v : 0;
 }
 
+/*
+ * pid exists and is not a zombie: a daemon that exited stays one until
+ * init reaps it, which some inits do only now and then.
+ */
 static bool alive(pid_t pid)
 {
-	return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
+	if (pid <= 0 || (kill(pid, 0) < 0 && errno != EPERM))
+		return false;
+	char path[64], buf[512];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return true;   /* no /proc: kill's word */
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return true;
+	buf[n] = '\0';
+	const char *paren = strrchr(buf, ')');   /* "pid (comm) STATE ..." */
+	return !(paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X'));
 }
 
 /* The live process that owns `port`, or 0. */
@@ -306,6 +323,10 @@ static int start_peer(struct xseg *seg, const struct path_file *pf, const struct
 		return 1;
 	}
 	if (child == 0) {
+		/* Its own process group: a Ctrl-C meant for xseg up does not cut
+		 * its start short (which could leave the daemon it forked with no
+		 * pidfile yet); up waits for the start to end, then stops it. */
+		setpgid(0, 0);
 		int null = open("/dev/null", O_RDONLY);
 		if (null >= 0)
 			dup2(null, STDIN_FILENO);
@@ -321,14 +342,22 @@ static int start_peer(struct xseg *seg, const struct path_file *pf, const struct
 	unsigned shown = 0;
 	const char *why = NULL;
 	int status = 0;
+	bool told = false;
 	for (;;) {
 		pid_t r = waitpid(child, &status, WNOHANG);
 		if (r == child || (r < 0 && errno != EINTR))
 			break;
 		unsigned s = since_s(start);
-		if (interrupted || s >= timeout_s) {
-			why = interrupted ? "interrupted" : "no answer in time";
-			kill(child, SIGTERM);   /* the daemon stops below, by its pidfile */
+		if (interrupted && !told) {
+			printf("xseg up: interrupted: waiting for %s to finish starting, then stopping "
+			       "everything\n", pp->program);
+			fflush(stdout);
+			told = true;
+		}
+		if (s >= timeout_s) {
+			why = "no answer in time";
+			/* its pidfile is long written: the daemon stops by it */
+			kill(child, SIGTERM);
 			while (waitpid(child, &status, 0) < 0 && errno == EINTR)
 				;
 			break;
@@ -395,6 +424,7 @@ int path_up(const struct path_file *pf, const char *run_dir, unsigned timeout_s)
 		xseg_destroy(pf->segment);
 		return 1;
 	}
+	signal(SIGPIPE, SIG_IGN);   /* as in path_down: no stop halfway */
 	struct sigaction sa = { 0 }, old[3];
 	const int sigs[3] = { SIGINT, SIGTERM, SIGHUP };
 	sa.sa_handler = on_signal;
@@ -407,12 +437,12 @@ int path_up(const struct path_file *pf, const char *run_dir, unsigned timeout_s)
 		if (start_peer(seg, pf, &pf->peers[i], &rd, timeout_s) != 0)
 			break;
 	int rc = 0;
-	if (i < pf->nr_peers) {
+	if (i < pf->nr_peers || interrupted) {
 		/* the one that failed too: it may have got as far as its pidfile */
 		bool all_stopped = true;
 		fprintf(stderr, "xseg: up: stopping what was started%s\n",
 			interrupted ? " (interrupted)" : "");
-		for (unsigned j = i + (i < pf->nr_peers); j-- > 0;)
+		for (unsigned j = i < pf->nr_peers ? i + 1 : i; j-- > 0;)
 			all_stopped &= stop_peer(seg, &pf->peers[j], &rd, timeout_s, "up") == STOPPED;
 		if (all_stopped)
 			xseg_destroy(pf->segment);
@@ -432,6 +462,8 @@ int path_up(const struct path_file *pf, const char *run_dir, unsigned timeout_s)
 
 int path_down(const struct path_file *pf, const char *run_dir, unsigned timeout_s)
 {
+	/* a reader gone from stdout (make run | head) must not stop it halfway */
+	signal(SIGPIPE, SIG_IGN);
 	struct run_dir rd;
 	if (run_dir_of(pf, run_dir, &rd) < 0)
 		return 1;

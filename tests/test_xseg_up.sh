@@ -38,8 +38,9 @@ pids_of() { cat "$RUN"/*.pid 2>/dev/null; }
 
 # all_gone PID...: none of them runs, no pidfile is left, no segment.
 all_gone() {
-	for p in "$@"; do
-		kill -0 "$p" 2>/dev/null && fail "pid $p still runs: $(ps -o cmd= -p "$p")"
+	for p in "$@"; do   # a zombie waiting for init to reap it is gone
+		kill -0 "$p" 2>/dev/null && [ "$(ps -o stat= -p "$p" | cut -c1)" != Z ] &&
+			fail "pid $p still runs: $(ps -o stat=,cmd= -p "$p")"
 	done
 	ls "$RUN"/*.pid > /dev/null 2>&1 && fail "pidfiles left: $(ls "$RUN")"
 	"$BIN/xseg" info --segment "$SEG" > /dev/null 2>&1 && fail "segment $SEG is still there"

@@ -6,8 +6,8 @@
 # and removes the segment; then a fresh filed (with a vlmcd, no cache) on
 # the same directory serves every byte read back with the same seed. A
 # file whose second peer fails makes up exit 1 with that peer's message,
-# leaving nothing running and no segment; bad files exit 2 naming
-# FILE:LINE.
+# leaving nothing running and no segment, and so does one that never
+# serves (--timeout); bad files exit 2 naming FILE:LINE.
 # Run by tests/run-tests.sh (BIN = the build's bin directory).
 set -u
 SEG_PREFIX=xseg-up
@@ -159,5 +159,21 @@ grep -q "cached" "$DIR/err" && grep -q -- "cache-size" "$DIR/err" ||
 	fail "up did not give cached's message: $(cat "$DIR/err")"
 fpid=$(sed -n 's/.*filed on port 1 serves (pid \([0-9]*\)).*/\1/p' "$DIR/out")
 all_gone "$fpid"
+
+echo "--- a peer that never answers: up gives up after --timeout, undoes the rest"
+mkdir -p "$DIR/bin"
+printf '#!/bin/sh\necho "hang-peer: never serving"\nexec sleep 99%s\n' $$ > "$DIR/bin/hang-peer"
+chmod +x "$DIR/bin/hang-peer"
+cat > "$failing" <<EOT
+segment $SEG
+peer filed     port=1 dir=$DIR/data
+peer hang-peer port=2
+EOT
+PATH=$DIR/bin:$PATH expect_exit 1 timeout 60 "$BIN/xseg" up "$failing" --run-dir "$RUN" --timeout 2
+grep -q "hang-peer.*no answer in time" "$DIR/err" && grep -q "never serving" "$DIR/err" ||
+	fail "up of a peer that never serves: $(cat "$DIR/err")"
+fpid=$(sed -n 's/.*filed on port 1 serves (pid \([0-9]*\)).*/\1/p' "$DIR/out")
+all_gone "$fpid"
+pgrep -f "sleep 99$$" > /dev/null && fail "the peer that never served still runs: $(pgrep -af "sleep 99$$")"
 
 echo "ok: xseg up, status, down; verified data on filed after down; failed starts undone"

@@ -185,8 +185,8 @@ static enum stopped stop_peer(struct xseg *seg, const struct path_peer *pp,
 			unlink(pidfile);   /* stale: it died without removing it */
 		if (owner) {
 			fprintf(stderr, "xseg: %s: port %u is served by pid %d, not by a %s that "
-				"xseg up started; left running\n", what, pp->port_first, (int)owner,
-				pp->program);
+				"xseg up started (no pidfile in %s: another --run-dir?); left running\n",
+				what, pp->port_first, (int)owner, pp->program, rd->path);
 			return LEFT;
 		}
 		return STOPPED;
@@ -356,7 +356,10 @@ static int start_peer(struct xseg *seg, const struct path_file *pf, const struct
 		}
 		if (s >= timeout_s) {
 			why = "no answer in time";
-			/* its pidfile is long written: the daemon stops by it */
+			/* its group (it and what it runs, not the daemon, which has
+			 * its own session); its pidfile is long written, so the daemon
+			 * stops by it below */
+			kill(-child, SIGTERM);
 			kill(child, SIGTERM);
 			while (waitpid(child, &status, 0) < 0 && errno == EINTR)
 				;

@@ -9,6 +9,9 @@
  *   xseg unplug  --segment NAME --via C [--force]
  *   xseg stats   --segment NAME --port N [--json]
  *   xseg policy  --segment NAME --port N --set writeback|writethrough
+ *   xseg up      FILE [--run-dir DIR] [--timeout S]
+ *   xseg down    FILE [--run-dir DIR] [--timeout S]
+ *   xseg status  FILE [--run-dir DIR]
  *
  * A bad argument: one line on stderr naming it, exit 2. A failure of the
  * segment or a peer: the reason on stderr, exit 1.
@@ -24,6 +27,9 @@
 #include "xseg/version.h"
 #include "xseg/xseg.h"
 #include "control.h"
+#include "pathfile.h"
+#include "plug.h"
+#include "up.h"
 
 struct args {
 	const char *segment;
@@ -31,6 +37,8 @@ struct args {
 	uint32_t port, next, via;
 	bool have_port, have_next, have_via, clear, json, all, force;
 	const char *set;
+	const char *file, *run_dir;   /* up, down, status */
+	uint64_t timeout;
 };
 
 /* Per command: its synopsis and what it does (xseg help COMMAND). */
@@ -39,6 +47,7 @@ struct command {
 	int (*fn)(struct args *);
 	const char *synopsis;
 	const char *help;
+	bool takes_file;   /* FILE instead of --segment */
 };
 
 static void bad(const char *fmt, const char *a, const char *b)
@@ -68,7 +77,7 @@ static uint64_t num(const char *opt, const char *val, uint64_t min, uint64_t max
 static void parse(int argc, char **argv, const struct command *cmd, struct args *a)
 {
 	enum { O_SEG = 256, O_PORTS, O_REQS, O_HEAP, O_MODE, O_PORT, O_NEXT, O_VIA, O_CLEAR,
-	       O_JSON, O_ALL, O_SET, O_FORCE, O_HELP };
+	       O_JSON, O_ALL, O_SET, O_FORCE, O_RUN_DIR, O_TIMEOUT, O_HELP };
 	static const struct option opts[] = {
 		{ "segment", required_argument, NULL, O_SEG },
 		{ "ports", required_argument, NULL, O_PORTS },
@@ -83,6 +92,8 @@ static void parse(int argc, char **argv, const struct command *cmd, struct args 
 		{ "all", no_argument, NULL, O_ALL },
 		{ "set", required_argument, NULL, O_SET },
 		{ "force", no_argument, NULL, O_FORCE },
+		{ "run-dir", required_argument, NULL, O_RUN_DIR },
+		{ "timeout", required_argument, NULL, O_TIMEOUT },
 		{ "help", no_argument, NULL, O_HELP },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -120,14 +131,33 @@ static void parse(int argc, char **argv, const struct command *cmd, struct args 
 				bad("--force goes with unplug, not %s%s", cmd->name, "");
 			a->force = true;
 			break;
+		case O_RUN_DIR:
+			if (!cmd->takes_file)
+				bad("--run-dir goes with up, down and status, not %s%s", cmd->name, "");
+			if (!*optarg)
+				bad("--run-dir: '%s' is empty%s", optarg, "");
+			a->run_dir = optarg;
+			break;
+		case O_TIMEOUT:
+			if (!cmd->takes_file || !strcmp(cmd->name, "status"))
+				bad("--timeout goes with up and down, not %s%s", cmd->name, "");
+			a->timeout = num("--timeout", optarg, 1, 86400);
+			break;
 		case 'h':
 		case O_HELP: printf("usage: %s\n%s", cmd->synopsis, cmd->help); exit(0);
 		default: bad("unknown or incomplete option '%s'%s", argv[optind - 1], " (see --help)");
 		}
 	}
+	if (cmd->takes_file) {
+		if (a->segment)
+			bad("%s: the segment is named in FILE, not by --segment%s", cmd->name, "");
+		if (optind == argc)
+			bad("%s: FILE is required%s", cmd->name, " (see --help)");
+		a->file = argv[optind++];
+	}
 	if (optind < argc)
 		bad("unexpected argument '%s'%s", argv[optind], " (see --help)");
-	if (!a->segment)
+	if (!a->segment && !cmd->takes_file)
 		bad("--segment is required%s%s", "", "");
 }
 
@@ -264,33 +294,6 @@ static int cmd_info(struct args *a)
 	return 0;
 }
 
-/*
- * A cache at `port` that is gone but holds dirty data (xseg.h: fail
- * closed): taking it out of the path would serve older data. Says so and
- * what to do; true if that is the case.
- */
-static bool gone_dirty(struct xseg *seg, uint32_t port, const char *what)
-{
-	struct xseg_port_info pi;
-	if (port == XSEG_NO_PORT || xseg_port_info(seg, port, &pi) < 0 || !pi.dirty_bytes ||
-	    (pi.owner && pi.owner_alive))
-		return false;
-	fprintf(stderr, "xseg: %s: the cache at port %u is gone holding %" PRIu64 " dirty bytes; "
-		"restart it on its persist file, or give them up with xseg unplug --force "
-		"--via %u\n", what, port, pi.dirty_bytes, port);
-	return true;
-}
-
-/* Clears every route to `via`. */
-static void clear_routes_to(struct xseg *seg, uint32_t via)
-{
-	struct xseg_segment_info si;
-	xseg_segment_info(seg, &si);
-	for (uint32_t p = 0; p < si.nr_ports; p++)
-		if (xseg_get_next_hop(seg, p) == via)
-			xseg_clear_next_hop(seg, p);
-}
-
 /* unplug --force: a cache that is gone leaves the path, its dirty data given up. */
 static int unplug_gone(struct xseg *seg, uint32_t via)
 {
@@ -338,29 +341,9 @@ static int cmd_plug(struct args *a)
 	struct xseg *seg = join(a->segment);
 	check_port(seg, "--port", a->port);
 	check_port(seg, "--via", a->via);
-	struct xseg_port_info pi;
-	xseg_port_info(seg, a->via, &pi);
-	if (!pi.owner || !pi.owner_alive) {
-		fprintf(stderr, "xseg: plug: nothing is serving port %u; start the peer first\n",
-			a->via);
-		xseg_leave(seg);
-		return 1;
-	}
-	/* Tell the peer it is going into a path (cached returns to the policy
-	 * it was started with); a peer without control commands is fine. */
-	char reply[64];
-	const char *why = "";
-	int rc = control_call(seg, a->via, "plug", reply, sizeof(reply), 60, &why);
-	if (rc != 0 && rc != EOPNOTSUPP && rc != EINVAL) {
-		fprintf(stderr, "xseg: plug: port %u did not take the plug command: %s\n", a->via, why);
-		xseg_leave(seg);
-		return 1;
-	}
-	rc = xseg_set_next_hop(seg, a->port, a->via);
-	if (rc < 0)
-		fprintf(stderr, "xseg: %s\n", xseg_last_error());
+	int rc = plug_in(seg, a->port, a->via, "plug");
 	xseg_leave(seg);
-	return rc < 0 ? 1 : 0;
+	return rc;
 }
 
 static int cmd_unplug(struct args *a)
@@ -445,39 +428,101 @@ static int cmd_policy(struct args *a)
 	return 0;
 }
 
+/* up, down, status: the file read (a fault in it: exit 2), then the work. */
+static int with_file(struct args *a, int (*fn)(const struct path_file *, const char *, unsigned))
+{
+	struct path_file pf;
+	if (path_file_read(a->file, &pf) < 0)
+		exit(2);
+	int rc = fn(&pf, a->run_dir, a->timeout ? (unsigned)a->timeout : 120);
+	path_file_free(&pf);
+	return rc;
+}
+
+static int up(const struct path_file *pf, const char *run_dir, unsigned timeout_s)
+{
+	return path_up(pf, run_dir, timeout_s);
+}
+
+static int down(const struct path_file *pf, const char *run_dir, unsigned timeout_s)
+{
+	return path_down(pf, run_dir, timeout_s);
+}
+
+static int status(const struct path_file *pf, const char *run_dir, unsigned timeout_s)
+{
+	(void)timeout_s;
+	return path_status(pf, run_dir);
+}
+
+static int cmd_up(struct args *a) { return with_file(a, up); }
+static int cmd_down(struct args *a) { return with_file(a, down); }
+static int cmd_status(struct args *a) { return with_file(a, status); }
+
 static const struct command commands[] = {
 	{ "create", cmd_create,
 	  "xseg create --segment NAME [--ports N] [--requests N] [--heap SIZE] [--mode OCTAL]",
 	  "Makes a segment (defaults: 64 ports, 4096 requests, 256M heap, mode 0600).\n"
-	  "SIZE takes K, M, G suffixes. Fails if the segment exists.\n" },
+	  "SIZE takes K, M, G suffixes. Fails if the segment exists.\n", false },
 	{ "destroy", cmd_destroy, "xseg destroy --segment NAME",
-	  "Removes the segment's name; peers that joined keep running on it.\n" },
+	  "Removes the segment's name; peers that joined keep running on it.\n", false },
 	{ "info", cmd_info, "xseg info --segment NAME [--json] [--all]",
 	  "Sizes, free requests, heap use (used, largest free block, buffers) and,\n"
 	  "per port that is bound, routed or has queued requests (--all: every\n"
 	  "port): owner pid and whether it is alive, next hop, request and reply\n"
 	  "queue depths, sleeping threads, requests and replies delivered.\n"
-	  "--json: one JSON object.\n" },
+	  "--json: one JSON object.\n", false },
 	{ "route", cmd_route, "xseg route --segment NAME --port P (--next Q | --clear)",
 	  "--next Q: requests submitted to P go to Q; what Q sends on to P reaches P,\n"
 	  "and replies return the way they came. --clear: remove P's route.\n"
-	  "Safe while requests flow; a route that closes a cycle is refused.\n" },
+	  "Safe while requests flow; a route that closes a cycle is refused.\n", false },
 	{ "plug", cmd_plug, "xseg plug --segment NAME --port B --via C",
 	  "Puts the peer serving C (e.g. cached) in front of B, online: requests\n"
-	  "for B go to C; what C sends to B reaches B.\n" },
+	  "for B go to C; what C sends to B reaches B.\n", false },
 	{ "unplug", cmd_unplug, "xseg unplug --segment NAME --via C [--force]",
 	  "C writes back all dirty data while still in the path, then every route\n"
 	  "to C is cleared; returns when that is done. A cache that is gone while\n"
 	  "holding dirty data keeps its routes failing (EIO) rather than let reads\n"
 	  "reach older data: restart it on its persist file, or --force: give its\n"
 	  "dirty data up (the count is printed) and clear the routes. --force on a\n"
-	  "port a live process serves is refused.\n" },
+	  "port a live process serves is refused.\n", false },
 	{ "stats", cmd_stats, "xseg stats --segment NAME --port N [--json]",
-	  "A peer's statistics (cached), one 'name: value' per line or one JSON object.\n" },
+	  "A peer's statistics (cached), one 'name: value' per line or one JSON object.\n", false },
 	{ "policy", cmd_policy,
 	  "xseg policy --segment NAME --port N --set writeback|writethrough",
 	  "Switches cached's write policy online; switching to writethrough returns\n"
-	  "once all dirty data is written.\n" },
+	  "once all dirty data is written.\n", false },
+	{ "up", cmd_up, "xseg up FILE [--run-dir DIR] [--timeout S]",
+	  "Creates FILE's segment (refused if it exists) and starts its peers in\n"
+	  "order, each serving before the next, plugging where plug=B says; returns\n"
+	  "0 once all serve. If one fails: its message and the end of its log, all\n"
+	  "it started stopped again, the segment removed, exit 1. FILE:\n"
+	  "  # comment\n"
+	  "  segment NAME [ports=N] [requests=N] [heap=SIZE] [mode=OCTAL]\n"
+	  "  peer filed  port=1 dir=/var/lib/xseg/objects\n"
+	  "  peer vlmcd  port=2 blocker-port=1 volume=vol1:1G\n"
+	  "  peer cached port=3 blocker-port=1 cache-size=1G plug=1\n"
+	  "'peer PROGRAM key=value key2' runs 'PROGRAM --key=value --key2' with\n"
+	  "--segment, --daemon and --pidfile added (not to be given); port=N or\n"
+	  "A-B is required and unique; plug=B (xseg's own) plugs the peer in\n"
+	  "front of port B, served by an earlier line. Segment defaults as for\n"
+	  "create. Programs are looked for next to xseg, then on PATH. Each peer's\n"
+	  "pidfile and log (stdout and stderr, appended) are PORT-PROGRAM.pid and\n"
+	  ".log in DIR (default /run/xseg/NAME for root, else\n"
+	  "${XDG_RUNTIME_DIR:-/tmp}/xseg-NAME). --timeout: longest wait for one\n"
+	  "peer to serve, in seconds (120). A bad line: 'FILE:LINE: ...', exit 2.\n",
+	  true },
+	{ "down", cmd_down, "xseg down FILE [--run-dir DIR] [--timeout S]",
+	  "Stops FILE's peers in reverse order, one at a time: SIGTERM, then waits\n"
+	  "(--timeout S each, default 120) for it to exit; a cache writes back\n"
+	  "every dirty byte and leaves the path first. Then removes the segment.\n"
+	  "0 once nothing of FILE runs (also if nothing did); 1 if a peer does not\n"
+	  "stop or a cache is gone holding dirty data: what runs before it is left\n"
+	  "running, and the segment too.\n", true },
+	{ "status", cmd_status, "xseg status FILE [--run-dir DIR]",
+	  "One line per peer of FILE: port, program, pid, and whether it serves\n"
+	  "(its pidfile names a live process that owns its port, plugged where\n"
+	  "plug= says). Exit 0 only if all serve.\n", true },
 };
 #define NR_COMMANDS (sizeof(commands) / sizeof(commands[0]))
 
@@ -491,7 +536,7 @@ static const struct command *find_command(const char *name)
 
 static void print_usage(FILE *out)
 {
-	fputs("usage: xseg COMMAND --segment NAME [options]\n\n", out);
+	fputs("usage: xseg COMMAND (--segment NAME | FILE) [options]\n\n", out);
 	for (size_t i = 0; i < NR_COMMANDS; i++)
 		fprintf(out, "  %s\n", commands[i].synopsis);
 	fputs("  xseg --version\n"

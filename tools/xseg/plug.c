@@ -1,0 +1,53 @@
+/* Plugging a peer into a path and clearing routes to it; see plug.h. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+
+#include "control.h"
+#include "plug.h"
+
+int plug_in(struct xseg *seg, uint32_t port, uint32_t via, const char *what)
+{
+	struct xseg_port_info pi;
+	if (xseg_port_info(seg, via, &pi) < 0 || !pi.owner || !pi.owner_alive) {
+		fprintf(stderr, "xseg: %s: nothing is serving port %u; start the peer first\n",
+			what, via);
+		return 1;
+	}
+	/* Tell the peer it is going into a path (cached returns to the policy
+	 * it was started with); a peer without control commands is fine. */
+	char reply[64];
+	const char *why = "";
+	int rc = control_call(seg, via, "plug", reply, sizeof(reply), 60, &why);
+	if (rc != 0 && rc != EOPNOTSUPP && rc != EINVAL) {
+		fprintf(stderr, "xseg: %s: port %u did not take the plug command: %s\n", what, via,
+			why);
+		return 1;
+	}
+	if (xseg_set_next_hop(seg, port, via) < 0) {
+		fprintf(stderr, "xseg: %s: %s\n", what, xseg_last_error());
+		return 1;
+	}
+	return 0;
+}
+
+bool gone_dirty(struct xseg *seg, uint32_t port, const char *what)
+{
+	struct xseg_port_info pi;
+	if (port == XSEG_NO_PORT || xseg_port_info(seg, port, &pi) < 0 || !pi.dirty_bytes ||
+	    (pi.owner && pi.owner_alive))
+		return false;
+	fprintf(stderr, "xseg: %s: the cache at port %u is gone holding %" PRIu64 " dirty bytes; "
+		"restart it on its persist file, or give them up with xseg unplug --force "
+		"--via %u\n", what, port, pi.dirty_bytes, port);
+	return true;
+}
+
+void clear_routes_to(struct xseg *seg, uint32_t via)
+{
+	struct xseg_segment_info si;
+	xseg_segment_info(seg, &si);
+	for (uint32_t p = 0; p < si.nr_ports; p++)
+		if (xseg_get_next_hop(seg, p) == via)
+			xseg_clear_next_hop(seg, p);
+}

@@ -1,0 +1,32 @@
+/*
+ * Putting a peer in front of a port and taking routes to it away: what
+ * `xseg plug`, `xseg unplug`, `xseg route --clear`, `xseg up` and
+ * `xseg down` share.
+ */
+#ifndef XSEG_TOOL_PLUG_H
+#define XSEG_TOOL_PLUG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "xseg/xseg.h"
+
+/*
+ * Puts the peer serving `via` in front of `port`: sends it the control
+ * command "plug" (a peer without control commands is fine), then routes
+ * `port` to `via`. Returns 0, or 1 with the reason on stderr as
+ * "xseg: WHAT: ...".
+ */
+int plug_in(struct xseg *seg, uint32_t port, uint32_t via, const char *what);
+
+/*
+ * A cache at `port` that is gone but holds dirty data (xseg.h: fail
+ * closed): taking it out of the path would serve older data. Says so and
+ * what to do ("xseg: WHAT: ..."); true if that is the case.
+ */
+bool gone_dirty(struct xseg *seg, uint32_t port, const char *what);
+
+/* Clears every route to `via`. */
+void clear_routes_to(struct xseg *seg, uint32_t via);
+
+#endif

@@ -1,0 +1,558 @@
+/* xseg up, down, status; see up.h. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "plug.h"
+#include "up.h"
+
+#define PROGRESS_S 5          /* a line while waiting, this often */
+#define POLL_NS 20000000ull   /* how often a wait looks again */
+#define LOG_TAIL_LINES 20     /* of a failed peer's log */
+
+struct run_dir {
+	char path[PATH_MAX];
+};
+
+/* What stopping a peer came to. */
+enum stopped {
+	STOPPED,       /* it is gone (or was not running) */
+	LEFT,          /* something else holds its port or pidfile: go on, but keep the segment */
+	STUCK,         /* it still runs, or left dirty data: stop here */
+};
+
+static volatile sig_atomic_t interrupted;
+
+static void on_signal(int sig)
+{
+	interrupted = sig;
+}
+
+static void nap(void)
+{
+	struct timespec ts = { 0, (long)POLL_NS };
+	nanosleep(&ts, NULL);
+}
+
+static unsigned since_s(uint64_t start_ns)
+{
+	return (unsigned)((xseg_now_ns() - start_ns) / 1000000000ull);
+}
+
+static int run_dir_of(const struct path_file *pf, const char *given, struct run_dir *rd)
+{
+	int n;
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	if (given)
+		n = snprintf(rd->path, sizeof(rd->path), "%s", given);
+	else if (geteuid() == 0)
+		n = snprintf(rd->path, sizeof(rd->path), "/run/xseg/%s", pf->segment);
+	else
+		n = snprintf(rd->path, sizeof(rd->path), "%s/xseg-%s", xdg && *xdg ? xdg : "/tmp",
+			     pf->segment);
+	if (n < 0 || (size_t)n >= sizeof(rd->path) - 32) {
+		fprintf(stderr, "xseg: the run directory's name is too long\n");
+		return -1;
+	}
+	return 0;
+}
+
+/* Makes the run directory (mode 0700) unless it exists; it must be ours. */
+static int make_run_dir(const struct run_dir *rd, bool given)
+{
+	if (!given && geteuid() == 0 && mkdir("/run/xseg", 0755) < 0 && errno != EEXIST) {
+		fprintf(stderr, "xseg: up: /run/xseg: %s\n", strerror(errno));
+		return -1;
+	}
+	if (mkdir(rd->path, 0700) < 0 && errno != EEXIST) {
+		fprintf(stderr, "xseg: up: run directory %s: %s\n", rd->path, strerror(errno));
+		return -1;
+	}
+	struct stat st;
+	if (lstat(rd->path, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid()) {
+		fprintf(stderr, "xseg: up: run directory %s is not a directory of this user's\n",
+			rd->path);
+		return -1;
+	}
+	return 0;
+}
+
+/* RUN_DIR/PORT-PROGRAM.EXT */
+static void peer_file(const struct run_dir *rd, const struct path_peer *pp, const char *ext,
+		      char *out, size_t len)
+{
+	int n = snprintf(out, len, "%s/%u-%s.%s", rd->path, pp->port_first, pp->program, ext);
+	if (n < 0 || (size_t)n >= len)
+		out[0] = '\0';   /* not reached: run_dir_of and the file's names leave room */
+}
+
+static pid_t read_pidfile(const char *path)
+{
+	char buf[32];
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return 0;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	char *end;
+	long v = strtol(buf, &end, 10);
+	return end != buf && v > 0 && v <= 0x3fffffff ? (pid_t)v : 0;
+}
+
+/*
+ * pid exists and is not a zombie: a daemon that exited stays one until
+ * init reaps it, which some inits do only now and then.
+ */
+static bool alive(pid_t pid)
+{
+	if (pid <= 0 || (kill(pid, 0) < 0 && errno != EPERM))
+		return false;
+	char path[64], buf[512];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return true;   /* no /proc: kill's word */
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return true;
+	buf[n] = '\0';
+	const char *paren = strrchr(buf, ')');   /* "pid (comm) STATE ..." */
+	return !(paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X'));
+}
+
+/* The live process that owns `port`, or 0. */
+static pid_t port_owner(struct xseg *seg, uint32_t port)
+{
+	struct xseg_port_info pi;
+	if (!seg || xseg_port_info(seg, port, &pi) < 0 || !pi.owner || !pi.owner_alive)
+		return 0;
+	return pi.owner;
+}
+
+/* pid is the peer: it owns the peer's port, or runs the peer's program. */
+static bool is_peer(struct xseg *seg, const struct path_peer *pp, pid_t pid)
+{
+	if (port_owner(seg, pp->port_first) == pid)
+		return true;
+	char link[64], exe[PATH_MAX], real[PATH_MAX];
+	snprintf(link, sizeof(link), "/proc/%d/exe", (int)pid);
+	ssize_t n = readlink(link, exe, sizeof(exe) - 1);
+	if (n <= 0 || !realpath(pp->exe, real))
+		return false;
+	exe[n] = '\0';
+	char *deleted = strstr(exe, " (deleted)");   /* rebuilt while it ran */
+	if (deleted)
+		*deleted = '\0';
+	const char *a = strrchr(exe, '/'), *b = strrchr(real, '/');
+	return !strcmp(a ? a + 1 : exe, b ? b + 1 : real);
+}
+
+static void print_port(const struct path_peer *pp, char *out, size_t len)
+{
+	if (pp->port_first == pp->port_last)
+		snprintf(out, len, "%u", pp->port_first);
+	else
+		snprintf(out, len, "%u-%u", pp->port_first, pp->port_last);
+}
+
+/*
+ * SIGTERM to the peer of the pidfile, then waits for it to exit, one
+ * progress line every few seconds (with the dirty bytes a cache still
+ * writes back). seg may be NULL (the segment is gone).
+ */
+static enum stopped stop_peer(struct xseg *seg, const struct path_peer *pp,
+			      const struct run_dir *rd, unsigned timeout_s, const char *what)
+{
+	char pidfile[PATH_MAX];
+	peer_file(rd, pp, "pid", pidfile, sizeof(pidfile));
+	pid_t pid = read_pidfile(pidfile);
+	pid_t owner = port_owner(seg, pp->port_first);
+	if (!alive(pid)) {
+		if (pid)
+			unlink(pidfile);   /* stale: it died without removing it */
+		if (owner) {
+			fprintf(stderr, "xseg: %s: port %u is served by pid %d, not by a %s that "
+				"xseg up started (no pidfile in %s: another --run-dir?); left running\n",
+				what, pp->port_first, (int)owner, pp->program, rd->path);
+			return LEFT;
+		}
+		return STOPPED;
+	}
+	if (!is_peer(seg, pp, pid)) {
+		fprintf(stderr, "xseg: %s: %s names pid %d, which is not %s; left running\n", what,
+			pidfile, (int)pid, pp->program);
+		return LEFT;
+	}
+	printf("xseg %s: stopping %s on port %u (pid %d)\n", what, pp->program, pp->port_first,
+	       (int)pid);
+	fflush(stdout);
+	kill(pid, SIGTERM);
+	uint64_t start = xseg_now_ns();
+	unsigned shown = 0;
+	while (alive(pid)) {
+		unsigned s = since_s(start);
+		if (s >= timeout_s) {
+			fprintf(stderr, "xseg: %s: %s (pid %d) on port %u still runs after %u s; "
+				"it and the peers before it are left running (see its log, %s/%u-%s.log)\n",
+				what, pp->program, (int)pid, pp->port_first, s, rd->path,
+				pp->port_first, pp->program);
+			return STUCK;
+		}
+		if (s >= shown + PROGRESS_S) {
+			shown = s;
+			struct xseg_port_info pi = { 0 };
+			if (seg)
+				xseg_port_info(seg, pp->port_first, &pi);
+			printf("xseg %s: waiting for %s (pid %d) to stop: %u s", what, pp->program,
+			       (int)pid, s);
+			if (pi.dirty_bytes)
+				printf(", %" PRIu64 " dirty bytes to write back", pi.dirty_bytes);
+			printf("\n");
+			fflush(stdout);
+		}
+		nap();
+	}
+	uint64_t ms = (xseg_now_ns() - start) / 1000000;
+	printf("xseg %s: %s on port %u stopped after %" PRIu64 ".%01" PRIu64 " s\n", what,
+	       pp->program, pp->port_first, ms / 1000, ms % 1000 / 100);
+	fflush(stdout);
+	if (seg) {
+		for (uint32_t p = pp->port_first; p <= pp->port_last; p++) {
+			if (gone_dirty(seg, p, what))
+				return STUCK;
+			clear_routes_to(seg, p);
+		}
+	}
+	return STOPPED;
+}
+
+/* The last lines of `log` from `offset` on, indented, on stderr. */
+static void print_log_tail(const char *log, off_t offset)
+{
+	static char buf[65536];
+	int fd = open(log, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	off_t end = lseek(fd, 0, SEEK_END);
+	if (end - offset > (off_t)sizeof(buf) - 1)
+		offset = end - (off_t)sizeof(buf) + 1;
+	ssize_t n = end > offset ? pread(fd, buf, (size_t)(end - offset), offset) : 0;
+	close(fd);
+	if (n <= 0) {
+		fprintf(stderr, "  (it wrote nothing to %s)\n", log);
+		return;
+	}
+	buf[n] = '\0';
+	if (buf[n - 1] == '\n')
+		buf[--n] = '\0';
+	char *p = buf + n;
+	for (int lines = 0; p > buf; p--)
+		if (p[-1] == '\n' && ++lines == LOG_TAIL_LINES)
+			break;
+	fprintf(stderr, "  %s:\n", log);
+	for (char *line = p, *nl; line; line = nl) {
+		nl = strchr(line, '\n');
+		if (nl)
+			*nl++ = '\0';
+		fprintf(stderr, "  | %s\n", line);
+	}
+}
+
+/* argv of a peer: PROGRAM --segment S <the file's options> --daemon --pidfile F */
+static void peer_argv(const struct path_file *pf, const struct path_peer *pp,
+		      const char *pidfile, const char **argv)
+{
+	unsigned n = 0;
+	argv[n++] = pp->exe;
+	argv[n++] = "--segment";
+	argv[n++] = pf->segment;
+	for (unsigned i = 0; i < pp->argc; i++)
+		argv[n++] = pp->argv[i];
+	argv[n++] = "--daemon";
+	argv[n++] = "--pidfile";
+	argv[n++] = pidfile;
+	argv[n] = NULL;
+}
+
+/*
+ * Starts one peer with --daemon, stdout and stderr appended to its log,
+ * and waits for it to serve. 0, or 1 with the reason and its log's end.
+ */
+static int start_peer(struct xseg *seg, const struct path_file *pf, const struct path_peer *pp,
+		      const struct run_dir *rd, unsigned timeout_s)
+{
+	char pidfile[PATH_MAX], log[PATH_MAX], port[32];
+	const char *argv[2 * PATH_FILE_MAX_WORDS + 8];
+	peer_file(rd, pp, "pid", pidfile, sizeof(pidfile));
+	peer_file(rd, pp, "log", log, sizeof(log));
+	print_port(pp, port, sizeof(port));
+	peer_argv(pf, pp, pidfile, argv);
+
+	int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (fd < 0) {
+		fprintf(stderr, "xseg: up: %s: %s\n", log, strerror(errno));
+		return 1;
+	}
+	char when[32];
+	time_t now = time(NULL);
+	strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", gmtime(&now));
+	dprintf(fd, "== %s: xseg up %s (line %u):", when, pf->file, pp->line);
+	for (unsigned i = 0; argv[i]; i++)
+		dprintf(fd, " %s", argv[i]);
+	dprintf(fd, "\n");
+	off_t offset = lseek(fd, 0, SEEK_END);
+
+	fflush(NULL);
+	pid_t child = fork();
+	if (child < 0) {
+		fprintf(stderr, "xseg: up: fork: %s\n", strerror(errno));
+		close(fd);
+		return 1;
+	}
+	if (child == 0) {
+		/* Its own process group: a Ctrl-C meant for xseg up does not cut
+		 * its start short (which could leave the daemon it forked with no
+		 * pidfile yet); up waits for the start to end, then stops it. */
+		setpgid(0, 0);
+		int null = open("/dev/null", O_RDONLY);
+		if (null >= 0)
+			dup2(null, STDIN_FILENO);
+		dup2(fd, STDOUT_FILENO);
+		dup2(fd, STDERR_FILENO);
+		execv(pp->exe, (char *const *)argv);
+		fprintf(stderr, "xseg up: cannot run %s: %s\n", pp->exe, strerror(errno));
+		_exit(127);
+	}
+	close(fd);
+
+	uint64_t start = xseg_now_ns();
+	unsigned shown = 0;
+	const char *why = NULL;
+	int status = 0;
+	bool told = false;
+	for (;;) {
+		pid_t r = waitpid(child, &status, WNOHANG);
+		if (r == child || (r < 0 && errno != EINTR))
+			break;
+		unsigned s = since_s(start);
+		if (interrupted && !told) {
+			printf("xseg up: interrupted: waiting for %s to finish starting, then stopping "
+			       "everything\n", pp->program);
+			fflush(stdout);
+			told = true;
+		}
+		if (s >= timeout_s) {
+			why = "no answer in time";
+			/* its group (it and what it runs, not the daemon, which has
+			 * its own session); its pidfile is long written, so the daemon
+			 * stops by it below */
+			kill(-child, SIGTERM);
+			kill(child, SIGTERM);
+			while (waitpid(child, &status, 0) < 0 && errno == EINTR)
+				;
+			break;
+		}
+		if (s >= shown + PROGRESS_S) {
+			shown = s;
+			printf("xseg up: waiting for %s on port %s to serve: %u s\n", pp->program, port, s);
+			fflush(stdout);
+		}
+		nap();
+	}
+	char whybuf[64];
+	pid_t pid = 0;
+	if (!why && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+		if (WIFEXITED(status))
+			snprintf(whybuf, sizeof(whybuf), "exit status %d", WEXITSTATUS(status));
+		else
+			snprintf(whybuf, sizeof(whybuf), "killed by signal %d", WTERMSIG(status));
+		why = whybuf;
+	} else if (!why && !alive(pid = read_pidfile(pidfile))) {
+		why = "it says it serves, but its pidfile names no live process";
+	} else if (!why && port_owner(seg, pp->port_first) != pid) {
+		snprintf(whybuf, sizeof(whybuf), "it says it serves, but pid %d does not own port %u",
+			 (int)pid, pp->port_first);
+		why = whybuf;
+	}
+	if (why) {
+		fprintf(stderr, "xseg: up: %s on port %s (%s:%u) did not start: %s\n", pp->program,
+			port, pf->file, pp->line, why);
+		print_log_tail(log, offset);
+		return 1;
+	}
+	if (pp->plug != XSEG_NO_PORT && plug_in(seg, pp->plug, pp->port_first, "up") != 0) {
+		fprintf(stderr, "xseg: up: %s on port %s (%s:%u) serves but could not be plugged in "
+			"front of port %u\n", pp->program, port, pf->file, pp->line, pp->plug);
+		return 1;
+	}
+	printf("xseg up: %s on port %s serves (pid %d)", pp->program, port, (int)pid);
+	if (pp->plug != XSEG_NO_PORT)
+		printf(", plugged in front of port %u", pp->plug);
+	printf("\n");
+	fflush(stdout);
+	return 0;
+}
+
+int path_up(const struct path_file *pf, const char *run_dir, unsigned timeout_s)
+{
+	struct run_dir rd;
+	if (run_dir_of(pf, run_dir, &rd) < 0 || make_run_dir(&rd, run_dir != NULL) < 0)
+		return 1;
+	int crc = xseg_create(pf->segment, &pf->cfg);
+	if (crc < 0) {
+		if (crc == -EEXIST)
+			fprintf(stderr, "xseg: up: segment %s exists already; 'xseg status %s' says "
+				"what runs on it, 'xseg down %s' stops it\n", pf->segment, pf->file,
+				pf->file);
+		else
+			fprintf(stderr, "xseg: up: %s\n", xseg_last_error());
+		return 1;
+	}
+	struct xseg *seg;
+	if (xseg_join(pf->segment, &seg) < 0) {
+		fprintf(stderr, "xseg: up: %s\n", xseg_last_error());
+		xseg_destroy(pf->segment);
+		return 1;
+	}
+	signal(SIGPIPE, SIG_IGN);   /* as in path_down: no stop halfway */
+	struct sigaction sa = { 0 }, old[3];
+	const int sigs[3] = { SIGINT, SIGTERM, SIGHUP };
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	for (int i = 0; i < 3; i++)
+		sigaction(sigs[i], &sa, &old[i]);
+
+	unsigned i = 0;
+	for (; i < pf->nr_peers && !interrupted; i++)
+		if (start_peer(seg, pf, &pf->peers[i], &rd, timeout_s) != 0)
+			break;
+	int rc = 0;
+	if (i < pf->nr_peers || interrupted) {
+		/* the one that failed too: it may have got as far as its pidfile */
+		bool all_stopped = true;
+		fprintf(stderr, "xseg: up: stopping what was started%s\n",
+			interrupted ? " (interrupted)" : "");
+		for (unsigned j = i < pf->nr_peers ? i + 1 : i; j-- > 0;)
+			all_stopped &= stop_peer(seg, &pf->peers[j], &rd, timeout_s, "up") == STOPPED;
+		if (all_stopped)
+			xseg_destroy(pf->segment);
+		else
+			fprintf(stderr, "xseg: up: segment %s left in place for what still runs "
+				"('xseg down %s' once it is settled)\n", pf->segment, pf->file);
+		rc = 1;
+	} else {
+		printf("xseg up: segment %s: %u peers serve (logs and pidfiles in %s)\n",
+		       pf->segment, pf->nr_peers, rd.path);
+	}
+	xseg_leave(seg);
+	for (int k = 0; k < 3; k++)
+		sigaction(sigs[k], &old[k], NULL);
+	return rc;
+}
+
+int path_down(const struct path_file *pf, const char *run_dir, unsigned timeout_s)
+{
+	/* a reader gone from stdout (make run | head) must not stop it halfway */
+	signal(SIGPIPE, SIG_IGN);
+	struct run_dir rd;
+	if (run_dir_of(pf, run_dir, &rd) < 0)
+		return 1;
+	struct xseg *seg = NULL;
+	if (xseg_join(pf->segment, &seg) < 0)
+		seg = NULL;
+	bool left = false;
+	for (unsigned i = pf->nr_peers; i-- > 0;) {
+		enum stopped r = stop_peer(seg, &pf->peers[i], &rd, timeout_s, "down");
+		if (r == STUCK) {
+			if (seg)
+				xseg_leave(seg);
+			return 1;
+		}
+		left |= r == LEFT;
+	}
+	if (!seg) {
+		printf("xseg down: segment %s does not exist\n", pf->segment);
+		return left ? 1 : 0;
+	}
+	xseg_leave(seg);
+	if (left) {
+		fprintf(stderr, "xseg: down: segment %s left in place for what still runs on it\n",
+			pf->segment);
+		return 1;
+	}
+	if (xseg_destroy(pf->segment) < 0) {
+		fprintf(stderr, "xseg: down: %s\n", xseg_last_error());
+		return 1;
+	}
+	printf("xseg down: segment %s removed\n", pf->segment);
+	return 0;
+}
+
+int path_status(const struct path_file *pf, const char *run_dir)
+{
+	struct run_dir rd;
+	if (run_dir_of(pf, run_dir, &rd) < 0)
+		return 1;
+	struct xseg *seg = NULL;
+	bool all = true;
+	if (xseg_join(pf->segment, &seg) < 0) {
+		seg = NULL;
+		all = false;
+		printf("segment %s: does not exist\n", pf->segment);
+	} else {
+		struct xseg_segment_info si;
+		xseg_segment_info(seg, &si);
+		printf("segment %s: %u ports, %u requests, %u free (run directory %s)\n",
+		       pf->segment, si.nr_ports, si.nr_requests, si.free_requests, rd.path);
+	}
+	printf("%-9s %-12s %8s  %s\n", "port", "program", "pid", "state");
+	for (unsigned i = 0; i < pf->nr_peers; i++) {
+		const struct path_peer *pp = &pf->peers[i];
+		char pidfile[PATH_MAX], port[32], pidtxt[16] = "-";
+		peer_file(&rd, pp, "pid", pidfile, sizeof(pidfile));
+		print_port(pp, port, sizeof(port));
+		pid_t pid = read_pidfile(pidfile), owner = port_owner(seg, pp->port_first);
+		bool runs = alive(pid) && is_peer(seg, pp, pid);
+		if (runs)
+			snprintf(pidtxt, sizeof(pidtxt), "%d", (int)pid);
+		printf("%-9s %-12s %8s  ", port, pp->program, pidtxt);
+		if (runs && owner == pid) {
+			printf("serving");
+			if (pp->plug != XSEG_NO_PORT) {
+				bool plugged = xseg_get_next_hop(seg, pp->plug) == pp->port_first;
+				printf(plugged ? ", plugged in front of port %u" :
+						 ", NOT plugged in front of port %u", pp->plug);
+				all &= plugged;
+			}
+		} else {
+			all = false;
+			if (runs)
+				printf("running, port %u not bound by it", pp->port_first);
+			else if (owner)
+				printf("not running; port %u is served by pid %d", pp->port_first,
+				       (int)owner);
+			else
+				printf("not running");
+		}
+		struct xseg_port_info pi;
+		if (seg && xseg_port_info(seg, pp->port_first, &pi) == 0 && pi.dirty_bytes)
+			printf(", %" PRIu64 " dirty bytes", pi.dirty_bytes);
+		printf("\n");
+	}
+	if (seg)
+		xseg_leave(seg);
+	return all ? 0 : 1;
+}

@@ -1,0 +1,34 @@
+/*
+ * xseg up, down and status: a path file's segment and peers (pathfile.h)
+ * started, stopped and looked at. Each peer runs as a daemon with its
+ * pidfile PORT-PROGRAM.pid and its log PORT-PROGRAM.log (stdout and stderr,
+ * appended) in a run directory: --run-dir, else /run/xseg/SEGMENT for root
+ * and ${XDG_RUNTIME_DIR:-/tmp}/xseg-SEGMENT for others.
+ */
+#ifndef XSEG_TOOL_UP_H
+#define XSEG_TOOL_UP_H
+
+#include "pathfile.h"
+
+/*
+ * Creates the segment (refused if it exists), starts each peer with
+ * --daemon (ready when that returns 0), plugs it where plug= says, in file
+ * order. Returns 0 once all serve; on a failure, 1 with the peer's message
+ * and the end of its log on stderr, everything started stopped again and
+ * the segment removed. Waits at most timeout_s for each start.
+ */
+int path_up(const struct path_file *pf, const char *run_dir, unsigned timeout_s);
+
+/*
+ * SIGTERM to each peer in reverse order, waiting (at most timeout_s each)
+ * for it to exit before the next (a cache writes back all it holds first);
+ * then removes the segment. Returns 0 once nothing of the file runs, also
+ * when nothing did; 1 when a peer did not stop or a cache left dirty data
+ * (the rest is left running then).
+ */
+int path_down(const struct path_file *pf, const char *run_dir, unsigned timeout_s);
+
+/* One line per peer: port, program, pid, serving or not. 0 if all serve. */
+int path_status(const struct path_file *pf, const char *run_dir);
+
+#endif

@@ -218,6 +218,12 @@ int peer_forward(struct peer_thread *t, struct xseg_request *req, uint32_t dst,
 	return submit_with(t->peer, req, dst, cb, arg, true);
 }
 
+int peer_forward_any(struct peer *p, struct xseg_request *req, uint32_t dst,
+		     peer_reply_fn cb, void *arg)
+{
+	return submit_with(p, req, dst, cb, arg, true);
+}
+
 /*
  * A reply came back. Its cookie names the slot of its send; one that does
  * not (a reply to a previous incarnation of this peer, or a corrupted one)
@@ -542,6 +548,69 @@ void peer_helper_free(struct peer_thread *t)
 	free(t);
 }
 
+/* ---- the maintenance thread ------------------------------------------------------------ */
+
+static void *maintainer(void *arg)
+{
+	struct peer_thread *t = arg;
+	struct peer *p = t->peer;
+	const struct peer_ops *ops = p->ops;
+
+	if (ops->thread_init && ops->thread_init(t) != 0) {
+		peer_error("the maintenance thread could not start");
+		atomic_store(&p->failed, 1);
+		peer_stop(p);
+		return NULL;
+	}
+	pthread_mutex_lock(&p->maint_lock);
+	while (!atomic_load(&p->maint_end)) {
+		pthread_mutex_unlock(&p->maint_lock);
+		uint64_t ns = ops->maintain(p);
+		if (ns > IDLE_WAIT_NS)
+			ns = IDLE_WAIT_NS;
+		struct timespec until;
+		clock_gettime(CLOCK_MONOTONIC, &until);
+		ns += (uint64_t)until.tv_nsec;
+		until.tv_sec += (time_t)(ns / 1000000000ull);
+		until.tv_nsec = (long)(ns % 1000000000ull);
+		pthread_mutex_lock(&p->maint_lock);
+		if (!atomic_load(&p->maint_end))
+			pthread_cond_timedwait(&p->maint_cond, &p->maint_lock, &until);
+	}
+	pthread_mutex_unlock(&p->maint_lock);
+	if (ops->thread_fini)
+		ops->thread_fini(t);
+	return NULL;
+}
+
+static void start_maintainer(struct peer *p)
+{
+	if (!p->ops->maintain)
+		return;
+	p->maint.peer = p;
+	p->maint.index = p->cfg.threads;
+	int rc = pthread_create(&p->maint.tid, NULL, maintainer, &p->maint);
+	if (rc) {
+		peer_error("cannot start the maintenance thread: %s", strerror(rc));
+		atomic_store(&p->failed, 1);
+		peer_stop(p);
+		return;
+	}
+	p->maint_started = true;
+}
+
+static void end_maintainer(struct peer *p)
+{
+	if (!p->maint_started)
+		return;
+	pthread_mutex_lock(&p->maint_lock);
+	atomic_store(&p->maint_end, 1);
+	pthread_cond_signal(&p->maint_cond);
+	pthread_mutex_unlock(&p->maint_lock);
+	pthread_join(p->maint.tid, NULL);
+	p->maint_started = false;
+}
+
 /* ---- main ---------------------------------------------------------------------------- */
 
 static uint64_t make_salt(void)
@@ -559,7 +628,8 @@ static int join_and_bind(struct peer *p)
 	struct xseg_segment_info si;
 	int rc = xseg_join(p->cfg.segment, &p->seg);
 	if (rc < 0) {
-		peer_error("--segment %s: cannot join: %s", p->cfg.segment, xseg_last_error());
+		peer_error("--segment: '%s' cannot be joined: %s", p->cfg.segment,
+			   xseg_last_error());
 		p->seg = NULL;
 		/* No such segment, or not a name: the argument is wrong. */
 		return rc == -ENOENT || rc == -EINVAL || rc == -ENAMETOOLONG ? -2 : -1;
@@ -612,12 +682,22 @@ static uint32_t port_behind_a_cache(struct peer *p, uint32_t *cache)
 	return XSEG_NO_PORT;
 }
 
+/* After a signal: the peer's drain, while the workers still serve. */
+static void drain(struct peer *p)
+{
+	if (!p->ops->drain || atomic_load(&p->stop))
+		return;
+	uint64_t deadline = xseg_now_ns() + (uint64_t)p->cfg.stop_timeout_s * 1000000000ull;
+	if (p->ops->drain(p, deadline) != 0)
+		atomic_store(&p->drain_failed, 1);
+}
+
 /*
  * Waits for a stop: a signal, or peer_stop() from a worker. A signal to a
  * whole path at once (Ctrl-C in a terminal) reaches the blocker with the
  * caches in front of it: while one of them is still plugged in front of
  * us it is writing back, so we keep serving until it has unplugged (or
- * died), up to --stop-timeout, and only then stop.
+ * died), up to --stop-timeout, and only then drain (ops->drain) and stop.
  */
 static void wait_for_stop(struct peer *p, const sigset_t *set)
 {
@@ -633,6 +713,7 @@ static void wait_for_stop(struct peer *p, const sigset_t *set)
 					peer_warn("stop: port %u still has cache port %u in front "
 						  "after %us: stopping anyway", behind, cache,
 						  p->cfg.stop_timeout_s);
+				drain(p);
 				peer_stop(p);
 				break;
 			}
@@ -683,6 +764,8 @@ int peer_main(int argc, char **argv, const struct peer_ops *ops, void *priv)
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&p->park_cond, &ca);
+	pthread_mutex_init(&p->maint_lock, NULL);
+	pthread_cond_init(&p->maint_cond, &ca);
 	pthread_condattr_destroy(&ca);
 	p->ops = ops;
 	p->priv = priv;
@@ -714,8 +797,12 @@ int peer_main(int argc, char **argv, const struct peer_ops *ops, void *priv)
 		status = rc == -2 ? 2 : 1;
 		goto out;
 	}
-	if (ops->init && ops->init(p) != 0) {
-		peer_error("initialization failed");
+	if (ops->init && (rc = ops->init(p)) != 0) {
+		if (rc == 2) {
+			status = 2;   /* the peer named the argument */
+		} else {
+			peer_error("initialization failed");
+		}
 		goto out;
 	}
 	p->threads = calloc(p->cfg.threads, sizeof(*p->threads));
@@ -738,6 +825,7 @@ int peer_main(int argc, char **argv, const struct peer_ops *ops, void *priv)
 			break;
 		}
 	}
+	start_maintainer(p);
 	peer_info("serving on segment '%s', port %u-%u, %u threads", p->cfg.segment,
 		  p->cfg.port_first, p->cfg.port_last, p->cfg.threads);
 	if (!atomic_load(&p->failed)) {
@@ -756,9 +844,10 @@ int peer_main(int argc, char **argv, const struct peer_ops *ops, void *priv)
 	}
 	for (unsigned i = 0; i < started; i++)
 		pthread_join(p->threads[i].tid, NULL);
+	end_maintainer(p);
 	if (ops->fini)
 		ops->fini(p);
-	status = atomic_load(&p->failed) ? 1 : 0;
+	status = atomic_load(&p->failed) || atomic_load(&p->drain_failed) ? 1 : 0;
 	peer_info("stopped");
 out:
 	peer_daemon_ready(ready_fd, status ? status : 1);

@@ -848,7 +848,8 @@ int peer_main(int argc, char **argv, const struct peer_ops *ops, void *priv)
 	if (ops->fini)
 		ops->fini(p);
 	status = atomic_load(&p->failed) || atomic_load(&p->drain_failed) ? 1 : 0;
-	peer_info("stopped");
+	/* A daemon's status reaches nobody's waitpid: say it. */
+	peer_log(status ? PEER_LOG_ERROR : PEER_LOG_INFO, "stopped, exit status %d", status);
 out:
 	peer_daemon_ready(ready_fd, status ? status : 1);
 	xseg_reserve_destroy(p->reserve);

@@ -81,7 +81,7 @@ wait "$bpid"; rc=$?
 # Whoever dealt with the dead cached first reaped it (vlmcd, filed, which
 # answered it, or bench-xseg waiting in xseg_poll): its port is unbound.
 "$BIN/xseg" info --segment "$SEG" --json | grep -Eq '"port":3,"owner":0,' ||
-	fail "the dead cached's port was not reaped"
+	fail "the dead cached's port was not reaped: $("$BIN/xseg" info --segment "$SEG" --json)"
 # The route still points at the dead cache: clearing it restores the path.
 "$BIN/xseg" route --segment "$SEG" --port 1 --clear || fail "route --clear"
 bench write 3 "$DIR/w3.out" || fail "the path without cached does not work: $(tail -3 "$DIR/w3.out.err")"

@@ -41,8 +41,8 @@
  * Maintenance. A peer with ops->maintain gets one more thread of the
  * runtime's that calls it over and over, sleeping as long as it asks (at
  * most 100 ms, so that the end is noticed); thread_init/thread_fini run on
- * it too (its index is nr_threads). It runs from before the first request
- * until after the last worker ended, through the drain and the stop (a
+ * it too (its index is nr_threads; its thread_init is done before the
+ * workers start). It runs until after the last worker ended, through the drain and the stop (a
  * cache's flusher and reaper live there).
  *
  * Stop. On SIGTERM or SIGINT the main thread first keeps serving while a

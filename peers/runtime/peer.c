@@ -556,13 +556,14 @@ static void *maintainer(void *arg)
 	struct peer *p = t->peer;
 	const struct peer_ops *ops = p->ops;
 
-	if (ops->thread_init && ops->thread_init(t) != 0) {
-		peer_error("the maintenance thread could not start");
-		atomic_store(&p->failed, 1);
-		peer_stop(p);
+	bool ok = !ops->thread_init || ops->thread_init(t) == 0;
+	pthread_mutex_lock(&p->maint_lock);
+	p->maint_state = ok ? 1 : -1;
+	pthread_cond_broadcast(&p->maint_cond);   /* start_maintainer waits */
+	if (!ok) {
+		pthread_mutex_unlock(&p->maint_lock);
 		return NULL;
 	}
-	pthread_mutex_lock(&p->maint_lock);
 	while (!atomic_load(&p->maint_end)) {
 		pthread_mutex_unlock(&p->maint_lock);
 		uint64_t ns = ops->maintain(p);
@@ -597,6 +598,16 @@ static void start_maintainer(struct peer *p)
 		return;
 	}
 	p->maint_started = true;
+	/* Its thread_init before the first request. */
+	pthread_mutex_lock(&p->maint_lock);
+	while (!p->maint_state)
+		pthread_cond_wait(&p->maint_cond, &p->maint_lock);
+	pthread_mutex_unlock(&p->maint_lock);
+	if (p->maint_state < 0) {
+		peer_error("the maintenance thread could not start");
+		atomic_store(&p->failed, 1);
+		peer_stop(p);
+	}
 }
 
 static void end_maintainer(struct peer *p)
@@ -811,6 +822,7 @@ int peer_main(int argc, char **argv, const struct peer_ops *ops, void *priv)
 		goto out;
 	}
 	p->main_tid = pthread_self();
+	start_maintainer(p);
 	unsigned started = 0;
 	for (; started < p->cfg.threads; started++) {
 		struct peer_thread *t = &p->threads[started];
@@ -825,7 +837,6 @@ int peer_main(int argc, char **argv, const struct peer_ops *ops, void *priv)
 			break;
 		}
 	}
-	start_maintainer(p);
 	peer_info("serving on segment '%s', port %u-%u, %u threads", p->cfg.segment,
 		  p->cfg.port_first, p->cfg.port_last, p->cfg.threads);
 	if (!atomic_load(&p->failed)) {

@@ -74,6 +74,7 @@ struct peer {
 	/* The maintenance thread (ops->maintain): ends when maint_end is set. */
 	struct peer_thread maint;
 	bool maint_started;
+	int maint_state;                  /* 1 after its thread_init, -1 failed */
 	_Atomic int maint_end;
 	pthread_mutex_t maint_lock;
 	pthread_cond_t maint_cond;

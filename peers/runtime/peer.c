@@ -313,10 +313,13 @@ void peer_post(struct peer *p, struct peer_work *w, peer_work_fn fn)
 	}
 }
 
+/* Also the idle workers' spin check: nothing counted (peer_post counts
+ * before it queues, and signals after), nothing to look for in the queue. */
 static bool posted_ready(void *arg)
 {
 	struct peer *p = arg;
-	return !cds_wfcq_empty(&p->post_head, &p->post_tail);
+	return atomic_load_explicit(&p->deferred, memory_order_acquire) &&
+	       !cds_wfcq_empty(&p->post_head, &p->post_tail);
 }
 
 /* Takes everything posted so far (one worker at a time) and runs it here. */
@@ -328,10 +331,7 @@ static bool run_posted(struct peer_thread *t)
 	struct cds_wfcq_node *node, *next;
 	bool ran = false;
 
-	/* Counted before it is queued: nothing counted, nothing posted (a
-	 * stale zero is no loss: the poll's posted_ready sees the queue). */
-	if (!atomic_load_explicit(&p->deferred, memory_order_relaxed) || !posted_ready(p) ||
-	    pthread_mutex_trylock(&p->post_drain) != 0)
+	if (!posted_ready(p) || pthread_mutex_trylock(&p->post_drain) != 0)
 		return false;
 	__cds_wfcq_init(&head, &tail);
 	__cds_wfcq_splice_blocking(&head, &tail, &p->post_head, &p->post_tail);

@@ -1,15 +1,36 @@
 /*
- * Bounded lock-free MPMC ring of u32 values in shared memory.
+ * Bounded lock-free MPMC ring of request indexes in shared memory.
  *
- * Cell i's sequence number is i when empty for the producer of position i,
- * i + 1 when full for the consumer of position i, and i + capacity when it
- * is empty again for the next lap. A position is claimed with a CAS on
- * tail (push) or head (pop); the value is published with a release store of
- * the sequence. No thread ever waits on another holding a lock.
+ * Each cell is one 64-bit word: a sequence number (40 bits) and a value
+ * (24 bits). Cell i's sequence is i when empty for the producer of
+ * position i, i + 1 when full for the consumer of position i, and
+ * i + capacity when empty again for the next lap (the classic bounded MPMC
+ * design). Filling or emptying a cell is one CAS of its word, and only
+ * then does the producer move tail (the consumer head) on, with a second
+ * CAS that anyone who finds the cell already done makes for it.
+ *
+ * So a peer killed at any instruction leaves no half-done cell: before its
+ * cell CAS nothing happened, after it the position is done and the next
+ * peer moves tail or head past it. (The older design claimed the position
+ * first and published after: a producer killed between the two wedged the
+ * ring for good, every later reply or free request behind the cell.)
+ * Nobody ever waits for another peer.
  */
-#include <sched.h>
-
 #include "xseg_internal.h"
+
+#define VALUE_BITS 24
+#define VALUE_MASK ((1u << VALUE_BITS) - 1)
+
+static inline uint64_t cell_word(uint64_t seq, uint32_t value)
+{
+	return seq << VALUE_BITS | value;
+}
+
+/* seq - pos in the 40 bits a cell keeps, as a signed number. */
+static inline int64_t seq_dif(uint64_t word, uint64_t pos)
+{
+	return (int64_t)(((word >> VALUE_BITS) - pos) << VALUE_BITS) >> VALUE_BITS;
+}
 
 size_t xseg_ring_bytes(uint32_t capacity)
 {
@@ -24,89 +45,72 @@ void xseg_ring_init(struct xseg_ring *r, uint32_t capacity)
 	atomic_init(&r->tail, 0);
 	r->capacity = capacity;
 	r->mask = capacity - 1;
-	for (uint32_t i = 0; i < capacity; i++) {
-		atomic_init(&r->cells[i].seq, i);
-		r->cells[i].value = 0;
-	}
+	for (uint32_t i = 0; i < capacity; i++)
+		atomic_init(&r->cells[i].word, cell_word(i, 0));
+}
+
+/* Moves *counter from pos to pos + 1 unless someone already did. */
+static inline void step_past(_Atomic uint64_t *counter, uint64_t pos)
+{
+	atomic_compare_exchange_strong_explicit(counter, &pos, pos + 1, memory_order_release,
+						memory_order_relaxed);
 }
 
 bool xseg_ring_push(struct xseg_ring *r, uint32_t value)
 {
-	uint64_t pos = atomic_load_explicit(&r->tail, memory_order_relaxed);
-	uint64_t deadline = 0;
+	if (value > VALUE_MASK)
+		return false;
 	for (;;) {
-		struct xseg_ring_cell *c = &r->cells[pos & r->mask];
-		uint64_t seq = atomic_load_explicit(&c->seq, memory_order_acquire);
-		int64_t dif = (int64_t)(seq - pos);
+		uint64_t pos = atomic_load_explicit(&r->tail, memory_order_acquire);
+		_Atomic uint64_t *c = &r->cells[pos & r->mask].word;
+		uint64_t w = atomic_load_explicit(c, memory_order_acquire);
+		int64_t dif = seq_dif(w, pos);
 		if (dif == 0) {
-			if (atomic_compare_exchange_weak_explicit(&r->tail, &pos, pos + 1,
-					memory_order_relaxed, memory_order_relaxed)) {
-				c->value = value;
-				atomic_store_explicit(&c->seq, pos + 1, memory_order_release);
+			if (atomic_compare_exchange_strong_explicit(c, &w, cell_word(pos + 1, value),
+					memory_order_release, memory_order_relaxed)) {
+				step_past(&r->tail, pos);
 				return true;
 			}
+		} else if (dif == 1) {
+			step_past(&r->tail, pos);   /* filled; its producer did not move on */
 		} else if (dif < 0) {
-			/*
-			 * The cell still holds the value of one lap ago. Unless
-			 * the ring is really full, a consumer has claimed that
-			 * value and not yet released the cell (preempted between
-			 * its CAS and its store) while the others went a whole
-			 * lap: wait for it. Failing here lost the request, since
-			 * callers rely on a push never failing. A consumer killed
-			 * in that window never releases the cell: give up then.
-			 */
-			uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
-			if ((int64_t)(pos - head) >= (int64_t)r->capacity)
-				return false;   /* full */
-			if (!deadline)
-				deadline = xseg_now_ns() + 1000000000ull;
-			else if (xseg_now_ns() > deadline)
-				return false;
-			sched_yield();
-			pos = atomic_load_explicit(&r->tail, memory_order_relaxed);
-		} else {
-			pos = atomic_load_explicit(&r->tail, memory_order_relaxed);
+			return false;   /* the value of one lap ago is still there: full */
 		}
+		/* else tail moved on meanwhile: look again */
 	}
 }
 
 bool xseg_ring_pop(struct xseg_ring *r, uint32_t *value)
 {
-	uint64_t pos = atomic_load_explicit(&r->head, memory_order_relaxed);
-	uint64_t deadline = 0;
 	for (;;) {
-		struct xseg_ring_cell *c = &r->cells[pos & r->mask];
-		uint64_t seq = atomic_load_explicit(&c->seq, memory_order_acquire);
-		int64_t dif = (int64_t)(seq - (pos + 1));
+		uint64_t pos = atomic_load_explicit(&r->head, memory_order_acquire);
+		_Atomic uint64_t *c = &r->cells[pos & r->mask].word;
+		uint64_t w = atomic_load_explicit(c, memory_order_acquire);
+		int64_t dif = seq_dif(w, pos + 1);
 		if (dif == 0) {
-			if (atomic_compare_exchange_weak_explicit(&r->head, &pos, pos + 1,
-					memory_order_relaxed, memory_order_relaxed)) {
-				*value = c->value;
-				atomic_store_explicit(&c->seq, pos + r->mask + 1,
-						      memory_order_release);
+			if (atomic_compare_exchange_strong_explicit(c, &w,
+					cell_word(pos + r->capacity, 0),
+					memory_order_acq_rel, memory_order_relaxed)) {
+				step_past(&r->head, pos);
+				*value = (uint32_t)(w & VALUE_MASK);
 				return true;
 			}
-		} else if (dif < 0) {
-			/*
-			 * Not published yet. If a producer has claimed the cell
-			 * (tail is past it) it is between its CAS and its store:
-			 * wait for it, or the pool looks empty with requests
-			 * free (a false ENOBUFS). A producer killed there never
-			 * publishes: give up then.
-			 */
-			uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
-			if ((int64_t)(tail - pos) <= 0)
-				return false;   /* empty */
-			if (!deadline)
-				deadline = xseg_now_ns() + 1000000000ull;
-			else if (xseg_now_ns() > deadline)
-				return false;
-			sched_yield();
-			pos = atomic_load_explicit(&r->head, memory_order_relaxed);
-		} else {
-			pos = atomic_load_explicit(&r->head, memory_order_relaxed);
+		} else if (dif == -1) {
+			return false;   /* empty for this lap: cells fill in order */
+		} else if (seq_dif(w, pos + r->capacity) == 0) {
+			step_past(&r->head, pos);   /* emptied; its consumer did not move on */
 		}
+		/* else head moved on meanwhile: look again */
 	}
+}
+
+bool xseg_ring_nonempty(struct xseg_ring *r)
+{
+	uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
+	if (atomic_load_explicit(&r->tail, memory_order_acquire) != head)
+		return true;
+	uint64_t w = atomic_load_explicit(&r->cells[head & r->mask].word, memory_order_acquire);
+	return seq_dif(w, head + 1) == 0;
 }
 
 uint32_t xseg_ring_count(struct xseg_ring *r)

@@ -24,17 +24,17 @@
 #define XSEG_LAYOUT_VERSION  ((uint32_t)XSEG_VERSION_LAYOUT)   /* include/xseg/version.h */
 #define XSEG_CACHELINE       64u
 
-/* ---- lock-free bounded MPMC ring of u32 (ring.c) ------------------------
- * Each cell carries a sequence number that says whose turn it is (the
- * classic bounded MPMC design): producers and consumers claim a position
- * with one CAS and publish with one release store, so nobody ever holds a
- * lock. Capacity is a power of two >= nr_requests, and every request is in
- * at most one ring at a time, so a push never finds a ring full.
+/* ---- lock-free bounded MPMC ring of request indexes (ring.c) -------------
+ * Each cell is one word, a sequence number that says whose turn it is and
+ * the value: a producer fills and a consumer empties a cell with one CAS,
+ * then moves tail or head on (or whoever comes next does), so a peer killed
+ * anywhere leaves the ring usable and nobody ever holds a lock. Values are
+ * below 2^24 (request indexes: XSEG_MAX_REQUESTS). Capacity is a power of
+ * two >= nr_requests, and every request is in at most one ring at a time,
+ * so a push never finds a ring full.
  */
 struct xseg_ring_cell {
-	_Atomic uint64_t seq;
-	uint32_t value;
-	uint32_t pad;
+	_Atomic uint64_t word;   /* sequence << 24 | value */
 };
 
 struct xseg_ring {
@@ -50,11 +50,8 @@ void xseg_ring_init(struct xseg_ring *r, uint32_t capacity);
 bool xseg_ring_push(struct xseg_ring *r, uint32_t value);
 bool xseg_ring_pop(struct xseg_ring *r, uint32_t *value);
 uint32_t xseg_ring_count(struct xseg_ring *r);
-static inline bool xseg_ring_nonempty(struct xseg_ring *r)
-{
-	return atomic_load_explicit(&r->tail, memory_order_acquire) !=
-	       atomic_load_explicit(&r->head, memory_order_acquire);
-}
+/* Also true for a value whose producer died before it moved tail on. */
+bool xseg_ring_nonempty(struct xseg_ring *r);
 
 /* ---- buddy heap (heap.c) -------------------------------------------------
  * Request buffers come from a buddy allocator: freed blocks merge with

@@ -1,15 +1,13 @@
 /*
  * The lock-free ring (src/ring.c) on its own: FIFO order, full and empty,
- * and the two moments a stalled peer leaves a cell half-done: a consumer
- * that claimed a cell and has not released it yet, and a producer that
- * claimed one and has not published it yet. Neither may make a push fail
- * (that lost requests) or a pop report empty (that gave false ENOBUFS).
- * The stalled peer is simulated by doing its first step by hand.
+ * and the one moment a peer killed mid-push or mid-pop can leave behind:
+ * its cell done, tail or head not moved on. The next peer must move it on
+ * and the ring must keep working at full capacity. The killed peer is
+ * simulated by doing its first step by hand.
  */
 #include <check.h>
 #include <pthread.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 #include "../src/xseg_internal.h"
 #include "support/xseg_test_util.h"
@@ -44,92 +42,77 @@ START_TEST(fifo_full_empty)
 }
 END_TEST
 
-struct finisher {
-	struct xseg_ring *r;
-	uint64_t pos;
-	uint64_t seq;          /* what the stalled peer would store */
-	uint32_t value;
-	bool write_value;
-	unsigned delay_us;
-};
-
-static void *finish_later(void *arg)
+/* A cell's word as ring.c writes it: sequence << 24 | value. */
+static uint64_t word(uint64_t seq, uint32_t value)
 {
-	struct finisher *f = arg;
-	usleep(f->delay_us);
-	struct xseg_ring_cell *c = &f->r->cells[f->pos & f->r->mask];
-	if (f->write_value)
-		c->value = f->value;
-	atomic_store_explicit(&c->seq, f->seq, memory_order_release);
-	return NULL;
+	return seq << 24 | value;
 }
 
-/* A consumer claimed position 0 and stalls; the others go a whole lap. */
-static struct xseg_ring *lap_past_stalled_consumer(uint32_t cap, uint32_t *taken)
-{
-	struct xseg_ring *r = new_ring(cap);
-	uint32_t v;
-	ck_assert(xseg_ring_push(r, 7));
-	uint64_t h = 0;
-	ck_assert(atomic_compare_exchange_strong(&r->head, &h, 1));   /* its CAS */
-	*taken = r->cells[0].value;
-	for (uint32_t i = 1; i < cap; i++) {
-		ck_assert(xseg_ring_push(r, i));
-		ck_assert(xseg_ring_pop(r, &v));
-		ck_assert_uint_eq(v, i);
-	}
-	ck_assert_uint_eq(xseg_ring_count(r), 0);
-	return r;
-}
-
-START_TEST(push_waits_for_stalled_consumer)
-{
-	uint32_t taken, v;
-	struct xseg_ring *r = lap_past_stalled_consumer(4, &taken);
-	ck_assert_uint_eq(taken, 7);
-	/* The consumer finishes 50 ms later; the push must not fail before. */
-	struct finisher f = { .r = r, .pos = 0, .seq = 4, .delay_us = 50000 };
-	pthread_t t;
-	ck_assert_int_eq(pthread_create(&t, NULL, finish_later, &f), 0);
-	ck_assert_msg(xseg_ring_push(r, 42), "push failed behind a stalled consumer");
-	ck_assert_int_eq(pthread_join(t, NULL), 0);
-	ck_assert(xseg_ring_pop(r, &v));
-	ck_assert_uint_eq(v, 42);
-	free(r);
-}
-END_TEST
-
-START_TEST(push_gives_up_on_dead_consumer)
-{
-	uint32_t taken;
-	struct xseg_ring *r = lap_past_stalled_consumer(4, &taken);
-	uint64_t t0 = xseg_now_ns();
-	ck_assert(!xseg_ring_push(r, 42));       /* never released: bounded */
-	uint64_t dt = xseg_now_ns() - t0;
-	ck_assert_uint_ge(dt, 500000000ull);
-	ck_assert_uint_lt(dt, 5000000000ull);
-	free(r);
-}
-END_TEST
-
-START_TEST(pop_waits_for_stalled_producer)
+/*
+ * A producer killed after it filled its cell and before it moved tail: the
+ * value is there for a pop at once, and the next push moves tail past it
+ * and lands behind it. (Before, a producer killed between its claim and
+ * its publish wedged the ring for good.)
+ */
+START_TEST(producer_killed_after_its_cell)
 {
 	struct xseg_ring *r = new_ring(4);
 	uint32_t v;
-	uint64_t t = 0;
-	ck_assert(atomic_compare_exchange_strong(&r->tail, &t, 1));   /* its CAS */
-	ck_assert(xseg_ring_push(r, 2));
-	ck_assert(xseg_ring_nonempty(r));
-	struct finisher f = { .r = r, .pos = 0, .seq = 1, .value = 1, .write_value = true,
-			      .delay_us = 50000 };
-	pthread_t th;
-	ck_assert_int_eq(pthread_create(&th, NULL, finish_later, &f), 0);
-	ck_assert_msg(xseg_ring_pop(r, &v), "pop said empty with two values claimed");
-	ck_assert_uint_eq(v, 1);
-	ck_assert_int_eq(pthread_join(th, NULL), 0);
+	uint64_t empty = word(0, 0);
+	ck_assert(atomic_compare_exchange_strong(&r->cells[0].word, &empty, word(1, 5)));
+	ck_assert(xseg_ring_nonempty(r));              /* tail has not moved */
+	ck_assert(xseg_ring_push(r, 6));
+	ck_assert_uint_eq(atomic_load(&r->tail), 2);
 	ck_assert(xseg_ring_pop(r, &v));
-	ck_assert_uint_eq(v, 2);
+	ck_assert_uint_eq(v, 5);
+	ck_assert(xseg_ring_pop(r, &v));
+	ck_assert_uint_eq(v, 6);
 	ck_assert(!xseg_ring_pop(r, &v));
+	/* a pop alone finds it too */
+	uint64_t e2 = word(2, 0);
+	ck_assert(atomic_compare_exchange_strong(&r->cells[2].word, &e2, word(3, 9)));
+	ck_assert(xseg_ring_pop(r, &v));
+	ck_assert_uint_eq(v, 9);
+	free(r);
+}
+END_TEST
+
+/*
+ * A consumer killed after it emptied its cell and before it moved head:
+ * the next pop moves head past it, and the ring keeps its whole capacity
+ * (before, a push behind such a cell waited a second and then failed).
+ */
+START_TEST(consumer_killed_after_its_cell)
+{
+	struct xseg_ring *r = new_ring(4);
+	uint32_t v;
+	ck_assert(xseg_ring_push(r, 7));
+	uint64_t full = word(1, 7);
+	ck_assert(atomic_compare_exchange_strong(&r->cells[0].word, &full, word(4, 0)));
+	ck_assert(!xseg_ring_pop(r, &v));              /* empty; head moved on */
+	ck_assert_uint_eq(atomic_load(&r->head), 1);
+	for (uint32_t lap = 0; lap < 3; lap++) {
+		for (uint32_t i = 0; i < 4; i++)
+			ck_assert_msg(xseg_ring_push(r, 10 * lap + i), "lap %u push %u", lap, i);
+		ck_assert(!xseg_ring_push(r, 99));     /* really full */
+		for (uint32_t i = 0; i < 4; i++) {
+			ck_assert(xseg_ring_pop(r, &v));
+			ck_assert_uint_eq(v, 10 * lap + i);
+		}
+	}
+	free(r);
+}
+END_TEST
+
+START_TEST(values_fit_24_bits)
+{
+	struct xseg_ring *r = new_ring(4);
+	uint32_t v;
+	ck_assert(xseg_ring_push(r, (1u << 24) - 1));
+	ck_assert(!xseg_ring_push(r, 1u << 24));
+	ck_assert(xseg_ring_pop(r, &v));
+	ck_assert_uint_eq(v, (1u << 24) - 1);
+	ck_assert_uint_ge((1u << 24), XSEG_MAX_REQUESTS);
 	free(r);
 }
 END_TEST
@@ -199,9 +182,9 @@ int main(void)
 	TCase *tc = tcase_create("ring");
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, fifo_full_empty);
-	tcase_add_test(tc, push_waits_for_stalled_consumer);
-	tcase_add_test(tc, push_gives_up_on_dead_consumer);
-	tcase_add_test(tc, pop_waits_for_stalled_producer);
+	tcase_add_test(tc, producer_killed_after_its_cell);
+	tcase_add_test(tc, consumer_killed_after_its_cell);
+	tcase_add_test(tc, values_fit_24_bits);
 	tcase_add_test(tc, tokens_survive_contention);
 	suite_add_tcase(s, tc);
 	return xt_run(s);

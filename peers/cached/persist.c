@@ -512,6 +512,11 @@ void persist_clear(struct persist *p, uint32_t slot)
 	ref_drop(p, object);
 }
 
+bool persist_slot_published(const struct persist *p, uint32_t slot)
+{
+	return slot < p->geo.nr_slots && p->slots[slot].seq != 0;
+}
+
 int persist_sync(struct persist *p)
 {
 	int err = atomic_load(&p->sync_error);

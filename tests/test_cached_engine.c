@@ -1350,6 +1350,7 @@ START_TEST(persist_flush_syncs_instead_of_writing_back)
 	ck_assert_int_eq(atomic_load(&blk.writes), 0);     /* nothing written back */
 	ck_assert_int_eq(atomic_load(&blk.flushes), 2);    /* the blocker's own FLUSH */
 	ck_assert_uint_eq(st.dirty_bytes, sizeof(w));
+	ck_assert(switch_to_writethrough());   /* destroy wants nothing dirty */
 	teardown();
 	persist_dir_remove();
 
@@ -1401,6 +1402,7 @@ START_TEST(persist_refusals_and_discard)
 	ck_assert_ptr_null(cache_engine_create(&cfg, &be, &why));
 	ck_assert_int_eq(errno, EINVAL);
 	ck_assert_msg(strstr(why, "blocker port"), "%s", why);
+	ck_assert(switch_to_writethrough());
 	teardown();
 
 	/* discard: afresh, the dropped bytes said */

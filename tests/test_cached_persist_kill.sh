@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # cached --persist (issue 22): write-back data survives a SIGKILL of cached.
 # bench-xseg -> vlmcd -> cached (write-back, --dirty-high 100: nothing is
-# written back on its own) -> filed. Five rounds: a verified write run on
-# its own volume, cached SIGKILLed at a random moment once it holds dirty
+# written back on its own) -> filed. Five rounds: verified write passes on
+# the round's own volume (the same data each pass, so that the kill lands
+# inside one), cached SIGKILLed at a random moment once it holds dirty
 # data, cached restarted on the same persist file (it must recover and
 # serve), and every round so far read back through the path: every block
 # of an acknowledged write verifies (a block differs only where a write of
@@ -26,6 +27,18 @@ bench() {   # bench OP ROUND OUT [extra...]
 		--pattern rand --total-size $VOL --block-size 4K --iodepth 16 --seed "$k" \
 		--verify full --timeout 30 --json "$@" > "$out" 2> "$out.err"
 }
+# writer K: write passes on round K's volume until $DIR/stopK exists or a
+# pass fails (cached was killed under it); the last pass's JSON stays in
+# $DIR/wK.out, bench-xseg's status and the passes in $DIR/wK.rc.
+writer() {
+	local k=$1 n=0 rc=0
+	while [ ! -e "$DIR/stop$k" ] && [ $n -lt 200 ]; do
+		n=$((n + 1))
+		bench write "$k" "$DIR/w$k.out"; rc=$?
+		[ $rc = 0 ] && [ "$(json "$DIR/w$k.out" failed 2>/dev/null)" = 0 ] || break
+	done
+	echo "$rc $n" > "$DIR/w$k.rc"
+}
 start_cached() {   # start_cached LOG
 	"$BIN/cached" --segment "$SEG" --port 3 --blocker-port 1 --cache-size 64M \
 		--object-size 1M --write-policy writeback --dirty-high 100 --dirty-low 90 \
@@ -46,24 +59,30 @@ start_cached cached0.log
 
 declare -A failed
 for k in $(seq $ROUNDS); do
-	bench write "$k" "$DIR/w$k.out" & bpid=$!
+	writer "$k" & bpid=$!
 	# The kill must find dirty data, or the round proves nothing.
 	for _ in $(seq 400); do
 		[ "$(stat3 dirty_bytes 2>/dev/null || echo 0)" -gt 0 ] && break
 		sleep 0.01
 	done
 	[ "$(stat3 dirty_bytes)" -gt 0 ] || fail "round $k: cached never held dirty data"
-	sleep "0.0$((RANDOM % 10))"
+	sleep "0.$((RANDOM % 3))$((RANDOM % 10))"
+	# ... inside a pass (bench-xseg holds port 10), not between two
+	"$BIN/xseg" info --segment "$SEG" --json | grep -Eq '"port":10,"owner":[1-9]' ||
+		wait_bound 10
 	kill -KILL "$cpid"; wait "$cpid" 2>/dev/null
-	wait "$bpid"; rc=$?
-	[ $rc -ne 3 ] || fail "round $k: bench-xseg hung after cached died"
-	failed[$k]=$(json "$DIR/w$k.out" failed)
-	echo "round $k: $(json "$DIR/w$k.out" requests) writes answered, ${failed[$k]} failed"
+	touch "$DIR/stop$k"
+	wait "$bpid"
+	read -r rc passes < "$DIR/w$k.rc"
+	[ "$rc" -ne 3 ] || fail "round $k: bench-xseg hung after cached died"
+	failed[$k]=$(json "$DIR/w$k.out" failed) || fail "round $k: no result from bench-xseg"
+	echo "round $k: killed in write pass $passes: $(json "$DIR/w$k.out" requests) writes answered, ${failed[$k]} failed"
 
 	start_cached "cached$k.log"
+	# The port is bound before the recovery; the requests wait for it.
+	[ "$(stat3 recoveries)" = 1 ] || fail "round $k: recoveries is not 1"
 	grep -q "persist: .*recovered [1-9][0-9]* dirty bytes" "$DIR/cached$k.log" ||
 		fail "round $k: the restarted cached recovered nothing: $(grep persist "$DIR/cached$k.log")"
-	[ "$(stat3 recoveries)" = 1 ] || fail "round $k: recoveries is not 1"
 	for j in $(seq "$k"); do
 		bench read "$j" "$DIR/r$k-$j.out" ||
 			[ "$(json "$DIR/r$k-$j.out" failed 2>/dev/null)" = 0 ] ||

@@ -1267,6 +1267,40 @@ START_TEST(persist_recovers_every_acknowledged_byte)
 }
 END_TEST
 
+/* A cache recovered full of dirty data still has its spares: every
+ * bucket can be overwritten (out of place) at once. */
+START_TEST(persist_full_recovered_cache_overwrites)
+{
+	persist_dir();
+	persist_path = ppath;
+	setup_with(OBJ_SIZE, 16, CACHE_WRITEBACK);        /* one object's worth */
+	static unsigned char w[OBJ_SIZE], r[OBJ_SIZE];
+	fill(w, OBJ_SIZE, 70);
+	ck_assert_int_eq(do_write("full", 0, OBJ_SIZE, w), 0);
+	ck_assert_uint_eq(stats_now().free_bytes, 0);
+	copy_file(ppath, pcopy);
+	ck_assert(switch_to_writethrough());
+	teardown();
+	persist_path = pcopy;
+	setup_with(OBJ_SIZE, 16, CACHE_WRITEBACK);
+	ck_assert_uint_eq(stats_now().recovered_bytes, OBJ_SIZE);
+	fill(w, OBJ_SIZE, 71);
+	for (uint32_t i = 0; i < OBJ_SIZE / BKT_SIZE; i++)
+		ck_assert_int_eq(do_write("full", (uint64_t)i * BKT_SIZE + 8, 16, w + i * BKT_SIZE + 8), 0);
+	ck_assert_int_eq(do_read("full", 0, OBJ_SIZE, r), 0);
+	static unsigned char want[OBJ_SIZE];
+	fill(want, OBJ_SIZE, 70);
+	for (uint32_t i = 0; i < OBJ_SIZE / BKT_SIZE; i++)
+		memcpy(want + i * BKT_SIZE + 8, w + i * BKT_SIZE + 8, 16);
+	ck_assert(!memcmp(r, want, OBJ_SIZE));
+	ck_assert_int_eq(atomic_load(&blk.reads), 0);
+	ck_assert_uint_eq(stats_now().persist_dirty_bytes, OBJ_SIZE);
+	ck_assert(switch_to_writethrough());
+	teardown();
+	persist_dir_remove();
+}
+END_TEST
+
 /* An overwrite of a DIRTY bucket goes to a fresh slot, published before
  * the old one is cleared; flushed and deleted data leave the file. */
 START_TEST(persist_overwrite_is_out_of_place_and_clean_data_leaves_the_file)
@@ -1456,6 +1490,7 @@ int main(void)
 	tcase_set_timeout(pc, 120);
 	tcase_add_test(pc, persist_recovers_every_acknowledged_byte);
 	tcase_add_test(pc, persist_overwrite_is_out_of_place_and_clean_data_leaves_the_file);
+	tcase_add_test(pc, persist_full_recovered_cache_overwrites);
 	tcase_add_test(pc, persist_flush_syncs_instead_of_writing_back);
 	tcase_add_test(pc, persist_refusals_and_discard);
 	suite_add_tcase(s, pc);

@@ -84,7 +84,7 @@ int bucket_pool_init_on(struct bucket_pool *p, unsigned char *data, uint32_t cou
 void bucket_pool_set_reserve(struct bucket_pool *p, uint32_t n)
 {
 	pthread_mutex_lock(&p->lock);
-	p->reserve = n < p->nfree / 16 ? n : p->nfree / 16;
+	p->reserve = n < p->nfree ? n : p->nfree;
 	pthread_mutex_unlock(&p->lock);
 }
 

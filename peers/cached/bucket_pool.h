@@ -50,8 +50,7 @@ int bucket_pool_init(struct bucket_pool *p, uint32_t count, uint32_t bucket_size
  * use already: recovered). -EINVAL / -ENOMEM. */
 int bucket_pool_init_on(struct bucket_pool *p, unsigned char *data, uint32_t count,
 			uint32_t bucket_size, const uint8_t *used);
-/* Keeps up to n free slots back for spares (at most a sixteenth of the
- * free ones). */
+/* Keeps up to n free slots back for spares (at most the free ones). */
 void bucket_pool_set_reserve(struct bucket_pool *p, uint32_t n);
 void bucket_pool_destroy(struct bucket_pool *p);
 

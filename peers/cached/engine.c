@@ -313,11 +313,12 @@ static int recover_one(void *arg, const char *name, uint32_t name_len, uint32_t 
 static char persist_why[512];
 
 /* Opens and recovers the persist file; the pool is its data slots less
- * the recovered ones, with a reserve for spares. 0 or -errno (*why). */
+ * the recovered ones, PERSIST_SPARE_SLOTS of them kept for spares. 0 or
+ * -errno (*why). */
 static int persist_start(struct cache_engine *e, const char **why)
 {
 	const struct cache_config *cfg = &e->cfg;
-	uint32_t nr_slots = (uint32_t)(cfg->cache_size / cfg->bucket_size);
+	uint32_t nr_slots = (uint32_t)(cfg->cache_size / cfg->bucket_size) + PERSIST_SPARE_SLOTS;
 	/* One record per object the index holds: recovery then always fits
 	 * the index; an object past them (evicted ones still dirty hold
 	 * theirs until written back) goes uncached. */
@@ -362,7 +363,7 @@ static int persist_start(struct cache_engine *e, const char **why)
 			 cfg->persist_path, strerror(r.error ? r.error : rc < 0 ? -rc : ENOMEM));
 		return rc < 0 ? rc : -(r.error ? r.error : ENOMEM);
 	}
-	bucket_pool_set_reserve(&e->pool, 32);
+	bucket_pool_set_reserve(&e->pool, PERSIST_SPARE_SLOTS);
 	return 0;
 }
 
@@ -532,7 +533,7 @@ void cache_engine_stats(struct cache_engine *e, struct cache_stats *s)
 	s->dirty_bytes = (atomic_load(&e->totals.count[BUCKET_DIRTY]) +
 			  atomic_load(&e->totals.count[BUCKET_WRITING])) * bs;
 	s->cached_bytes = atomic_load(&e->totals.claimed) * bs;
-	s->free_bytes = (e->pool.count - atomic_load(&e->totals.claimed)) * bs;
+	s->free_bytes = (e->pool.count - e->pool.reserve - atomic_load(&e->totals.claimed)) * bs;
 	s->objects = xcache_nr_active(e->index);
 	s->evictions = atomic_load(&e->st.evictions);
 	s->clean_released_bytes = atomic_load(&e->st.clean_released);

@@ -67,6 +67,12 @@
  * flusher tries again: 1 ms, doubled per round of failures up to 1 s, over
  * at the first success. Without it the flusher retried every tick, tens of
  * thousands of failures a second, a core for us and half one for filed. */
+/* --persist: slots beyond the cache size kept for spares (out-of-place
+ * overwrites hold one each, briefly); more than the threads that can
+ * write at once. The file has cache_size / bucket_size + these slots, and
+ * the normal claim path never takes them, so at a crash at least these
+ * are not dirty and a recovered cache always has its spares. */
+#define PERSIST_SPARE_SLOTS 32u
 #define FLUSH_BACKOFF_MIN_NS 1000000ull
 #define FLUSH_BACKOFF_MAX_NS 1000000000ull
 

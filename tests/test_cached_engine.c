@@ -1191,6 +1191,13 @@ static uint32_t slot_of(const char *name, uint32_t i)
 	return slot;
 }
 
+/* An engine on the persist file `path`, write-back. */
+static void setup_persist(const char *path, uint64_t cache_size)
+{
+	persist_path = path;
+	setup_with(cache_size, 16, CACHE_WRITEBACK);
+}
+
 static struct cache_stats stats_now(void)
 {
 	struct cache_stats st;
@@ -1204,8 +1211,7 @@ static struct cache_stats stats_now(void)
 START_TEST(persist_recovers_every_acknowledged_byte)
 {
 	persist_dir();
-	persist_path = ppath;
-	setup_with(1 << 20, 16, CACHE_WRITEBACK);
+	setup_persist(ppath, 1 << 20);
 	static unsigned char w[3][OBJ_SIZE], r[OBJ_SIZE];
 	for (unsigned k = 0; k < 3; k++)
 		fill(w[k], OBJ_SIZE, 20 + k);
@@ -1230,8 +1236,7 @@ START_TEST(persist_recovers_every_acknowledged_byte)
 	ck_assert(switch_to_writethrough());
 	ck_assert_uint_eq(stats_now().persist_dirty_bytes, 0);
 	teardown();
-	persist_path = ppath;
-	setup_with(1 << 20, 16, CACHE_WRITEBACK);
+	setup_persist(ppath, 1 << 20);
 	st = stats_now();
 	ck_assert_uint_eq(st.recoveries, 0);
 	ck_assert_uint_eq(st.dirty_bytes, 0);
@@ -1239,8 +1244,7 @@ START_TEST(persist_recovers_every_acknowledged_byte)
 	teardown();
 
 	/* the crashed copy: everything back, from the cache */
-	persist_path = pcopy;
-	setup_with(1 << 20, 16, CACHE_WRITEBACK);
+	setup_persist(pcopy, 1 << 20);
 	st = stats_now();
 	ck_assert_uint_eq(st.recoveries, 1);
 	ck_assert_uint_eq(st.recovered_bytes, 3ull * OBJ_SIZE);
@@ -1272,8 +1276,7 @@ END_TEST
 START_TEST(persist_full_recovered_cache_overwrites)
 {
 	persist_dir();
-	persist_path = ppath;
-	setup_with(OBJ_SIZE, 16, CACHE_WRITEBACK);        /* one object's worth */
+	setup_persist(ppath, OBJ_SIZE);        /* one object's worth */
 	static unsigned char w[OBJ_SIZE], r[OBJ_SIZE];
 	fill(w, OBJ_SIZE, 70);
 	ck_assert_int_eq(do_write("full", 0, OBJ_SIZE, w), 0);
@@ -1281,8 +1284,7 @@ START_TEST(persist_full_recovered_cache_overwrites)
 	copy_file(ppath, pcopy);
 	ck_assert(switch_to_writethrough());
 	teardown();
-	persist_path = pcopy;
-	setup_with(OBJ_SIZE, 16, CACHE_WRITEBACK);
+	setup_persist(pcopy, OBJ_SIZE);
 	ck_assert_uint_eq(stats_now().recovered_bytes, OBJ_SIZE);
 	fill(w, OBJ_SIZE, 71);
 	for (uint32_t i = 0; i < OBJ_SIZE / BKT_SIZE; i++)
@@ -1306,8 +1308,7 @@ END_TEST
 START_TEST(persist_overwrite_is_out_of_place_and_clean_data_leaves_the_file)
 {
 	persist_dir();
-	persist_path = ppath;
-	setup_with(1 << 20, 16, CACHE_WRITEBACK);
+	setup_persist(ppath, 1 << 20);
 	struct persist *p = &blk.engine->persist;
 	unsigned char w[BKT_SIZE];
 	fill(w, sizeof(w), 40);
@@ -1350,8 +1351,7 @@ START_TEST(persist_overwrite_is_out_of_place_and_clean_data_leaves_the_file)
 	teardown();
 
 	/* DELETE drops dirty data: cleared */
-	persist_path = ppath;
-	setup_with(1 << 20, 16, CACHE_WRITEBACK);
+	setup_persist(ppath, 1 << 20);
 	p = &blk.engine->persist;
 	ck_assert_int_eq(do_write("d", 0, BKT_SIZE, w), 0);
 	uint32_t sd = slot_of("d", 0);
@@ -1371,8 +1371,7 @@ END_TEST
 START_TEST(persist_flush_syncs_instead_of_writing_back)
 {
 	persist_dir();
-	persist_path = ppath;
-	setup_with(1 << 20, 16, CACHE_WRITEBACK);
+	setup_persist(ppath, 1 << 20);
 	unsigned char w[2 * BKT_SIZE];
 	fill(w, sizeof(w), 50);
 	ck_assert_int_eq(do_write("f", 0, sizeof(w), w), 0);
@@ -1389,9 +1388,8 @@ START_TEST(persist_flush_syncs_instead_of_writing_back)
 	persist_dir_remove();
 
 	persist_dir();
-	persist_path = ppath;
 	persist_sync_mode = PERSIST_SYNC_NONE;
-	setup_with(1 << 20, 16, CACHE_WRITEBACK);
+	setup_persist(ppath, 1 << 20);
 	ck_assert_int_eq(do_write("f", 0, sizeof(w), w), 0);
 	ck_assert_int_eq(do_flush(), 0);
 	ck_assert(blk_has("f", 0, w, sizeof(w)));
@@ -1409,8 +1407,7 @@ END_TEST
 START_TEST(persist_refusals_and_discard)
 {
 	persist_dir();
-	persist_path = ppath;
-	setup_with(1 << 20, 16, CACHE_WRITEBACK);
+	setup_persist(ppath, 1 << 20);
 	unsigned char w[BKT_SIZE];
 	fill(w, sizeof(w), 60);
 	ck_assert_int_eq(do_write("x", 0, BKT_SIZE, w), 0);

@@ -4,7 +4,9 @@
 # the segment does not have) exits 2 with one stderr line naming the
 # value, also with --daemon; `out=$(cached --daemon ...)` returns once the
 # daemon serves (it lets go of the caller's stdout and stderr), and the
-# daemon is the port's owner.
+# daemon is the port's owner; `cached --daemon --pidfile F`: the port is
+# alive under the pid in F, `xseg plug` through it works, and SIGTERM to
+# that pid writes the dirty data back, restores the route and exits 0.
 set -u
 SEG_PREFIX=cached-opts
 . "$(dirname "$0")/lib.sh"
@@ -47,13 +49,28 @@ for _ in $(seq 100); do kill -0 "$dpid" 2>/dev/null || break; sleep 0.1; done
 kill -0 "$dpid" 2>/dev/null && fail "the daemon did not stop on SIGTERM"
 [ -e "$DIR/cached.pid" ] && fail "the daemon left its pidfile"
 
-echo "--- --daemon logs to a file it was given"
+echo "--- --daemon --pidfile F: plugged, written to, SIGTERM drains and exits 0"
 timeout 20 "${C[@]}" --cache-size 1M --daemon --pidfile "$DIR/cached.pid" \
 	--log-level info 2>> "$DIR/cached.log" || fail "cached --daemon exited $?"
 dpid=$(cat "$DIR/cached.pid") || fail "no pidfile"
 pids+=($dpid)
+"$BIN/xseg" info --segment "$SEG" --json | grep -q "\"port\":3,\"owner\":$dpid,\"alive\":true" ||
+	fail "port 3 is not the daemon's ($dpid): $("$BIN/xseg" info --segment "$SEG")"
+"$BIN/xseg" plug --segment "$SEG" --port 1 --via 3 || fail "xseg plug through the daemon"
+"$BIN/xreq" --segment "$SEG" --port 5 --target-port 1 --op write --target obj \
+	--size 8192 --data daemon > /dev/null || fail "a write through the plugged daemon failed"
+dirty=$("$BIN/xseg" stats --segment "$SEG" --port 3 --json |
+	python3 -c 'import json, sys; print(json.load(sys.stdin)["dirty_bytes"])')
+[ "$dirty" -gt 0 ] || fail "the write left nothing dirty in the cache (write-back)"
 kill -TERM "$dpid"
 for _ in $(seq 100); do kill -0 "$dpid" 2>/dev/null || break; sleep 0.1; done
 kill -0 "$dpid" 2>/dev/null && fail "the daemon did not stop on SIGTERM"
-grep -q "stopped" "$DIR/cached.log" || fail "the daemon's log did not reach its file: $(cat "$DIR/cached.log")"
+grep -q "stopped, exit status 0" "$DIR/cached.log" ||
+	fail "the daemon did not stop with status 0 (or its log did not reach its file): $(cat "$DIR/cached.log")"
+grep -q "routes straight to its blocker again" "$DIR/cached.log" ||
+	fail "the drain did not restore the route: $(cat "$DIR/cached.log")"
+"$BIN/xseg" info --segment "$SEG" --json | grep -q '"next_hop":3' && fail "route left after SIGTERM"
+out=$("$BIN/xreq" --segment "$SEG" --port 5 --target-port 1 --op read --target obj --size 6) ||
+	fail "reading the drained write from filed failed: $out"
+grep -q "data='daemon'" <<< "$out" || fail "the drained write did not reach filed: $out"
 echo "ok"

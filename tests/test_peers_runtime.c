@@ -11,6 +11,12 @@
  * in place of its workers (peer_helper_poll with the workers parked) and
  * going away (unparked); no request may wait for a worker that sleeps
  * apart from the port, nor posted work for a parked worker.
+ *
+ * And the maintenance and drain hooks: a "kept" peer's maintain hook runs
+ * on its own thread (with thread_init/thread_fini) until after the
+ * workers, also during the drain; its drain hook runs on SIGTERM while the
+ * workers still accept and serve; a drain that gives up makes the exit
+ * status 1.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -247,13 +253,112 @@ static const struct peer_ops helped_ops = {
 	.default_threads = 2,
 };
 
+/* ---- the kept peer: maintain and drain hooks (runs in the child) ----------------- */
+
+enum kept_mode {
+	KEPT_PLAIN,      /* no drain hook's waiting: it returns 0 at once */
+	KEPT_SERVE,      /* the drain waits until KEPT_N requests were served in it */
+	KEPT_GIVE_UP,    /* the drain waits for the deadline and gives up */
+};
+#define KEPT_N 100u
+
+static struct {
+	enum kept_mode mode;          /* set by the test before the fork */
+	_Atomic uint64_t rounds;      /* maintain calls */
+	_Atomic unsigned maint_init, maint_fini, workers_ended;
+	_Atomic bool draining;
+	_Atomic unsigned served_draining;
+	_Atomic int bad;              /* what fini found wrong: the exit status */
+} kept;
+
+static int kept_thread_init(struct peer_thread *t)
+{
+	if (peer_thread_index(t) == peer_nr_threads(peer_of(t)))
+		atomic_fetch_add(&kept.maint_init, 1);
+	return 0;
+}
+
+static void kept_thread_fini(struct peer_thread *t)
+{
+	if (peer_thread_index(t) == peer_nr_threads(peer_of(t))) {
+		atomic_fetch_add(&kept.maint_fini, 1);
+		return;
+	}
+	/* The maintenance thread outlives every worker. */
+	if (atomic_load(&kept.maint_fini))
+		atomic_store(&kept.bad, 4);
+	atomic_fetch_add(&kept.workers_ended, 1);
+}
+
+static uint64_t kept_maintain(struct peer *p)
+{
+	(void)p;
+	atomic_fetch_add(&kept.rounds, 1);
+	return 1000000;   /* again in 1 ms */
+}
+
+/* Answers (a PING with serviced = maintain calls so far; EPROTO when the
+ * maintenance thread had no thread_init). */
+static void kept_request(struct peer_thread *t, struct xseg_request *req)
+{
+	if (!atomic_load(&kept.maint_init)) {
+		peer_fail(t, req, EPROTO);
+		return;
+	}
+	if (atomic_load(&kept.draining))
+		atomic_fetch_add(&kept.served_draining, 1);
+	req->serviced = req->op == X_PING ? atomic_load(&kept.rounds) : req->size;
+	peer_complete(t, req);
+}
+
+static int kept_drain(struct peer *p, uint64_t deadline)
+{
+	uint64_t rounds = atomic_load(&kept.rounds);
+	atomic_store(&kept.draining, true);
+	if (kept.mode == KEPT_PLAIN)
+		return 0;
+	while (xseg_now_ns() < deadline &&
+	       (kept.mode == KEPT_GIVE_UP || atomic_load(&kept.served_draining) < KEPT_N))
+		usleep(1000);
+	/* the maintenance thread ran meanwhile */
+	if (atomic_load(&kept.rounds) < rounds + 5)
+		atomic_store(&kept.bad, 5);
+	(void)p;
+	return kept.mode == KEPT_GIVE_UP || atomic_load(&kept.served_draining) < KEPT_N;
+}
+
+/* After the workers and the maintenance thread ended. */
+static void kept_fini(struct peer *p)
+{
+	if (atomic_load(&kept.maint_init) != 1 || atomic_load(&kept.maint_fini) != 1)
+		_exit(3);
+	if (atomic_load(&kept.workers_ended) != peer_nr_threads(p))
+		_exit(6);
+	if (atomic_load(&kept.bad))
+		_exit(atomic_load(&kept.bad));
+}
+
+static const struct peer_ops kept_ops = {
+	.name = "kept",
+	.summary = "test peer: maintain and drain hooks",
+	.thread_init = kept_thread_init,
+	.thread_fini = kept_thread_fini,
+	.maintain = kept_maintain,
+	.drain = kept_drain,
+	.fini = kept_fini,
+	.on_request = kept_request,
+	.default_threads = 2,
+};
+
 /* ---- the client (the test) ----------------------------------------------------- */
 
 static struct xseg *seg;
 static char segname[64];
 static pid_t child;
 
-static void start_peer(const struct peer_ops *ops, unsigned delay_us, const char *spin_us)
+/* stop_timeout: "" for the default. */
+static void start_peer_stop(const struct peer_ops *ops, unsigned delay_us, const char *spin_us,
+			    const char *stop_timeout)
 {
 	seg = pt_segment(segname, sizeof(segname), 4, 512, 8u << 20);
 	ck_assert_int_eq(xseg_bind_port(seg, CLIENT), 0);
@@ -261,12 +366,19 @@ static void start_peer(const struct peer_ops *ops, unsigned delay_us, const char
 	ck_assert_int_ge(child, 0);
 	if (child == 0) {
 		char *argv[] = { (char *)ops->name, "--segment", segname, "--port", "1",
-				 "--spin-us", (char *)spin_us, NULL };
+				 "--spin-us", (char *)spin_us, "--stop-timeout",
+				 (char *)stop_timeout, NULL };
 		relay.delay_us = delay_us;
-		_exit(peer_main(7, argv, ops, NULL));   /* not the parent's atexit */
+		/* not the parent's atexit */
+		_exit(peer_main(*stop_timeout ? 9 : 7, argv, ops, NULL));
 	}
 	pt_track_pid(child);
 	ck_assert_int_eq(pt_wait_bound(seg, RELAY, child, TIMEOUT), 0);
+}
+
+static void start_peer(const struct peer_ops *ops, unsigned delay_us, const char *spin_us)
+{
+	start_peer_stop(ops, delay_us, spin_us, "");
 }
 
 static void start_relay(unsigned delay_us, const char *spin_us)
@@ -433,6 +545,69 @@ START_TEST(unparked_workers_watch_the_port)
 }
 END_TEST
 
+/* One request: its reply's serviced (kept: the maintain calls so far). */
+static uint64_t kept_round_trip(void)
+{
+	struct pt_req r = { .op = X_PING };
+	ck_assert_msg(pt_submit(seg, CLIENT, RELAY, &r), "submit: %s", xseg_last_error());
+	struct xseg_request *req = pt_receive(seg, CLIENT, TIMEOUT);
+	ck_assert_msg(req, "no reply");
+	struct pt_req done = { 0 };
+	pt_finish(seg, req, &done);
+	ck_assert_msg(done.result == XR_SERVED, "failed: error %d (EPROTO: the maintenance "
+		      "thread had no thread_init)", done.error);
+	return done.serviced;
+}
+
+/* maintain runs over and over on a thread of its own (thread_init/fini on
+ * it, fini checks), through the drain, and ends after the workers. */
+START_TEST(maintain_runs_and_stops)
+{
+	kept.mode = KEPT_PLAIN;
+	start_peer(&kept_ops, 0, "20");
+	uint64_t first = kept_round_trip();
+	usleep(100 * 1000);
+	uint64_t second = kept_round_trip();
+	ck_assert_msg(second >= first + 10, "maintain ran %llu times in 100 ms",
+		      (unsigned long long)(second - first));
+	int status = pt_stop(child, SIGTERM, TIMEOUT);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d (3: the "
+		      "maintenance thread's thread_init/fini, 4: it ended before a worker, "
+		      "5: it did not run during the drain, 6: workers)", status);
+}
+END_TEST
+
+/* SIGTERM: the drain hook runs while the workers still accept and serve
+ * (it waits for KEPT_N requests sent after the signal); then exit 0. */
+START_TEST(drain_runs_while_serving)
+{
+	kept.mode = KEPT_SERVE;
+	start_peer(&kept_ops, 0, "20");
+	kept_round_trip();
+	kill(child, SIGTERM);
+	usleep(50 * 1000);   /* the drain has begun */
+	run_load(KEPT_N, 8);
+	int status = pt_stop(child, SIGTERM, TIMEOUT);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
+}
+END_TEST
+
+/* A drain that gives up (at the --stop-timeout deadline): the stop goes
+ * on, exit status 1. */
+START_TEST(drain_giving_up_exits_1)
+{
+	kept.mode = KEPT_GIVE_UP;
+	start_peer_stop(&kept_ops, 0, "20", "1");
+	kept_round_trip();
+	uint64_t t0 = xseg_now_ns();
+	int status = pt_stop(child, SIGTERM, TIMEOUT);
+	uint64_t ms = (xseg_now_ns() - t0) / 1000000;
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 1, "status %d", status);
+	ck_assert_msg(ms >= 900 && ms < 10000, "stopped after %llu ms with --stop-timeout 1",
+		      (unsigned long long)ms);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("peers_runtime");
@@ -443,5 +618,8 @@ int main(void)
 	tcase_add_test(tc, accept_in_order_sees_queue_order);
 	tcase_add_test(tc, post_wakes_a_parked_worker);
 	tcase_add_test(tc, unparked_workers_watch_the_port);
+	tcase_add_test(tc, maintain_runs_and_stops);
+	tcase_add_test(tc, drain_runs_while_serving);
+	tcase_add_test(tc, drain_giving_up_exits_1);
 	return pt_run(s);
 }

@@ -101,7 +101,7 @@ bad_arg "--segment" "$BIN/xseg" info
 bad_arg "'x1'" "$BIN/nulld" --segment "$SEG" --port x1
 bad_arg "'0'" "$BIN/nulld" --segment "$SEG" --port 1 --threads 0
 bad_arg "'loud'" "$BIN/nulld" --segment "$SEG" --port 1 --log-level loud
-bad_arg "--pidfile" "$BIN/nulld" --segment "$SEG" --port 1 --daemon
+bad_arg "--pidfile" "$BIN/nulld" --segment "$SEG" --port 1 --pidfile ""
 bad_arg "--forward 1" "$BIN/nulld" --segment "$SEG" --port 1 --forward 1
 bad_arg "'99999'" "$BIN/nulld" --segment "$SEG" --port 1 --forward 99999
 bad_arg "'a/b'" "$BIN/nulld" --segment a/b --port 1

@@ -38,13 +38,28 @@
  * when the request passed through other forwarders. A reply whose cookie is
  * not ours (a previous incarnation's) is logged and settled, never trusted.
  *
- * Stop. SIGTERM or SIGINT (or peer_stop()) sets a flag. The workers stop
- * accepting (requests still queued stay for whoever binds the port next),
- * call ops->on_stop once, and keep receiving replies and running deferred
- * work until every accepted request is answered, every send has come back
- * and nothing is deferred. Then ops->fini runs, the ports are unbound, the
- * pidfile is removed and peer_main returns 0. If that takes longer than
- * --stop-timeout, peer_main logs what is still outstanding and returns 1.
+ * Maintenance. A peer with ops->maintain gets one more thread of the
+ * runtime's that calls it over and over, sleeping as long as it asks (at
+ * most 100 ms, so that the end is noticed); thread_init/thread_fini run on
+ * it too (its index is nr_threads; its thread_init is done before the
+ * workers start). It runs until after the last worker ended, through the drain and the stop (a
+ * cache's flusher and reaper live there).
+ *
+ * Stop. On SIGTERM or SIGINT the main thread first keeps serving while a
+ * live cache is plugged in front of one of our ports (it is writing back
+ * through us; at most --stop-timeout). Then, if the peer has ops->drain,
+ * it calls drain(p, deadline) with deadline --stop-timeout from then,
+ * while the workers still accept and serve as usual: a cache writes every
+ * dirty byte back there. A drain that returns non-zero gave up: the stop
+ * goes on, but peer_main returns 1. Then a flag is set (peer_stop() sets
+ * it at once, without the drain): the workers stop accepting (requests
+ * still queued stay for whoever binds the port next; leaving it settles
+ * them), call ops->on_stop once, and keep receiving replies and running
+ * deferred work until every accepted request is answered, every send has
+ * come back and nothing is deferred. Then the maintenance thread ends,
+ * ops->fini runs, the ports are unbound, the pidfile is removed and
+ * peer_main returns 0. If that takes longer than --stop-timeout, peer_main
+ * logs what is still outstanding and exits 1.
  */
 #ifndef PEER_PEER_H
 #define PEER_PEER_H
@@ -102,8 +117,10 @@ struct peer_ops {
 	/* After every option was parsed: checks that required ones are there.
 	 * Non-zero (after printing one line): exit 2. Optional. */
 	int (*check_options)(struct peer *p);
-	/* Default for --threads (1 when 0). */
+	/* Default for --threads (1 when 0) and --spin-us (20 when 0). A peer
+	 * may set them before peer_main (cached: from the online CPUs). */
 	unsigned default_threads;
+	unsigned default_spin_us;
 	/* Ops handed to on_request: PEER_OP(X_READ) | ... . Any other op is
 	 * answered FAILED with EOPNOTSUPP by the runtime; a PING that is not in
 	 * the set is answered SERVED. 0 = every op goes to on_request. */
@@ -119,7 +136,9 @@ struct peer_ops {
 	bool reserve_requests;
 
 	/* After the segment is joined and the ports bound (and after --daemon
-	 * has forked), before the workers start. Non-zero: exit 1. Optional. */
+	 * has forked), before the workers start. Non-zero: exit 1; 2 after one
+	 * line on stderr naming an argument only the segment shows wrong (a
+	 * port it does not have): exit 2. Optional. */
 	int (*init)(struct peer *p);
 	/* On each worker thread, before it serves anything / after its last
 	 * callback. Optional; a non-zero thread_init stops the peer (exit 1). */
@@ -140,6 +159,18 @@ struct peer_ops {
 	 * sends (a cache writing back) or defer work; the stop waits for them.
 	 * Optional. */
 	void (*on_stop)(struct peer_thread *t);
+	/* On the maintenance thread (see Maintenance), from after init until
+	 * after the workers ended: periodic work of the peer's own. Returns
+	 * the ns until it wants to run again (capped at 100 ms). It may send
+	 * with the _any calls and answer with peer_answer; it has no worker's
+	 * context (no peer_defer). Optional: no thread without it. */
+	uint64_t (*maintain)(struct peer *p);
+	/* On SIGTERM/SIGINT, on the main thread, before the workers stop
+	 * accepting (see Stop): whatever must be done while the peer still
+	 * serves. Returns 0, or non-zero when it gave up by `deadline_ns`
+	 * (xseg_now_ns() time; after saying why): the stop goes on and
+	 * peer_main returns 1. Dead peers are not reaped meanwhile. Optional. */
+	int (*drain)(struct peer *p, uint64_t deadline_ns);
 	/* After the workers have ended, before the ports are unbound: the last
 	 * chance to flush local state (filed syncs written objects). Optional. */
 	void (*fini)(struct peer *p);
@@ -244,8 +275,8 @@ int peer_send(struct peer_thread *t, struct xseg_request *req, uint32_t dst,
 int peer_forward(struct peer_thread *t, struct xseg_request *req, uint32_t dst,
 		 peer_reply_fn cb, void *arg);
 
-/* peer_get_request, peer_put_request and peer_send from any thread of the
- * process (a network thread that would otherwise hand each request to a
+/* peer_get_request, peer_put_request, peer_send and peer_forward from any
+ * thread of the process (a network thread that would otherwise hand each request to a
  * worker, a wake-up per request). The reply's callback still runs on a
  * worker. */
 struct xseg_request *peer_get_request_any(struct peer *p, const char *target,
@@ -253,6 +284,8 @@ struct xseg_request *peer_get_request_any(struct peer *p, const char *target,
 void peer_put_request_any(struct peer *p, struct xseg_request *req);
 int peer_send_any(struct peer *p, struct xseg_request *req, uint32_t dst,
 		  peer_reply_fn cb, void *arg);
+int peer_forward_any(struct peer *p, struct xseg_request *req, uint32_t dst,
+		     peer_reply_fn cb, void *arg);
 
 /*
  * Runs fn(t, w) later on this thread, after the next round of accepts and
@@ -306,7 +339,7 @@ uint64_t peer_in_flight(struct peer *p);
 
 /*
  * --daemon, for peer_main and for programs with a main loop of their own
- * (cached, nulld). Call before binding any port (the daemon must own
+ * (none in the tree today). Call before binding any port (the daemon must own
  * them). Returns 0 in the daemon, with *ready_fd set; the caller's process
  * waits until the daemon calls peer_daemon_ready and exits with its
  * status (0 serving, 1 failed, 2 a bad argument found late). Serving, the

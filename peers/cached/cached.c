@@ -4,55 +4,48 @@
  * blocker) through the cache engine, and talks to the blocker at
  * --blocker-port with requests of its own.
  *
- * This file is the glue between xseg and the engine: worker threads accept
- * requests and receive blocker replies in batches, a maintenance thread
- * runs the flusher and reclaimer, and X_CONTROL requests carry the
+ * This file is the glue between the peer runtime and the engine: the
+ * runtime's workers hand it client requests (on_request) and blocker
+ * replies (the callbacks of peer_send_any / peer_forward_any, checked
+ * cookies), its maintenance thread runs the flusher and reclaimer
+ * (maintain), and on SIGTERM/SIGINT its drain hook writes every dirty byte
+ * back while the workers still serve. X_CONTROL requests carry the
  * operator's commands (stats, policy, flush, unplug).
  */
 #include <errno.h>
-#include <fcntl.h>
-#include <getopt.h>
 #include <inttypes.h>
-#include <pthread.h>
-#include <signal.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <urcu.h>
 
-#include "xseg/version.h"
 #include "xseg/xseg.h"
 #include "peer/blocker.h"
 #include "peer/peer.h"
 #include "engine.h"
 
-#define BATCH 32u
-
-
 struct cached {
+	struct peer *peer;
 	struct xseg *seg;
-	const char *segment;
 	uint32_t port, blocker_port;
-	unsigned threads;
-	uint64_t spin_ns;
-	enum peer_log_level log_level;
-	const char *pidfile;
-	bool daemonize;
+	bool have_blocker_port;
+	/* as given, for the messages of check_options */
+	const char *csize_arg, *osize_arg, *bsize_arg, *mrs_arg;
 	struct cache_config cfg;
 	struct cache_engine *engine;
-	_Atomic uint64_t in_flight;        /* client requests accepted, not answered */
 	union glue_slot *slots;            /* one per request of the pool, by index */
-	struct xseg_reserve *reserve;      /* blocker requests when the pool is empty */
+	bool clean;                        /* the drain wrote every dirty byte back */
 };
 
-static struct cached C;
-/* Lock-free atomics are async-signal-safe and visible to every thread. */
-static _Atomic int stop_requested;
+static struct cached C = {
+	.osize_arg = "4M", .bsize_arg = "4K", .mrs_arg = "512K",
+	.cfg = { .max_objects = 1024, .object_size = 4u << 20, .bucket_size = 4096,
+		 .max_request_size = 512u << 10, .policy = CACHE_WRITEBACK,
+		 .dirty_high_pct = 75, .dirty_low_pct = 50 },
+};
 
 /* ---- blocker requests (the engine's backend) ------------------------------ */
 
@@ -83,15 +76,12 @@ static struct cache_bio *backend_alloc(void *ctx, uint32_t op, const char *name,
 				       uint64_t offset, uint64_t size, const char *copy_src)
 {
 	(void)ctx; (void)offset;
-	struct xseg_request *xreq = xseg_reserve_get(C.reserve);
-	if (!xreq)
-		return NULL;
 	uint64_t datalen = op == X_COPY ? sizeof(struct xseg_request_copy)
 		: op == X_INFO ? sizeof(struct xseg_reply_info) : size;
-	if (xseg_prep_target(C.seg, xreq, name, datalen) < 0) {
-		xseg_reserve_put(C.reserve, xreq);
+	/* from the runtime's reserve when clients hold the whole pool */
+	struct xseg_request *xreq = peer_get_request_any(C.peer, name, datalen);
+	if (!xreq)
 		return NULL;
-	}
 	struct glue_bio *g = &C.slots[xreq->index].bio;
 	memset(g, 0, sizeof(*g));
 	g->xreq = xreq;
@@ -105,7 +95,7 @@ static struct cache_bio *backend_alloc(void *ctx, uint32_t op, const char *name,
 	return &g->bio;
 }
 
-/* The client's request goes to the blocker itself (xseg_forward): the
+/* The client's request goes to the blocker itself (peer_forward_any): the
  * reply comes back to our port with our cookie, and we answer in turn. */
 static struct cache_bio *backend_lend(void *ctx, struct cache_req *r)
 {
@@ -119,6 +109,8 @@ static struct cache_bio *backend_lend(void *ctx, struct cache_req *r)
 	return &b->bio;
 }
 
+static void on_blocker_reply(struct peer_thread *t, struct xseg_request *x, void *arg);
+
 static void backend_submit(void *ctx, struct cache_bio *bio)
 {
 	(void)ctx;
@@ -128,8 +120,9 @@ static void backend_submit(void *ctx, struct cache_bio *bio)
 	x->flags = bio->flags;
 	x->offset = bio->offset;
 	x->size = bio->size;
-	x->priv = (uint64_t)(uintptr_t)g;
-	if (xseg_submit(C.seg, x, C.port, C.blocker_port) < 0) {
+	int rc = g->lent ? peer_forward_any(C.peer, x, C.blocker_port, on_blocker_reply, g)
+			 : peer_send_any(C.peer, x, C.blocker_port, on_blocker_reply, g);
+	if (rc < 0) {
 		static _Atomic time_t last_warned;
 		time_t now = time(NULL);
 		if (atomic_exchange(&last_warned, now) != now)   /* once a second */
@@ -146,13 +139,14 @@ static void backend_release(void *ctx, struct cache_bio *bio)
 	(void)ctx;
 	struct glue_bio *g = (struct glue_bio *)bio;
 	if (!g->lent)
-		xseg_reserve_put(C.reserve, g->xreq);   /* the slot is free from here */
+		peer_put_request_any(C.peer, g->xreq);   /* the slot is free from here */
 }
 
-/* A blocker reply came back to our port. */
-static void on_blocker_reply(struct xseg_request *x)
+/* A blocker reply came back to our port (its cookie checked by the runtime). */
+static void on_blocker_reply(struct peer_thread *t, struct xseg_request *x, void *arg)
 {
-	struct glue_bio *g = (struct glue_bio *)(uintptr_t)x->priv;
+	(void)t;
+	struct glue_bio *g = arg;
 	struct cache_bio *bio = &g->bio;
 	bio->served = x->result == XR_SERVED;
 	bio->error = x->result == XR_FAILED ? x->error : 0;
@@ -164,14 +158,12 @@ static void on_blocker_reply(struct xseg_request *x)
 
 /* ---- client requests ----------------------------------------------------------- */
 
+/* On any thread: engine completions come on workers and on the
+ * maintenance thread. */
 static void respond(struct xseg_request *x, bool served, int error, uint64_t serviced)
 {
-	x->result = served ? XR_SERVED : XR_FAILED;
-	x->error = served ? 0 : error;
 	x->serviced = serviced;
-	if (xseg_respond(C.seg, x, C.port) < 0)
-		peer_log(PEER_LOG_ERROR, "cannot answer request %u: %s", x->index, xseg_last_error());
-	atomic_fetch_sub(&C.in_flight, 1);
+	peer_answer(C.peer, x, served ? 0 : error > 0 ? error : EIO);
 }
 
 static void client_done(struct cache_req *r)
@@ -277,10 +269,10 @@ static bool name_allowed(struct xseg_request *x)
 	return false;
 }
 
-static void on_client_request(struct xseg_request *x)
+static void on_request(struct peer_thread *t, struct xseg_request *x)
 {
+	(void)t;
 	struct glue_req *g = &C.slots[x->index].req;
-	atomic_fetch_add(&C.in_flight, 1);
 	memset(&g->req, 0, sizeof(g->req));
 	g->xreq = x;
 	struct cache_req *r = &g->req;
@@ -329,9 +321,23 @@ static void on_client_request(struct xseg_request *x)
 	cache_engine_submit(C.engine, r);
 }
 
-/* ---- threads --------------------------------------------------------------------- */
 
-static _Atomic bool workers_stop, maintainer_stop;
+/* ---- threads: the runtime's workers and maintenance thread ----------------------------- */
+
+/* The engine's callbacks run on RCU-registered threads: every worker, the
+ * maintenance thread, and the main thread while it drains. */
+static int thread_init(struct peer_thread *t)
+{
+	(void)t;
+	rcu_register_thread();
+	return 0;
+}
+
+static void thread_fini(struct peer_thread *t)
+{
+	(void)t;
+	rcu_unregister_thread();
+}
 
 /*
  * The cache shares the machine with its client and its blocker, and its
@@ -347,32 +353,12 @@ static unsigned default_threads(void)
 	return n < 1 ? 1 : n > 8 ? 8 : (unsigned)n;
 }
 
-static void *worker(void *arg)
-{
-	(void)arg;
-	struct xseg_request *batch[BATCH];
-	rcu_register_thread();
-	while (!atomic_load(&workers_stop)) {
-		/* Requests keep being served while stopping: the drain writes
-		 * back in write-through mode, so nothing new stays dirty. */
-		int n = xseg_accept(C.seg, C.port, batch, BATCH);
-		for (int i = 0; i < n; i++)
-			on_client_request(batch[i]);
-		int m = xseg_receive(C.seg, C.port, batch, BATCH);
-		for (int i = 0; i < m; i++)
-			on_blocker_reply(batch[i]);
-		if (n <= 0 && m <= 0)
-			xseg_poll(C.seg, C.port, C.spin_ns, 100000000ull);
-	}
-	rcu_unregister_thread();
-	return NULL;
-}
-
 /*
  * A blocker that died (SIGKILL, a crash) never answers: reaping its port
  * fails what it held and what is queued for it back to us (the engine
  * keeps dirty data and retries), and new requests fail at once until a
- * blocker binds the port again.
+ * blocker binds the port again. (The runtime's main thread reaps dead
+ * peers too; whichever comes first, the other finds nothing.)
  */
 static void reap_dead_blocker(void)
 {
@@ -389,7 +375,7 @@ static void reap_dead_blocker(void)
  * A blocker that keeps failing write-back (a full disk) is said once per
  * FLUSH_WARN_INTERVAL_S at the default level: the error, the dirty bytes
  * waiting, how often it failed; and once more when it takes writes again.
- * The engine meanwhile retries with a growing pause (engine.c).
+ * The engine meanwhile retries with a growing pause (flush.c).
  */
 #define FLUSH_WARN_INTERVAL_S 10
 static void warn_flush_failures(uint64_t now)
@@ -415,25 +401,22 @@ static void warn_flush_failures(uint64_t now)
 	}
 }
 
-static void *maintainer(void *arg)
+/* The runtime's maintenance thread: the flusher and reclaimer, and ten
+ * times a second the dead-blocker reap and the write-back warnings. */
+static uint64_t maintain(struct peer *p)
 {
-	(void)arg;
-	rcu_register_thread();
-	uint64_t next_reap = 0;
-	while (!atomic_load(&maintainer_stop)) {
-		uint64_t now = xseg_now_ns();
-		if (now >= next_reap) {
-			reap_dead_blocker();
-			warn_flush_failures(now);
-			next_reap = now + 100000000ull;
-		}
-		uint64_t ns = cache_engine_maintain(C.engine);
-		struct timespec ts = { .tv_sec = 0, .tv_nsec = (long)ns };
-		nanosleep(&ts, NULL);
+	(void)p;
+	static uint64_t next_reap;
+	uint64_t now = xseg_now_ns();
+	if (now >= next_reap) {
+		reap_dead_blocker();
+		warn_flush_failures(now);
+		next_reap = now + 100000000ull;
 	}
-	rcu_unregister_thread();
-	return NULL;
+	return cache_engine_maintain(C.engine);
 }
+
+/* ---- the stop: drain, then the runtime's stop -------------------------------------------- */
 
 /* Shutdown: flush everything while still serving replies. */
 struct drain_req {
@@ -446,13 +429,6 @@ static void drain_done(struct cache_req *r)
 	atomic_store(&((struct drain_req *)r)->done, true);
 }
 
-/*
- * Writes every dirty byte back (switching to write-through, so nothing new
- * gets dirty) while the workers keep serving. A blocker that cannot take
- * the data is retried for STOP_RETRY_S seconds; then cached gives up and
- * says how much was not written, rather than hang or exit 0.
- */
-#define STOP_RETRY_S 30
 /* Nothing dirty and nobody serves the blocker port: nothing to wait for. */
 static bool clean_and_blocker_down(void)
 {
@@ -465,22 +441,22 @@ static bool clean_and_blocker_down(void)
 		!pi.owner_alive);
 }
 
-static bool drain(void)
+/*
+ * Writes every dirty byte back (switching to write-through, so nothing new
+ * gets dirty) while the workers keep serving. A blocker that cannot take
+ * the data is retried until the deadline (--stop-timeout); then cached
+ * gives up and says how much was not written, rather than hang or exit 0.
+ */
+static bool write_back_all(uint64_t deadline)
 {
 	static struct drain_req d;   /* may be answered after we gave up */
-	if (clean_and_blocker_down()) {
-		peer_log(PEER_LOG_INFO, "nothing dirty and blocker port %u is down: stopping at once",
-		       C.blocker_port);
-		return true;
-	}
-	rcu_register_thread();
-	uint64_t deadline = (uint64_t)time(NULL) + STOP_RETRY_S;
+	uint64_t start = xseg_now_ns();
 	unsigned tries = 0;
 	for (;;) {
 		d = (struct drain_req){ .req = { .op = X_CONTROL, .name = "", .done = drain_done } };
 		cache_engine_set_policy(C.engine, CACHE_WRITETHROUGH, &d.req);
 		/* a blocker that stopped may never answer at all */
-		while (!atomic_load(&d.done) && (uint64_t)time(NULL) < deadline)
+		while (!atomic_load(&d.done) && xseg_now_ns() < deadline)
 			usleep(1000);
 		if (!atomic_load(&d.done)) {
 			d.req.served = false;
@@ -489,54 +465,36 @@ static bool drain(void)
 		}
 		/* A write-back write that was under way at the switch can land
 		 * after the barrier took its list: flush again until none is. */
-		if (d.req.served && !cache_engine_clean(C.engine) &&
-		    (uint64_t)time(NULL) < deadline)
+		if (d.req.served && !cache_engine_clean(C.engine) && xseg_now_ns() < deadline)
 			continue;
-		if (d.req.served || (uint64_t)time(NULL) >= deadline)
+		if (d.req.served || xseg_now_ns() >= deadline)
 			break;
-		/* said once; the maintainer repeats it every FLUSH_WARN_INTERVAL_S */
+		/* said once; the maintenance thread repeats it every FLUSH_WARN_INTERVAL_S */
 		if (!tries++)
-			peer_log(PEER_LOG_WARN, "write-back failed (%s); retrying for up to %d s",
-			       strerror(d.req.error), STOP_RETRY_S);
+			peer_log(PEER_LOG_WARN, "write-back failed (%s); retrying for up to %" PRIu64
+				 " s", strerror(d.req.error), (deadline - start + 999999999) / 1000000000);
 		sleep(1);
 	}
-	rcu_unregister_thread();
 	if (!d.req.served) {
 		struct cache_stats st;
 		cache_engine_stats(C.engine, &st);
-		peer_log(PEER_LOG_ERROR, "giving up after %d s: %" PRIu64 " dirty bytes not written to "
-		       "port %u, %" PRIu64 " requests to it unanswered (%s)", STOP_RETRY_S,
-		       st.dirty_bytes, C.blocker_port, st.blocker_in_flight,
-		       strerror(d.req.error));
+		peer_log(PEER_LOG_ERROR, "giving up after %" PRIu64 " s: %" PRIu64 " dirty bytes not "
+			 "written to port %u, %" PRIu64 " requests to it unanswered (%s)",
+			 (xseg_now_ns() - start) / 1000000000, st.dirty_bytes, C.blocker_port,
+			 st.blocker_in_flight, strerror(d.req.error));
 	}
 	return d.req.served;
 }
 
 /*
- * Requests accepted are answered before the workers stop. Waiting for the
- * engine to be idle instead never ended under load: the drain switched to
- * write-through, but client writes went on being lent to the blocker. With
- * the route restored nothing new arrives; clients that address our port
- * directly get IN_FLIGHT_MAX_S at most (then ESHUTDOWN, or EPIPE for what
- * is still out at the blocker).
- */
-#define IN_FLIGHT_MAX_S 10
-static void answer_in_flight(void)
-{
-	for (unsigned ms = 0; atomic_load(&C.in_flight) && ms < IN_FLIGHT_MAX_S * 1000; ms++)
-		usleep(1000);
-	if (atomic_load(&C.in_flight))
-		peer_log(PEER_LOG_WARN, "stopping with %" PRIu64 " client requests still in "
-			 "progress after %d s", (uint64_t)atomic_load(&C.in_flight), IN_FLIGHT_MAX_S);
-}
-
-/*
- * After a clean drain on SIGTERM, does what `xseg unplug` would: if the
- * blocker's port routes to us, requests for it go straight to it again and
- * what already queued here is served (write-through, nothing dirty) before
- * the workers stop. The queue must stay empty for QUIET_MS: a client that
- * resolved the old route just before may still be pushing. Clients that
- * address our port directly keep it busy; they get QUIET_MAX_MS at most.
+ * After a clean drain, does what `xseg unplug` would: if the blocker's
+ * port routes to us, requests for it go straight to it again and what
+ * already queued here is served (write-through, nothing dirty) before the
+ * workers stop accepting. The queue must stay empty for QUIET_MS: a client
+ * that resolved the old route just before may still be pushing. Clients
+ * that address our port directly keep it busy; they get QUIET_MAX_MS at
+ * most (then the runtime's stop: what we accepted is answered, what is
+ * still queued is settled when we leave the port).
  */
 #define QUIET_MS 20
 #define QUIET_MAX_MS 2000
@@ -554,27 +512,65 @@ static void restore_route(void)
 	for (unsigned ms = 0; quiet < QUIET_MS && ms < QUIET_MAX_MS; ms++) {
 		struct xseg_port_info pi;
 		bool busy = xseg_port_info(C.seg, C.port, &pi) < 0 || pi.request_depth ||
-			    atomic_load(&C.in_flight);
+			    peer_in_flight(C.peer);
 		quiet = busy ? 0 : quiet + 1;
 		usleep(1000);
 	}
 }
 
-/* ---- options ------------------------------------------------------------------------ */
-
-static void usage(FILE *out)
+/* The runtime's drain hook (SIGTERM/SIGINT): every dirty byte written
+ * back and the route restored, while the workers serve; then the
+ * runtime's stop answers what was accepted. Non-zero: data was left. */
+static int drain(struct peer *p, uint64_t deadline)
 {
-	fprintf(out,
-"usage: cached --segment NAME --port N --blocker-port N --cache-size SIZE [options]\n"
-"\n"
-"Caches objects in front of a blocker. Put it in a running path with\n"
-"`xseg plug --port BLOCKER --via PORT`; take it out with `xseg unplug --via PORT`.\n"
-"\n"
-"  --segment NAME          segment to join\n"
-"  --port N                cached's port\n"
-"  --blocker-port N        the blocker behind the cache\n"
+	(void)p;
+	if (clean_and_blocker_down()) {
+		peer_log(PEER_LOG_INFO, "nothing dirty and blocker port %u is down: stopping at once",
+		       C.blocker_port);
+		C.clean = true;
+		return 0;
+	}
+	peer_log(PEER_LOG_INFO, "stopping: writing back every dirty byte");
+	rcu_register_thread();
+	C.clean = write_back_all(deadline);
+	rcu_unregister_thread();
+	if (C.clean)
+		restore_route();
+	return C.clean ? 0 : 1;
+}
+
+/* After the workers and the maintenance thread ended: no blocker request
+ * is out any more. An engine that still holds dirty data is left alone. */
+static void fini(struct peer *p)
+{
+	(void)p;
+	if (C.clean)
+		cache_engine_destroy(C.engine);
+	free(C.slots);
+	C.slots = NULL;
+}
+
+/* ---- options and start ---------------------------------------------------------------------- */
+
+enum { O_BPORT = 1, O_CSIZE, O_MAXOBJ, O_OSIZE, O_BSIZE, O_MRS, O_POLICY, O_HIGH, O_LOW };
+
+static const struct option options[] = {
+	{ "blocker-port", required_argument, NULL, O_BPORT },
+	{ "cache-size", required_argument, NULL, O_CSIZE },
+	{ "max-objects", required_argument, NULL, O_MAXOBJ },
+	{ "object-size", required_argument, NULL, O_OSIZE },
+	{ "bucket-size", required_argument, NULL, O_BSIZE },
+	{ "max-request-size", required_argument, NULL, O_MRS },
+	{ "write-policy", required_argument, NULL, O_POLICY },
+	{ "dirty-high", required_argument, NULL, O_HIGH },
+	{ "dirty-low", required_argument, NULL, O_LOW },
+	{ NULL, 0, NULL, 0 },
+};
+
+static const char options_usage[] =
+"  --blocker-port N        the blocker behind the cache (required)\n"
 "  --cache-size SIZE       bytes of cached data (K, M, G suffixes), a multiple\n"
-"                          of the bucket size\n"
+"                          of the bucket size (required)\n"
 "  --max-objects N         objects indexed at once (default 1024)\n"
 "  --object-size SIZE      object size, a multiple of the bucket size (default 4M)\n"
 "  --bucket-size SIZE      unit of caching, a power of two >= 512 (default 4K)\n"
@@ -582,286 +578,167 @@ static void usage(FILE *out)
 "  --write-policy writeback|writethrough   (default writeback)\n"
 "  --dirty-high PCT        flusher starts above this share dirty (default 75)\n"
 "  --dirty-low PCT         ... and stops below this (default 50)\n"
-"  --threads N             worker threads (default: half the online CPUs, 1 to 8)\n"
-"  --spin-us N             busy-poll before sleeping (default 20)\n"
-"  --log-level error|warn|info|debug   (default warn)\n"
-"  --daemon                run in the background: returns once serving, then\n"
-"                          keeps stderr (the log) only if it is a file\n"
-"  --pidfile F             the daemon's pid (with --daemon)\n"
-"  -h, --help\n"
-"  --version\n");
+"  (--threads: default half the online CPUs, 1 to 8; --stop-timeout: how long\n"
+"  SIGTERM writes back before it gives up and exits 1)\n";
+
+static int size_arg(const char *opt, const char *val, uint64_t *out, const char **as_given)
+{
+	if (xseg_parse_size(val, out) < 0 || !*out)
+		return peer_arg_error(opt, val, "is not a size (e.g. 4K, 64M, 1G)");
+	if (as_given)
+		*as_given = val;
+	return 0;
 }
 
-static void die_arg(const char *opt, const char *val, const char *why)
+static int parse_option(struct peer *p, int val, const char *arg)
 {
-	fprintf(stderr, "cached: %s: '%s' %s\n", opt, val, why);
-	exit(2);
-}
-
-static uint64_t size_arg(const char *opt, const char *val)
-{
+	(void)p;
 	uint64_t v;
-	if (xseg_parse_size(val, &v) < 0 || !v)
-		die_arg(opt, val, "is not a size (e.g. 4K, 64M, 1G)");
-	return v;
-}
-
-static uint64_t uint_arg(const char *opt, const char *val, uint64_t max)
-{
-	uint64_t v;
-	if (xseg_parse_uint(val, max, &v) < 0)
-		die_arg(opt, val, "is not a number in range");
-	return v;
-}
-
-static void parse_options(int argc, char **argv)
-{
-	enum { O_SEG = 256, O_PORT, O_BPORT, O_CSIZE, O_MAXOBJ, O_OSIZE, O_BSIZE, O_MRS,
-	       O_POLICY, O_HIGH, O_LOW, O_THREADS, O_SPIN, O_LOG, O_DAEMON, O_PIDFILE, O_HELP, O_VERSION };
-	static const struct option opts[] = {
-		{ "segment", required_argument, NULL, O_SEG },
-		{ "port", required_argument, NULL, O_PORT },
-		{ "blocker-port", required_argument, NULL, O_BPORT },
-		{ "cache-size", required_argument, NULL, O_CSIZE },
-		{ "max-objects", required_argument, NULL, O_MAXOBJ },
-		{ "object-size", required_argument, NULL, O_OSIZE },
-		{ "bucket-size", required_argument, NULL, O_BSIZE },
-		{ "max-request-size", required_argument, NULL, O_MRS },
-		{ "write-policy", required_argument, NULL, O_POLICY },
-		{ "dirty-high", required_argument, NULL, O_HIGH },
-		{ "dirty-low", required_argument, NULL, O_LOW },
-		{ "threads", required_argument, NULL, O_THREADS },
-		{ "spin-us", required_argument, NULL, O_SPIN },
-		{ "log-level", required_argument, NULL, O_LOG },
-		{ "daemon", no_argument, NULL, O_DAEMON },
-		{ "pidfile", required_argument, NULL, O_PIDFILE },
-		{ "help", no_argument, NULL, O_HELP },
-		{ "version", no_argument, NULL, O_VERSION },
-		{ NULL, 0, NULL, 0 },
-	};
-	bool have_port = false, have_bport = false;
-	/* as given, for the messages of the checks after the loop */
-	uint64_t bsize;
-	const char *csize_arg = NULL, *osize_arg = "4M", *bsize_arg = "4K", *mrs_arg = "512K";
-	int c;
-
-	C.threads = default_threads();
-	C.spin_ns = 20000;
-	C.log_level = PEER_LOG_WARN;
-	C.cfg = (struct cache_config){ .max_objects = 1024, .object_size = 4u << 20,
-				       .bucket_size = 4096, .max_request_size = 512u << 10,
-				       .policy = CACHE_WRITEBACK, .dirty_high_pct = 75,
-				       .dirty_low_pct = 50 };
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		switch (c) {
-		case O_SEG:
-			if (!*optarg || strlen(optarg) > XSEG_NAME_MAX || strchr(optarg, '/'))
-				die_arg("--segment", optarg, "is not a segment name");
-			C.segment = optarg;
-			break;
-		case O_PORT: C.port = (uint32_t)uint_arg("--port", optarg, XSEG_MAX_PORTS); have_port = true; break;
-		case O_BPORT: C.blocker_port = (uint32_t)uint_arg("--blocker-port", optarg, XSEG_MAX_PORTS); have_bport = true; break;
-		case O_CSIZE: C.cfg.cache_size = size_arg("--cache-size", optarg); csize_arg = optarg; break;
-		case O_MAXOBJ: C.cfg.max_objects = (uint32_t)uint_arg("--max-objects", optarg, 1u << 24);
-			if (!C.cfg.max_objects) die_arg("--max-objects", optarg, "must be at least 1");
-			break;
-		case O_OSIZE: C.cfg.object_size = size_arg("--object-size", optarg); osize_arg = optarg; break;
-		case O_BSIZE:
-			if ((bsize = size_arg("--bucket-size", optarg)) > 1u << 30)
-				die_arg("--bucket-size", optarg, "is over 1G");
-			C.cfg.bucket_size = (uint32_t)bsize;
-			bsize_arg = optarg;
-			break;
-		case O_MRS: C.cfg.max_request_size = size_arg("--max-request-size", optarg); mrs_arg = optarg; break;
-		case O_POLICY:
-			if (!strcmp(optarg, "writeback")) C.cfg.policy = CACHE_WRITEBACK;
-			else if (!strcmp(optarg, "writethrough")) C.cfg.policy = CACHE_WRITETHROUGH;
-			else die_arg("--write-policy", optarg, "is not writeback or writethrough");
-			break;
-		case O_HIGH: C.cfg.dirty_high_pct = (unsigned)uint_arg("--dirty-high", optarg, 100); break;
-		case O_LOW: C.cfg.dirty_low_pct = (unsigned)uint_arg("--dirty-low", optarg, 100); break;
-		case O_THREADS: C.threads = (unsigned)uint_arg("--threads", optarg, 64);
-			if (!C.threads) die_arg("--threads", optarg, "must be at least 1");
-			break;
-		case O_SPIN: C.spin_ns = uint_arg("--spin-us", optarg, 1000000) * 1000; break;
-		case O_LOG:
-			if (!strcmp(optarg, "error")) C.log_level = PEER_LOG_ERROR;
-			else if (!strcmp(optarg, "warn")) C.log_level = PEER_LOG_WARN;
-			else if (!strcmp(optarg, "info")) C.log_level = PEER_LOG_INFO;
-			else if (!strcmp(optarg, "debug")) C.log_level = PEER_LOG_DEBUG;
-			else die_arg("--log-level", optarg, "is not error, warn, info or debug");
-			break;
-		case O_DAEMON: C.daemonize = true; break;
-		case O_PIDFILE: C.pidfile = optarg; break;
-		case 'h':
-		case O_HELP: usage(stdout); exit(0);
-		case O_VERSION: xseg_print_version("cached"); exit(0);
-		default:
-			fprintf(stderr, "cached: unknown or incomplete option '%s' (see --help)\n",
-				argv[optind - 1]);
-			exit(2);
-		}
+	switch (val) {
+	case O_BPORT:
+		if (peer_arg_uint("--blocker-port", arg, 0, XSEG_MAX_PORTS - 1, &v) < 0)
+			return -1;
+		C.blocker_port = (uint32_t)v;
+		C.have_blocker_port = true;
+		return 0;
+	case O_CSIZE:
+		return size_arg("--cache-size", arg, &C.cfg.cache_size, &C.csize_arg);
+	case O_MAXOBJ:
+		if (peer_arg_uint("--max-objects", arg, 1, 1u << 24, &v) < 0)
+			return -1;
+		C.cfg.max_objects = (uint32_t)v;
+		return 0;
+	case O_OSIZE:
+		return size_arg("--object-size", arg, &C.cfg.object_size, &C.osize_arg);
+	case O_BSIZE:
+		if (size_arg("--bucket-size", arg, &v, &C.bsize_arg) < 0)
+			return -1;
+		if (v > 1u << 30)
+			return peer_arg_error("--bucket-size", arg, "is over 1G");
+		C.cfg.bucket_size = (uint32_t)v;
+		return 0;
+	case O_MRS:
+		return size_arg("--max-request-size", arg, &C.cfg.max_request_size, &C.mrs_arg);
+	case O_POLICY:
+		if (!strcmp(arg, "writeback"))
+			C.cfg.policy = CACHE_WRITEBACK;
+		else if (!strcmp(arg, "writethrough"))
+			C.cfg.policy = CACHE_WRITETHROUGH;
+		else
+			return peer_arg_error("--write-policy", arg, "is not writeback or writethrough");
+		return 0;
+	case O_HIGH:
+	case O_LOW:
+		if (peer_arg_uint(val == O_HIGH ? "--dirty-high" : "--dirty-low", arg, 0, 100, &v) < 0)
+			return -1;
+		*(val == O_HIGH ? &C.cfg.dirty_high_pct : &C.cfg.dirty_low_pct) = (unsigned)v;
+		return 0;
 	}
-	if (optind < argc)
-		die_arg("argument", argv[optind], "is not an option (see --help)");
-	if (!C.segment || !have_port || !have_bport || !C.cfg.cache_size) {
-		fprintf(stderr, "cached: --segment, --port, --blocker-port and --cache-size are required\n");
-		exit(2);
+	return -1;
+}
+
+/* The relations between the options; the engine would refuse most of
+ * these too, without naming the value. */
+static int check_options(struct peer *p)
+{
+	uint32_t bs = C.cfg.bucket_size;
+	C.port = peer_port(p);
+	if (!C.have_blocker_port || !C.cfg.cache_size) {
+		fprintf(stderr, "cached: --blocker-port and --cache-size are required (see --help)\n");
+		return -1;
+	}
+	if (peer_port_last(p) != C.port) {
+		fprintf(stderr, "cached: --port %u-%u: cached serves one port\n", C.port,
+			peer_port_last(p));
+		return -1;
 	}
 	if (C.port == C.blocker_port) {
 		fprintf(stderr, "cached: --port and --blocker-port are both %u\n", C.port);
-		exit(2);
+		return -1;
 	}
-	/* The engine would refuse these too, without naming the value. */
-	uint32_t bs = C.cfg.bucket_size;
 	if (bs < 512 || (bs & (bs - 1)))
-		die_arg("--bucket-size", bsize_arg, "is not a power of two of at least 512");
+		return peer_arg_error("--bucket-size", C.bsize_arg,
+				      "is not a power of two of at least 512");
 	if (C.cfg.object_size % bs) {
 		fprintf(stderr, "cached: --object-size: '%s' is not a multiple of --bucket-size %u\n",
-			osize_arg, bs);
-		exit(2);
+			C.osize_arg, bs);
+		return -1;
 	}
 	if (C.cfg.cache_size % bs) {
 		fprintf(stderr, "cached: --cache-size: '%s' is not a multiple of --bucket-size %u\n",
-			csize_arg, bs);
-		exit(2);
+			C.csize_arg, bs);
+		return -1;
 	}
 	if (C.cfg.max_request_size < bs) {
 		fprintf(stderr, "cached: --max-request-size: '%s' is less than --bucket-size %u\n",
-			mrs_arg, bs);
-		exit(2);
+			C.mrs_arg, bs);
+		return -1;
 	}
 	if (C.cfg.dirty_low_pct > C.cfg.dirty_high_pct) {
 		fprintf(stderr, "cached: --dirty-low %u is above --dirty-high %u\n",
 			C.cfg.dirty_low_pct, C.cfg.dirty_high_pct);
-		exit(2);
-	}
-	if (C.pidfile && !C.daemonize) {
-		fprintf(stderr, "cached: --pidfile goes with --daemon\n");
-		exit(2);
-	}
-}
-
-static void on_signal(int sig)
-{
-	(void)sig;
-	stop_requested = 1;
-}
-
-/* --daemon: the caller's process waits for this word (peer_daemonize). */
-static int ready_fd = -1;
-
-static int started(int status)
-{
-	peer_daemon_ready(ready_fd, status);
-	ready_fd = -1;
-	return status;
-}
-
-/* Joins the segment and binds the port; returns the exit status on failure. */
-static int join_and_bind(void)
-{
-	int rc = xseg_join(C.segment, &C.seg);
-	if (rc == -ENOENT) {
-		fprintf(stderr, "cached: --segment: '%s' does not exist (xseg create)\n", C.segment);
-		return 2;
-	}
-	if (rc < 0) {
-		fprintf(stderr, "cached: %s\n", xseg_last_error());
-		return 1;
-	}
-	struct xseg_segment_info si;
-	if (xseg_segment_info(C.seg, &si) < 0) {
-		fprintf(stderr, "cached: %s\n", xseg_last_error());
-		return 1;
-	}
-	uint32_t bad = C.port >= si.nr_ports ? C.port : C.blocker_port;
-	if (bad >= si.nr_ports) {
-		fprintf(stderr, "cached: %s %u: segment '%s' has ports 0..%u\n",
-			bad == C.port ? "--port" : "--blocker-port", bad, C.segment, si.nr_ports - 1);
-		return 2;
-	}
-	if (xseg_bind_port(C.seg, C.port) < 0) {
-		fprintf(stderr, "cached: %s\n", xseg_last_error());
-		return 1;
-	}
-	if (!(C.slots = calloc(si.nr_requests, sizeof(*C.slots)))) {
-		fprintf(stderr, "cached: no memory for the glue of %u requests\n", si.nr_requests);
-		return 1;
-	}
-	/* Clients may hold the whole pool; a miss or a flush then still gets a
-	 * blocker request of ours and they are served, one by one. */
-	if (!(C.reserve = xseg_reserve_create(C.seg, C.port, 0))) {
-		fprintf(stderr, "cached: %s\n", xseg_last_error());
-		return 1;
+		return -1;
 	}
 	return 0;
 }
 
-int main(int argc, char **argv)
+/* Joined and bound: the blocker port must be the segment's, and the
+ * engine is made (2: a value only the segment or the engine shows wrong). */
+static int init(struct peer *p)
 {
-	pthread_t *workers, maint;
+	struct xseg_segment_info si;
 	const char *why = NULL;
-
-	parse_options(argc, argv);
-	peer_log_setup("cached", C.log_level);
-	if (C.daemonize && peer_daemonize(&ready_fd) < 0)
+	C.peer = p;
+	C.seg = peer_segment(p);
+	if (xseg_segment_info(C.seg, &si) < 0) {
+		peer_error("%s", xseg_last_error());
 		return 1;
+	}
+	if (C.blocker_port >= si.nr_ports) {
+		fprintf(stderr, "cached: --blocker-port %u: the segment has ports 0..%u\n",
+			C.blocker_port, si.nr_ports - 1);
+		return 2;
+	}
+	if (!(C.slots = calloc(si.nr_requests, sizeof(*C.slots)))) {
+		peer_error("no memory for the glue of %u requests", si.nr_requests);
+		return 1;
+	}
 	struct cache_backend be = { .alloc = backend_alloc, .submit = backend_submit,
 				    .release = backend_release, .lend = backend_lend };
 	C.engine = cache_engine_create(&C.cfg, &be, &why);
 	if (!C.engine) {
 		fprintf(stderr, "cached: %s\n", why);
-		return started(2);
+		return 2;
 	}
-	int rc = join_and_bind();
-	if (rc)
-		return started(rc);
-	if (C.pidfile && peer_pidfile_create(C.pidfile) < 0)
-		return started(1);
-	struct sigaction sa = { .sa_handler = on_signal };
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGINT, &sa, NULL);
-
 	peer_log(PEER_LOG_INFO, "serving port %u in front of %u: %" PRIu64 " bytes of cache, %s",
 	       C.port, C.blocker_port, C.cfg.cache_size,
 	       C.cfg.policy == CACHE_WRITEBACK ? "write-back" : "write-through");
-	workers = calloc(C.threads, sizeof(*workers));
-	for (unsigned i = 0; i < C.threads; i++)
-		pthread_create(&workers[i], NULL, worker, NULL);
-	pthread_create(&maint, NULL, maintainer, NULL);
-	started(0);
+	return 0;
+}
 
-	while (!stop_requested)
-		pause();
-	peer_log(PEER_LOG_INFO, "stopping: writing back every dirty byte");
-	bool clean = drain();
-	if (clean)
-		restore_route();
-	answer_in_flight();
-	atomic_store(&maintainer_stop, true);
-	pthread_join(maint, NULL);
-	atomic_store(&workers_stop, true);
-	for (unsigned i = 0; i < C.threads; i++)
-		pthread_join(workers[i], NULL);
-	free(workers);
-	/* Whatever still arrived is answered, never left behind. */
-	struct xseg_request *late[BATCH];
-	int n;
-	while ((n = xseg_accept(C.seg, C.port, late, BATCH)) > 0)
-		for (int i = 0; i < n; i++) {
-			atomic_fetch_add(&C.in_flight, 1);
-			respond(late[i], false, ESHUTDOWN, 0);
-		}
-	xseg_reserve_destroy(C.reserve);   /* no thread is left to put one back */
-	xseg_leave_port(C.seg, C.port);
-	if (clean)
-		cache_engine_destroy(C.engine);
-	xseg_leave(C.seg);
-	free(C.slots);
-	if (C.pidfile)
-		peer_pidfile_remove(C.pidfile);
-	peer_log(PEER_LOG_INFO, "stopped");
-	return clean ? 0 : 1;
+int main(int argc, char **argv)
+{
+	static struct peer_ops ops = {
+		.name = "cached",
+		.summary = "Caches objects in front of a blocker. Put it in a running path with\n"
+			   "`xseg plug --port BLOCKER --via PORT`; take it out with "
+			   "`xseg unplug --via PORT`.\n"
+			   "SIGTERM or SIGINT: writes every dirty byte back, restores the route,\n"
+			   "answers what it accepted, exits 0 (1 if data could not be written).",
+		.options = options,
+		.options_usage = options_usage,
+		.parse_option = parse_option,
+		.check_options = check_options,
+		/* blocker requests from a reserve when clients hold the pool */
+		.reserve_requests = true,
+		.init = init,
+		.thread_init = thread_init,
+		.thread_fini = thread_fini,
+		.on_request = on_request,
+		.maintain = maintain,
+		.drain = drain,
+		.fini = fini,
+	};
+	ops.default_threads = default_threads();
+	return peer_main(argc, argv, &ops, &C);
 }

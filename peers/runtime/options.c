@@ -84,12 +84,14 @@ static void usage(const struct peer_ops *ops)
 	       "  --log-level LEVEL    error, warn, info or debug (default warn)\n"
 	       "  --daemon             run in the background once serving\n"
 	       "  --pidfile F          write the pid to F (refused while F names a live pid)\n"
-	       "  --spin-us N          busy-poll this long before sleeping (default 20)\n"
-	       "  --stop-timeout S     on SIGTERM, wait at most S seconds for requests in\n"
-	       "                       flight (default 30)\n"
+	       "  --spin-us N          busy-poll this long before sleeping (default %u)\n"
+	       "  --stop-timeout S     on SIGTERM, wait at most S seconds for each step of\n"
+	       "                       the stop: a cache in front, the peer's drain, the\n"
+	       "                       requests in flight (default 30)\n"
 	       "  -h, --help           this text\n"
 	       "  --version            the version and segment layout\n",
-	       ops->default_threads ? ops->default_threads : 1);
+	       ops->default_threads ? ops->default_threads : 1,
+	       ops->default_spin_us ? ops->default_spin_us : 20);
 }
 
 static int parse_ports(struct peer_config *c, const char *arg)
@@ -182,7 +184,7 @@ int peer_parse_args(struct peer *p, int argc, char **argv)
 
 	c->threads = ops->default_threads ? ops->default_threads : 1;
 	c->log_level = PEER_LOG_WARN;
-	c->spin_ns = 20000;
+	c->spin_ns = (ops->default_spin_us ? ops->default_spin_us : 20) * 1000ull;
 	c->stop_timeout_s = 30;
 	while (ops->options && ops->options[nr_own].name)
 		nr_own++;

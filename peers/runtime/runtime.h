@@ -70,6 +70,14 @@ struct peer {
 	/* Held across an accept and its on_accept_in_order calls. */
 	pthread_mutex_t accept_order;
 	_Atomic unsigned running;         /* worker threads not yet ended */
+	_Atomic int drain_failed;         /* ops->drain gave up */
+	/* The maintenance thread (ops->maintain): ends when maint_end is set. */
+	struct peer_thread maint;
+	bool maint_started;
+	int maint_state;                  /* 1 after its thread_init, -1 failed */
+	_Atomic int maint_end;
+	pthread_mutex_t maint_lock;
+	pthread_cond_t maint_cond;
 	/* peer_park_workers: idle workers wait on park_cond, not the ports. */
 	_Atomic int parked;
 	pthread_mutex_t park_lock;

@@ -255,6 +255,9 @@ int persist_open(struct persist *p, const char *path, const struct persist_geome
 		struct persist_super two[2];
 		if (pread(p->fd, two, sizeof(two), 0) == (ssize_t)sizeof(two) && newest_super(two))
 			pid = newest_super(two)->owner_pid;
+		if (pid <= 0)   /* locked, its superblock not written yet */
+			return say_why(why, len, EBUSY, "--persist: '%s' is in use by another "
+				    "cached", path);
 		return say_why(why, len, EBUSY, "--persist: '%s' is in use by another cached "
 			    "(pid %d)", path, pid);
 	}

@@ -96,4 +96,13 @@ bad_arg "$DIR/p.pf" "${C[@]}" --cache-size 2M --persist "$DIR/p.pf"
 bad_arg "blocker port 1, not 2" "$BIN/cached" --segment "$SEG" --port 3 --blocker-port 2 \
 	--cache-size 1M --persist "$DIR/p.pf"
 [ "$(md5sum < "$DIR/p.pf")" = "$sum" ] || fail "a refused start changed the persist file"
+# The SIGTERM above wrote everything back: the file was closed clean.
+"${C[@]}" --cache-size 1M --persist "$DIR/p.pf" --log-level info 2> "$DIR/persist2.log" & ppid=$!
+pids+=($ppid)
+wait_bound 3
+"$BIN/xseg" stats --segment "$SEG" --port 3 --json | grep -q '"recoveries":0' ||
+	fail "a clean file recovered something"
+grep -q "p.pf' (closed clean): recovered 0 dirty bytes" "$DIR/persist2.log" ||
+	fail "the file was not closed clean: $(grep persist "$DIR/persist2.log")"
+kill -TERM "$ppid"; wait "$ppid" || fail "cached --persist did not stop with status 0"
 echo "ok"

@@ -66,6 +66,7 @@
 
 #include <getopt.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -372,6 +373,12 @@ void peer_vlog(enum peer_log_level level, const char *fmt, va_list ap);
 bool peer_log_enabled(enum peer_log_level level);
 /* Set by --log-level; for programs that log before or without peer_main. */
 void peer_log_setup(const char *name, enum peer_log_level level);
+
+/* For a message a fault could repeat per request (a blocker gone): true
+ * at most once a second per `last` (a static the caller keeps), from any
+ * thread; *suppressed then says how many were not said since. */
+bool peer_log_once_a_second(_Atomic int64_t *last, _Atomic uint64_t *skipped,
+			    uint64_t *suppressed);
 
 #define peer_error(...) peer_log(PEER_LOG_ERROR, __VA_ARGS__)
 #define peer_warn(...)  peer_log(PEER_LOG_WARN, __VA_ARGS__)

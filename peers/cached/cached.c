@@ -25,6 +25,7 @@
 #include "xseg/xseg.h"
 #include "peer/blocker.h"
 #include "peer/peer.h"
+#include "dirty_mark.h"
 #include "engine.h"
 
 struct cached {
@@ -123,11 +124,12 @@ static void backend_submit(void *ctx, struct cache_bio *bio)
 	int rc = g->lent ? peer_forward_any(C.peer, x, C.blocker_port, on_blocker_reply, g)
 			 : peer_send_any(C.peer, x, C.blocker_port, on_blocker_reply, g);
 	if (rc < 0) {
-		static _Atomic time_t last_warned;
-		time_t now = time(NULL);
-		if (atomic_exchange(&last_warned, now) != now)   /* once a second */
-			peer_log(PEER_LOG_WARN, "cannot reach blocker port %u: %s", C.blocker_port,
-			       xseg_last_error());
+		static _Atomic int64_t last;
+		static _Atomic uint64_t skipped;
+		uint64_t quiet;
+		if (peer_log_once_a_second(&last, &skipped, &quiet))
+			peer_log(PEER_LOG_WARN, "cannot reach blocker port %u: %s (%" PRIu64 " more "
+				 "such since the last word)", C.blocker_port, xseg_last_error(), quiet);
 		bio->served = false;
 		bio->error = EHOSTUNREACH;
 		bio->done(bio);
@@ -170,6 +172,8 @@ static void client_done(struct cache_req *r)
 {
 	struct glue_req *g = (struct glue_req *)r;
 	struct xseg_request *x = g->xreq;
+	if (r->op == X_WRITE)
+		dirty_mark_write_end();
 	if (r->op == X_INFO && r->served) {
 		int err = blocker_reply_info(C.seg, x, r->info_size);
 		respond(x, !err, err, err ? 0 : x->serviced);
@@ -323,6 +327,8 @@ static void on_request(struct peer_thread *t, struct xseg_request *x)
 		g->copy_src[src_len] = '\0';
 		r->copy_src = g->copy_src;
 	}
+	if (x->op == X_WRITE)
+		dirty_mark_write_begin();   /* before it can be acknowledged */
 	cache_engine_submit(C.engine, r);
 }
 
@@ -416,6 +422,7 @@ static uint64_t maintain(struct peer *p)
 	if (now >= next_reap) {
 		reap_dead_blocker();
 		warn_flush_failures(now);
+		dirty_mark_update();
 		next_reap = now + 100000000ull;
 	}
 	return cache_engine_maintain(C.engine);
@@ -549,8 +556,10 @@ static int drain(struct peer *p, uint64_t deadline)
 static void fini(struct peer *p)
 {
 	(void)p;
-	if (C.clean)
+	if (C.clean) {
+		dirty_mark_update();   /* nothing dirty, nothing under way: clear */
 		cache_engine_destroy(C.engine);
+	}
 	free(C.slots);
 	C.slots = NULL;
 }
@@ -652,6 +661,21 @@ static int make_engine(const struct cache_backend *be)
 			 PEER_LOG_WARN : PEER_LOG_INFO, "%s", line);
 	}
 	return 0;
+}
+
+/* The port was left marked dirty (`left` bytes) by a cache that died or
+ * gave up: we may serve only if we recovered its dirty data from
+ * --persist (then the mark is ours, kept by dirty_mark_init). */
+static bool persist_took_over(uint64_t left)
+{
+	struct cache_stats s;
+	cache_engine_stats(C.engine, &s);
+	if (!s.recoveries)
+		return false;
+	peer_log(PEER_LOG_WARN, "port %u was left marked dirty (%" PRIu64 " bytes) by the cache "
+		 "before; serving the %" PRIu64 " bytes recovered from %s", C.port, left,
+		 s.recovered_bytes, C.cfg.persist_path);
+	return true;
 }
 
 static int parse_option(struct peer *p, int val, const char *arg)
@@ -775,6 +799,17 @@ static int init(struct peer *p)
 	int rc = make_engine(&be);
 	if (rc)
 		return rc;
+	uint64_t left = dirty_mark_left(C.seg, C.port);
+	if (left && !persist_took_over(left)) {
+		/* Serving would let reads reach the blocker's older data. */
+		peer_error("port %u was left by a cache holding %" PRIu64 " dirty bytes never written to "
+			   "port %u; start the cache on its persist file, or give them up with "
+			   "xseg unplug --force --via %u", C.port, left, C.blocker_port, C.port);
+		cache_engine_destroy(C.engine);
+		return 1;
+	}
+	dirty_mark_init(C.seg, C.port, C.engine);
+	dirty_mark_update();   /* dirty data recovered from --persist: marked before serving */
 	peer_log(PEER_LOG_INFO, "serving port %u in front of %u: %" PRIu64 " bytes of cache, %s",
 	       C.port, C.blocker_port, C.cfg.cache_size,
 	       C.cfg.policy == CACHE_WRITEBACK ? "write-back" : "write-through");

@@ -70,3 +70,15 @@ void peer_log(enum peer_log_level level, const char *fmt, ...)
 	peer_vlog(level, fmt, ap);
 	va_end(ap);
 }
+
+bool peer_log_once_a_second(_Atomic int64_t *last, _Atomic uint64_t *skipped,
+			    uint64_t *suppressed)
+{
+	int64_t now = (int64_t)time(NULL);
+	if (atomic_exchange(last, now) == now) {
+		atomic_fetch_add(skipped, 1);
+		return false;
+	}
+	*suppressed = atomic_exchange(skipped, 0);
+	return true;
+}

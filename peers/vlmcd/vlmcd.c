@@ -287,8 +287,13 @@ static void issue(struct peer_thread *t, struct job *job)
 		if (rc < 0) {
 			atomic_fetch_sub(&job->pending, 1);
 			peer_put_request(t, r);
-			peer_warn("volume %s: cannot send to blocker port %" PRIu64 ": %s",
-				  job->vol->name, V.blocker_port, xseg_last_error());
+			static _Atomic int64_t last;
+			static _Atomic uint64_t skipped;
+			uint64_t quiet;
+			if (peer_log_once_a_second(&last, &skipped, &quiet))
+				peer_warn("volume %s: cannot send to blocker port %" PRIu64 ": %s "
+					  "(%" PRIu64 " more such since the last word)", job->vol->name,
+					  V.blocker_port, xseg_last_error(), quiet);
 			set_error(job, rc == -ENOENT ? EHOSTUNREACH : -rc);
 			break;
 		}

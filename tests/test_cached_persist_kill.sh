@@ -79,9 +79,17 @@ for k in $(seq $ROUNDS); do
 	failed[$k]=$(json "$DIR/w$k.out" failed) || fail "round $k: no result from bench-xseg"
 	echo "round $k: killed in write pass $n: $(json "$DIR/w$k.out" requests) writes answered, ${failed[$k]} failed"
 
+	# Fail closed: the dead cache's port says it held dirty data, so
+	# nothing went around it; the restart on the file takes the port over.
+	"$BIN/xseg" info --segment "$SEG" --json --all | python3 -c "
+import json,sys
+p=[p for p in json.load(sys.stdin)['port_list'] if p['port']==3][0]
+sys.exit(0 if p['dirty_bytes'] > 0 else 1)" || fail "round $k: the dead cache's port is not marked dirty"
 	start_cached "cached$k.log"
 	# The port is bound before the recovery; the requests wait for it.
 	[ "$(stat3 recoveries)" = 1 ] || fail "round $k: recoveries is not 1"
+	grep -q "left marked dirty .* recovered from" "$DIR/cached$k.log" ||
+		fail "round $k: the restarted cached did not say it took the marked port over"
 	grep -q "persist: .*recovered [1-9][0-9]* dirty bytes" "$DIR/cached$k.log" ||
 		fail "round $k: the restarted cached recovered nothing: $(grep persist "$DIR/cached$k.log")"
 	for j in $(seq "$k"); do

@@ -1271,6 +1271,45 @@ START_TEST(persist_recovers_every_acknowledged_byte)
 }
 END_TEST
 
+/* A torn bucket (its data does not match its header's checksum: killed
+ * while copying it) is dropped and counted, never served: the bucket
+ * reads from the blocker; nothing else is dropped. */
+START_TEST(persist_torn_data_is_dropped_not_served)
+{
+	persist_dir();
+	setup_persist(ppath, 1 << 20);
+	static unsigned char w[OBJ_SIZE], r[OBJ_SIZE], zero[BKT_SIZE];
+	fill(w, OBJ_SIZE, 80);
+	ck_assert_int_eq(do_write("t", 0, OBJ_SIZE, w), 0);
+	uint32_t slot = slot_of("t", 3);
+	off_t at = (off_t)(persist_slot_data(&blk.engine->persist, slot) - blk.engine->persist.map);
+	copy_file(ppath, pcopy);
+	ck_assert(switch_to_writethrough());
+	teardown();
+	FILE *f = fopen(pcopy, "r+b");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(fseeko(f, at + 100, SEEK_SET), 0);
+	ck_assert_int_eq(fputc(w[3 * BKT_SIZE + 100] ^ 0xff, f), w[3 * BKT_SIZE + 100] ^ 0xff);
+	fclose(f);
+
+	setup_persist(pcopy, 1 << 20);
+	struct cache_stats st = stats_now();
+	ck_assert_uint_eq(st.persist_dropped, 1);
+	ck_assert_uint_eq(blk.engine->recovery.torn_data, 1);
+	ck_assert_uint_eq(st.recovered_bytes, OBJ_SIZE - BKT_SIZE);
+	ck_assert_int_eq(do_read("t", 0, OBJ_SIZE, r), 0);
+	ck_assert(!memcmp(r, w, 3 * BKT_SIZE));
+	ck_assert(!memcmp(r + 3 * BKT_SIZE, zero, BKT_SIZE));   /* the (empty) blocker's */
+	ck_assert(!memcmp(r + 4 * BKT_SIZE, w + 4 * BKT_SIZE, OBJ_SIZE - 4 * BKT_SIZE));
+	char line[512];
+	cache_engine_persist_report(blk.engine, line, sizeof(line));
+	ck_assert_msg(strstr(line, "1 torn data"), "%s", line);
+	ck_assert(switch_to_writethrough());
+	teardown();
+	persist_dir_remove();
+}
+END_TEST
+
 /* A cache recovered full of dirty data still has its spares: every
  * bucket can be overwritten (out of place) at once. */
 START_TEST(persist_full_recovered_cache_overwrites)
@@ -1488,6 +1527,7 @@ int main(void)
 	tcase_add_test(pc, persist_recovers_every_acknowledged_byte);
 	tcase_add_test(pc, persist_overwrite_is_out_of_place_and_clean_data_leaves_the_file);
 	tcase_add_test(pc, persist_full_recovered_cache_overwrites);
+	tcase_add_test(pc, persist_torn_data_is_dropped_not_served);
 	tcase_add_test(pc, persist_flush_syncs_instead_of_writing_back);
 	tcase_add_test(pc, persist_refusals_and_discard);
 	suite_add_tcase(s, pc);

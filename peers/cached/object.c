@@ -278,8 +278,10 @@ void store_bucket(struct cache_object *o, uint32_t i, uint64_t offset, uint64_t 
 	/* Published: the acknowledged bytes stay whole until the new version
 	 * is, so a crash leaves one or the other (the higher seq wins). */
 	uint32_t old = o->b.slot[i], fresh = bucket_pool_get_spare(&e->pool);
-	memcpy(bucket_pool_data(&e->pool, fresh), bucket_pool_data(&e->pool, old),
-	       e->geo.bucket_size);
+	uint64_t start = (uint64_t)i * e->geo.bucket_size;
+	if (offset > start || offset + size < start + e->geo.bucket_size)   /* the bytes it keeps */
+		memcpy(bucket_pool_data(&e->pool, fresh), bucket_pool_data(&e->pool, old),
+		       e->geo.bucket_size);
 	o->b.slot[i] = fresh;
 	bucket_copy(o, i, offset, size, (void *)buf, true);
 	persist_publish(&e->persist, fresh, o->pobj, i);

@@ -85,7 +85,15 @@ for k in $(seq $ROUNDS); do
 import json,sys
 p=[p for p in json.load(sys.stdin)['port_list'] if p['port']==3][0]
 sys.exit(0 if p['dirty_bytes'] > 0 else 1)" || fail "round $k: the dead cache's port is not marked dirty"
+	# Reads racing the restart wait for the recovery or fail (the port
+	# fails closed until then); none may return older data.
+	bench read 1 "$DIR/race$k.out" --port 11 & rpid=$!
 	start_cached "cached$k.log"
+	wait "$rpid"
+	c=$(json "$DIR/race$k.out" corrupted) || fail "round $k: no result from the racing read"
+	[ "$c" -le "${failed[1]}" ] && { [ "${passes[1]}" = 1 ] || [ "$c" = 0 ]; } ||
+		fail "round $k: a read racing the recovery returned $c wrong blocks"
+	echo "round $k: a read during the restart: $(json "$DIR/race$k.out" failed) failed, $c wrong"
 	# The port is bound before the recovery; the requests wait for it.
 	[ "$(stat3 recoveries)" = 1 ] || fail "round $k: recoveries is not 1"
 	grep -q "left marked dirty .* recovered from" "$DIR/cached$k.log" ||

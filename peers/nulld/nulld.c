@@ -12,6 +12,7 @@
  * loop is kept cheap rather than nulld given a private one.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 
 #include "xseg/xseg.h"
@@ -81,8 +82,12 @@ static void on_request(struct peer_thread *t, struct xseg_request *req)
 		int rc = peer_forward(t, req, N.forward, pass_back, NULL);
 		if (rc == 0)
 			return;
-		peer_warn("cannot forward request %u to port %u: %s", req->index, N.forward,
-			  xseg_last_error());
+		static _Atomic int64_t last;
+		static _Atomic uint64_t skipped;
+		uint64_t quiet;
+		if (peer_log_once_a_second(&last, &skipped, &quiet))
+			peer_warn("cannot forward request %u to port %u: %s (%" PRIu64 " more such "
+				  "since the last word)", req->index, N.forward, xseg_last_error(), quiet);
 		peer_fail(t, req, EHOSTUNREACH);
 		return;
 	}

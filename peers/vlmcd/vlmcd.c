@@ -270,8 +270,13 @@ static void issue(struct peer_thread *t, struct job *job)
 				peer_defer(t, &job->retry, retry_issue);
 				return;
 			}
-			peer_warn("volume %s: no request for object %s: %s", job->vol->name, name,
-				  strerror(err));
+			static _Atomic int64_t last;
+			static _Atomic uint64_t skipped;
+			uint64_t quiet;
+			if (peer_log_once_a_second(&last, &skipped, &quiet))
+				peer_warn("volume %s: no request for object %s: %s (%" PRIu64 " more "
+					  "such since the last word)", job->vol->name, name,
+					  strerror(err), quiet);
 			set_error(job, err);
 			break;
 		}

@@ -61,7 +61,9 @@ int control_call(struct xseg *seg, uint32_t port, const char *command,
 		xseg_wait(seg, (uint32_t)me, 100000000ull);
 	}
 	if (back->result == XR_SERVED) {
-		size_t n = back->serviced < replylen ? (size_t)back->serviced : replylen - 1;
+		/* a peer that overstates serviced must not make us read past its reply */
+		uint64_t have = back->serviced < back->datalen ? back->serviced : back->datalen;
+		size_t n = have < replylen ? (size_t)have : replylen - 1;
 		if (replylen) {
 			memcpy(reply, xseg_get_data(seg, back), n);
 			reply[n] = '\0';

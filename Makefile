@@ -105,7 +105,7 @@ $(foreach d,$(PROG_DIRS),$(eval $(call PROG_RULE,$(d))))
 # and the bucket layers below them) is linked into the tests that drive it
 # directly; cached.c, the program around it, is not.
 CACHED_ENGINE_SRC := $(shell grep -l '^\#include "engine_private.h"' peers/cached/*.c) \
-                     peers/cached/buckets.c peers/cached/bucket_pool.c
+                     peers/cached/buckets.c peers/cached/bucket_pool.c peers/cached/persist.c
 CACHED_ENGINE_TESTS := test_cached_engine test_cached_req_states
 $(addprefix $(BUILD)/tests/,$(CACHED_ENGINE_TESTS)): $(call obj,$(CACHED_ENGINE_SRC))
 

@@ -207,8 +207,15 @@ static void fake_release(void *ctx, struct cache_bio *bio)
 /* The glue lends client requests; tests that want every blocker request
  * to be the engine's own clear this before setup. */
 static bool lending = true;
+/* --persist for the next setup (NULL: off); cleared by teardown. */
+static const char *persist_path;
+static enum persist_sync_mode persist_sync_mode;
+static const char *setup_why;   /* why the last try_setup failed */
 
-static void setup_with(uint64_t cache_size, uint32_t max_objects, enum cache_policy policy)
+/* Creates the engine (NULL with errno and setup_why when refused) and,
+ * when it was, starts the blocker's threads. */
+static struct cache_engine *try_setup(uint64_t cache_size, uint32_t max_objects,
+				      enum cache_policy policy)
 {
 	memset(&blk, 0, sizeof(blk));
 	pthread_mutex_init(&blk.lock, NULL);
@@ -218,14 +225,26 @@ static void setup_with(uint64_t cache_size, uint32_t max_objects, enum cache_pol
 		.cache_size = cache_size, .max_objects = max_objects, .object_size = OBJ_SIZE,
 		.bucket_size = BKT_SIZE, .max_request_size = 16 * 1024, .policy = policy,
 		.dirty_high_pct = 50, .dirty_low_pct = 25,
+		.persist_path = persist_path, .persist_sync = persist_sync_mode, .blocker_port = 1,
 	};
 	struct cache_backend be = { .alloc = fake_alloc, .submit = fake_submit,
 				    .release = fake_release, .lend = lending ? fake_lend : NULL };
 	const char *why = NULL;
 	blk.engine = cache_engine_create(&cfg, &be, &why);
-	ck_assert_msg(blk.engine, "engine: %s", why ? why : "?");
+	setup_why = why;
+	if (!blk.engine) {
+		rcu_unregister_thread();
+		return NULL;
+	}
 	for (int i = 0; i < 2; i++)
 		pthread_create(&blk.threads[i], NULL, blk_thread, NULL);
+	return blk.engine;
+}
+
+static void setup_with(uint64_t cache_size, uint32_t max_objects, enum cache_policy policy)
+{
+	ck_assert_msg(try_setup(cache_size, max_objects, policy), "engine: %s",
+		      setup_why ? setup_why : "?");
 }
 
 static void teardown(void)
@@ -239,6 +258,8 @@ static void teardown(void)
 	cache_engine_destroy(blk.engine);
 	rcu_unregister_thread();
 	lending = true;
+	persist_path = NULL;
+	persist_sync_mode = PERSIST_SYNC_FLUSH;
 }
 
 /* ---- synchronous client helpers ---------------------------------------------- */
@@ -910,12 +931,10 @@ START_TEST(deferred_flush_goes_before_later_uncached_writes)
 }
 END_TEST
 
-START_TEST(policy_switch_flushes_everything)
+/* Switches to write-through (every dirty byte written back); true when
+ * that was answered as served. */
+static bool switch_to_writethrough(void)
 {
-	setup_with(1 << 20, 16, CACHE_WRITEBACK);
-	unsigned char w[4096];
-	fill(w, sizeof(w), 10);
-	ck_assert_int_eq(do_write("g", 0, sizeof(w), w), 0);
 	struct sync_req s = { .r = { .op = X_CONTROL, .name = "", .done = sync_done } };
 	pthread_mutex_init(&s.lock, NULL);
 	pthread_cond_init(&s.cond, NULL);
@@ -924,7 +943,16 @@ START_TEST(policy_switch_flushes_everything)
 	while (!s.done)
 		pthread_cond_wait(&s.cond, &s.lock);
 	pthread_mutex_unlock(&s.lock);
-	ck_assert(s.r.served);
+	return s.r.served;
+}
+
+START_TEST(policy_switch_flushes_everything)
+{
+	setup_with(1 << 20, 16, CACHE_WRITEBACK);
+	unsigned char w[4096];
+	fill(w, sizeof(w), 10);
+	ck_assert_int_eq(do_write("g", 0, sizeof(w), w), 0);
+	ck_assert(switch_to_writethrough());
 	ck_assert(blk_has("g", 0, w, sizeof(w)));
 	fill(w, sizeof(w), 11);
 	ck_assert_int_eq(do_write("g", 0, sizeof(w), w), 0);
@@ -1118,6 +1146,354 @@ START_TEST(request_states_show_where_each_waits)
 }
 END_TEST
 
+
+/* ---- --persist (issue 22) ------------------------------------------------------ */
+
+static char pdir[64], ppath[96], pcopy[96];
+
+static void persist_dir(void)
+{
+	snprintf(pdir, sizeof(pdir), "/tmp/pt-%d-engine-XXXXXX", (int)getpid());
+	ck_assert_ptr_nonnull(mkdtemp(pdir));
+	snprintf(ppath, sizeof(ppath), "%s/cache.pf", pdir);
+	snprintf(pcopy, sizeof(pcopy), "%s/crashed.pf", pdir);
+}
+
+static void persist_dir_remove(void)
+{
+	unlink(ppath);
+	unlink(pcopy);
+	rmdir(pdir);
+}
+
+/* The file as a SIGKILL would leave it: what the mapping holds now (the
+ * page cache), without the engine's close. */
+static void copy_file(const char *from, const char *to)
+{
+	FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
+	ck_assert(in && out);
+	static char buf[1 << 16];
+	size_t n;
+	while ((n = fread(buf, 1, sizeof(buf), in)) > 0)
+		ck_assert_uint_eq(fwrite(buf, 1, n, out), n);
+	fclose(in);
+	fclose(out);
+}
+
+/* Bucket i of object `name`: its pool slot (BUCKET_NO_SLOT if none). */
+static uint32_t slot_of(const char *name, uint32_t i)
+{
+	struct xcache_entry *ent = xcache_lookup(blk.engine->index, name, strlen(name));
+	ck_assert_ptr_nonnull(ent);
+	struct cache_object *o = xcache_entry_priv(ent);
+	uint32_t slot = o->b.slot[i];
+	xcache_put(blk.engine->index, ent);
+	return slot;
+}
+
+/* An engine on the persist file `path`, write-back. */
+static void setup_persist(const char *path, uint64_t cache_size)
+{
+	persist_path = path;
+	setup_with(cache_size, 16, CACHE_WRITEBACK);
+}
+
+static struct cache_stats stats_now(void)
+{
+	struct cache_stats st;
+	cache_engine_stats(blk.engine, &st);
+	return st;
+}
+
+/* Write-back data survives a crash: a new engine on the file as the
+ * dead one left it serves every acknowledged byte from the cache (the
+ * blocker is empty), newest version of each bucket, and writes it back. */
+START_TEST(persist_recovers_every_acknowledged_byte)
+{
+	persist_dir();
+	setup_persist(ppath, 1 << 20);
+	static unsigned char w[3][OBJ_SIZE], r[OBJ_SIZE];
+	for (unsigned k = 0; k < 3; k++)
+		fill(w[k], OBJ_SIZE, 20 + k);
+	char name[8];
+	for (unsigned k = 0; k < 3; k++) {
+		snprintf(name, sizeof(name), "p%u", k);
+		ck_assert_int_eq(do_write(name, 0, OBJ_SIZE, w[k]), 0);
+	}
+	/* overwrites: a whole bucket and part of one, out of place */
+	fill(w[0] + BKT_SIZE, BKT_SIZE, 30);
+	ck_assert_int_eq(do_write("p0", BKT_SIZE, BKT_SIZE, w[0] + BKT_SIZE), 0);
+	fill(w[1] + 2 * BKT_SIZE + 512, 1024, 31);
+	ck_assert_int_eq(do_write("p1", 2 * BKT_SIZE + 512, 1024, w[1] + 2 * BKT_SIZE + 512), 0);
+	struct cache_stats st = stats_now();
+	ck_assert(st.persist);
+	ck_assert_uint_eq(st.persist_dirty_bytes, 3ull * OBJ_SIZE);
+	ck_assert_uint_eq(st.dirty_bytes, 3ull * OBJ_SIZE);
+	ck_assert_int_eq(atomic_load(&blk.writes), 0);
+	copy_file(ppath, pcopy);                       /* the crash */
+
+	/* written back: the slots are cleared, the file closed clean */
+	ck_assert(switch_to_writethrough());
+	ck_assert_uint_eq(stats_now().persist_dirty_bytes, 0);
+	teardown();
+	setup_persist(ppath, 1 << 20);
+	st = stats_now();
+	ck_assert_uint_eq(st.recoveries, 0);
+	ck_assert_uint_eq(st.dirty_bytes, 0);
+	ck_assert(blk.engine->recovery.was_clean);
+	teardown();
+
+	/* the crashed copy: everything back, from the cache */
+	setup_persist(pcopy, 1 << 20);
+	st = stats_now();
+	ck_assert_uint_eq(st.recoveries, 1);
+	ck_assert_uint_eq(st.recovered_bytes, 3ull * OBJ_SIZE);
+	ck_assert_uint_eq(st.dirty_bytes, 3ull * OBJ_SIZE);
+	ck_assert_uint_eq(st.objects, 3);
+	ck_assert_uint_eq(st.persist_dropped, 0);
+	ck_assert(!blk.engine->recovery.was_clean);
+	for (unsigned k = 0; k < 3; k++) {
+		snprintf(name, sizeof(name), "p%u", k);
+		memset(r, 0, sizeof(r));
+		ck_assert_int_eq(do_read(name, 0, OBJ_SIZE, r), 0);
+		ck_assert(!memcmp(r, w[k], OBJ_SIZE));
+	}
+	ck_assert_int_eq(atomic_load(&blk.reads), 0);   /* hits, not the (empty) blocker */
+	/* ... and the flusher writes it back as usual */
+	ck_assert(switch_to_writethrough());
+	for (unsigned k = 0; k < 3; k++) {
+		snprintf(name, sizeof(name), "p%u", k);
+		ck_assert(blk_has(name, 0, w[k], OBJ_SIZE));
+	}
+	ck_assert_uint_eq(stats_now().persist_dirty_bytes, 0);
+	teardown();
+	persist_dir_remove();
+}
+END_TEST
+
+/* A torn bucket (its data does not match its header's checksum: killed
+ * while copying it) is dropped and counted, never served: the bucket
+ * reads from the blocker; nothing else is dropped. */
+START_TEST(persist_torn_data_is_dropped_not_served)
+{
+	persist_dir();
+	setup_persist(ppath, 1 << 20);
+	static unsigned char w[OBJ_SIZE], r[OBJ_SIZE], zero[BKT_SIZE];
+	fill(w, OBJ_SIZE, 80);
+	ck_assert_int_eq(do_write("t", 0, OBJ_SIZE, w), 0);
+	uint32_t slot = slot_of("t", 3);
+	off_t at = (off_t)(persist_slot_data(&blk.engine->persist, slot) - blk.engine->persist.map);
+	copy_file(ppath, pcopy);
+	ck_assert(switch_to_writethrough());
+	teardown();
+	FILE *f = fopen(pcopy, "r+b");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(fseeko(f, at + 100, SEEK_SET), 0);
+	ck_assert_int_eq(fputc(w[3 * BKT_SIZE + 100] ^ 0xff, f), w[3 * BKT_SIZE + 100] ^ 0xff);
+	fclose(f);
+
+	setup_persist(pcopy, 1 << 20);
+	struct cache_stats st = stats_now();
+	ck_assert_uint_eq(st.persist_dropped, 1);
+	ck_assert_uint_eq(blk.engine->recovery.torn_data, 1);
+	ck_assert_uint_eq(st.recovered_bytes, OBJ_SIZE - BKT_SIZE);
+	ck_assert_int_eq(do_read("t", 0, OBJ_SIZE, r), 0);
+	ck_assert(!memcmp(r, w, 3 * BKT_SIZE));
+	ck_assert(!memcmp(r + 3 * BKT_SIZE, zero, BKT_SIZE));   /* the (empty) blocker's */
+	ck_assert(!memcmp(r + 4 * BKT_SIZE, w + 4 * BKT_SIZE, OBJ_SIZE - 4 * BKT_SIZE));
+	char line[512];
+	cache_engine_persist_report(blk.engine, line, sizeof(line));
+	ck_assert_msg(strstr(line, "1 torn data"), "%s", line);
+	ck_assert(switch_to_writethrough());
+	teardown();
+	persist_dir_remove();
+}
+END_TEST
+
+/* A cache recovered full of dirty data still has its spares: every
+ * bucket can be overwritten (out of place) at once. */
+START_TEST(persist_full_recovered_cache_overwrites)
+{
+	persist_dir();
+	setup_persist(ppath, OBJ_SIZE);        /* one object's worth */
+	static unsigned char w[OBJ_SIZE], r[OBJ_SIZE];
+	fill(w, OBJ_SIZE, 70);
+	ck_assert_int_eq(do_write("full", 0, OBJ_SIZE, w), 0);
+	ck_assert_uint_eq(stats_now().free_bytes, 0);
+	copy_file(ppath, pcopy);
+	ck_assert(switch_to_writethrough());
+	teardown();
+	setup_persist(pcopy, OBJ_SIZE);
+	ck_assert_uint_eq(stats_now().recovered_bytes, OBJ_SIZE);
+	fill(w, OBJ_SIZE, 71);
+	for (uint32_t i = 0; i < OBJ_SIZE / BKT_SIZE; i++)
+		ck_assert_int_eq(do_write("full", (uint64_t)i * BKT_SIZE + 8, 16, w + i * BKT_SIZE + 8), 0);
+	ck_assert_int_eq(do_read("full", 0, OBJ_SIZE, r), 0);
+	static unsigned char want[OBJ_SIZE];
+	fill(want, OBJ_SIZE, 70);
+	for (uint32_t i = 0; i < OBJ_SIZE / BKT_SIZE; i++)
+		memcpy(want + i * BKT_SIZE + 8, w + i * BKT_SIZE + 8, 16);
+	ck_assert(!memcmp(r, want, OBJ_SIZE));
+	ck_assert_int_eq(atomic_load(&blk.reads), 0);
+	ck_assert_uint_eq(stats_now().persist_dirty_bytes, OBJ_SIZE);
+	ck_assert(switch_to_writethrough());
+	teardown();
+	persist_dir_remove();
+}
+END_TEST
+
+/* An overwrite of a DIRTY bucket goes to a fresh slot, published before
+ * the old one is cleared; flushed and deleted data leave the file. */
+START_TEST(persist_overwrite_is_out_of_place_and_clean_data_leaves_the_file)
+{
+	persist_dir();
+	setup_persist(ppath, 1 << 20);
+	struct persist *p = &blk.engine->persist;
+	unsigned char w[BKT_SIZE];
+	fill(w, sizeof(w), 40);
+	ck_assert_int_eq(do_write("o", 0, BKT_SIZE, w), 0);
+	uint32_t s0 = slot_of("o", 0);
+	ck_assert(persist_slot_published(p, s0));
+	fill(w, 100, 41);
+	ck_assert_int_eq(do_write("o", 0, 100, w), 0);
+	uint32_t s1 = slot_of("o", 0);
+	ck_assert_uint_ne(s1, s0);
+	ck_assert(persist_slot_published(p, s1));
+	ck_assert(!persist_slot_published(p, s0));
+	ck_assert_uint_eq(stats_now().persist_dirty_bytes, BKT_SIZE);
+
+	/* an uncached write landing on the DIRTY bucket: out of place too */
+	struct sync_req fua;
+	persist_sync_mode = PERSIST_SYNC_NONE;   /* FUA goes through (read at each step) */
+	blk.engine->cfg.persist_sync = PERSIST_SYNC_NONE;
+	fill(w, 200, 42);
+	fua = (struct sync_req){ .r = { .op = X_WRITE, .flags = XF_FUA, .name = "o", .offset = 0,
+					.size = 200, .data = w, .done = sync_done } };
+	pthread_mutex_init(&fua.lock, NULL);
+	pthread_cond_init(&fua.cond, NULL);
+	cache_engine_submit(blk.engine, &fua.r);
+	wait_sync(&fua);
+	ck_assert(fua.r.served);
+	uint32_t s2 = slot_of("o", 0);
+	ck_assert_uint_ne(s2, s1);
+	ck_assert(persist_slot_published(p, s2) && !persist_slot_published(p, s1));
+	unsigned char r[BKT_SIZE];
+	ck_assert_int_eq(do_read("o", 0, BKT_SIZE, r), 0);
+	ck_assert(!memcmp(r, w, BKT_SIZE));
+	blk.engine->cfg.persist_sync = PERSIST_SYNC_FLUSH;
+
+	/* written back: cleared, the bytes stay as clean cache */
+	ck_assert(switch_to_writethrough());
+	ck_assert(!persist_slot_published(p, s2));
+	ck_assert_uint_eq(stats_now().persist_dirty_bytes, 0);
+	ck_assert_uint_eq(slot_of("o", 0), s2);
+	teardown();
+
+	/* DELETE drops dirty data: cleared */
+	setup_persist(ppath, 1 << 20);
+	p = &blk.engine->persist;
+	ck_assert_int_eq(do_write("d", 0, BKT_SIZE, w), 0);
+	uint32_t sd = slot_of("d", 0);
+	ck_assert(persist_slot_published(p, sd));
+	run_req(X_DELETE, 0, "d", 0, 0, NULL, NULL, NULL);
+	ck_assert(!persist_slot_published(p, sd));
+	ck_assert_uint_eq(stats_now().persist_dirty_bytes, 0);
+	ck_assert_uint_eq(stats_now().dirty_bytes, 0);
+	teardown();
+	persist_dir_remove();
+}
+END_TEST
+
+/* --persist-sync flush: a FLUSH (and a FUA write) is answered after an
+ * fdatasync of the file and the blocker's FLUSH, with nothing written
+ * back; none: a FLUSH writes everything back as without --persist. */
+START_TEST(persist_flush_syncs_instead_of_writing_back)
+{
+	persist_dir();
+	setup_persist(ppath, 1 << 20);
+	unsigned char w[2 * BKT_SIZE];
+	fill(w, sizeof(w), 50);
+	ck_assert_int_eq(do_write("f", 0, sizeof(w), w), 0);
+	ck_assert_int_eq(do_flush(), 0);
+	ck_assert_int_eq(run_req(X_FLUSH, 0, "f", 0, 0, NULL, NULL, NULL), 0);
+	ck_assert_int_eq(run_req(X_WRITE, XF_FUA, "f", 0, BKT_SIZE, w, NULL, NULL), 0);
+	struct cache_stats st = stats_now();
+	ck_assert_uint_eq(st.persist_syncs, 3);
+	ck_assert_int_eq(atomic_load(&blk.writes), 0);     /* nothing written back */
+	ck_assert_int_eq(atomic_load(&blk.flushes), 2);    /* the blocker's own FLUSH */
+	ck_assert_uint_eq(st.dirty_bytes, sizeof(w));
+	ck_assert(switch_to_writethrough());   /* destroy wants nothing dirty */
+	teardown();
+	persist_dir_remove();
+
+	persist_dir();
+	persist_sync_mode = PERSIST_SYNC_NONE;
+	setup_persist(ppath, 1 << 20);
+	ck_assert_int_eq(do_write("f", 0, sizeof(w), w), 0);
+	ck_assert_int_eq(do_flush(), 0);
+	ck_assert(blk_has("f", 0, w, sizeof(w)));
+	st = stats_now();
+	ck_assert_uint_eq(st.persist_syncs, 0);
+	ck_assert_uint_eq(st.dirty_bytes, 0);
+	ck_assert_uint_eq(st.persist_dirty_bytes, 0);
+	teardown();
+	persist_dir_remove();
+}
+END_TEST
+
+/* Refused with errno and persist's line: a file in use, one of another
+ * geometry; --persist-discard starts afresh and says what it dropped. */
+START_TEST(persist_refusals_and_discard)
+{
+	persist_dir();
+	setup_persist(ppath, 1 << 20);
+	unsigned char w[BKT_SIZE];
+	fill(w, sizeof(w), 60);
+	ck_assert_int_eq(do_write("x", 0, BKT_SIZE, w), 0);
+	copy_file(ppath, pcopy);
+	struct cache_engine *first = blk.engine;
+
+	/* in use: the lock */
+	struct cache_config cfg = first->cfg;
+	struct cache_backend be = first->be;
+	const char *why = NULL;
+	errno = 0;
+	ck_assert_ptr_null(cache_engine_create(&cfg, &be, &why));
+	ck_assert_int_eq(errno, EBUSY);
+	ck_assert_msg(strstr(why, "in use"), "%s", why);
+	/* another geometry, another blocker port */
+	cfg.persist_path = pcopy;
+	cfg.bucket_size = 2 * BKT_SIZE;
+	ck_assert_ptr_null(cache_engine_create(&cfg, &be, &why));
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_msg(strstr(why, "bucket size"), "%s", why);
+	cfg.bucket_size = BKT_SIZE;
+	cfg.blocker_port = 7;
+	ck_assert_ptr_null(cache_engine_create(&cfg, &be, &why));
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_msg(strstr(why, "blocker port"), "%s", why);
+	ck_assert(switch_to_writethrough());
+	teardown();
+
+	/* discard: afresh, the dropped bytes said */
+	cfg.blocker_port = 7;
+	cfg.persist_discard = true;
+	rcu_register_thread();
+	struct cache_engine *e = cache_engine_create(&cfg, &be, &why);
+	ck_assert_msg(e, "%s", why);
+	struct cache_stats st;
+	cache_engine_stats(e, &st);
+	ck_assert_uint_eq(st.persist_discarded_bytes, BKT_SIZE);
+	ck_assert_uint_eq(st.dirty_bytes, 0);
+	char line[512];
+	cache_engine_persist_report(e, line, sizeof(line));
+	ck_assert_msg(strstr(line, "4096 dirty bytes dropped"), "%s", line);
+	cache_engine_destroy(e);
+	rcu_unregister_thread();
+	persist_dir_remove();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("cached_engine");
@@ -1146,6 +1522,15 @@ int main(void)
 	tcase_add_test(tc, delete_waits_for_a_load_and_drops_what_it_brought);
 	tcase_add_test(tc, request_states_show_where_each_waits);
 	suite_add_tcase(s, tc);
+	TCase *pc = tcase_create("persist");
+	tcase_set_timeout(pc, 120);
+	tcase_add_test(pc, persist_recovers_every_acknowledged_byte);
+	tcase_add_test(pc, persist_overwrite_is_out_of_place_and_clean_data_leaves_the_file);
+	tcase_add_test(pc, persist_full_recovered_cache_overwrites);
+	tcase_add_test(pc, persist_torn_data_is_dropped_not_served);
+	tcase_add_test(pc, persist_flush_syncs_instead_of_writing_back);
+	tcase_add_test(pc, persist_refusals_and_discard);
+	suite_add_tcase(s, pc);
 	/* its own case, so that CK_RUN_CASE=threads repeats only the stress */
 	TCase *threads = tcase_create("threads");
 	tcase_set_timeout(threads, 120);

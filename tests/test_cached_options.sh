@@ -73,4 +73,36 @@ grep -q "routes straight to its blocker again" "$DIR/cached.log" ||
 out=$("$BIN/xreq" --segment "$SEG" --port 5 --target-port 1 --op read --target obj --size 6) ||
 	fail "reading the drained write from filed failed: $out"
 grep -q "data='daemon'" <<< "$out" || fail "the drained write did not reach filed: $out"
+
+# --persist refusals (issue 22): one line, exit 2 for a file that is not
+# cached's or was made for another geometry or blocker port, 1 for a file
+# a live cached uses (and the runtime's line); none changes the file.
+head -c 20000 /dev/urandom > "$DIR/junk.pf"
+bad_arg "$DIR/junk.pf" "${C[@]}" --cache-size 1M --persist "$DIR/junk.pf"
+bad_arg "--persist-sync: 'sometimes'" "${C[@]}" --cache-size 1M --persist "$DIR/p.pf" \
+	--persist-sync sometimes
+"${C[@]}" --cache-size 1M --persist "$DIR/p.pf" 2> "$DIR/persist.log" & ppid=$!
+pids+=($ppid)
+wait_bound 3
+"$BIN/xseg" stats --segment "$SEG" --port 3 > /dev/null || fail "cached --persist does not serve"
+expect_exit 1 timeout 20 "$BIN/cached" --segment "$SEG" --port 4 --blocker-port 1 \
+	--cache-size 1M --persist "$DIR/p.pf"
+# (the runtime adds its "initialization failed" to a start that fails 1)
+head -1 "$DIR/err" | grep -q "p.pf' is in use by another cached (pid $ppid)" ||
+	fail "a file in use: expected a line saying so, got: $(cat "$DIR/err")"
+kill -TERM "$ppid"; wait "$ppid" || fail "cached --persist did not stop with status 0"
+sum=$(md5sum < "$DIR/p.pf")
+bad_arg "$DIR/p.pf" "${C[@]}" --cache-size 2M --persist "$DIR/p.pf"
+bad_arg "blocker port 1, not 2" "$BIN/cached" --segment "$SEG" --port 3 --blocker-port 2 \
+	--cache-size 1M --persist "$DIR/p.pf"
+[ "$(md5sum < "$DIR/p.pf")" = "$sum" ] || fail "a refused start changed the persist file"
+# The SIGTERM above wrote everything back: the file was closed clean.
+"${C[@]}" --cache-size 1M --persist "$DIR/p.pf" --log-level info 2> "$DIR/persist2.log" & ppid=$!
+pids+=($ppid)
+wait_bound 3
+"$BIN/xseg" stats --segment "$SEG" --port 3 --json | grep -q '"recoveries":0' ||
+	fail "a clean file recovered something"
+grep -q "p.pf' (closed clean): recovered 0 dirty bytes" "$DIR/persist2.log" ||
+	fail "the file was not closed clean: $(grep persist "$DIR/persist2.log")"
+kill -TERM "$ppid"; wait "$ppid" || fail "cached --persist did not stop with status 0"
 echo "ok"

@@ -4,8 +4,8 @@
 # directory, with the peers' pidfiles and logs) that `xseg up` starts and
 # `xseg down` stops:
 #
-#   bench-xseg -> vlmcd -> cached (write-back) -> filed (files under a
-#   directory it prints)
+#   bench-xseg -> vlmcd -> cached (write-back, --persist beside the data
+#   directory) -> filed (files under a directory it prints)
 #
 # bench-xseg writes a volume with verifiable data, reads it back verifying
 # every byte, then cached is unplugged (every dirty byte written back to
@@ -38,6 +38,10 @@ file) BLOCKER=filed; DATA=${DATA:-$(mktemp -d /tmp/xseg-run-data.XXXXXX)} ;;
 rados) BLOCKER=sosd; CEPH_DIR=$(mktemp -d /tmp/xseg-run-ceph.XXXXXX) ;;
 esac
 RUN=$(mktemp -d /tmp/xseg-run.XXXXXX)   # the path file, pidfiles, peers' logs
+# cached's persist file (issue 22): its dirty data outlives a crash of
+# cached; beside filed's directory, which stays, or in the run directory
+PERSIST=${DATA:+$DATA.cached.pf}
+PERSIST=${PERSIST:-$RUN/cached.pf}
 PATHFILE=$RUN/path
 ok=0
 
@@ -94,7 +98,7 @@ cat > "$PATHFILE" <<EOT
 segment $SEG ports=16 requests=2048 heap=256M
 $blocker
 peer vlmcd  port=$VLMCD blocker-port=$FILED volume=$VOLUME:$VOLSIZE object-size=4M
-peer cached port=$CACHED blocker-port=$FILED cache-size=$CACHE write-policy=writeback threads=2 plug=$FILED
+peer cached port=$CACHED blocker-port=$FILED cache-size=$CACHE write-policy=writeback threads=2 persist=$PERSIST plug=$FILED
 EOT
 step "xseg up $PATHFILE:"
 sed 's/^/    /' "$PATHFILE"

@@ -81,9 +81,10 @@ static void flush_barrier_then(struct barrier *b)
 	forward(e, req, X_FLUSH);   /* the blocker's own FLUSH, then answer */
 }
 
-void cache_engine_flush_all(struct cache_engine *e, struct cache_req *req)
+/* Every dirty byte to the blocker, then its FLUSH (a policy switch, and a
+ * FLUSH without a persist file synced on FLUSH). */
+static void flush_all_to_blocker(struct cache_engine *e, struct cache_req *req)
 {
-	req_init(e, req);
 	struct barrier *b = barrier_new(e, req, flush_barrier_then);
 	if (!b) {
 		finish(e, req, false, ENOMEM, 0);
@@ -91,6 +92,29 @@ void cache_engine_flush_all(struct cache_engine *e, struct cache_req *req)
 	}
 	barrier_add_all_dirty(b);
 	barrier_arrive(b, 0);
+}
+
+/* --persist-sync flush|always: a FLUSH is answered once the persist file
+ * is synced (every write acknowledged before it is published there) and
+ * the blocker's own FLUSH returned (for what went to it uncached); the
+ * dirty data stays in the cache. True when it took req. */
+static bool flush_by_sync(struct cache_engine *e, struct cache_req *req)
+{
+	if (!e->persisting || e->cfg.persist_sync == PERSIST_SYNC_NONE)
+		return false;
+	int rc = engine_sync(e);
+	if (rc)
+		finish(e, req, false, -rc, 0);
+	else
+		forward(e, req, X_FLUSH);
+	return true;
+}
+
+void cache_engine_flush_all(struct cache_engine *e, struct cache_req *req)
+{
+	req_init(e, req);
+	if (!flush_by_sync(e, req))
+		flush_all_to_blocker(e, req);
 }
 
 /* req waits (-> BARRIER) until object `name`, if cached, is clean, and
@@ -114,6 +138,8 @@ void barrier_one(struct cache_engine *e, struct cache_req *req, const char *name
 /* FLUSH of one object: its dirty data, then the blocker's FLUSH of it. */
 void flush_one(struct cache_engine *e, struct cache_req *req)
 {
+	if (flush_by_sync(e, req))
+		return;
 	barrier_one(e, req, req->name, flush_barrier_then);
 }
 
@@ -123,7 +149,7 @@ void cache_engine_set_policy(struct cache_engine *e, enum cache_policy p,
 	req_init(e, req);
 	atomic_store(&e->policy, (int)p);
 	if (p == CACHE_WRITETHROUGH)
-		cache_engine_flush_all(e, req);   /* no dirty byte stays behind */
+		flush_all_to_blocker(e, req);   /* no dirty byte stays behind */
 	else
 		finish(e, req, true, 0, 0);
 }

@@ -1,5 +1,6 @@
 /* cached's bucket pool; see bucket_pool.h. */
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -59,6 +60,57 @@ int bucket_pool_init(struct bucket_pool *p, uint32_t count, uint32_t bucket_size
 	return 0;
 }
 
+int bucket_pool_init_on(struct bucket_pool *p, unsigned char *data, uint32_t count,
+			uint32_t bucket_size, const uint8_t *used)
+{
+	memset(p, 0, sizeof(*p));
+	if (!data || count == 0 || count == UINT32_MAX || bucket_size == 0)
+		return -EINVAL;
+	p->bytes = (uint64_t)count * bucket_size;
+	p->data = data;               /* p->map stays NULL: not ours to unmap */
+	p->free_stack = malloc((size_t)count * sizeof(*p->free_stack));
+	if (!p->free_stack)
+		return -ENOMEM;
+	for (uint32_t i = count; i-- > 0;)
+		if (!used || !used[i])
+			p->free_stack[p->nfree++] = i;   /* lowest free slot on top */
+	p->count = count;
+	p->bucket_size = bucket_size;
+	atomic_store(&p->in_use, count - p->nfree);
+	pthread_mutex_init(&p->lock, NULL);
+	return 0;
+}
+
+void bucket_pool_set_reserve(struct bucket_pool *p, uint32_t n)
+{
+	pthread_mutex_lock(&p->lock);
+	p->reserve = n < p->nfree ? n : p->nfree;
+	pthread_mutex_unlock(&p->lock);
+}
+
+uint32_t bucket_pool_get_spare(struct bucket_pool *p)
+{
+	for (;;) {
+		pthread_mutex_lock(&p->lock);
+		if (p->nfree) {
+			uint32_t slot = p->free_stack[--p->nfree];
+			pthread_mutex_unlock(&p->lock);
+			atomic_fetch_add_explicit(&p->in_use, 1, memory_order_relaxed);
+			return slot;
+		}
+		pthread_mutex_unlock(&p->lock);
+		sched_yield();
+	}
+}
+
+void bucket_pool_put_spare(struct bucket_pool *p, uint32_t slot)
+{
+	pthread_mutex_lock(&p->lock);
+	p->free_stack[p->nfree++] = slot;
+	pthread_mutex_unlock(&p->lock);
+	atomic_fetch_sub_explicit(&p->in_use, 1, memory_order_relaxed);
+}
+
 void bucket_pool_destroy(struct bucket_pool *p)
 {
 	if (p->map)
@@ -72,7 +124,7 @@ void bucket_pool_destroy(struct bucket_pool *p)
 static void refill(struct bucket_pool *p, struct bucket_magazine *m)
 {
 	pthread_mutex_lock(&p->lock);
-	while (m->n < BUCKET_MAGAZINE / 2 && p->nfree)
+	while (m->n < BUCKET_MAGAZINE / 2 && p->nfree > p->reserve)
 		m->slots[m->n++] = p->free_stack[--p->nfree];
 	pthread_mutex_unlock(&p->lock);
 }

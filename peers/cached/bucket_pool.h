@@ -37,15 +37,32 @@ struct bucket_pool {
 	uint32_t *free_stack;
 	uint32_t nfree;
 	_Atomic uint64_t in_use;   /* slots handed out (magazines excluded) */
+	/* The bottom `reserve` slots of the shared stack are for spares only
+	 * (bucket_pool_get_spare): the normal path sees the pool as empty
+	 * before them, so a spare never fails for want of a slot. */
+	uint32_t reserve;
 };
 
 /* Maps and pre-faults count * bucket_size bytes. -ENOMEM / -EINVAL. */
 int bucket_pool_init(struct bucket_pool *p, uint32_t count, uint32_t bucket_size);
+/* The same on memory of the caller's (a persist file's data slots: it is
+ * not unmapped at destroy), leaving out the slots with used[slot] set (in
+ * use already: recovered). -EINVAL / -ENOMEM. */
+int bucket_pool_init_on(struct bucket_pool *p, unsigned char *data, uint32_t count,
+			uint32_t bucket_size, const uint8_t *used);
+/* Keeps up to n free slots back for spares (at most the free ones). */
+void bucket_pool_set_reserve(struct bucket_pool *p, uint32_t n);
 void bucket_pool_destroy(struct bucket_pool *p);
 
 /* A free slot, or UINT32_MAX when the pool is exhausted. */
 uint32_t bucket_pool_get(struct bucket_pool *p, struct bucket_magazine *m);
 void bucket_pool_put(struct bucket_pool *p, struct bucket_magazine *m, uint32_t slot);
+/* A spare slot for a short while (a shadow copy of one bucket), taken
+ * from the shared stack, reserve included; waits (yields) while every
+ * one is out, as the holders give theirs back within a bucket copy. */
+uint32_t bucket_pool_get_spare(struct bucket_pool *p);
+/* Gives a slot straight back to the shared stack (the reserve first). */
+void bucket_pool_put_spare(struct bucket_pool *p, uint32_t slot);
 /* Returns a magazine's slots to the shared stack (a thread leaving). */
 void bucket_pool_drain(struct bucket_pool *p, struct bucket_magazine *m);
 

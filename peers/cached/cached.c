@@ -186,7 +186,7 @@ static void client_done(struct cache_req *r)
 static void reply_stats(struct xseg_request *x)
 {
 	struct cache_stats s;
-	char buf[1536];
+	char buf[2048];
 	cache_engine_stats(C.engine, &s);
 	int n = snprintf(buf, sizeof(buf),
 		"{\"port\":%u,\"blocker_port\":%u,\"policy\":\"%s\",\"hits\":%" PRIu64
@@ -200,7 +200,10 @@ static void reply_stats(struct xseg_request *x)
 		",\"flush_avg_us\":%.1f,\"waits\":%" PRIu64 ",\"uncached\":%" PRIu64
 		",\"lent\":%" PRIu64
 		",\"failed\":%" PRIu64 ",\"blocker_in_flight\":%" PRIu64
-		",\"barriers_open\":%" PRIu64 ",\"barrier_waiters\":%" PRIu64 "}",
+		",\"barriers_open\":%" PRIu64 ",\"barrier_waiters\":%" PRIu64
+		",\"persist\":%s,\"persist_dirty_bytes\":%" PRIu64 ",\"recoveries\":%" PRIu64
+		",\"recovered_bytes\":%" PRIu64 ",\"persist_dropped\":%" PRIu64
+		",\"persist_syncs\":%" PRIu64 ",\"persist_sync_avg_us\":%" PRIu64 "}",
 		C.port, C.blocker_port, s.policy == CACHE_WRITEBACK ? "writeback" : "writethrough",
 		s.hits, s.misses, s.partial_hits, s.read_bytes, s.write_bytes,
 		s.blocker_read_bytes, s.blocker_write_bytes, s.dirty_bytes, s.cached_bytes,
@@ -208,8 +211,10 @@ static void reply_stats(struct xseg_request *x)
 		s.flush_backoff_ns / 1000000, s.flush_error ? strerror(s.flush_error) : "",
 		s.flushes ? (double)s.flush_ns_total / (double)s.flushes / 1e3 : 0.0,
 		s.waits, s.uncached, s.lent, s.failed, s.blocker_in_flight, s.barriers_open,
-		s.barrier_waiters);
-	if (n < 0 || (size_t)n >= sizeof(buf)) {   /* cannot happen: 28 fields fit */
+		s.barrier_waiters, s.persist ? "true" : "false", s.persist_dirty_bytes,
+		s.recoveries, s.recovered_bytes, s.persist_dropped, s.persist_syncs,
+		s.persist_sync_avg_us);
+	if (n < 0 || (size_t)n >= sizeof(buf)) {   /* cannot happen: 35 fields fit */
 		respond(x, false, EOVERFLOW, 0);
 		return;
 	}
@@ -561,7 +566,8 @@ static void fini(struct peer *p)
 
 /* ---- options and start ---------------------------------------------------------------------- */
 
-enum { O_BPORT = 1, O_CSIZE, O_MAXOBJ, O_OSIZE, O_BSIZE, O_MRS, O_POLICY, O_HIGH, O_LOW };
+enum { O_BPORT = 1, O_CSIZE, O_MAXOBJ, O_OSIZE, O_BSIZE, O_MRS, O_POLICY, O_HIGH, O_LOW,
+       O_PERSIST, O_PSYNC, O_PDISCARD };
 
 static const struct option options[] = {
 	{ "blocker-port", required_argument, NULL, O_BPORT },
@@ -573,6 +579,9 @@ static const struct option options[] = {
 	{ "write-policy", required_argument, NULL, O_POLICY },
 	{ "dirty-high", required_argument, NULL, O_HIGH },
 	{ "dirty-low", required_argument, NULL, O_LOW },
+	{ "persist", required_argument, NULL, O_PERSIST },
+	{ "persist-sync", required_argument, NULL, O_PSYNC },
+	{ "persist-discard", no_argument, NULL, O_PDISCARD },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -587,6 +596,13 @@ static const char options_usage[] =
 "  --write-policy writeback|writethrough   (default writeback)\n"
 "  --dirty-high PCT        flusher starts above this share dirty (default 75)\n"
 "  --dirty-low PCT         ... and stops below this (default 50)\n"
+"  --persist PATH          keep the cache (dirty data and what it is) in the file\n"
+"                          PATH, so write-back data survives a crash of cached;\n"
+"                          a restart on PATH recovers it before serving\n"
+"  --persist-sync flush|always|none   when PATH is synced (default flush): on\n"
+"                          FLUSH and FUA, on every write-back write, or never\n"
+"                          (then only a crash of cached, not of the host, is safe)\n"
+"  --persist-discard       start PATH afresh, dropping the dirty data it holds\n"
 "  (--threads: default half the online CPUs, 1 to 8; --stop-timeout: how long\n"
 "  SIGTERM writes back before it gives up and exits 1)\n";
 
@@ -597,6 +613,69 @@ static int size_arg(const char *opt, const char *val, uint64_t *out, const char 
 	if (as_given)
 		*as_given = val;
 	return 0;
+}
+
+/* --persist, --persist-sync, --persist-discard (issue 22). */
+static int persist_option(int val, const char *arg)
+{
+	if (val == O_PERSIST) {
+		if (!*arg)
+			return peer_arg_error("--persist", arg, "is not a path");
+		C.cfg.persist_path = arg;
+	} else if (val == O_PDISCARD) {
+		C.cfg.persist_discard = true;
+	} else if (!strcmp(arg, "flush")) {
+		C.cfg.persist_sync = PERSIST_SYNC_FLUSH;
+	} else if (!strcmp(arg, "always")) {
+		C.cfg.persist_sync = PERSIST_SYNC_ALWAYS;
+	} else if (!strcmp(arg, "none")) {
+		C.cfg.persist_sync = PERSIST_SYNC_NONE;
+	} else {
+		return peer_arg_error("--persist-sync", arg, "is not flush, always or none");
+	}
+	return 0;
+}
+
+/* The engine, made with its persist file recovered (on this thread, which
+ * the index wants registered with RCU). 0, or the exit status: 1 for a
+ * file in use, 2 for a value that is wrong (a file of another geometry or
+ * blocker port, not a persist file). */
+static int make_engine(const struct cache_backend *be)
+{
+	const char *why = NULL;
+	char line[1024];
+	C.cfg.blocker_port = C.blocker_port;
+	rcu_register_thread();
+	C.engine = cache_engine_create(&C.cfg, be, &why);
+	int err = errno;
+	rcu_unregister_thread();
+	if (!C.engine) {
+		fprintf(stderr, "cached: %s\n", why ? why : strerror(err));
+		return err == EBUSY ? 1 : 2;
+	}
+	if (C.cfg.persist_path) {
+		struct cache_stats s;
+		cache_engine_stats(C.engine, &s);
+		cache_engine_persist_report(C.engine, line, sizeof(line));
+		peer_log(s.recoveries || s.persist_dropped || s.persist_discarded_bytes ?
+			 PEER_LOG_WARN : PEER_LOG_INFO, "%s", line);
+	}
+	return 0;
+}
+
+/* The port was left marked dirty (`left` bytes) by a cache that died or
+ * gave up: we may serve only if we recovered its dirty data from
+ * --persist (then the mark is ours, kept by dirty_mark_init). */
+static bool persist_took_over(uint64_t left)
+{
+	struct cache_stats s;
+	cache_engine_stats(C.engine, &s);
+	if (!s.recoveries)
+		return false;
+	peer_log(PEER_LOG_WARN, "port %u was left marked dirty (%" PRIu64 " bytes) by the cache "
+		 "before; serving the %" PRIu64 " bytes recovered from %s", C.port, left,
+		 s.recovered_bytes, C.cfg.persist_path);
+	return true;
 }
 
 static int parse_option(struct peer *p, int val, const char *arg)
@@ -642,6 +721,10 @@ static int parse_option(struct peer *p, int val, const char *arg)
 			return -1;
 		*(val == O_HIGH ? &C.cfg.dirty_high_pct : &C.cfg.dirty_low_pct) = (unsigned)v;
 		return 0;
+	case O_PERSIST:
+	case O_PSYNC:
+	case O_PDISCARD:
+		return persist_option(val, arg);
 	}
 	return -1;
 }
@@ -696,7 +779,6 @@ static int check_options(struct peer *p)
 static int init(struct peer *p)
 {
 	struct xseg_segment_info si;
-	const char *why = NULL;
 	C.peer = p;
 	C.seg = peer_segment(p);
 	if (xseg_segment_info(C.seg, &si) < 0) {
@@ -714,13 +796,11 @@ static int init(struct peer *p)
 	}
 	struct cache_backend be = { .alloc = backend_alloc, .submit = backend_submit,
 				    .release = backend_release, .lend = backend_lend };
-	C.engine = cache_engine_create(&C.cfg, &be, &why);
-	if (!C.engine) {
-		fprintf(stderr, "cached: %s\n", why);
-		return 2;
-	}
+	int rc = make_engine(&be);
+	if (rc)
+		return rc;
 	uint64_t left = dirty_mark_left(C.seg, C.port);
-	if (left) {
+	if (left && !persist_took_over(left)) {
 		/* Serving would let reads reach the blocker's older data. */
 		peer_error("port %u was left by a cache holding %" PRIu64 " dirty bytes never written to "
 			   "port %u; start the cache on its persist file, or give them up with "
@@ -729,6 +809,7 @@ static int init(struct peer *p)
 		return 1;
 	}
 	dirty_mark_init(C.seg, C.port, C.engine);
+	dirty_mark_update();   /* dirty data recovered from --persist: marked before serving */
 	peer_log(PEER_LOG_INFO, "serving port %u in front of %u: %" PRIu64 " bytes of cache, %s",
 	       C.port, C.blocker_port, C.cfg.cache_size,
 	       C.cfg.policy == CACHE_WRITEBACK ? "write-back" : "write-through");

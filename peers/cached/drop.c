@@ -10,8 +10,11 @@ static void drop_all(struct cache_object *o)
 {
 	struct cache_engine *e = o->e;
 	for (uint32_t i = 0; i < o->b.n; i++)
-		if (o->b.state[i] == BUCKET_DIRTY || o->b.state[i] == BUCKET_VALID)
+		if (o->b.state[i] == BUCKET_DIRTY || o->b.state[i] == BUCKET_VALID) {
+			if (o->b.state[i] == BUCKET_DIRTY)
+				unpublish(o, i);
 			bucket_set(&o->b, &e->totals, i, BUCKET_INVALID);
+		}
 	release_clean(o);
 	mark_clean(o);
 }

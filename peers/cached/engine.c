@@ -11,6 +11,14 @@
 
 /* ---- dispatch on the object's queue ------------------------------------------------ */
 
+/* A FUA write goes to the blocker, unless a persist file synced on FLUSH
+ * takes it (write.c: published and synced before the answer). */
+static bool fua_through(const struct cache_engine *e, const struct cache_req *req)
+{
+	return (req->flags & XF_FUA) &&
+	       !(e->persisting && e->cfg.persist_sync != PERSIST_SYNC_NONE);
+}
+
 /* A request's step on its object (e->resume): from QUEUED, PARKED or
  * PARKED_WRITE to RUNNING, and on by its op. */
 static void object_step(struct cache_object *o, struct cache_req *req)
@@ -31,7 +39,7 @@ static void object_step(struct cache_object *o, struct cache_req *req)
 	bucket_span_of(&o->e->geo, req->offset, req->size, &sp);   /* checked at submit */
 	if (req->op == X_READ)
 		read_step(o, req, &sp);
-	else if (atomic_load(&o->e->policy) == CACHE_WRITETHROUGH || (req->flags & XF_FUA))
+	else if (atomic_load(&o->e->policy) == CACHE_WRITETHROUGH || fua_through(o->e, req))
 		write_through(o, req, &sp);
 	else
 		write_back(o, req, &sp);
@@ -180,6 +188,7 @@ static void *on_node_init(void *priv, struct xcache_entry *node)
 	o->entry = node;
 	xworkq_init(&o->wq);
 	CDS_INIT_LIST_HEAD(&o->dirty_link);
+	o->pobj = PERSIST_NO_OBJECT;
 	return o;
 }
 
@@ -209,6 +218,7 @@ static int on_init(void *priv, void *node_priv)
 	atomic_store(&o->flush_io_wait, false);
 	atomic_store(&o->shed_queued, false);
 	atomic_store(&o->dirty_end, 0);
+	o->pobj = PERSIST_NO_OBJECT;
 	atomic_fetch_add(&e->nodes_used, 1);
 	return 0;
 }
@@ -234,10 +244,149 @@ static void on_free(void *priv, void *node_priv)
 	struct cache_engine *e = priv;
 	struct cache_object *o = node_priv;
 	object_buckets_free(&o->b);
+	if (o->pobj != PERSIST_NO_OBJECT) {
+		persist_object_put(&e->persist, o->pobj);   /* freed once no slot names it */
+		o->pobj = PERSIST_NO_OBJECT;
+	}
 	atomic_fetch_sub(&e->nodes_used, 1);
 }
 
 /* ---- life cycle -------------------------------------------------------------------------- */
+
+/* What create built, freed; the persist file closed, marked clean only
+ * when nothing was dirty at the start of destroy (e->close_clean). */
+static void engine_free(struct cache_engine *e)
+{
+	xcache_destroy(e->index);   /* on_free puts the object records */
+	xwaitq_destroy(&e->entry_waitq);
+	xwaitq_destroy(&e->io_waitq);
+	xwaitq_destroy(&e->flush_waitq);
+	bucket_pool_destroy(&e->pool);
+	if (e->persist.map)
+		persist_close(&e->persist, e->close_clean);
+	pthread_mutex_destroy(&e->dirty_lock);
+	pthread_mutex_destroy(&e->backoff_lock);
+	free(e);
+}
+
+/* ---- the persist file: open and recover (--persist) ---------------------------------- */
+
+struct recovering {
+	struct cache_engine *e;
+	struct cache_object **objs;   /* by object record: indexed, referenced */
+	uint8_t *used;                /* slots recovery keeps */
+	uint32_t objects;             /* distinct objects seen */
+	bool over;                    /* more than max_objects: refused */
+	int error;
+};
+
+/* persist_recover's callback, oldest version first: object `object`'s
+ * bucket `bucket` is in `slot`, dirty. */
+static int recover_one(void *arg, const char *name, uint32_t name_len, uint32_t object,
+		       uint32_t bucket, uint32_t slot)
+{
+	struct recovering *r = arg;
+	struct cache_engine *e = r->e;
+	struct cache_object *o = r->objs[object];
+	if (!o) {
+		if (++r->objects > e->cfg.max_objects)
+			r->over = true;
+		if (r->over)
+			return 0;   /* counted, for the refusal's line */
+		struct xcache_entry *ent = xcache_alloc(e->index, name, name_len);
+		if (!ent) {
+			r->error = errno ? errno : ENOMEM;
+			return -1;
+		}
+		ent = xcache_insert(e->index, ent);
+		o = r->objs[object] = xcache_entry_priv(ent);
+		o->pobj = object;   /* recovery's hold on the record is the object's */
+	}
+	r->used[slot] = 1;
+	bucket_claim(&o->b, &e->totals, bucket, slot);
+	bucket_set(&o->b, &e->totals, bucket, BUCKET_DIRTY);
+	atomic_fetch_add(&e->published, 1);
+	mark_dirty(o, (uint64_t)(bucket + 1) * e->geo.bucket_size);
+	return 0;
+}
+
+static char persist_why[512];
+
+/* Opens and recovers the persist file; the pool is its data slots less
+ * the recovered ones, PERSIST_SPARE_SLOTS of them kept for spares. 0 or
+ * -errno (*why). */
+static int persist_start(struct cache_engine *e, const char **why)
+{
+	const struct cache_config *cfg = &e->cfg;
+	uint32_t nr_slots = (uint32_t)(cfg->cache_size / cfg->bucket_size) + PERSIST_SPARE_SLOTS;
+	/* One record per object the index holds: recovery then always fits
+	 * the index; an object past them (evicted ones still dirty hold
+	 * theirs until written back) goes uncached. */
+	struct persist_geometry g = {
+		.bucket_size = cfg->bucket_size, .object_size = cfg->object_size,
+		.nr_slots = nr_slots, .nr_objects = cfg->max_objects,
+		.blocker_port = cfg->blocker_port,
+	};
+	*why = persist_why;
+	int rc = persist_open(&e->persist, cfg->persist_path, &g, cfg->persist_discard,
+			      &e->discarded_bytes, persist_why, sizeof(persist_why));
+	if (rc) {
+		persist_close(&e->persist, false);
+		return rc;
+	}
+	e->persisting = true;
+	struct recovering r = { .e = e };
+	r.objs = calloc(cfg->max_objects, sizeof(*r.objs));
+	r.used = calloc(nr_slots, 1);
+	if (!r.objs || !r.used) {
+		free(r.objs); free(r.used);
+		snprintf(persist_why, sizeof(persist_why), "--persist: out of memory");
+		return -ENOMEM;
+	}
+	rc = persist_recover(&e->persist, recover_one, &r, &e->recovery);
+	for (uint32_t i = 0; i < cfg->max_objects; i++)
+		if (r.objs[i])
+			obj_put(r.objs[i]);   /* the dirty list holds it */
+	if (!rc && !r.over)
+		rc = bucket_pool_init_on(&e->pool, e->persist.data, nr_slots, cfg->bucket_size,
+					 r.used);
+	free(r.objs);
+	free(r.used);
+	if (r.over) {
+		snprintf(persist_why, sizeof(persist_why), "--persist: '%s' holds dirty data of %u "
+			 "objects, more than --max-objects %u", cfg->persist_path, r.objects,
+			 cfg->max_objects);
+		return -EINVAL;
+	}
+	if (rc) {
+		snprintf(persist_why, sizeof(persist_why), "--persist: recovering '%s' failed: %s",
+			 cfg->persist_path, strerror(r.error ? r.error : rc < 0 ? -rc : ENOMEM));
+		return rc < 0 ? rc : -(r.error ? r.error : ENOMEM);
+	}
+	bucket_pool_set_reserve(&e->pool, PERSIST_SPARE_SLOTS);
+	return 0;
+}
+
+/* One line: what the start found in the persist file. */
+void cache_engine_persist_report(struct cache_engine *e, char *buf, size_t len)
+{
+	const struct persist_recovery *r = &e->recovery;
+	if (!e->persisting) {
+		snprintf(buf, len, "persist: off");
+		return;
+	}
+	if (e->cfg.persist_discard) {
+		snprintf(buf, len, "persist: '%s' started afresh (--persist-discard), %" PRIu64
+			 " dirty bytes dropped", e->cfg.persist_path, e->discarded_bytes);
+		return;
+	}
+	snprintf(buf, len, "persist: '%s' (%s): recovered %" PRIu64 " dirty bytes of %" PRIu64
+		 " objects; dropped %" PRIu64 " torn headers, %" PRIu64 " torn data, %" PRIu64
+		 " orphans, %" PRIu64 " bad object records, %" PRIu64 " older versions",
+		 e->cfg.persist_path, r->was_clean ? "closed clean" : "not closed clean",
+		 r->bytes, r->objects, r->torn_headers, r->torn_data, r->orphans, r->bad_objects,
+		 r->older_versions);
+}
 
 struct cache_engine *cache_engine_create(const struct cache_config *cfg,
 					 const struct cache_backend *backend,
@@ -274,13 +423,6 @@ struct cache_engine *cache_engine_create(const struct cache_config *cfg,
 	e->max_run = (uint32_t)(cfg->max_request_size / cfg->bucket_size);
 	e->resume = object_step;
 	atomic_init(&e->policy, (int)cfg->policy);
-	if (bucket_pool_init(&e->pool, (uint32_t)(cfg->cache_size / cfg->bucket_size),
-			     cfg->bucket_size) < 0) {
-		*why = "cannot allocate the bucket pool";
-		free(e);
-		errno = ENOMEM;
-		return NULL;
-	}
 	static const struct xcache_ops ops = {
 		.on_node_init = on_node_init, .on_node_fini = on_node_fini,
 		.on_init = on_init, .on_evict = on_evict, .on_put = on_put, .on_free = on_free,
@@ -289,7 +431,6 @@ struct cache_engine *cache_engine_create(const struct cache_config *cfg,
 	e->index = xcache_create(cfg->max_objects, e->nr_nodes, XSEG_MAX_TARGETLEN, &ops, e);
 	if (!e->index) {
 		*why = "cannot create the object index";
-		bucket_pool_destroy(&e->pool);
 		free(e);
 		errno = ENOMEM;
 		return NULL;
@@ -300,6 +441,16 @@ struct cache_engine *cache_engine_create(const struct cache_config *cfg,
 	xwaitq_init(&e->io_waitq, io_cond, e);
 	xwaitq_init(&e->flush_waitq, flush_budget_cond, e);
 	pthread_mutex_init(&e->backoff_lock, NULL);
+	int rc = cfg->persist_path ? persist_start(e, why)
+		 : bucket_pool_init(&e->pool, (uint32_t)(cfg->cache_size / cfg->bucket_size),
+				    cfg->bucket_size) < 0 ? -ENOMEM : 0;
+	if (rc) {
+		if (!cfg->persist_path)
+			*why = "cannot allocate the bucket pool";
+		engine_free(e);
+		errno = -rc;
+		return NULL;
+	}
 	return e;
 bad:
 	free(e);
@@ -309,22 +460,17 @@ bad:
 
 void cache_engine_destroy(struct cache_engine *e)
 {
+	/* A stop that gave up leaves the persist file dirty for the next start. */
+	e->close_clean = cache_engine_clean(e);
 	while (xcache_evict_coldest(e->index) == 0)
 		;
 	drain_magazine(e);
-	xcache_destroy(e->index);
-	xwaitq_destroy(&e->entry_waitq);
-	xwaitq_destroy(&e->io_waitq);
-	xwaitq_destroy(&e->flush_waitq);
-	bucket_pool_destroy(&e->pool);
-	pthread_mutex_destroy(&e->dirty_lock);
-	pthread_mutex_destroy(&e->backoff_lock);
-	free(e);
+	engine_free(e);
 }
 
 uint64_t cache_engine_maintain(struct cache_engine *e)
 {
-	uint64_t total = e->pool.count;
+	uint64_t total = e->pool.count - e->pool.reserve;   /* the reserve is for spares */
 	uint64_t dirty = atomic_load(&e->totals.count[BUCKET_DIRTY]);
 	uint64_t claimed = atomic_load(&e->totals.claimed);
 	bool short_of_buckets = total - claimed < total / 16 + 1;
@@ -387,7 +533,7 @@ void cache_engine_stats(struct cache_engine *e, struct cache_stats *s)
 	s->dirty_bytes = (atomic_load(&e->totals.count[BUCKET_DIRTY]) +
 			  atomic_load(&e->totals.count[BUCKET_WRITING])) * bs;
 	s->cached_bytes = atomic_load(&e->totals.claimed) * bs;
-	s->free_bytes = (e->pool.count - atomic_load(&e->totals.claimed)) * bs;
+	s->free_bytes = (e->pool.count - e->pool.reserve - atomic_load(&e->totals.claimed)) * bs;
 	s->objects = xcache_nr_active(e->index);
 	s->evictions = atomic_load(&e->st.evictions);
 	s->clean_released_bytes = atomic_load(&e->st.clean_released);
@@ -404,4 +550,16 @@ void cache_engine_stats(struct cache_engine *e, struct cache_stats *s)
 	s->barriers_open = atomic_load(&e->barriers_open);
 	s->barrier_waiters = atomic_load(&e->barrier_waiters);
 	s->policy = (enum cache_policy)atomic_load(&e->policy);
+	s->persist = e->persisting;
+	if (e->persisting) {
+		uint64_t syncs = atomic_load(&e->syncs);
+		s->persist_dirty_bytes = atomic_load(&e->published) * bs;
+		s->recoveries = e->recovery.slots ? 1 : 0;
+		s->recovered_bytes = e->recovery.bytes;
+		s->persist_dropped = e->recovery.torn_headers + e->recovery.torn_data +
+				     e->recovery.orphans + e->recovery.bad_objects;
+		s->persist_discarded_bytes = e->discarded_bytes;
+		s->persist_syncs = syncs;
+		s->persist_sync_avg_us = syncs ? atomic_load(&e->sync_ns_total) / syncs / 1000 : 0;
+	}
 }

@@ -34,6 +34,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <xtypes/xwork.h>
@@ -44,6 +45,13 @@
 
 enum cache_policy { CACHE_WRITEBACK, CACHE_WRITETHROUGH };
 
+/* --persist-sync: what survives a host crash as well as a process crash.
+ * FLUSH: a FLUSH or FUA write is answered once the persist file is synced
+ * (fdatasync); ALWAYS: every write-back write is synced before its reply;
+ * NONE: the file is never synced on a request's behalf (a process crash
+ * loses nothing, a host crash may lose what the kernel had not written). */
+enum persist_sync_mode { PERSIST_SYNC_FLUSH, PERSIST_SYNC_ALWAYS, PERSIST_SYNC_NONE };
+
 struct cache_config {
 	uint64_t cache_size;        /* bytes in the bucket pool */
 	uint32_t max_objects;
@@ -53,6 +61,13 @@ struct cache_config {
 	enum cache_policy policy;
 	unsigned dirty_high_pct;    /* flusher starts above this share of the pool */
 	unsigned dirty_low_pct;     /* ... and stops below this */
+	/* --persist (issue 22): NULL = off. The file holds the bucket pool
+	 * (cache_size / bucket_size data slots) and max_objects object
+	 * records; it records blocker_port and refuses another. */
+	const char *persist_path;
+	enum persist_sync_mode persist_sync;
+	bool persist_discard;       /* start the file afresh, dropping its data */
+	uint32_t blocker_port;
 };
 
 /* ---- I/O to the blocker, provided by the glue ------------------------------ */
@@ -148,17 +163,33 @@ struct cache_stats {
 	uint64_t barriers_open;                 /* FLUSH, policy switch, COPY under way */
 	uint64_t barrier_waiters;               /* objects those still wait to be clean */
 	enum cache_policy policy;
+	/* --persist */
+	bool persist;
+	uint64_t persist_dirty_bytes;           /* published slots x bucket size */
+	uint64_t recoveries;                    /* 1: this start recovered dirty data */
+	uint64_t recovered_bytes;
+	uint64_t persist_dropped;               /* torn, orphaned, bad records at recovery */
+	uint64_t persist_discarded_bytes;       /* dropped by --persist-discard */
+	uint64_t persist_syncs;
+	uint64_t persist_sync_avg_us;
 };
 
 /* ---- the engine ------------------------------------------------------------------ */
 
 struct cache_engine;
 
-/* NULL with errno and a message in *why on a bad configuration. */
+/* NULL with errno and a message in *why on a bad configuration. With
+ * persist_path, opens the file and recovers it before returning: every
+ * dirty bucket it held is DIRTY again, its object indexed and on the
+ * dirty list. A refused file: errno EBUSY (in use by a live cached) or
+ * EINVAL (not a persist file, another geometry or blocker port, more
+ * objects than max_objects), *why persist's one line. */
 struct cache_engine *cache_engine_create(const struct cache_config *cfg,
 					 const struct cache_backend *backend,
 					 const char **why);
-/* Flushes nothing: call cache_engine_drain first. */
+/* Flushes nothing: call cache_engine_drain first. A persist file is
+ * closed, marked clean only when nothing is dirty (else it is left for
+ * the next start to recover). */
 void cache_engine_destroy(struct cache_engine *e);
 
 /* Starts serving `req`; req->done(req) is called exactly once, possibly
@@ -172,7 +203,10 @@ void cache_engine_bio_freed(struct cache_engine *e);
  * byte. done(req) when finished (req->op is ignored). */
 void cache_engine_set_policy(struct cache_engine *e, enum cache_policy p,
 			     struct cache_req *req);
-/* Writes every dirty byte back and forwards a FLUSH: like a FLUSH request. */
+/* A client's FLUSH of everything: every dirty byte written back and the
+ * blocker's FLUSH forwarded; with a persist file synced on FLUSH
+ * (PERSIST_SYNC_FLUSH), the file is synced instead (everything acknowledged
+ * before is then durable on the persist device). */
 void cache_engine_flush_all(struct cache_engine *e, struct cache_req *req);
 
 /* Runs the flusher's and reclaimer's work once; the glue calls it from a
@@ -186,5 +220,9 @@ bool cache_engine_idle(struct cache_engine *e);
 bool cache_engine_clean(struct cache_engine *e);
 
 void cache_engine_stats(struct cache_engine *e, struct cache_stats *st);
+
+/* One line for the log: what this start found in the persist file
+ * (recovered, dropped, or discarded), or "persist: off". */
+void cache_engine_persist_report(struct cache_engine *e, char *buf, size_t len);
 
 #endif

@@ -5,6 +5,8 @@
  * engine's face to the glue (cached.c); this is its inside.
  *
  * The files form a one-way stack (tools/check-layers), lowest first:
+ *   persist.c  the persist file (--persist): slots, headers, recovery;
+ *              knows nothing of the engine
  *   request.c  a request's states (the transition table), answering it
  *   io.c       blocker requests: taking, lending, giving back; forwarding
  *              a whole request (INFO, FLUSH) to the blocker
@@ -48,6 +50,7 @@
 
 #include "xseg/xseg.h"
 #include "engine.h"
+#include "persist.h"
 
 #define MAX_BIOS_IN_FLIGHT  512u
 #define FLUSH_OBJECTS_PER_TICK 32u
@@ -64,6 +67,12 @@
  * flusher tries again: 1 ms, doubled per round of failures up to 1 s, over
  * at the first success. Without it the flusher retried every tick, tens of
  * thousands of failures a second, a core for us and half one for filed. */
+/* --persist: slots beyond the cache size kept for spares (out-of-place
+ * overwrites hold one each, briefly); more than the threads that can
+ * write at once. The file has cache_size / bucket_size + these slots, and
+ * the normal claim path never takes them, so at a crash at least these
+ * are not dirty and a recovered cache always has its spares. */
+#define PERSIST_SPARE_SLOTS 32u
 #define FLUSH_BACKOFF_MIN_NS 1000000ull
 #define FLUSH_BACKOFF_MAX_NS 1000000000ull
 
@@ -91,6 +100,7 @@ struct cache_object {
 	_Atomic uint64_t dirty_end;        /* highest byte written back-cached */
 	struct xwork flush_work;
 	struct cds_list_head dirty_link;   /* on e->dirty while dirty */
+	uint32_t pobj;                     /* its persist object record, or PERSIST_NO_OBJECT */
 };
 
 /* A FLUSH (or COPY's source flush) waiting for objects to become clean. */
@@ -151,6 +161,16 @@ struct cache_engine {
 	} st;
 	_Atomic uint64_t barriers_open;    /* FLUSH, policy switch, COPY: not answered yet */
 	_Atomic uint64_t barrier_waiters;  /* of those, objects still to be clean */
+
+	/* --persist: the bucket pool's slots are the file's data slots; a
+	 * DIRTY or WRITING bucket's slot has a published header. */
+	bool persisting;
+	bool close_clean;                  /* nothing was dirty at destroy */
+	struct persist persist;
+	struct persist_recovery recovery;
+	uint64_t discarded_bytes;
+	_Atomic uint64_t published;        /* slots with a header */
+	_Atomic uint64_t syncs, sync_ns_total;
 };
 
 /* ---- a request's states (request.c) ----------------------------------------
@@ -289,6 +309,21 @@ void drain_magazine(struct cache_engine *e);
 void shed_cold_objects(struct cache_engine *e, uint64_t total, uint64_t claimed);
 void mark_dirty(struct cache_object *o, uint64_t end);
 void mark_clean(struct cache_object *o);
+/* --persist: the object has a persist record to publish under (true
+ * without --persist); false: the record table is full, go uncached. */
+bool persist_hold(struct cache_object *o);
+/* Puts the bytes of [offset, offset+size) that bucket i (claimed) holds
+ * from buf into it. With --persist: a DIRTY or WRITING bucket (published)
+ * gets them out of place (a spare slot with the old bytes and the new,
+ * published, then the old slot cleared and given back), any other in
+ * place, then published. The caller makes the bucket DIRTY. */
+void store_bucket(struct cache_object *o, uint32_t i, uint64_t offset, uint64_t size,
+		  const void *buf);
+/* Bucket i's bytes are no longer dirty (written back, dropped): its
+ * header is cleared. */
+void unpublish(struct cache_object *o, uint32_t i);
+/* persist_sync, timed: 0 or -errno. */
+int engine_sync(struct cache_engine *e);
 
 /* ---- flush.c: write-back ------------------------------------------------------ */
 

@@ -104,6 +104,8 @@ static void flush_write_done_job(struct xwork *w, void *arg)
 	for (uint32_t i = bio->first; i < bio->first + bio->count; i++) {
 		if (o->b.state[i] != BUCKET_WRITING)
 			continue;   /* rewritten meanwhile: DIRTY, flushed next time */
+		if (ok)
+			unpublish(o, i);   /* on the blocker: clean cache, no longer dirty */
 		bucket_set(&o->b, &e->totals, i, ok ? BUCKET_VALID : BUCKET_DIRTY);
 	}
 	if (ok) {

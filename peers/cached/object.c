@@ -246,3 +246,63 @@ void mark_clean(struct cache_object *o)
 	atomic_store(&o->dirty_end, 0);
 	obj_put(o);
 }
+
+/* ---- the persist file (--persist) --------------------------------------------- */
+
+bool persist_hold(struct cache_object *o)
+{
+	struct cache_engine *e = o->e;
+	if (!e->persisting || o->pobj != PERSIST_NO_OBJECT)
+		return true;
+	o->pobj = persist_object_get(&e->persist, o->name, (uint32_t)strlen(o->name));
+	return o->pobj != PERSIST_NO_OBJECT;
+}
+
+void store_bucket(struct cache_object *o, uint32_t i, uint64_t offset, uint64_t size,
+		  const void *buf)
+{
+	struct cache_engine *e = o->e;
+	if (!e->persisting) {
+		bucket_copy(o, i, offset, size, (void *)buf, true);
+		return;
+	}
+	enum bucket_state s = o->b.state[i];
+	if (s != BUCKET_DIRTY && s != BUCKET_WRITING) {
+		/* Nothing published names this slot: a crash mid-copy loses
+		 * only this unacknowledged write. */
+		bucket_copy(o, i, offset, size, (void *)buf, true);
+		persist_publish(&e->persist, o->b.slot[i], o->pobj, i);
+		atomic_fetch_add(&e->published, 1);
+		return;
+	}
+	/* Published: the acknowledged bytes stay whole until the new version
+	 * is, so a crash leaves one or the other (the higher seq wins). */
+	uint32_t old = o->b.slot[i], fresh = bucket_pool_get_spare(&e->pool);
+	uint64_t start = (uint64_t)i * e->geo.bucket_size;
+	if (offset > start || offset + size < start + e->geo.bucket_size)   /* the bytes it keeps */
+		memcpy(bucket_pool_data(&e->pool, fresh), bucket_pool_data(&e->pool, old),
+		       e->geo.bucket_size);
+	o->b.slot[i] = fresh;
+	bucket_copy(o, i, offset, size, (void *)buf, true);
+	persist_publish(&e->persist, fresh, o->pobj, i);
+	persist_clear(&e->persist, old);
+	bucket_pool_put_spare(&e->pool, old);
+}
+
+void unpublish(struct cache_object *o, uint32_t i)
+{
+	struct cache_engine *e = o->e;
+	if (!e->persisting)
+		return;
+	persist_clear(&e->persist, o->b.slot[i]);
+	atomic_fetch_sub(&e->published, 1);
+}
+
+int engine_sync(struct cache_engine *e)
+{
+	uint64_t t0 = now_ns();
+	int rc = persist_sync(&e->persist);
+	atomic_fetch_add(&e->sync_ns_total, now_ns() - t0);
+	atomic_fetch_add(&e->syncs, 1);
+	return rc;
+}

@@ -255,6 +255,9 @@ int persist_open(struct persist *p, const char *path, const struct persist_geome
 		struct persist_super two[2];
 		if (pread(p->fd, two, sizeof(two), 0) == (ssize_t)sizeof(two) && newest_super(two))
 			pid = newest_super(two)->owner_pid;
+		if (pid <= 0)   /* locked, its superblock not written yet */
+			return say_why(why, len, EBUSY, "--persist: '%s' is in use by another "
+				    "cached", path);
 		return say_why(why, len, EBUSY, "--persist: '%s' is in use by another cached "
 			    "(pid %d)", path, pid);
 	}
@@ -510,6 +513,11 @@ void persist_clear(struct persist *p, uint32_t slot)
 		return;
 	clear_header(h);
 	ref_drop(p, object);
+}
+
+bool persist_slot_published(const struct persist *p, uint32_t slot)
+{
+	return slot < p->geo.nr_slots && p->slots[slot].seq != 0;
 }
 
 int persist_sync(struct persist *p)

@@ -135,6 +135,10 @@ void persist_publish(struct persist *p, uint32_t slot, uint32_t object, uint32_t
  * back, deleted). Drops its reference on the object record. */
 void persist_clear(struct persist *p, uint32_t slot);
 
+/* The slot has a header (holds published dirty data): for tests and
+ * statistics. */
+bool persist_slot_published(const struct persist *p, uint32_t slot);
+
 /* Makes everything published so far durable on the device (fdatasync).
  * 0 or -errno; the first failure is final (the kernel may have dropped the
  * pages: a retry could wrongly succeed). */

@@ -61,7 +61,8 @@ static void through_done_job(struct xwork *w, void *arg)
 		for (uint32_t i = sp.first; i <= sp.last; i++) {
 			enum bucket_state s = o->b.state[i];
 			if (s == BUCKET_DIRTY) {
-				bucket_copy(o, i, req->offset, req->size, req->data, true);
+				/* --persist: out of place, never over its published bytes */
+				store_bucket(o, i, req->offset, req->size, req->data);
 			} else if (s == BUCKET_VALID) {
 				if (racing) {
 					release_bucket(o, i);

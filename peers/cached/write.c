@@ -1,7 +1,9 @@
 /*
  * Writes. Write-back: the bytes land in DIRTY buckets and the write is
  * answered (the flusher writes them back later); a bucket the write covers
- * only in part is loaded first. Write-through (and FUA): the write goes to
+ * only in part is loaded first. With --persist the bytes are published in
+ * the persist file before the answer (object.c's store_bucket: out of
+ * place over acknowledged dirty bytes). Write-through (and FUA): the write goes to
  * the blocker uncached (through.c) once no flush or load of the object is
  * out, and is answered when the blocker has it.
  */
@@ -46,17 +48,29 @@ void write_back(struct cache_object *o, struct cache_req *req, const struct buck
 		}
 		return;
 	}
-	if (!claim_range(o, sp->first, sp->last)) {
+	/* No bucket, or (--persist) no object record: uncached. */
+	if (!persist_hold(o) || !claim_range(o, sp->first, sp->last)) {
 		STAT_ADD(e, uncached, 1);
 		write_through(o, req, sp);
 		return;
 	}
 	for (uint32_t i = sp->first; i <= sp->last; i++) {
-		bucket_copy(o, i, req->offset, req->size, req->data, true);
+		store_bucket(o, i, req->offset, req->size, req->data);
 		bucket_set(&o->b, &e->totals, i, BUCKET_DIRTY);
 	}
 	mark_dirty(o, req->offset + req->size);
 	STAT_ADD(e, write_bytes, req->size);
+	/* --persist: published (a process crash keeps it); for a host crash
+	 * too, synced first with --persist-sync always, and for a FUA write
+	 * unless --persist-sync none. */
+	if (e->persisting && (e->cfg.persist_sync == PERSIST_SYNC_ALWAYS ||
+			      (e->cfg.persist_sync == PERSIST_SYNC_FLUSH && (req->flags & XF_FUA)))) {
+		int rc = engine_sync(e);
+		if (rc) {
+			finish(e, req, false, -rc, 0);
+			return;
+		}
+	}
 	finish(e, req, true, 0, req->size);
 }
 

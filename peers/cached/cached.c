@@ -27,26 +27,19 @@
 #include "peer/peer.h"
 #include "dirty_mark.h"
 #include "engine.h"
+#include "options.h"
 
 struct cached {
 	struct peer *peer;
 	struct xseg *seg;
 	uint32_t port, blocker_port;
-	bool have_blocker_port;
-	/* as given, for the messages of check_options */
-	const char *csize_arg, *osize_arg, *bsize_arg, *mrs_arg;
-	struct cache_config cfg;
+	struct cache_config cfg;           /* from the options (options.c) */
 	struct cache_engine *engine;
 	union glue_slot *slots;            /* one per request of the pool, by index */
 	bool clean;                        /* the drain wrote every dirty byte back */
 };
 
-static struct cached C = {
-	.osize_arg = "4M", .bsize_arg = "4K", .mrs_arg = "512K",
-	.cfg = { .max_objects = 1024, .object_size = 4u << 20, .bucket_size = 4096,
-		 .max_request_size = 512u << 10, .policy = CACHE_WRITEBACK,
-		 .dirty_high_pct = 75, .dirty_low_pct = 50 },
-};
+static struct cached C;
 
 /* ---- blocker requests (the engine's backend) ------------------------------ */
 
@@ -564,77 +557,7 @@ static void fini(struct peer *p)
 	C.slots = NULL;
 }
 
-/* ---- options and start ---------------------------------------------------------------------- */
-
-enum { O_BPORT = 1, O_CSIZE, O_MAXOBJ, O_OSIZE, O_BSIZE, O_MRS, O_POLICY, O_HIGH, O_LOW,
-       O_PERSIST, O_PSYNC, O_PDISCARD };
-
-static const struct option options[] = {
-	{ "blocker-port", required_argument, NULL, O_BPORT },
-	{ "cache-size", required_argument, NULL, O_CSIZE },
-	{ "max-objects", required_argument, NULL, O_MAXOBJ },
-	{ "object-size", required_argument, NULL, O_OSIZE },
-	{ "bucket-size", required_argument, NULL, O_BSIZE },
-	{ "max-request-size", required_argument, NULL, O_MRS },
-	{ "write-policy", required_argument, NULL, O_POLICY },
-	{ "dirty-high", required_argument, NULL, O_HIGH },
-	{ "dirty-low", required_argument, NULL, O_LOW },
-	{ "persist", required_argument, NULL, O_PERSIST },
-	{ "persist-sync", required_argument, NULL, O_PSYNC },
-	{ "persist-discard", no_argument, NULL, O_PDISCARD },
-	{ NULL, 0, NULL, 0 },
-};
-
-static const char options_usage[] =
-"  --blocker-port N        the blocker behind the cache (required)\n"
-"  --cache-size SIZE       bytes of cached data (K, M, G suffixes), a multiple\n"
-"                          of the bucket size (required)\n"
-"  --max-objects N         objects indexed at once (default 1024)\n"
-"  --object-size SIZE      object size, a multiple of the bucket size (default 4M)\n"
-"  --bucket-size SIZE      unit of caching, a power of two >= 512 (default 4K)\n"
-"  --max-request-size SIZE largest request to the blocker (default 512K)\n"
-"  --write-policy writeback|writethrough   (default writeback)\n"
-"  --dirty-high PCT        flusher starts above this share dirty (default 75)\n"
-"  --dirty-low PCT         ... and stops below this (default 50)\n"
-"  --persist PATH          keep the cache (dirty data and what it is) in the file\n"
-"                          PATH, so write-back data survives a crash of cached;\n"
-"                          a restart on PATH recovers it before serving\n"
-"  --persist-sync flush|always|none   when PATH is synced (default flush): on\n"
-"                          FLUSH and FUA, on every write-back write, or never\n"
-"                          (then only a crash of cached, not of the host, is safe)\n"
-"  --persist-discard       start PATH afresh, dropping the dirty data it holds\n"
-"  (--threads: default half the online CPUs, 1 to 8; --stop-timeout: how long\n"
-"  SIGTERM writes back before it gives up and exits 1)\n";
-
-static int size_arg(const char *opt, const char *val, uint64_t *out, const char **as_given)
-{
-	if (xseg_parse_size(val, out) < 0 || !*out)
-		return peer_arg_error(opt, val, "is not a size (e.g. 4K, 64M, 1G)");
-	if (as_given)
-		*as_given = val;
-	return 0;
-}
-
-/* --persist, --persist-sync, --persist-discard (issue 22). */
-static int persist_option(int val, const char *arg)
-{
-	if (val == O_PERSIST) {
-		if (!*arg)
-			return peer_arg_error("--persist", arg, "is not a path");
-		C.cfg.persist_path = arg;
-	} else if (val == O_PDISCARD) {
-		C.cfg.persist_discard = true;
-	} else if (!strcmp(arg, "flush")) {
-		C.cfg.persist_sync = PERSIST_SYNC_FLUSH;
-	} else if (!strcmp(arg, "always")) {
-		C.cfg.persist_sync = PERSIST_SYNC_ALWAYS;
-	} else if (!strcmp(arg, "none")) {
-		C.cfg.persist_sync = PERSIST_SYNC_NONE;
-	} else {
-		return peer_arg_error("--persist-sync", arg, "is not flush, always or none");
-	}
-	return 0;
-}
+/* ---- start ------------------------------------------------------------------------------- */
 
 /* The engine, made with its persist file recovered (on this thread, which
  * the index wants registered with RCU). 0, or the exit status: 1 for a
@@ -678,102 +601,6 @@ static bool persist_took_over(uint64_t left)
 	return true;
 }
 
-static int parse_option(struct peer *p, int val, const char *arg)
-{
-	(void)p;
-	uint64_t v;
-	switch (val) {
-	case O_BPORT:
-		if (peer_arg_uint("--blocker-port", arg, 0, XSEG_MAX_PORTS - 1, &v) < 0)
-			return -1;
-		C.blocker_port = (uint32_t)v;
-		C.have_blocker_port = true;
-		return 0;
-	case O_CSIZE:
-		return size_arg("--cache-size", arg, &C.cfg.cache_size, &C.csize_arg);
-	case O_MAXOBJ:
-		if (peer_arg_uint("--max-objects", arg, 1, 1u << 24, &v) < 0)
-			return -1;
-		C.cfg.max_objects = (uint32_t)v;
-		return 0;
-	case O_OSIZE:
-		return size_arg("--object-size", arg, &C.cfg.object_size, &C.osize_arg);
-	case O_BSIZE:
-		if (size_arg("--bucket-size", arg, &v, &C.bsize_arg) < 0)
-			return -1;
-		if (v > 1u << 30)
-			return peer_arg_error("--bucket-size", arg, "is over 1G");
-		C.cfg.bucket_size = (uint32_t)v;
-		return 0;
-	case O_MRS:
-		return size_arg("--max-request-size", arg, &C.cfg.max_request_size, &C.mrs_arg);
-	case O_POLICY:
-		if (!strcmp(arg, "writeback"))
-			C.cfg.policy = CACHE_WRITEBACK;
-		else if (!strcmp(arg, "writethrough"))
-			C.cfg.policy = CACHE_WRITETHROUGH;
-		else
-			return peer_arg_error("--write-policy", arg, "is not writeback or writethrough");
-		return 0;
-	case O_HIGH:
-	case O_LOW:
-		if (peer_arg_uint(val == O_HIGH ? "--dirty-high" : "--dirty-low", arg, 0, 100, &v) < 0)
-			return -1;
-		*(val == O_HIGH ? &C.cfg.dirty_high_pct : &C.cfg.dirty_low_pct) = (unsigned)v;
-		return 0;
-	case O_PERSIST:
-	case O_PSYNC:
-	case O_PDISCARD:
-		return persist_option(val, arg);
-	}
-	return -1;
-}
-
-/* The relations between the options; the engine would refuse most of
- * these too, without naming the value. */
-static int check_options(struct peer *p)
-{
-	uint32_t bs = C.cfg.bucket_size;
-	C.port = peer_port(p);
-	if (!C.have_blocker_port || !C.cfg.cache_size) {
-		fprintf(stderr, "cached: --blocker-port and --cache-size are required (see --help)\n");
-		return -1;
-	}
-	if (peer_port_last(p) != C.port) {
-		fprintf(stderr, "cached: --port %u-%u: cached serves one port\n", C.port,
-			peer_port_last(p));
-		return -1;
-	}
-	if (C.port == C.blocker_port) {
-		fprintf(stderr, "cached: --port and --blocker-port are both %u\n", C.port);
-		return -1;
-	}
-	if (bs < 512 || (bs & (bs - 1)))
-		return peer_arg_error("--bucket-size", C.bsize_arg,
-				      "is not a power of two of at least 512");
-	if (C.cfg.object_size % bs) {
-		fprintf(stderr, "cached: --object-size: '%s' is not a multiple of --bucket-size %u\n",
-			C.osize_arg, bs);
-		return -1;
-	}
-	if (C.cfg.cache_size % bs) {
-		fprintf(stderr, "cached: --cache-size: '%s' is not a multiple of --bucket-size %u\n",
-			C.csize_arg, bs);
-		return -1;
-	}
-	if (C.cfg.max_request_size < bs) {
-		fprintf(stderr, "cached: --max-request-size: '%s' is less than --bucket-size %u\n",
-			C.mrs_arg, bs);
-		return -1;
-	}
-	if (C.cfg.dirty_low_pct > C.cfg.dirty_high_pct) {
-		fprintf(stderr, "cached: --dirty-low %u is above --dirty-high %u\n",
-			C.cfg.dirty_low_pct, C.cfg.dirty_high_pct);
-		return -1;
-	}
-	return 0;
-}
-
 /* Joined and bound: the blocker port must be the segment's, and the
  * engine is made (2: a value only the segment or the engine shows wrong). */
 static int init(struct peer *p)
@@ -781,6 +608,9 @@ static int init(struct peer *p)
 	struct xseg_segment_info si;
 	C.peer = p;
 	C.seg = peer_segment(p);
+	C.port = cached_opts.port;
+	C.blocker_port = cached_opts.blocker_port;
+	C.cfg = cached_opts.cfg;
 	if (xseg_segment_info(C.seg, &si) < 0) {
 		peer_error("%s", xseg_last_error());
 		return 1;
@@ -825,10 +655,10 @@ int main(int argc, char **argv)
 			   "`xseg unplug --via PORT`.\n"
 			   "SIGTERM or SIGINT: writes every dirty byte back, restores the route,\n"
 			   "answers what it accepted, exits 0 (1 if data could not be written).",
-		.options = options,
-		.options_usage = options_usage,
-		.parse_option = parse_option,
-		.check_options = check_options,
+		.options = cached_options,
+		.options_usage = cached_options_usage,
+		.parse_option = cached_parse_option,
+		.check_options = cached_check_options,
 		/* blocker requests from a reserve when clients hold the pool */
 		.reserve_requests = true,
 		.init = init,

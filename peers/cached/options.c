@@ -1,0 +1,186 @@
+/*
+ * cached's own options (the runtime parses the common ones): the table,
+ * the --help text, each value checked as it comes and the relations
+ * between them once all are in. The result is cached_opts, which cached.c
+ * reads at init.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "xseg/xseg.h"
+#include "options.h"
+
+struct cached_opts cached_opts = {
+	.osize_arg = "4M", .bsize_arg = "4K", .mrs_arg = "512K",
+	.cfg = { .max_objects = 1024, .object_size = 4u << 20, .bucket_size = 4096,
+		 .max_request_size = 512u << 10, .policy = CACHE_WRITEBACK,
+		 .dirty_high_pct = 75, .dirty_low_pct = 50 },
+};
+#define O cached_opts
+
+enum { O_BPORT = 1, O_CSIZE, O_MAXOBJ, O_OSIZE, O_BSIZE, O_MRS, O_POLICY, O_HIGH, O_LOW,
+       O_PERSIST, O_PSYNC, O_PDISCARD };
+
+const struct option cached_options[] = {
+	{ "blocker-port", required_argument, NULL, O_BPORT },
+	{ "cache-size", required_argument, NULL, O_CSIZE },
+	{ "max-objects", required_argument, NULL, O_MAXOBJ },
+	{ "object-size", required_argument, NULL, O_OSIZE },
+	{ "bucket-size", required_argument, NULL, O_BSIZE },
+	{ "max-request-size", required_argument, NULL, O_MRS },
+	{ "write-policy", required_argument, NULL, O_POLICY },
+	{ "dirty-high", required_argument, NULL, O_HIGH },
+	{ "dirty-low", required_argument, NULL, O_LOW },
+	{ "persist", required_argument, NULL, O_PERSIST },
+	{ "persist-sync", required_argument, NULL, O_PSYNC },
+	{ "persist-discard", no_argument, NULL, O_PDISCARD },
+	{ NULL, 0, NULL, 0 },
+};
+
+const char cached_options_usage[] =
+"  --blocker-port N        the blocker behind the cache (required)\n"
+"  --cache-size SIZE       bytes of cached data (K, M, G suffixes), a multiple\n"
+"                          of the bucket size (required)\n"
+"  --max-objects N         objects indexed at once (default 1024)\n"
+"  --object-size SIZE      object size, a multiple of the bucket size (default 4M)\n"
+"  --bucket-size SIZE      unit of caching, a power of two >= 512 (default 4K)\n"
+"  --max-request-size SIZE largest request to the blocker (default 512K)\n"
+"  --write-policy writeback|writethrough   (default writeback)\n"
+"  --dirty-high PCT        flusher starts above this share dirty (default 75)\n"
+"  --dirty-low PCT         ... and stops below this (default 50)\n"
+"  --persist PATH          keep the cache (dirty data and what it is) in the file\n"
+"                          PATH, so write-back data survives a crash of cached;\n"
+"                          a restart on PATH recovers it before serving\n"
+"  --persist-sync flush|always|none   when PATH is synced (default flush): on\n"
+"                          FLUSH and FUA, on every write-back write, or never\n"
+"                          (then only a crash of cached, not of the host, is safe)\n"
+"  --persist-discard       start PATH afresh, dropping the dirty data it holds\n"
+"  (--threads: default half the online CPUs, 1 to 8; --stop-timeout: how long\n"
+"  SIGTERM writes back before it gives up and exits 1)\n";
+
+static int size_arg(const char *opt, const char *val, uint64_t *out, const char **as_given)
+{
+	if (xseg_parse_size(val, out) < 0 || !*out)
+		return peer_arg_error(opt, val, "is not a size (e.g. 4K, 64M, 1G)");
+	if (as_given)
+		*as_given = val;
+	return 0;
+}
+
+/* --persist, --persist-sync, --persist-discard (issue 22). */
+static int persist_option(int val, const char *arg)
+{
+	if (val == O_PERSIST) {
+		if (!*arg)
+			return peer_arg_error("--persist", arg, "is not a path");
+		O.cfg.persist_path = arg;
+	} else if (val == O_PDISCARD) {
+		O.cfg.persist_discard = true;
+	} else if (!strcmp(arg, "flush")) {
+		O.cfg.persist_sync = PERSIST_SYNC_FLUSH;
+	} else if (!strcmp(arg, "always")) {
+		O.cfg.persist_sync = PERSIST_SYNC_ALWAYS;
+	} else if (!strcmp(arg, "none")) {
+		O.cfg.persist_sync = PERSIST_SYNC_NONE;
+	} else {
+		return peer_arg_error("--persist-sync", arg, "is not flush, always or none");
+	}
+	return 0;
+}
+
+int cached_parse_option(struct peer *p, int val, const char *arg)
+{
+	(void)p;
+	uint64_t v;
+	switch (val) {
+	case O_BPORT:
+		if (peer_arg_uint("--blocker-port", arg, 0, XSEG_MAX_PORTS - 1, &v) < 0)
+			return -1;
+		O.blocker_port = (uint32_t)v;
+		O.have_blocker_port = true;
+		return 0;
+	case O_CSIZE:
+		return size_arg("--cache-size", arg, &O.cfg.cache_size, &O.csize_arg);
+	case O_MAXOBJ:
+		if (peer_arg_uint("--max-objects", arg, 1, 1u << 24, &v) < 0)
+			return -1;
+		O.cfg.max_objects = (uint32_t)v;
+		return 0;
+	case O_OSIZE:
+		return size_arg("--object-size", arg, &O.cfg.object_size, &O.osize_arg);
+	case O_BSIZE:
+		if (size_arg("--bucket-size", arg, &v, &O.bsize_arg) < 0)
+			return -1;
+		if (v > 1u << 30)
+			return peer_arg_error("--bucket-size", arg, "is over 1G");
+		O.cfg.bucket_size = (uint32_t)v;
+		return 0;
+	case O_MRS:
+		return size_arg("--max-request-size", arg, &O.cfg.max_request_size, &O.mrs_arg);
+	case O_POLICY:
+		if (!strcmp(arg, "writeback"))
+			O.cfg.policy = CACHE_WRITEBACK;
+		else if (!strcmp(arg, "writethrough"))
+			O.cfg.policy = CACHE_WRITETHROUGH;
+		else
+			return peer_arg_error("--write-policy", arg, "is not writeback or writethrough");
+		return 0;
+	case O_HIGH:
+	case O_LOW:
+		if (peer_arg_uint(val == O_HIGH ? "--dirty-high" : "--dirty-low", arg, 0, 100, &v) < 0)
+			return -1;
+		*(val == O_HIGH ? &O.cfg.dirty_high_pct : &O.cfg.dirty_low_pct) = (unsigned)v;
+		return 0;
+	case O_PERSIST:
+	case O_PSYNC:
+	case O_PDISCARD:
+		return persist_option(val, arg);
+	}
+	return -1;
+}
+
+/* The relations between the options; the engine would refuse most of
+ * these too, without naming the value. */
+int cached_check_options(struct peer *p)
+{
+	uint32_t bs = O.cfg.bucket_size;
+	O.port = peer_port(p);
+	if (!O.have_blocker_port || !O.cfg.cache_size) {
+		fprintf(stderr, "cached: --blocker-port and --cache-size are required (see --help)\n");
+		return -1;
+	}
+	if (peer_port_last(p) != O.port) {
+		fprintf(stderr, "cached: --port %u-%u: cached serves one port\n", O.port,
+			peer_port_last(p));
+		return -1;
+	}
+	if (O.port == O.blocker_port) {
+		fprintf(stderr, "cached: --port and --blocker-port are both %u\n", O.port);
+		return -1;
+	}
+	if (bs < 512 || (bs & (bs - 1)))
+		return peer_arg_error("--bucket-size", O.bsize_arg,
+				      "is not a power of two of at least 512");
+	if (O.cfg.object_size % bs) {
+		fprintf(stderr, "cached: --object-size: '%s' is not a multiple of --bucket-size %u\n",
+			O.osize_arg, bs);
+		return -1;
+	}
+	if (O.cfg.cache_size % bs) {
+		fprintf(stderr, "cached: --cache-size: '%s' is not a multiple of --bucket-size %u\n",
+			O.csize_arg, bs);
+		return -1;
+	}
+	if (O.cfg.max_request_size < bs) {
+		fprintf(stderr, "cached: --max-request-size: '%s' is less than --bucket-size %u\n",
+			O.mrs_arg, bs);
+		return -1;
+	}
+	if (O.cfg.dirty_low_pct > O.cfg.dirty_high_pct) {
+		fprintf(stderr, "cached: --dirty-low %u is above --dirty-high %u\n",
+			O.cfg.dirty_low_pct, O.cfg.dirty_high_pct);
+		return -1;
+	}
+	return 0;
+}

@@ -54,8 +54,14 @@ echo "writes: $total answered, $failed failed (exit $rc)"
 # cached says so: it reaped the dead port itself ("its owner died"), or
 # another peer (vlmcd, bench-xseg's poll) reaped it first and cached's next
 # write-back found the port unbound ("cannot reach blocker port 1").
-grep -Eq "blocker port 1: its owner died|cannot reach blocker port 1" "$DIR/cached.log" ||
-	fail "cached did not report the dead blocker"
+# The line may land a little after the client's last reply: wait up to 5 s.
+reported=0
+for _ in $(seq 50); do
+	grep -Eq "blocker port 1: its owner died|cannot reach blocker port 1" "$DIR/cached.log" &&
+		{ reported=1; break; }
+	sleep 0.1
+done
+[ $reported -eq 1 ] || fail "cached did not report the dead blocker"
 
 "$BIN/filed" --segment "$SEG" --port 1 --dir "$DIR/data" --delay-us 100 2> "$DIR/filed2.log" & pids+=($!)
 wait_bound 1

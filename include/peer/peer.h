@@ -68,6 +68,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <urcu/wfcqueue.h>
@@ -175,6 +176,14 @@ struct peer_ops {
 	/* After the workers have ended, before the ports are unbound: the last
 	 * chance to flush local state (filed syncs written objects). Optional. */
 	void (*fini)(struct peer *p);
+	/* The X_CONTROL command "stats" is the runtime's (it never reaches
+	 * on_request): it answers with its figures for the peer (requests
+	 * and bytes by op, errors, in flight, latency; docs/interfaces.md)
+	 * as one JSON object. A peer with figures of its own (cached) adds
+	 * them here: fields such as `,"hits":3` written into buf (at most
+	 * len bytes with the NUL), on any worker thread; returns what
+	 * snprintf would. Optional. */
+	int (*stats)(struct peer *p, char *buf, size_t len);
 };
 
 /* Option values from here on belong to the runtime. */

@@ -12,7 +12,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "counters.h"
 #include "runtime.h"
+#include "stats_json.h"
 #include "xtypes/xannotate.h"
 
 /* How long an idle worker sleeps before it looks at the stop flag again. */
@@ -46,6 +48,14 @@ void peer_stop(struct peer *p)
 static inline __attribute__((always_inline)) void respond(struct peer *p,
 							  struct xseg_request *req)
 {
+	/* Counted first: once answered, the request is no longer ours. */
+	struct peer_stats_block *b = peer_stats_block();
+	if (b && req->index < p->nr_requests) {
+		uint64_t lat = xseg_now_ns() -
+			atomic_load_explicit(&p->accept_ns[req->index], memory_order_relaxed);
+		peer_stats_done(b, req->op, req->result == XR_SERVED, req->serviced,
+				(int64_t)lat > 0 ? lat : 0);
+	}
 	int rc = xseg_respond(p->seg, req, req->holder);
 	if (rc < 0) {
 		peer_error("cannot answer request %u (%s): %s", req->index,
@@ -178,30 +188,10 @@ static int submit_with(struct peer *p, struct xseg_request *req, uint32_t dst,
 			   forward ? "forward" : "send", req->index, dst, xseg_last_error());
 		return rc;
 	}
+	struct peer_stats_block *b = peer_stats_block();
+	if (b)
+		peer_stats_add(&b->sent, 1);
 	return 0;
-}
-
-/*
- * From the main thread, at most ten times a second: a peer we sent to that died
- * (SIGKILL, a crash) never answers, and a client we answered that died
- * leaves its replies and requests behind. Reaping their ports (libxseg
- * remembers whom this process sent and replied to) fails what the dead
- * held and what is queued for them back, so callbacks run and nothing
- * waits for the dead; new sends to them fail ENOENT until a peer binds
- * the port again.
- */
-static void reap_dead_peers(struct peer *p)
-{
-	/* The stop loops wake every 10 ms; a reap reads /proc per contact. */
-	static uint64_t next_ns;
-	uint64_t now = xseg_now_ns();
-	if (now < next_ns)
-		return;
-	next_ns = now + 100000000ull;
-	int n = xseg_reap_dead_peers(p->seg);
-	if (n > 0)
-		peer_warn("reaped %d port(s) whose owner died: requests queued there or "
-			  "held failed back (EHOSTDOWN, EPIPE), the rest returned to the pool", n);
 }
 
 int peer_send(struct peer_thread *t, struct xseg_request *req, uint32_t dst,
@@ -245,6 +235,11 @@ static void on_reply(struct peer_thread *t, struct xseg_request *req)
 		if (atomic_compare_exchange_strong_explicit(&slot->armed, &one, 0,
 							    memory_order_acq_rel,
 							    memory_order_acquire)) {
+			if (req->result != XR_SERVED) {
+				struct peer_stats_block *b = peer_stats_block();
+				if (b)
+					peer_stats_add(&b->sent_failed, 1);
+			}
 			slot->cb(t, req, slot->arg);
 			atomic_fetch_sub(&p->outstanding, 1);
 			return;
@@ -348,12 +343,37 @@ static bool run_posted(struct peer_thread *t)
 
 /* ---- workers ---------------------------------------------------------------------- */
 
-/* Answers a request whose op the peer does not take; false if it does. */
+/* The control command "stats" is the runtime's, for every peer
+ * (stats_json.c); false for any other request. */
+static bool answered_stats(struct peer_thread *t, struct xseg_request *req)
+{
+	struct peer *p = t->peer;
+	if (!peer_stats_command(req, xseg_get_data(p->seg, req)))
+		return false;
+	size_t len = 0;
+	char *json = peer_stats_json(p, req->dst_port, &len);
+	char *data = json ? peer_reply_data(t, req, len + 1) : NULL;
+	if (!data) {
+		free(json);
+		peer_fail(t, req, ENOMEM);
+		return true;
+	}
+	memcpy(data, json, len + 1);
+	free(json);
+	req->serviced = len + 1;
+	peer_complete(t, req);
+	return true;
+}
+
+/* Answers a request whose op the peer does not take, and "stats"; false
+ * if the peer's. */
 static bool answered_by_runtime(struct peer_thread *t, struct xseg_request *req)
 {
 	const struct peer_ops *ops = t->peer->ops;
 	uint32_t op = req->op;
 
+	if (op == X_CONTROL && answered_stats(t, req))
+		return true;
 	if (!ops->supported_ops || (op < 32 && (ops->supported_ops & PEER_OP(op))))
 		return false;
 	if (op == X_PING) {
@@ -365,6 +385,20 @@ static bool answered_by_runtime(struct peer_thread *t, struct xseg_request *req)
 		  xseg_op_name(op));
 	peer_fail(t, req, EOPNOTSUPP);
 	return true;
+}
+
+/* One clock read per batch: when these were accepted (their latency
+ * ends when answered), and how many are in flight. */
+static void accepted_now(struct peer *p, struct xseg_request **batch, int n)
+{
+	uint64_t now = xseg_now_ns();
+	for (int i = 0; i < n; i++)
+		if (batch[i]->index < p->nr_requests)
+			atomic_store_explicit(&p->accept_ns[batch[i]->index], now,
+					      memory_order_relaxed);
+	struct peer_stats_block *b = peer_stats_block();
+	if (b)
+		peer_stats_add(&b->begun, (uint64_t)n);
 }
 
 /* Accepts up to `max` requests on `port` into t->batch and hands them to
@@ -380,9 +414,11 @@ static int accept_batch(struct peer_thread *t, uint32_t port, unsigned max)
 		if (n <= 0)
 			return n;
 		atomic_fetch_add(&p->accepted, (uint64_t)n);
+		accepted_now(p, t->batch, n);
 		if (!ops->supported_ops) {   /* every op is the peer's (nulld, cached) */
 			for (int i = 0; i < n; i++)
-				ops->on_request(t, t->batch[i]);
+				if (t->batch[i]->op != X_CONTROL || !answered_stats(t, t->batch[i]))
+					ops->on_request(t, t->batch[i]);
 			return n;
 		}
 		for (int i = 0; i < n; i++)
@@ -394,8 +430,10 @@ static int accept_batch(struct peer_thread *t, uint32_t port, unsigned max)
 	 * peer places every request before another worker may accept. */
 	pthread_mutex_lock(&p->accept_order);
 	n = xseg_accept(p->seg, port, t->batch, max);
-	if (n > 0)
+	if (n > 0) {
 		atomic_fetch_add(&p->accepted, (uint64_t)n);
+		accepted_now(p, t->batch, n);
+	}
 	for (int i = 0; i < n; i++) {
 		if (answered_by_runtime(t, t->batch[i]))
 			t->batch[i] = NULL;
@@ -662,75 +700,6 @@ static void end_maintainer(struct peer *p)
 
 /* ---- main ---------------------------------------------------------------------------- */
 
-static uint64_t make_salt(void)
-{
-	uint64_t x = xseg_now_ns() ^ ((uint64_t)getpid() << 20) ^ (uint64_t)(uintptr_t)&x;
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdull;
-	x ^= x >> 33;
-	x &= 0xffffffffu;
-	return x ? x : 1;
-}
-
-static int join_and_bind(struct peer *p)
-{
-	struct xseg_segment_info si;
-	int rc = xseg_join(p->cfg.segment, &p->seg);
-	if (rc < 0) {
-		peer_error("--segment: '%s' cannot be joined: %s", p->cfg.segment,
-			   xseg_last_error());
-		p->seg = NULL;
-		/* No such segment, or not a name: the argument is wrong. */
-		return rc == -ENOENT || rc == -EINVAL || rc == -ENAMETOOLONG ? -2 : -1;
-	}
-	if (xseg_segment_info(p->seg, &si) < 0 || p->cfg.port_last >= si.nr_ports) {
-		peer_error("--port %u-%u: segment '%s' has ports 0..%u", p->cfg.port_first,
-			   p->cfg.port_last, p->cfg.segment, si.nr_ports - 1);
-		return -2;
-	}
-	p->nr_requests = si.nr_requests;
-	p->nr_ports = si.nr_ports;
-	p->slots = calloc(si.nr_requests, sizeof(*p->slots));
-	if (!p->slots) {
-		peer_error("out of memory for %u request slots", si.nr_requests);
-		return -1;
-	}
-	if (xseg_bind_range(p->seg, p->cfg.port_first, p->cfg.port_last) < 0) {
-		peer_error("cannot bind --port %u-%u: %s", p->cfg.port_first, p->cfg.port_last,
-			   xseg_last_error());
-		return -1;
-	}
-	/* A few requests of our own for when clients hold the whole pool
-	 * (xseg.h: xseg_reserve): we then serve them one by one, not never. */
-	if (!p->ops->reserve_requests)
-		return 0;
-	p->reserve = xseg_reserve_create(p->seg, p->cfg.port_first, 0);
-	if (!p->reserve) {
-		peer_error("cannot set requests aside: %s", xseg_last_error());
-		return -1;
-	}
-	return 0;
-}
-
-/*
- * A cache plugged in front of one of our ports (its next hop, bound by a
- * live process) still writes back to us: the port it is in front of, or
- * XSEG_NO_PORT.
- */
-static uint32_t port_behind_a_cache(struct peer *p, uint32_t *cache)
-{
-	for (uint32_t port = p->cfg.port_first; port <= p->cfg.port_last; port++) {
-		uint32_t next = xseg_get_next_hop(p->seg, port);
-		struct xseg_port_info pi;
-		if (next != XSEG_NO_PORT && xseg_port_info(p->seg, next, &pi) == 0 &&
-		    pi.owner && pi.owner_alive && pi.owner != getpid()) {
-			*cache = next;
-			return port;
-		}
-	}
-	return XSEG_NO_PORT;
-}
-
 /* After a signal: the peer's drain, while the workers still serve. */
 static void drain(struct peer *p)
 {
@@ -756,7 +725,7 @@ static void wait_for_stop(struct peer *p, const sigset_t *set)
 
 	while (!atomic_load(&p->stop) && atomic_load(&p->running)) {
 		if (stop_by) {
-			uint32_t behind = port_behind_a_cache(p, &cache);
+			uint32_t behind = peer_port_behind_a_cache(p, &cache);
 			if (behind == XSEG_NO_PORT || xseg_now_ns() >= stop_by) {
 				if (behind != XSEG_NO_PORT)
 					peer_warn("stop: port %u still has cache port %u in front "
@@ -778,7 +747,7 @@ static void wait_for_stop(struct peer *p, const sigset_t *set)
 			stop_by = xseg_now_ns() +
 				  (uint64_t)p->cfg.stop_timeout_s * 1000000000ull;
 		}
-		reap_dead_peers(p);
+		peer_reap_dead_peers(p);
 	}
 }
 
@@ -791,7 +760,7 @@ static bool wait_for_workers(struct peer *p, const sigset_t *set)
 		if (xseg_now_ns() >= deadline)
 			return false;
 		sigtimedwait(set, NULL, &ts);   /* swallow repeated TERM/INT */
-		reap_dead_peers(p);
+		peer_reap_dead_peers(p);
 	}
 	return true;
 }
@@ -841,8 +810,9 @@ int peer_main(int argc, char **argv, const struct peer_ops *ops, void *priv)
 			goto out;
 		pidfile_made = true;
 	}
-	p->cookie_salt = make_salt();
-	if ((rc = join_and_bind(p)) < 0) {
+	p->cookie_salt = peer_make_salt();
+	p->start_ns = xseg_now_ns();
+	if ((rc = peer_join_and_bind(p)) < 0) {
 		status = rc == -2 ? 2 : 1;
 		goto out;
 	}
@@ -908,8 +878,10 @@ out:
 	p->seg = NULL;
 	free(p->threads);
 	free(p->slots);
+	free(p->accept_ns);
 	p->threads = NULL;
 	p->slots = NULL;
+	p->accept_ns = NULL;
 	if (pidfile_made)
 		peer_pidfile_remove(p->cfg.pidfile);
 	return status;

@@ -56,6 +56,11 @@ struct peer {
 	uint64_t cookie_salt;             /* high 32 bits of our cookies */
 	struct peer_thread *threads;
 	pthread_t main_tid;
+	uint64_t start_ns;                /* for the figures' uptime */
+	/* When each request (by pool index) was accepted: its latency is
+	 * counted when it is answered (counters.h). Relaxed atomics: the
+	 * accepting and the answering thread may differ. */
+	_Atomic uint64_t *accept_ns;
 
 	_Atomic int stop;                 /* a stop began */
 	_Atomic int on_stop_done;
@@ -86,6 +91,12 @@ struct peer {
 
 /* options.c */
 int peer_parse_args(struct peer *p, int argc, char **argv);
+
+/* segment.c: the segment side of peer_main */
+int peer_join_and_bind(struct peer *p);
+uint32_t peer_port_behind_a_cache(struct peer *p, uint32_t *cache);
+void peer_reap_dead_peers(struct peer *p);
+uint64_t peer_make_salt(void);
 
 /* log.c */
 const char *peer_log_name(void);

@@ -1,0 +1,103 @@
+/*
+ * The runtime's request counters, private to peers/runtime (see stats.c).
+ *
+ * Why per thread: a counter shared by the workers would bounce its cache
+ * line between them on every request. Each thread that counts gets a
+ * block of its own (registered on first use, kept after the thread ends,
+ * summed when someone asks: peer_stats_read). Only that thread writes
+ * it, with relaxed loads and stores (plain moves on x86), so a reader
+ * needs no lock and sees each counter whole.
+ */
+#ifndef PEER_COUNTERS_H
+#define PEER_COUNTERS_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "xseg/xseg.h"
+
+/* Latency buckets: 8 per power of two (values within 12.5%). */
+#define PEER_STATS_SUB_BITS 3
+#define PEER_STATS_BUCKETS  (64u << PEER_STATS_SUB_BITS)
+
+enum { PEER_STATS_READ, PEER_STATS_WRITE, PEER_STATS_OTHER, PEER_STATS_CLASSES };
+
+struct peer_stats_block {
+	_Atomic uint64_t begun, done;               /* requests taken, answered */
+	_Atomic uint64_t requests[PEER_STATS_CLASSES];
+	_Atomic uint64_t bytes[PEER_STATS_CLASSES];
+	_Atomic uint64_t errors[PEER_STATS_CLASSES];
+	_Atomic uint64_t sent, sent_failed;         /* the peer's own sends */
+	_Atomic uint64_t lat_sum_ns, lat_max_ns;
+	_Atomic uint64_t hist[PEER_STATS_BUCKETS];
+	struct peer_stats_block *next;              /* set once, before publishing */
+	_Atomic int owned;                          /* a live thread writes it */
+} __attribute__((aligned(64)));
+
+/* The calling thread's block, NULL until it first counts. */
+extern _Thread_local struct peer_stats_block *peer_stats_mine;
+/* Slow path: gives the thread a block (a dead thread's, or a new one);
+ * NULL without memory (the thread then counts nothing). */
+struct peer_stats_block *peer_stats_register(void);
+
+static inline struct peer_stats_block *peer_stats_block(void)
+{
+	struct peer_stats_block *b = peer_stats_mine;
+	return b ? b : peer_stats_register();
+}
+
+/* Single writer: no read-modify-write instruction needed. */
+static inline void peer_stats_add(_Atomic uint64_t *c, uint64_t v)
+{
+	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + v,
+			      memory_order_relaxed);
+}
+
+static inline unsigned peer_stats_class(uint32_t op)
+{
+	return op == X_READ ? PEER_STATS_READ : op == X_WRITE ? PEER_STATS_WRITE
+							     : PEER_STATS_OTHER;
+}
+
+static inline unsigned peer_stats_bucket(uint64_t ns)
+{
+	if (ns < (1u << PEER_STATS_SUB_BITS))
+		return (unsigned)ns;
+	unsigned msb = 63u - (unsigned)__builtin_clzll(ns);
+	return ((msb - PEER_STATS_SUB_BITS + 1) << PEER_STATS_SUB_BITS) |
+	       (unsigned)((ns >> (msb - PEER_STATS_SUB_BITS)) & ((1u << PEER_STATS_SUB_BITS) - 1));
+}
+
+/* One request done: its class, bytes (when served), error, latency. */
+static inline void peer_stats_done(struct peer_stats_block *b, uint32_t op, bool served,
+				   uint64_t bytes, uint64_t lat_ns)
+{
+	unsigned c = peer_stats_class(op);
+	peer_stats_add(&b->done, 1);
+	peer_stats_add(&b->requests[c], 1);
+	if (served)
+		peer_stats_add(&b->bytes[c], c == PEER_STATS_OTHER ? 0 : bytes);
+	else
+		peer_stats_add(&b->errors[c], 1);
+	peer_stats_add(&b->lat_sum_ns, lat_ns);
+	if (lat_ns > atomic_load_explicit(&b->lat_max_ns, memory_order_relaxed))
+		atomic_store_explicit(&b->lat_max_ns, lat_ns, memory_order_relaxed);
+	peer_stats_add(&b->hist[peer_stats_bucket(lat_ns)], 1);
+}
+
+/* Every block summed (stats.c). */
+struct peer_stats_sum {
+	uint64_t begun, done, sent, sent_failed, lat_sum_ns, lat_max_ns;
+	uint64_t requests[PEER_STATS_CLASSES], bytes[PEER_STATS_CLASSES];
+	uint64_t errors[PEER_STATS_CLASSES];
+	uint64_t hist[PEER_STATS_BUCKETS];
+};
+void peer_stats_read(struct peer_stats_sum *s);
+/* Bucket i covers [lo, lo + width). */
+void peer_stats_bucket_range(unsigned i, uint64_t *lo, uint64_t *width);
+/* The latency (ns) below which `pct` percent of the requests fell: the
+ * middle of the bucket it lands in; 0 without requests. */
+uint64_t peer_stats_percentile(const struct peer_stats_sum *s, double pct);
+
+#endif /* PEER_COUNTERS_H */

@@ -1,0 +1,140 @@
+/*
+ * The per-thread counter blocks (counters.h): registering a thread's
+ * block, handing a dead thread's block to the next thread that needs one
+ * (its counts stay: every figure is a sum), summing them for a reader,
+ * percentiles. Also peer/stats.h's begin and end.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "counters.h"
+#include "peer/stats.h"
+
+_Thread_local struct peer_stats_block *peer_stats_mine;
+
+static _Atomic(struct peer_stats_block *) blocks;   /* every block ever made */
+static pthread_key_t exit_key;
+static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+
+/* At a counting thread's exit: its block is free for the next one. */
+static void release(void *arg)
+{
+	struct peer_stats_block *b = arg;
+	atomic_store_explicit(&b->owned, 0, memory_order_release);
+}
+
+static void make_key(void)
+{
+	pthread_key_create(&exit_key, release);
+}
+
+static struct peer_stats_block *claim(void)
+{
+	for (struct peer_stats_block *b = atomic_load(&blocks); b; b = b->next) {
+		int free_ = 0;
+		if (atomic_compare_exchange_strong(&b->owned, &free_, 1))
+			return b;
+	}
+	size_t size = (sizeof(struct peer_stats_block) + 63) & ~(size_t)63;
+	struct peer_stats_block *b = aligned_alloc(64, size);
+	if (!b)
+		return NULL;
+	memset(b, 0, size);
+	atomic_store(&b->owned, 1);
+	struct peer_stats_block *head = atomic_load(&blocks);
+	do
+		b->next = head;
+	while (!atomic_compare_exchange_weak(&blocks, &head, b));
+	return b;
+}
+
+struct peer_stats_block *peer_stats_register(void)
+{
+	pthread_once(&key_once, make_key);
+	struct peer_stats_block *b = claim();
+	if (!b)
+		return NULL;
+	peer_stats_mine = b;
+	pthread_setspecific(exit_key, b);
+	return b;
+}
+
+static uint64_t get(const _Atomic uint64_t *c)
+{
+	return atomic_load_explicit(c, memory_order_relaxed);
+}
+
+void peer_stats_read(struct peer_stats_sum *s)
+{
+	memset(s, 0, sizeof(*s));
+	for (struct peer_stats_block *b = atomic_load(&blocks); b; b = b->next) {
+		s->begun += get(&b->begun);
+		s->done += get(&b->done);
+		s->sent += get(&b->sent);
+		s->sent_failed += get(&b->sent_failed);
+		s->lat_sum_ns += get(&b->lat_sum_ns);
+		uint64_t max = get(&b->lat_max_ns);
+		if (max > s->lat_max_ns)
+			s->lat_max_ns = max;
+		for (unsigned c = 0; c < PEER_STATS_CLASSES; c++) {
+			s->requests[c] += get(&b->requests[c]);
+			s->bytes[c] += get(&b->bytes[c]);
+			s->errors[c] += get(&b->errors[c]);
+		}
+		for (unsigned i = 0; i < PEER_STATS_BUCKETS; i++)
+			s->hist[i] += get(&b->hist[i]);
+	}
+}
+
+void peer_stats_bucket_range(unsigned i, uint64_t *lo, uint64_t *width)
+{
+	const unsigned sub = 1u << PEER_STATS_SUB_BITS;
+	if (i < sub) {
+		*lo = i;
+		*width = 1;
+		return;
+	}
+	unsigned e = i >> PEER_STATS_SUB_BITS;
+	*width = 1ull << (e - 1);
+	*lo = (uint64_t)(sub | (i & (sub - 1))) << (e - 1);
+}
+
+uint64_t peer_stats_percentile(const struct peer_stats_sum *s, double pct)
+{
+	uint64_t total = 0, seen = 0;
+	for (unsigned i = 0; i < PEER_STATS_BUCKETS; i++)
+		total += s->hist[i];
+	if (!total)
+		return 0;
+	/* the rank of the record wanted, 1-based */
+	uint64_t rank = (uint64_t)((double)total * pct / 100.0 + 0.999999);
+	if (rank < 1)
+		rank = 1;
+	for (unsigned i = 0; i < PEER_STATS_BUCKETS; i++) {
+		seen += s->hist[i];
+		if (seen >= rank) {
+			uint64_t lo, width;
+			peer_stats_bucket_range(i, &lo, &width);
+			uint64_t mid = lo + width / 2;
+			return mid < s->lat_max_ns ? mid : s->lat_max_ns;
+		}
+	}
+	return s->lat_max_ns;
+}
+
+uint64_t peer_stats_begin(void)
+{
+	struct peer_stats_block *b = peer_stats_block();
+	if (b)
+		peer_stats_add(&b->begun, 1);
+	return xseg_now_ns();
+}
+
+void peer_stats_end(uint32_t op, uint64_t bytes, int err, uint64_t begin_ns)
+{
+	struct peer_stats_block *b = peer_stats_block();
+	uint64_t now = xseg_now_ns();
+	if (b)
+		peer_stats_done(b, op, !err, bytes, now > begin_ns ? now - begin_ns : 0);
+}

@@ -343,13 +343,26 @@ static bool run_posted(struct peer_thread *t)
 
 /* ---- workers ---------------------------------------------------------------------- */
 
+static void stats_passed_back(struct peer_thread *t, struct xseg_request *req, void *arg)
+{
+	(void)arg;
+	peer_respond(t, req);
+}
+
 /* The control command "stats" is the runtime's, for every peer
- * (stats_json.c); false for any other request. */
+ * (stats_json.c); false for any other request. Sent to a port we are
+ * plugged in front of, it goes on to that port (our own sends reach
+ * it): each port's figures stay reachable, and every answer names the
+ * peer and port that gave it. */
 static bool answered_stats(struct peer_thread *t, struct xseg_request *req)
 {
 	struct peer *p = t->peer;
 	if (!peer_stats_command(req, xseg_get_data(p->seg, req)))
 		return false;
+	uint32_t dst = req->dst_port;
+	if ((dst < p->cfg.port_first || dst > p->cfg.port_last) && dst < p->nr_ports &&
+	    peer_forward(t, req, dst, stats_passed_back, NULL) == 0)
+		return true;
 	size_t len = 0;
 	char *json = peer_stats_json(p, req->dst_port, &len);
 	char *data = json ? peer_reply_data(t, req, len + 1) : NULL;

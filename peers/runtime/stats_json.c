@@ -48,6 +48,7 @@ static void put_who(struct out *o, struct peer *p, uint32_t addressed)
 	    (double)(xseg_now_ns() - p->start_ns) / 1e9);
 }
 
+/* In flight: not counting the "stats" request being answered. */
 static void put_counts(struct out *o, const struct peer_stats_sum *s)
 {
 	uint64_t reqs = s->requests[0] + s->requests[1] + s->requests[2];
@@ -61,7 +62,7 @@ static void put_counts(struct out *o, const struct peer_stats_sum *s)
 	    reqs, s->requests[PEER_STATS_READ], s->requests[PEER_STATS_WRITE],
 	    s->requests[PEER_STATS_OTHER], s->bytes[PEER_STATS_READ], s->bytes[PEER_STATS_WRITE],
 	    errs, s->errors[PEER_STATS_READ], s->errors[PEER_STATS_WRITE],
-	    s->errors[PEER_STATS_OTHER], s->begun > s->done ? s->begun - s->done : 0,
+	    s->errors[PEER_STATS_OTHER], s->begun > s->done + 1 ? s->begun - s->done - 1 : 0,
 	    s->sent, s->sent_failed);
 }
 

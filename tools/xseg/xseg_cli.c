@@ -7,7 +7,8 @@
  *   xseg route   --segment NAME --port P (--next Q | --clear)
  *   xseg plug    --segment NAME --port B --via C
  *   xseg unplug  --segment NAME --via C [--force]
- *   xseg stats   --segment NAME --port N [--json]
+ *   xseg stats   --segment NAME [--port N] [--json | --prometheus | --watch S [--count N]]
+ *   xseg exporter --segment NAME --listen ADDR:PORT [--port N]
  *   xseg policy  --segment NAME --port N --set writeback|writethrough
  *   xseg up      FILE [--run-dir DIR] [--timeout S]
  *   xseg down    FILE [--run-dir DIR] [--timeout S]
@@ -27,15 +28,19 @@
 #include "xseg/version.h"
 #include "xseg/xseg.h"
 #include "control.h"
+#include "exporter.h"
 #include "pathfile.h"
 #include "plug.h"
+#include "stats.h"
 #include "up.h"
 
 struct args {
 	const char *segment;
 	uint64_t ports, requests, heap, mode;
 	uint32_t port, next, via;
-	bool have_port, have_next, have_via, clear, json, all, force;
+	bool have_port, have_next, have_via, clear, json, all, force, prometheus;
+	uint64_t watch, count;          /* stats */
+	const char *listen;             /* exporter */
 	const char *set;
 	const char *file, *run_dir;   /* up, down, status */
 	uint64_t timeout;
@@ -74,10 +79,17 @@ static uint64_t num(const char *opt, const char *val, uint64_t min, uint64_t max
 	return v;
 }
 
+static void only_for(const struct command *cmd, const char *name, const char *opt)
+{
+	if (strcmp(cmd->name, name))
+		bad("%s goes with %s", opt, name);
+}
+
 static void parse(int argc, char **argv, const struct command *cmd, struct args *a)
 {
 	enum { O_SEG = 256, O_PORTS, O_REQS, O_HEAP, O_MODE, O_PORT, O_NEXT, O_VIA, O_CLEAR,
-	       O_JSON, O_ALL, O_SET, O_FORCE, O_RUN_DIR, O_TIMEOUT, O_HELP };
+	       O_JSON, O_ALL, O_SET, O_FORCE, O_RUN_DIR, O_TIMEOUT, O_WATCH, O_COUNT,
+	       O_PROMETHEUS, O_LISTEN, O_HELP };
 	static const struct option opts[] = {
 		{ "segment", required_argument, NULL, O_SEG },
 		{ "ports", required_argument, NULL, O_PORTS },
@@ -94,6 +106,10 @@ static void parse(int argc, char **argv, const struct command *cmd, struct args 
 		{ "force", no_argument, NULL, O_FORCE },
 		{ "run-dir", required_argument, NULL, O_RUN_DIR },
 		{ "timeout", required_argument, NULL, O_TIMEOUT },
+		{ "watch", required_argument, NULL, O_WATCH },
+		{ "count", required_argument, NULL, O_COUNT },
+		{ "prometheus", no_argument, NULL, O_PROMETHEUS },
+		{ "listen", required_argument, NULL, O_LISTEN },
 		{ "help", no_argument, NULL, O_HELP },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -143,6 +159,17 @@ static void parse(int argc, char **argv, const struct command *cmd, struct args 
 				bad("--timeout goes with up and down, not %s%s", cmd->name, "");
 			a->timeout = num("--timeout", optarg, 1, 86400);
 			break;
+		case O_WATCH: only_for(cmd, "stats", "--watch"); a->watch = num("--watch", optarg, 1, 86400); break;
+		case O_COUNT: only_for(cmd, "stats", "--count"); a->count = num("--count", optarg, 1, UINT32_MAX); break;
+		case O_PROMETHEUS: only_for(cmd, "stats", "--prometheus"); a->prometheus = true; break;
+		case O_LISTEN: {
+			const char *why = "";
+			only_for(cmd, "exporter", "--listen");
+			if (exporter_check_listen(optarg, &why) < 0)
+				bad("--listen: '%s' %s", optarg, why);
+			a->listen = optarg;
+			break;
+		}
 		case 'h':
 		case O_HELP: printf("usage: %s\n%s", cmd->synopsis, cmd->help); exit(0);
 		default: bad("unknown or incomplete option '%s'%s", argv[optind - 1], " (see --help)");
@@ -379,35 +406,31 @@ static int cmd_unplug(struct args *a)
 
 static int cmd_stats(struct args *a)
 {
-	if (!a->have_port)
-		bad("stats: --port is required%s%s", "", "");
+	if (a->count && !a->watch)
+		bad("--count goes with --watch%s%s", "", "");
+	if ((a->watch != 0) + a->json + a->prometheus > 1)
+		bad("stats: give at most one of --json, --prometheus and --watch%s%s", "", "");
 	struct xseg *seg = join(a->segment);
-	check_port(seg, "--port", a->port);
-	char reply[4096];
-	const char *why = "";
-	int rc = control_call(seg, a->port, "stats", reply, sizeof(reply), 10, &why);
+	if (a->have_port)
+		check_port(seg, "--port", a->port);
+	struct stats_opts o = { .all = !a->have_port, .port = a->port, .json = a->json,
+				.prometheus = a->prometheus, .watch_s = (unsigned)a->watch,
+				.count = a->count };
+	int rc = stats_command(seg, &o);
 	xseg_leave(seg);
-	if (rc != 0) {
-		fprintf(stderr, "xseg: stats: port %u gave none: %s\n", a->port, why);
-		return 1;
-	}
-	if (a->json) {
-		printf("%s\n", reply);
-		return 0;
-	}
-	/* {"a":1,"b":"x"} -> one "a: 1" line each */
-	for (char *p = reply; *p; p++) {
-		if (*p == '{' || *p == '}' || *p == '"')
-			continue;
-		if (*p == ',')
-			putchar('\n');
-		else if (*p == ':')
-			fputs(": ", stdout);
-		else
-			putchar(*p);
-	}
-	putchar('\n');
-	return 0;
+	return rc;
+}
+
+static int cmd_exporter(struct args *a)
+{
+	if (!a->listen)
+		bad("exporter: --listen ADDR:PORT is required%s%s", "", "");
+	struct xseg *seg = join(a->segment);
+	if (a->have_port)
+		check_port(seg, "--port", a->port);
+	int rc = exporter_run(seg, a->listen, !a->have_port, a->port);
+	xseg_leave(seg);
+	return rc;
 }
 
 static int cmd_policy(struct args *a)
@@ -486,8 +509,21 @@ static const struct command commands[] = {
 	  "reach older data: restart it on its persist file, or --force: give its\n"
 	  "dirty data up (the count is printed) and clear the routes. --force on a\n"
 	  "port a live process serves is refused.\n", false },
-	{ "stats", cmd_stats, "xseg stats --segment NAME --port N [--json]",
-	  "A peer's statistics (cached), one 'name: value' per line or one JSON object.\n", false },
+	{ "stats", cmd_stats,
+	  "xseg stats --segment NAME [--port N] [--json | --prometheus | --watch S [--count N]]",
+	  "A peer's figures (every peer answers: requests and bytes by op, errors,\n"
+	  "in flight, latency percentiles; cached adds its cache's). --port N: that\n"
+	  "port's, one 'name: value' per line (or one JSON object), the first line\n"
+	  "naming the peer and port that answered; a cache plugged in front of N\n"
+	  "passes the question on to N. Without --port: every port a peer serves\n"
+	  "(one per process), a line each (--json: a list). --watch S: every S\n"
+	  "seconds, per port, IOPS, MiB/s read and written, p99 latency over the\n"
+	  "interval, errors/s, in flight; until interrupted, or --count N times.\n"
+	  "--prometheus: Prometheus text (xseg_ names, port and peer labels).\n", false },
+	{ "exporter", cmd_exporter, "xseg exporter --segment NAME --listen ADDR:PORT [--port N]",
+	  "Serves 'xseg stats --prometheus' over HTTP: GET /metrics asks every\n"
+	  "port (or --port N) anew. ADDR is numeric (127.0.0.1, [::1], 0.0.0.0).\n"
+	  "One client at a time; SIGTERM or SIGINT: exits 0.\n", false },
 	{ "policy", cmd_policy,
 	  "xseg policy --segment NAME --port N --set writeback|writethrough",
 	  "Switches cached's write policy online; switching to writethrough returns\n"

@@ -122,10 +122,15 @@ out=$(xreq_a --op delete --target obj-y) || fail "DELETE: $out"
 same --op info --target obj-y
 expect "FAILED error=2 |size=0$" "DELETE: obj-y still there"
 same --op read --target obj-y --size 4K
-# a peer's CONTROL command and its reply data cross too: cached's statistics
-"$BIN/xseg" stats --segment "$SEG" --port 2 --json > "$DIR/stats" || fail "xseg stats over synapsed"
-python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert "hits" in json.dumps(d)' "$DIR/stats" ||
-	fail "cached's statistics did not cross: $(cat "$DIR/stats")"
+# a peer's CONTROL command crosses too: cached switches its policy and answers
+out=$(xreq_a --op control --data "policy writeback") || fail "CONTROL over synapsed: $out"
+# "stats" is the runtime's: each synapsed answers with its own figures (A:
+# the requests it carried out, B: those it served for the network)
+for s in "$SEG" "$SEGB"; do
+	"$BIN/xseg" stats --segment "$s" --port 2 --json > "$DIR/stats" || fail "xseg stats of synapsed on $s"
+	python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["peer"]=="synapsed" and d["requests"]>100 and d["bytes_written"]>0 and d["lat_us_p99"]>0, d' "$DIR/stats" ||
+		fail "synapsed's figures on $s: $(cat "$DIR/stats")"
+done
 
 echo "--- malformed frames: connection dropped and logged, the peer keeps serving"
 check_drop() {   # reason-in-log spec...

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "peer/stats.h"
 #include "nbdd.h"
 
 #define CHUNKS_IN_FLIGHT 8u
@@ -82,6 +83,9 @@ static void finish(struct cmd *cmd)
 		ob->len = NBD_SIMPLE_REPLY_LEN;   /* no data after an error */
 	}
 	nbd_encode_simple_reply(ob->data, err, cmd->req.cookie);
+	peer_stats_end(cmd->req.type == NBD_CMD_READ ? X_READ :
+		       cmd->req.type == NBD_CMD_WRITE ? X_WRITE : X_FLUSH,
+		       cmd->req.length, cmd->error, cmd->stats_ns);
 	cmd->reply = NULL;
 	cmd_free(cmd);
 	conn_send(c, ob);
@@ -244,5 +248,7 @@ static void start(struct peer_thread *t, struct peer_work *w)
 
 void cmd_post(struct peer *p, struct cmd *cmd)
 {
+	/* NBD commands are what nbdd serves: the runtime's figures count them */
+	cmd->stats_ns = peer_stats_begin();
 	peer_post(p, &cmd->work, start);
 }

@@ -89,6 +89,7 @@ struct cmd {
 	struct nbd_request req;
 	uint8_t *payload;               /* WRITE data (req.length bytes) */
 	struct out_buf *reply;          /* simple reply; READ: data follows it */
+	uint64_t stats_ns;              /* peer_stats_begin: the figures' latency */
 
 	pthread_mutex_t lock;           /* guards what follows */
 	uint64_t deadline_ns;           /* give up retrying an empty pool then */

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/uio.h>
 
+#include "peer/stats.h"
 #include "synapsed.h"
 
 /* How long a request waits for a free xseg request or heap space. */
@@ -22,6 +23,7 @@ struct inbound {
 	uint32_t conn, conn_gen;
 	uint64_t deadline_ns;
 	uint64_t charge;       /* reserved from --max-inflight-bytes */
+	uint64_t stats_ns;     /* peer_stats_begin: served for the network */
 	struct wire_header h;
 	uint8_t body[];        /* target, data: as on the wire */
 };
@@ -119,6 +121,7 @@ static void send_reply(struct inbound *in, struct frame *f, bool sent)
 
 static void reply_failed(struct inbound *in, int err)
 {
+	peer_stats_end(in->h.op, 0, err, in->stats_ns);
 	send_reply(in, frame_failed_reply(&in->h, err), false);
 }
 
@@ -155,6 +158,7 @@ static void target_replied(struct peer_thread *t, struct xseg_request *r, void *
 		if (out)
 			memcpy(f->bytes + WIRE_HEADER_LEN, iov[1].iov_base, out);
 	}
+	peer_stats_end(in->h.op, r->serviced, served ? 0 : h.error, in->stats_ns);
 	peer_put_request(t, r);
 	send_reply(in, f, sent);
 }
@@ -238,6 +242,7 @@ void inbound_request_done(void *owner)
 	pthread_mutex_unlock(&S.lock);
 	if (!same)
 		return;
+	in->stats_ns = peer_stats_begin();   /* the runtime's figures count it */
 	if (atomic_load(&S.stopping)) {
 		reply_failed(in, ESHUTDOWN);
 		return;

@@ -28,6 +28,7 @@
 #include "dirty_mark.h"
 #include "engine.h"
 #include "options.h"
+#include "persist_inspect.h"
 
 struct cached {
 	struct peer *peer;
@@ -648,6 +649,9 @@ static int init(struct peer *p)
 
 int main(int argc, char **argv)
 {
+	/* A mode of its own: no segment, no port, the file only. */
+	if (argc >= 2 && !strcmp(argv[1], "--persist-inspect"))
+		return persist_inspect_main(argc, argv);
 	static struct peer_ops ops = {
 		.name = "cached",
 		.summary = "Caches objects in front of a blocker. Put it in a running path with\n"

@@ -11,9 +11,9 @@
 #include <stdio.h>
 
 #define XSEG_VERSION        "0.1.0"
-#define XSEG_VERSION_LAYOUT 7
+#define XSEG_VERSION_LAYOUT 8
 
-/* The --version line: "PROGRAM (xseg) 0.1.0, segment layout 7". */
+/* The --version line: "PROGRAM (xseg) 0.1.0, segment layout 8". */
 static inline void xseg_print_version(const char *program)
 {
 	printf("%s (xseg) %s, segment layout %d\n", program, XSEG_VERSION,

@@ -38,6 +38,9 @@ static void write_super(struct persist *p, uint32_t state)
 	s.generation = ++p->super_gen;
 	s.seq_floor = atomic_load(&p->next_seq);
 	s.owner_pid = (int32_t)getpid();
+	s.seg_port = p->geo.cache_port;
+	s.seg_instance = p->geo.segment;
+	s.seg_given_up = p->geo.given_up;
 	s.sum = super_sum(&s);
 	struct persist_super *dst = cur == &p->super[0] ? &p->super[1] : &p->super[0];
 	memcpy(dst, &s, sizeof(s));
@@ -129,6 +132,15 @@ static uint64_t valid_bytes(const struct persist_super *s, const unsigned char *
 	return n;
 }
 
+/* The port this file serves gave dirty data up since the file was last
+ * written in this segment (a new segment, after a reboot or `xseg up`,
+ * knows nothing of it: the file is then the only copy). */
+static bool given_up_since(const struct persist_super *s, const struct persist_geometry *g)
+{
+	return g->segment && s->seg_instance == g->segment && s->seg_port == g->cache_port &&
+	       g->given_up > s->seg_given_up;
+}
+
 static int alloc_tables(struct persist *p, char *why, size_t len)
 {
 	p->obj_refs = calloc(p->geo.nr_objects, sizeof(*p->obj_refs));
@@ -182,8 +194,14 @@ int persist_open(struct persist *p, const char *path, const struct persist_geome
 			    strerror(errno));
 	const struct persist_super *s = st.st_size >= 2 * PAGE ? newest_super(m) : NULL;
 	rc = check_existing(s, g, path, (uint64_t)st.st_size, why, len);
+	uint64_t held = valid_bytes(s, m, (uint64_t)st.st_size);
 	if (discard && discarded_bytes)
-		*discarded_bytes = valid_bytes(s, m, (uint64_t)st.st_size);
+		*discarded_bytes = held;
+	if (!rc && !discard && held && given_up_since(s, g))
+		rc = say_why(why, len, ESTALE, "--persist: '%s' holds %llu dirty bytes that `xseg "
+			     "unplug --force` gave up on port %u after the file was last used; the "
+			     "blocker may hold newer data: --persist-discard drops them", path,
+			     (unsigned long long)held, g->cache_port);
 	if (!rc) {
 		p->super_gen = s->generation;
 		atomic_store(&p->next_seq, s->seq_floor ? s->seq_floor : 1);

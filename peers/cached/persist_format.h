@@ -14,7 +14,7 @@
 #include "persist.h"
 
 #define PERSIST_MAGIC   "XSEGPCF"   /* 8 bytes with the NUL */
-#define PERSIST_VERSION 1u
+#define PERSIST_VERSION 2u   /* 2: the segment stamp */
 #define PAGE            4096u
 
 enum { SUPER_CLEAN = 1, SUPER_IN_USE = 2 };
@@ -32,9 +32,11 @@ struct persist_super {
 	uint64_t objects_off, slots_off, data_off, file_size;
 	uint64_t seq_floor;          /* every seq in the file is below it at a clean close */
 	int32_t owner_pid;           /* the last process that opened it */
-	uint32_t pad;
+	uint32_t seg_port;           /* the segment stamp: the cache's port, */
+	uint64_t seg_instance;       /* ... its segment (0: unknown) */
+	uint64_t seg_given_up;       /* ... and the port's give-ups, when last written */
 	uint64_t sum;                /* of everything above */
-	unsigned char unused[PAGE - 104];
+	unsigned char unused[PAGE - 120];
 };
 _Static_assert(sizeof(struct persist_super) == PAGE, "one page per superblock copy");
 

@@ -177,6 +177,9 @@ int persist_inspect(const char *path, struct persist_report *r, char *why, size_
 			.object_size = s->object_size, .nr_slots = s->nr_slots,
 			.nr_objects = s->nr_objects, .blocker_port = s->blocker_port };
 		r->file_size = (uint64_t)st.st_size;
+		r->seg_instance = s->seg_instance;
+		r->seg_port = s->seg_port;
+		r->seg_given_up = s->seg_given_up;
 		r->lock_pid = lock_holder(&st);
 		rc = scan(map, s, r);
 		if (rc)
@@ -217,6 +220,8 @@ void persist_report_print(FILE *f, const char *path, const struct persist_report
 			r->geo.object_size, r->geo.nr_slots, r->geo.nr_objects, r->geo.blocker_port,
 			r->file_size, r->dirty_buckets, r->dirty_bytes, r->objects, r->max_seq,
 			r->older_versions, r->torn_headers, r->torn_data, r->orphans, r->bad_objects);
+		fprintf(f, ",\"segment_instance\":\"%016" PRIx64 "\",\"cache_port\":%u,"
+			"\"given_up_seen\":%" PRIu64, r->seg_instance, r->seg_port, r->seg_given_up);
 		if (r->have_page_cache)
 			fprintf(f, ",\"cached_pages\":%" PRIu64 ",\"dirty_pages\":%" PRIu64
 				",\"writeback_pages\":%" PRIu64, r->cached_pages, r->dirty_pages,
@@ -233,6 +238,9 @@ void persist_report_print(FILE *f, const char *path, const struct persist_report
 	fprintf(f, "  made for: bucket size %u, object size %" PRIu64 ", %u buckets, %u objects, "
 		"blocker port %u\n", r->geo.bucket_size, r->geo.object_size, r->geo.nr_slots,
 		r->geo.nr_objects, r->geo.blocker_port);
+	fprintf(f, "  last used: cache port %u of segment instance %016" PRIx64 " (0: unknown), "
+		"which had given dirty data up %" PRIu64 " times\n", r->seg_port, r->seg_instance,
+		r->seg_given_up);
 	fprintf(f, "  dirty: %" PRIu64 " bytes in %" PRIu64 " buckets of %" PRIu64 " objects\n",
 		r->dirty_bytes, r->dirty_buckets, r->objects);
 	fprintf(f, "  recovery would drop: %" PRIu64 " older versions, %" PRIu64 " torn headers, %"

@@ -22,6 +22,9 @@ struct persist_report {
 	int lock_pid;               /* the live cached holding it, or 0 */
 	struct persist_geometry geo;
 	uint64_t file_size;
+	/* the segment stamp: where it was last used (persist_geometry.segment) */
+	uint64_t seg_instance, seg_given_up;
+	uint32_t seg_port;
 	/* what recovery would hand back */
 	uint64_t dirty_buckets, dirty_bytes, objects, max_seq;
 	/* what recovery would drop */

@@ -1,6 +1,7 @@
 /*
  * nbdd's modules and what they share:
  *   nbdd.c    options, exports, the peer_ops, main
+ *   target.c  asking the target port for its volumes at start (init)
  *   server.c  the socket thread: listeners, connections, handshake, reading
  *             requests, writing replies (epoll, non-blocking)
  *   cmd.c     one NBD command on the worker threads: requests to the
@@ -33,6 +34,7 @@ struct nbd_export {
 	char *name;
 	uint32_t name_len;
 	uint64_t size;
+	const char *given_by;   /* --volume or --volumes-file; NULL: vlmcd's list */
 };
 
 struct nbdd_config {
@@ -40,6 +42,7 @@ struct nbdd_config {
 	unsigned nr_exports;
 	uint64_t target_port;
 	bool have_target;
+	uint64_t target_timeout;      /* seconds to wait at start for its volume list */
 	char *listen[4];              /* ADDR:PORT, as given (for log lines) */
 	struct sockaddr_storage listen_addr[4];   /* ... checked and parsed */
 	socklen_t listen_addr_len[4];

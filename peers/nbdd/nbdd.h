@@ -8,9 +8,9 @@
  *             target port in chunks, the reply handed back to its connection
  *   proto.c   the wire format (pure functions)
  *
- * Layers, top down: nbdd.c -> cmd.c -> server.c -> proto.c. Each calls the
- * ones below by name; server.c calls up only through the struct server_ops
- * nbdd.c gives server_open.
+ * Layers, top down: nbdd.c -> cmd.c -> server.c -> proto.c, and nbdd.c ->
+ * target.c. Each calls the ones below by name; server.c calls up only
+ * through the struct server_ops nbdd.c gives server_open.
  *
  * Threads: one socket thread owns every connection's input side; commands
  * go to the runtime's workers with peer_post; a worker queues the reply on

@@ -4,6 +4,8 @@
 #    scratch PREFIX, so ExecStart names real programs), passes
 #    `systemd-analyze verify` without a word about it (skipped, saying
 #    so, where systemd-analyze is absent);
+#  - the per-peer units are ordered so each stops before the peers it
+#    sends to (blockers last);
 #  - a peer started with NOTIFY_SOCKET sends READY=1 from its own pid,
 #    and at that moment `xseg info` shows its port bound by that pid;
 #    SIGTERM brings STOPPING=1, then it exits 0. With --daemon, READY=1
@@ -43,6 +45,28 @@ else
 	grep -l '@BINDIR@\|@PREFIX@' "$units"/* && fail "a placeholder is left in an installed unit"
 	echo "ok: systemd-analyze verify passes on $n units"
 fi
+
+# ---- order: a peer stops before those it sends to ---------------------------
+# systemd stops in the reverse of After=: FRONT After= BEHIND means FRONT
+# stops first (a cache before its blocker, vlmcd before the cache, ...).
+after() {   # after FRONT BEHIND...
+	local front=$1 b; shift
+	for b in "$@"; do
+		grep -q "^After=.* xseg-$b@%i.service" "tools/systemd/xseg-$front@.service" ||
+			fail "xseg-$front@.service is not After= xseg-$b@%i.service: it could outlive it on stop"
+	done
+}
+after cached filed sosd nulld
+after synapsed filed sosd nulld cached
+after vlmcd filed sosd nulld cached synapsed
+after nbdd filed sosd nulld cached synapsed vlmcd
+for b in filed sosd nulld; do
+	grep -Eq "^After=.*xseg-(filed|sosd|nulld|cached|synapsed|vlmcd|nbdd)@" "tools/systemd/xseg-$b@.service" &&
+		fail "the blocker unit xseg-$b@.service is After= another peer"
+	grep -q "^After=xseg-segment@%i.service" "tools/systemd/xseg-$b@.service" ||
+		fail "xseg-$b@.service is not After= its segment"
+done
+echo "ok: units ordered blockers, cached, synapsed, vlmcd, nbdd"
 
 # ---- READY=1 and STOPPING=1 --------------------------------------------------
 command -v python3 > /dev/null || fail "python3 is needed (tools/install-deps installs it)"

@@ -27,10 +27,13 @@ PKGS     := liburcu liburcu-cds libxxhash
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CHECK_CFLAGS := $(shell pkg-config --cflags check 2>/dev/null)
+CHECK_LIBS   := $(shell pkg-config --libs check 2>/dev/null)
 # sd_notify (peers/runtime/notify.c): linked into programs, not into libxseg.
 SYSTEMD_CFLAGS := $(shell pkg-config --cflags libsystemd 2>/dev/null)
 SYSTEMD_LIBS   := $(shell pkg-config --libs libsystemd 2>/dev/null)
-CHECK_LIBS   := $(shell pkg-config --libs check 2>/dev/null)
+ifeq ($(SYSTEMD_LIBS)$(filter clean,$(MAKECMDGOALS)),)
+  $(error pkg-config finds no libsystemd (peers call sd_notify): tools/install-deps installs libsystemd-dev)
+endif
 
 OPT      ?= -O2 -g
 CFLAGS   += -std=gnu11 $(OPT) -Wall -Wextra -Werror -fPIC -pthread \

@@ -10,7 +10,7 @@
 #    and at that moment `xseg info` shows its port bound by that pid;
 #    SIGTERM brings STOPPING=1, then it exits 0. With --daemon, READY=1
 #    names the daemon as MAINPID (the pid in its pidfile).
-# A small python3 listener plays systemd's notify socket.
+# tests/support/notify_listener.py (python3) plays systemd's notify socket.
 # Run by tests/run-tests.sh (BUILD, SANITIZE as for the build).
 set -u
 cd "$(dirname "$0")/.."
@@ -70,33 +70,8 @@ echo "ok: units ordered blockers, cached, synapsed, vlmcd, nbdd"
 
 # ---- READY=1 and STOPPING=1 --------------------------------------------------
 command -v python3 > /dev/null || fail "python3 is needed (tools/install-deps installs it)"
-cat > "$DIR/listen.py" <<'PY'
-# Plays systemd's notify socket: prints "pid=P bound=B MSG" per datagram
-# (newlines as spaces); for READY=1, B says whether `xseg info` shows a
-# port owned by the sender's pid right then.
-import json, os, socket, struct, subprocess, sys
-path, xseg, seg = sys.argv[1:4]
-s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-s.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-s.bind(path)
-open(path + ".ready", "w").close()
-while True:
-    msg, anc, _, _ = s.recvmsg(4096, socket.CMSG_SPACE(12))
-    pid = 0
-    for level, kind, data in anc:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
-            pid = struct.unpack("iII", data[:12])[0]
-    text = msg.decode(errors="replace")
-    bound = "-"
-    if "READY=1" in text.split("\n"):
-        out = subprocess.run([xseg, "info", "--segment", seg, "--json"],
-                             capture_output=True, text=True).stdout
-        ports = json.loads(out)["port_list"] if out else []
-        bound = "yes" if any(p["owner"] == pid and p["alive"] for p in ports) else "no"
-    print(f"pid={pid} bound={bound} {text.replace(chr(10), ' ')}", flush=True)
-PY
 sock=$DIR/notify.sock
-python3 "$DIR/listen.py" "$sock" "$BIN/xseg" "$SEG" >> "$DIR/notify.log" 2> "$DIR/listen.log" &   # appends: truncated below
+python3 tests/support/notify_listener.py "$sock" "$BIN/xseg" "$SEG" >> "$DIR/notify.log" 2> "$DIR/listen.log" &   # appends: truncated below
 pids+=($!)
 for _ in $(seq 100); do [ -e "$sock.ready" ] && break; sleep 0.05; done
 [ -e "$sock.ready" ] || fail "the python3 listener did not start: $(cat "$DIR/listen.log")"

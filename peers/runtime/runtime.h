@@ -90,4 +90,8 @@ int peer_parse_args(struct peer *p, int argc, char **argv);
 /* log.c */
 const char *peer_log_name(void);
 
+/* notify.c: systemd's READY=1 once serving, STOPPING=1 once a stop begins. */
+void peer_notify_ready(struct peer *p);
+void peer_notify_stopping(void);
+
 #endif /* PEER_RUNTIME_H */

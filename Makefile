@@ -1,5 +1,6 @@
 # Top-level build. Everything lands in $(BUILD):
-#   $(BUILD)/lib   libxseg.a, libxseg.so (libxseg = xtypes + src), libpeer.a
+#   $(BUILD)/lib   libxseg.a, libxseg.so.MAJOR.MINOR.PATCH with its SONAME and
+#                  dev links (libxseg = xtypes + src), libpeer.a
 #   $(BUILD)/bin   every program: peers/<name>/, tools/<name>/, bench/<name>/
 #   $(BUILD)/tests every Check test program: tests/test_*.c
 # New directories and files are picked up by wildcard; no per-file rules.
@@ -8,7 +9,7 @@
 #   make check                build and run the whole test suite
 #   make check SANITIZE=address|thread   same, in build-address / build-thread
 #   make run                  the main job on the embedded default (see README)
-#   make install PREFIX=/usr/local DESTDIR=
+#   make install PREFIX=/usr/local DESTDIR=    (make uninstall: the same files)
 
 SANITIZE ?=
 BUILD    ?= build$(if $(SANITIZE),-$(SANITIZE))
@@ -18,16 +19,25 @@ DESTDIR  ?=
 CC       ?= cc
 # The project's version is written once, in include/xseg/version.h.
 XSEG_VERSION := $(shell sed -n 's/^\#define XSEG_VERSION  *"\(.*\)"/\1/p' include/xseg/version.h)
+# libxseg.so's ABI version (MAJOR.MINOR.PATCH; the SONAME holds MAJOR).
+XSEG_ABI     := $(shell sed -n 's/^\#define XSEG_ABI_VERSION  *"\(.*\)"/\1/p' include/xseg/version.h)
+XSEG_SONAME  := libxseg.so.$(firstword $(subst ., ,$(XSEG_ABI)))
 
 PKGS     := liburcu liburcu-cds libxxhash
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CHECK_CFLAGS := $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS   := $(shell pkg-config --libs check 2>/dev/null)
+# sd_notify (peers/runtime/notify.c): linked into programs, not into libxseg.
+SYSTEMD_CFLAGS := $(shell pkg-config --cflags libsystemd 2>/dev/null)
+SYSTEMD_LIBS   := $(shell pkg-config --libs libsystemd 2>/dev/null)
+ifeq ($(SYSTEMD_LIBS)$(filter clean,$(MAKECMDGOALS)),)
+  $(error pkg-config finds no libsystemd (peers call sd_notify): tools/install-deps installs libsystemd-dev)
+endif
 
 OPT      ?= -O2 -g
 CFLAGS   += -std=gnu11 $(OPT) -Wall -Wextra -Werror -fPIC -pthread \
-            -Iinclude -MMD -MP $(PKG_CFLAGS)
+            -Iinclude -MMD -MP $(PKG_CFLAGS) $(SYSTEMD_CFLAGS)
 LDLIBS   += $(PKG_LIBS) -lpthread -lrt -lm
 
 ifeq ($(SANITIZE),address)
@@ -62,12 +72,13 @@ TEST_SUPPORT_OBJ := $(call obj,$(TEST_SUPPORT_SRC))
 
 LIBXSEG_A  := $(BUILD)/lib/libxseg.a
 LIBXSEG_SO := $(BUILD)/lib/libxseg.so
+LIBXSEG_SO_REAL := $(BUILD)/lib/libxseg.so.$(XSEG_ABI)
 LIBPEER_A  := $(BUILD)/lib/libpeer.a
 
 # Programs that need more than libxseg: LIBS_<name> := ...
 LIBS_sosd := -lrados
 
-.PHONY: all check run install clean bench fuzz
+.PHONY: all check run install uninstall clean bench fuzz
 # Keep test objects: they are intermediates of a pattern rule.
 .SECONDARY:
 all: $(LIBXSEG_A) $(LIBXSEG_SO) $(LIBPEER_A) $(PROGS) $(TEST_PROGS)
@@ -84,9 +95,14 @@ $(LIBXSEG_A): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-$(LIBXSEG_SO): $(LIB_OBJ)
+$(LIBXSEG_SO_REAL): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(Q)$(CC) -shared $(LDFLAGS) -Wl,-soname,$(XSEG_SONAME) -o $@ $^ $(LDLIBS)
+
+# The run-time link (SONAME) and the link-time one (-lxseg).
+$(LIBXSEG_SO): $(LIBXSEG_SO_REAL)
+	$(Q)ln -sf $(notdir $<) $(dir $@)$(XSEG_SONAME)
+	$(Q)ln -sf $(XSEG_SONAME) $@
 
 $(LIBPEER_A): $(RUNTIME_OBJ)
 	@mkdir -p $(dir $@)
@@ -97,7 +113,7 @@ define PROG_RULE
 $(BUILD)/bin/$(notdir $(1)): $(call obj,$(wildcard $(1)/*.c)) $(if $(filter bench/%,$(1)),$(BENCH_COMMON_OBJ)) $(LIBPEER_A) $(LIBXSEG_A)
 	@mkdir -p $$(dir $$@)
 	@$(if $(Q),echo "  LINK  $$@")
-	$(Q)$$(CC) $$(LDFLAGS) -o $$@ $$(filter %.o,$$^) $(LIBPEER_A) $(LIBXSEG_A) $$(LIBS_$(notdir $(1))) $$(LDLIBS)
+	$(Q)$$(CC) $$(LDFLAGS) -o $$@ $$(filter %.o,$$^) $(LIBPEER_A) $(LIBXSEG_A) $$(LIBS_$(notdir $(1))) $(SYSTEMD_LIBS) $$(LDLIBS)
 endef
 $(foreach d,$(PROG_DIRS),$(eval $(call PROG_RULE,$(d))))
 
@@ -113,7 +129,7 @@ $(BUILD)/obj/tests/%.o: CFLAGS += $(CHECK_CFLAGS)
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_SUPPORT_OBJ) $(LIBPEER_A) $(LIBXSEG_A)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  LINK  $@")
-	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIBPEER_A) $(LIBXSEG_A) $(CHECK_LIBS) $(LDLIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LIBPEER_A) $(LIBXSEG_A) $(CHECK_LIBS) $(SYSTEMD_LIBS) $(LDLIBS)
 
 check: all
 	BUILD=$(BUILD) SANITIZE=$(SANITIZE) tests/run-tests.sh
@@ -142,13 +158,43 @@ run: all
 bench: all
 	BUILD=$(BUILD) bench/run-benchmarks.sh
 
+# ---- install -------------------------------------------------------------
+# Every file installed is named here, so uninstall removes exactly those.
+BINDIR   := $(PREFIX)/bin
+LIBDIR   := $(PREFIX)/lib
+INCDIR   := $(PREFIX)/include
+PCDIR    := $(LIBDIR)/pkgconfig
+# systemd looks in /usr/lib/systemd/system and /usr/local/lib/systemd/system.
+UNITDIR  ?= $(LIBDIR)/systemd/system
+HEADER_DIRS := xseg xtypes peer
+HEADERS  := $(foreach d,$(HEADER_DIRS),$(wildcard include/$(d)/*.h))
+UNITS    := $(wildcard tools/systemd/*.service tools/systemd/*.target)
+PC_FILES := libxseg.pc libpeer.pc
+DEST := $(DESTDIR)
+INSTALLED := $(addprefix $(DEST)$(BINDIR)/,$(notdir $(PROGS))) \
+	$(addprefix $(DEST)$(LIBDIR)/,libxseg.a libpeer.a libxseg.so.$(XSEG_ABI) $(XSEG_SONAME) libxseg.so) \
+	$(addprefix $(DEST)$(INCDIR)/,$(HEADERS:include/%=%)) \
+	$(addprefix $(DEST)$(PCDIR)/,$(PC_FILES)) \
+	$(addprefix $(DEST)$(UNITDIR)/,$(notdir $(UNITS)))
+SUBST := sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@BINDIR@|$(BINDIR)|g' \
+	     -e 's|@VERSION@|$(XSEG_VERSION)|g'
+
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include
-	install -m 0755 $(PROGS) $(DESTDIR)$(PREFIX)/bin/
-	install -m 0644 $(LIBXSEG_A) $(DESTDIR)$(PREFIX)/lib/
-	install -m 0755 $(LIBXSEG_SO) $(DESTDIR)$(PREFIX)/lib/
-	cp -r include/xseg include/xtypes $(DESTDIR)$(PREFIX)/include/
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(XSEG_VERSION)|g' tools/libxseg.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/libxseg.pc
+	install -d $(DEST)$(BINDIR) $(DEST)$(PCDIR) $(DEST)$(UNITDIR) \
+		$(addprefix $(DEST)$(INCDIR)/,$(HEADER_DIRS))
+	install -m 0755 $(PROGS) $(DEST)$(BINDIR)/
+	install -m 0644 $(LIBXSEG_A) $(LIBPEER_A) $(DEST)$(LIBDIR)/
+	install -m 0755 $(LIBXSEG_SO_REAL) $(DEST)$(LIBDIR)/
+	ln -sf libxseg.so.$(XSEG_ABI) $(DEST)$(LIBDIR)/$(XSEG_SONAME)
+	ln -sf $(XSEG_SONAME) $(DEST)$(LIBDIR)/libxseg.so
+	for d in $(HEADER_DIRS); do install -m 0644 include/$$d/*.h $(DEST)$(INCDIR)/$$d/; done
+	for f in $(PC_FILES); do $(SUBST) tools/$$f.in > $(DEST)$(PCDIR)/$$f; done
+	for f in $(notdir $(UNITS)); do $(SUBST) tools/systemd/$$f > $(DEST)$(UNITDIR)/$$f; done
+
+# Removes what install put, then the project's own header folders if empty.
+uninstall:
+	rm -f $(INSTALLED)
+	rmdir $(addprefix $(DEST)$(INCDIR)/,$(HEADER_DIRS)) 2>/dev/null || true
 
 clean:
 	rm -rf build build-address build-thread

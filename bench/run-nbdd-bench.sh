@@ -61,7 +61,7 @@ start_path() {   # $1: cached | direct | sosd-cached | sosd-direct | qemu-nbd
 	fi
 	"$BIN/vlmcd" --segment "$SEG" --port 2 --blocker-port $next --volume vol:$SIZE & pids+=($!)
 	wait_bound 2
-	"$BIN/nbdd" --segment "$SEG" --port 4 --target-port 2 --volume vol:$SIZE --unix "$SOCK" & pids+=($!)
+	"$BIN/nbdd" --segment "$SEG" --port 4 --target-port 2 --unix "$SOCK" & pids+=($!)
 	for _ in $(seq 100); do [ -S "$SOCK" ] && break; sleep 0.05; done
 }
 

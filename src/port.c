@@ -132,6 +132,8 @@ int xseg_port_info(struct xseg *s, uint32_t port, struct xseg_port_info *info)
 	info->epoch = atomic_load_explicit(&p->epoch, memory_order_relaxed);
 	info->dropped_replies = atomic_load_explicit(&p->dropped_replies, memory_order_relaxed);
 	info->dirty_bytes = atomic_load(&p->dirty_bytes);
+	info->given_up = atomic_load(&p->given_up);
+	info->given_up_bytes = atomic_load(&p->given_up_bytes);
 	return 0;
 }
 
@@ -158,6 +160,10 @@ int xseg_port_give_up_dirty(struct xseg *s, uint32_t port, uint64_t *bytes)
 		return xseg_fail(EBUSY, "port %u is served by live pid %d: it writes back its "
 				 "own data (unplug without --force)", port, (int)xseg_owner_pid(owner));
 	uint64_t was = atomic_exchange(&s->ports[port].dirty_bytes, 0);
+	if (was) {
+		atomic_fetch_add(&s->ports[port].given_up_bytes, was);
+		atomic_fetch_add(&s->ports[port].given_up, 1);
+	}
 	if (bytes)
 		*bytes = was;
 	return 0;

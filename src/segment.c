@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -105,6 +107,9 @@ static int plan_layout(const struct xseg_config *cfg, struct xseg_header *h)
 	h->heap_off = off;
 	h->heap_size = heap;
 	h->segment_size = off + heap;
+	if (getrandom(&h->instance, sizeof(h->instance), 0) != (ssize_t)sizeof(h->instance))
+		h->instance = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL);
+	h->instance |= 1;   /* never 0: 0 means unknown */
 	if (h->segment_size > (1ull << 42))
 		return xseg_fail(EINVAL, "segment would be %llu bytes: too large",
 				 (unsigned long long)h->segment_size);
@@ -317,6 +322,7 @@ int xseg_segment_info(struct xseg *s, struct xseg_segment_info *info)
 								memory_order_relaxed);
 	info->segment_size = s->hdr->segment_size;
 	info->heap_size = s->hdr->heap_size;
+	info->instance = s->hdr->instance;
 	xseg_heap_usage(s->heap_meta, s->heap, &info->heap_used, &info->heap_allocs,
 			&info->heap_free_largest);
 	return 0;

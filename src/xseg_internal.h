@@ -104,6 +104,9 @@ struct xseg_header {
 	uint64_t heap_meta_off;
 	uint64_t heap_off;
 	uint64_t heap_size;
+	/* Random at create: tells this segment from one made again under the
+	 * same name (after a reboot, `xseg down`/`up`). */
+	uint64_t instance;
 	uint64_t checksum;               /* of every field above */
 	_Atomic uint32_t ready;          /* set last by the creator */
 	uint32_t creator_pid;
@@ -131,6 +134,11 @@ struct xseg_port_shm {
 	 * bypassed. Written when the figure changes, read by routing only
 	 * where the port has no owner. */
 	_Atomic uint64_t dirty_bytes;
+	/* What xseg_port_give_up_dirty gave up (times, bytes): a cache's
+	 * persist file that still holds that data must not be replayed over
+	 * what the path wrote to the blocker since. */
+	_Atomic uint64_t given_up;
+	_Atomic uint64_t given_up_bytes;
 	/* Wake-up: one line, touched by every waiter and signaller. */
 	_Alignas(XSEG_CACHELINE) _Atomic uint32_t wake_seq;
 	_Atomic uint32_t waiters;

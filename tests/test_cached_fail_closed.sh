@@ -6,7 +6,9 @@
 # returns older bytes), `route --clear` and `unplug` refuse to bypass it, a
 # cached without its data cannot take the port over, and `unplug --force`
 # gives the data up saying how much. A stop that gives up (filed frozen,
-# --stop-timeout) leaves the port failing closed too. A write-through cache
+# --stop-timeout) leaves the port failing closed too. A persist file whose
+# data was given up is refused (newer data went to filed since), and
+# --persist-discard starts it afresh. A write-through cache
 # that dies is bypassed at once, as before.
 set -u
 SEG_PREFIX=cached-closed
@@ -98,6 +100,37 @@ bench read 3 "$DIR/r4.out"
 [ "$(json "$DIR/r4.out" corrupted)" = 0 ] || fail "older data served after the stop gave up"
 [ "$(json "$DIR/r4.out" failed)" -gt 0 ] || fail "reads went around the cache that gave up"
 expect_exit 0 "$BIN/xseg" unplug --segment "$SEG" --via 3 --force
+
+echo "--- a persist file whose data was given up is not replayed over newer data"
+start_cached writeback cached4.log --persist "$DIR/gu.pf"
+wait_bound 3
+"$BIN/xseg" plug --segment "$SEG" --port 1 --via 3 || fail "plug the persist cache"
+bench write 5 "$DIR/w5.out" || fail "writes through the persist cache"
+[ "$(dirty)" -gt 0 ] || fail "nothing dirty in the persist cache: the test would prove nothing"
+kill -KILL "$cpid"; wait "$cpid" 2>/dev/null
+held=$("$BIN/cached" --persist-inspect "$DIR/gu.pf" --json |
+	python3 -c "import json,sys; print(json.load(sys.stdin)['dirty_bytes'])")
+[ "$held" -gt 0 ] || fail "the persist file holds no dirty data"
+expect_exit 0 "$BIN/xseg" unplug --segment "$SEG" --via 3 --force
+[ "$(port_json 3 given_up_bytes)" -gt 0 ] || fail "the port does not count what was given up"
+bench write 6 "$DIR/w6.out" || fail "newer writes straight to filed"
+expect_exit 1 timeout 20 "$BIN/cached" --segment "$SEG" --port 3 --blocker-port 1 \
+	--cache-size 64M --object-size 1M --dirty-high 100 --dirty-low 100 --persist "$DIR/gu.pf"
+head -1 "$DIR/err" | grep -q "gave up on port 3.*--persist-discard" ||
+	fail "a restart on the given-up file: $(cat "$DIR/err")"
+[ "$("$BIN/cached" --persist-inspect "$DIR/gu.pf" --json |
+	python3 -c "import json,sys; print(json.load(sys.stdin)['dirty_bytes'])")" = "$held" ] ||
+	fail "the refused start changed the persist file"
+start_cached writeback cached5.log --persist "$DIR/gu.pf" --persist-discard
+wait_bound 3
+for _ in $(seq 100); do grep -q "dirty bytes dropped" "$DIR/cached5.log" && break; sleep 0.05; done
+grep -q "$held dirty bytes dropped" "$DIR/cached5.log" ||
+	fail "--persist-discard did not say it dropped $held bytes: $(grep persist "$DIR/cached5.log")"
+"$BIN/xseg" plug --segment "$SEG" --port 1 --via 3 || fail "plug the fresh persist cache"
+bench read 6 "$DIR/r6.out" || fail "reading the newer data: $(tail -2 "$DIR/r6.out.err")"
+[ "$(json "$DIR/r6.out" corrupted)" = 0 ] || fail "given-up data was replayed over newer data"
+kill -TERM "$cpid"; wait "$cpid" || fail "the fresh persist cache exited $? on SIGTERM"
+echo "refused with $held given-up bytes in the file; newer data intact"
 
 echo "--- a write-through cache that dies is bypassed at once"
 start_cached writethrough cached3.log

@@ -265,6 +265,56 @@ START_TEST(object_records_are_reused_only_when_free)
 }
 END_TEST
 
+/* Data given up on the port (`xseg unplug --force`) after the file was
+ * last written in this segment is never replayed; a new segment (a
+ * reboot, `xseg up`) knows nothing of it and recovers; a refusal writes
+ * nothing. */
+START_TEST(data_given_up_on_the_port_is_refused)
+{
+	struct persist p, q;
+	char why[256] = "";
+	struct persist_geometry g = geo;
+	g.segment = 0x1234;
+	g.cache_port = 3;
+	ck_assert_int_eq(persist_open(&p, path, &g, false, NULL, why, sizeof(why)), 0);
+	uint32_t o = persist_object_get(&p, "obj", 3);
+	put_bucket(&p, 0, o, 0, 'a');
+	persist_close(&p, false);                        /* killed with dirty data */
+
+	uint64_t before = file_sum();
+	g.given_up = 1;                                  /* the port gave it up since */
+	ck_assert_int_eq(persist_open(&q, path, &g, false, NULL, why, sizeof(why)), -ESTALE);
+	ck_assert_ptr_nonnull(strstr(why, "unplug --force"));
+	ck_assert_ptr_nonnull(strstr(why, "4096 dirty bytes"));
+	persist_close(&q, false);
+	ck_assert_uint_eq(file_sum(), before);
+
+	struct persist_geometry other = g;
+	other.cache_port = 4;                            /* another port's count says nothing */
+	ck_assert_int_eq(persist_open(&q, path, &other, false, NULL, why, sizeof(why)), 0);
+	persist_close(&q, false);
+	other = g;
+	other.segment = 0x5678;                          /* a new segment: the file is the only copy */
+	other.given_up = 0;
+	ck_assert_int_eq(persist_open(&q, path, &other, false, NULL, why, sizeof(why)), 0);
+	struct seen s;
+	struct persist_recovery r;
+	recover(&q, &s, &r);
+	ck_assert_uint_eq(s.n, 1);
+	persist_close(&q, false);                        /* stamped with 0x5678 now */
+
+	other.given_up = 1;                              /* gave up in the new segment */
+	ck_assert_int_eq(persist_open(&q, path, &other, false, NULL, why, sizeof(why)), -ESTALE);
+	persist_close(&q, false);
+	uint64_t dropped = 0;
+	ck_assert_int_eq(persist_open(&q, path, &other, true, &dropped, why, sizeof(why)), 0);
+	ck_assert_uint_eq(dropped, BS);
+	persist_close(&q, true);
+	ck_assert_int_eq(persist_open(&q, path, &other, false, NULL, why, sizeof(why)), 0);
+	persist_close(&q, true);                         /* stamped with the count now */
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("cached_persist");
@@ -274,6 +324,7 @@ int main(void)
 	tcase_add_test(tc, recovers_the_newest_version_of_each_bucket);
 	tcase_add_test(tc, damage_is_dropped_never_served);
 	tcase_add_test(tc, object_records_are_reused_only_when_free);
+	tcase_add_test(tc, data_given_up_on_the_port_is_refused);
 	suite_add_tcase(s, tc);
 	return xt_run(s);
 }

@@ -271,6 +271,19 @@ START_TEST(volume_ends_and_names)
 	ck_assert_uint_eq(req->result, XR_SERVED);
 	ck_assert_uint_eq(((struct xseg_reply_info *)xseg_get_data(seg, req))->size, VOL_SIZE);
 	xseg_put_request(seg, req);
+	/* INFO with no target: the volume list, in the order given (what nbdd
+	 * serves), whether the data area holds it (4K) or not (8 bytes) */
+	static const char list[] = "vol 1048576\nsmall 102400\nfilevol 262144\n";
+	for (uint64_t datalen = 8; datalen <= 4096; datalen += 4088) {
+		char got[4096] = { 0 };
+		r = (struct pt_req){ .op = X_INFO, .datalen = datalen, .out = got,
+				     .out_len = sizeof(got) - 1 };
+		ck_assert_int_eq(pt_do(seg, CLIENT, VLMCD, &r, TIMEOUT), 0);
+		expect_result(r, XR_SERVED, 0, "INFO with no target");
+		ck_assert_uint_eq(r.serviced, strlen(list));
+		got[r.serviced] = '\0';
+		ck_assert_str_eq(got, list);
+	}
 
 	expect_result(vreq(X_DELETE, "vol", 0, 0, NULL, NULL), XR_FAILED, EOPNOTSUPP, "DELETE");
 	expect_result(vreq(X_PING, NULL, 0, 0, NULL, NULL), XR_SERVED, 0, "PING");

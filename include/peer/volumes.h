@@ -1,8 +1,9 @@
 /*
  * Volume lists as operators write them, for every peer that is told the
- * volumes (vlmcd composes them, nbdd exports them): `--volume NAME:SIZE`
- * and `--volumes-file F` (lines "NAME SIZE", '#' comments). Part of
- * libpeer; the peer keeps the list in its own structures.
+ * volumes (vlmcd composes them; nbdd, which asks vlmcd for them, may be
+ * told a subset to check): `--volume NAME:SIZE` and `--volumes-file F`
+ * (lines "NAME SIZE", '#' comments). Part of libpeer; the peer keeps the
+ * list in its own structures.
  */
 #ifndef PEER_VOLUMES_H
 #define PEER_VOLUMES_H

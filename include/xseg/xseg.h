@@ -184,6 +184,7 @@ struct xseg_segment_info {
 	uint64_t heap_used;       /* bytes handed out, rounding included */
 	uint64_t heap_free_largest; /* the largest block that can be allocated now */
 	uint64_t heap_allocs;     /* buffers outstanding */
+	uint64_t instance;        /* random at create, never 0: this segment, not another of its name */
 };
 int xseg_segment_info(struct xseg *seg, struct xseg_segment_info *info);
 
@@ -255,6 +256,8 @@ struct xseg_port_info {
 	uint32_t epoch;           /* bumped by every bind and leave */
 	uint64_t dropped_replies; /* replies that came back after their owner left */
 	uint64_t dirty_bytes;     /* what its cache published (xseg_port_set_dirty) */
+	uint64_t given_up;        /* times xseg_port_give_up_dirty gave data up */
+	uint64_t given_up_bytes;  /* ... and how many bytes in all */
 };
 int xseg_port_info(struct xseg *seg, uint32_t port, struct xseg_port_info *info);
 
@@ -270,7 +273,11 @@ int xseg_port_info(struct xseg *seg, uint32_t port, struct xseg_port_info *info)
  * older data. A cache that binds the port again (recovering its data)
  * publishes anew; xseg_port_give_up_dirty, for a port no live process
  * serves (`xseg unplug --force`), clears it and says how many bytes were
- * given up. A port that never published is skipped when dead, as always.
+ * given up, and counts it on the port (given_up, given_up_bytes in
+ * xseg_port_info) for as long as the segment lives: a cache restarting on
+ * a persist file that still holds the given-up data refuses to replay it
+ * over what the path wrote to the blocker since. A port that never
+ * published is skipped when dead, as always.
  *
  *   set:     the caller must have bound `port`; 0 or -errno.
  *   give up: -EBUSY while a live owner serves the port; 0 and *bytes.

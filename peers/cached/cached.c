@@ -29,6 +29,7 @@
 #include "dirty_mark.h"
 #include "engine.h"
 #include "options.h"
+#include "persist_inspect.h"
 
 struct cached {
 	struct peer *peer;
@@ -559,13 +560,20 @@ static int make_engine(const struct cache_backend *be)
 	const char *why = NULL;
 	char line[1024];
 	C.cfg.blocker_port = C.blocker_port;
+	struct xseg_segment_info si;
+	struct xseg_port_info pi;
+	if (xseg_segment_info(C.seg, &si) == 0 && xseg_port_info(C.seg, C.port, &pi) == 0) {
+		C.cfg.segment_instance = si.instance;
+		C.cfg.cache_port = C.port;
+		C.cfg.port_given_up = pi.given_up;
+	}
 	rcu_register_thread();
 	C.engine = cache_engine_create(&C.cfg, be, &why);
 	int err = errno;
 	rcu_unregister_thread();
 	if (!C.engine) {
 		fprintf(stderr, "cached: %s\n", why ? why : strerror(err));
-		return err == EBUSY ? 1 : 2;
+		return err == EBUSY || err == ESTALE ? 1 : 2;
 	}
 	if (C.cfg.persist_path) {
 		struct cache_stats s;
@@ -639,6 +647,9 @@ static int init(struct peer *p)
 
 int main(int argc, char **argv)
 {
+	/* A mode of its own: no segment, no port, the file only. */
+	if (argc >= 2 && !strcmp(argv[1], "--persist-inspect"))
+		return persist_inspect_main(argc, argv);
 	static struct peer_ops ops = {
 		.name = "cached",
 		.summary = "Caches objects in front of a blocker. Put it in a running path with\n"

@@ -325,7 +325,8 @@ static int persist_start(struct cache_engine *e, const char **why)
 	struct persist_geometry g = {
 		.bucket_size = cfg->bucket_size, .object_size = cfg->object_size,
 		.nr_slots = nr_slots, .nr_objects = cfg->max_objects,
-		.blocker_port = cfg->blocker_port,
+		.blocker_port = cfg->blocker_port, .segment = cfg->segment_instance,
+		.cache_port = cfg->cache_port, .given_up = cfg->port_given_up,
 	};
 	*why = persist_why;
 	int rc = persist_open(&e->persist, cfg->persist_path, &g, cfg->persist_discard,

@@ -68,6 +68,12 @@ struct cache_config {
 	enum persist_sync_mode persist_sync;
 	bool persist_discard;       /* start the file afresh, dropping its data */
 	uint32_t blocker_port;
+	/* Where the cache runs, stamped into the persist file (see
+	 * persist_geometry.segment): its segment's instance, its port, and the
+	 * port's given_up count now. */
+	uint64_t segment_instance;
+	uint32_t cache_port;
+	uint64_t port_given_up;
 };
 
 /* ---- I/O to the blocker, provided by the glue ------------------------------ */

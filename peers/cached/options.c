@@ -56,6 +56,7 @@ const char cached_options_usage[] =
 "                          FLUSH and FUA, on every write-back write, or never\n"
 "                          (then only a crash of cached, not of the host, is safe)\n"
 "  --persist-discard       start PATH afresh, dropping the dirty data it holds\n"
+"  (cached --persist-inspect PATH [--json], alone: what PATH holds, read only)\n"
 "  (--threads: default half the online CPUs, 1 to 8; --stop-timeout: how long\n"
 "  SIGTERM writes back before it gives up and exits 1)\n";
 

@@ -17,67 +17,7 @@
 #include <xxhash.h>
 
 #include "persist.h"
-
-#define PERSIST_MAGIC   "XSEGPCF"   /* 8 bytes with the NUL */
-#define PERSIST_VERSION 1u
-#define PAGE            4096u
-
-enum { SUPER_CLEAN = 1, SUPER_IN_USE = 2 };
-
-struct persist_super {
-	char magic[8];
-	uint32_t version;
-	uint32_t state;              /* SUPER_CLEAN or SUPER_IN_USE */
-	uint64_t generation;         /* the higher valid copy counts */
-	uint64_t object_size;
-	uint32_t bucket_size;
-	uint32_t nr_slots;
-	uint32_t nr_objects;
-	uint32_t blocker_port;
-	uint64_t objects_off, slots_off, data_off, file_size;
-	uint64_t seq_floor;          /* every seq in the file is below it at a clean close */
-	int32_t owner_pid;           /* the last process that opened it */
-	uint32_t pad;
-	uint64_t sum;                /* of everything above */
-	unsigned char unused[PAGE - 104];
-};
-_Static_assert(sizeof(struct persist_super) == PAGE, "one page per superblock copy");
-
-struct persist_object {
-	uint64_t gen;                /* 0 = free */
-	uint32_t name_len;
-	uint32_t pad;
-	char name[PERSIST_NAME_MAX + 1];
-	uint64_t sum;
-};
-
-struct persist_slot {
-	uint64_t seq;                /* 0 = free */
-	uint64_t object_gen;
-	uint32_t object;
-	uint32_t bucket;
-	uint64_t data_sum;
-	uint64_t sum;                /* of the fields above; written last */
-	unsigned char pad[24];
-};
-_Static_assert(sizeof(struct persist_slot) == 64, "a header is one cache line");
-
-static uint64_t round_page(uint64_t n) { return (n + PAGE - 1) / PAGE * PAGE; }
-
-static uint64_t super_sum(const struct persist_super *s)
-{
-	return XXH3_64bits(s, offsetof(struct persist_super, sum));
-}
-
-static uint64_t object_sum(const struct persist_object *o)
-{
-	return XXH3_64bits(o, offsetof(struct persist_object, sum));
-}
-
-static uint64_t slot_sum(const struct persist_slot *h)
-{
-	return XXH3_64bits(h, offsetof(struct persist_slot, sum));
-}
+#include "persist_format.h"
 
 static int say_why(char *why, size_t len, int err, const char *fmt, ...)
 {
@@ -86,38 +26,6 @@ static int say_why(char *why, size_t len, int err, const char *fmt, ...)
 	vsnprintf(why, len, fmt, ap);
 	va_end(ap);
 	return -err;
-}
-
-/* The layout a geometry asks for, in a superblock. */
-static void layout(struct persist_super *s, const struct persist_geometry *g)
-{
-	memset(s, 0, sizeof(*s));
-	memcpy(s->magic, PERSIST_MAGIC, sizeof(s->magic));
-	s->version = PERSIST_VERSION;
-	s->object_size = g->object_size;
-	s->bucket_size = g->bucket_size;
-	s->nr_slots = g->nr_slots;
-	s->nr_objects = g->nr_objects;
-	s->blocker_port = g->blocker_port;
-	s->objects_off = 2 * PAGE;
-	s->slots_off = s->objects_off +
-		       round_page((uint64_t)g->nr_objects * sizeof(struct persist_object));
-	s->data_off = s->slots_off + round_page((uint64_t)g->nr_slots * sizeof(struct persist_slot));
-	s->file_size = s->data_off + (uint64_t)g->nr_slots * g->bucket_size;
-}
-
-/* The valid copy with the higher generation, or NULL. */
-static const struct persist_super *newest_super(const struct persist_super *two)
-{
-	const struct persist_super *best = NULL;
-	for (int i = 0; i < 2; i++) {
-		const struct persist_super *s = &two[i];
-		if (memcmp(s->magic, PERSIST_MAGIC, sizeof(s->magic)) || s->sum != super_sum(s))
-			continue;
-		if (!best || s->generation > best->generation)
-			best = s;
-	}
-	return best;
 }
 
 /* Writes a new superblock over the older copy; the other stays valid. */
@@ -130,6 +38,9 @@ static void write_super(struct persist *p, uint32_t state)
 	s.generation = ++p->super_gen;
 	s.seq_floor = atomic_load(&p->next_seq);
 	s.owner_pid = (int32_t)getpid();
+	s.seg_port = p->geo.cache_port;
+	s.seg_instance = p->geo.segment;
+	s.seg_given_up = p->geo.given_up;
 	s.sum = super_sum(&s);
 	struct persist_super *dst = cur == &p->super[0] ? &p->super[1] : &p->super[0];
 	memcpy(dst, &s, sizeof(s));
@@ -221,6 +132,15 @@ static uint64_t valid_bytes(const struct persist_super *s, const unsigned char *
 	return n;
 }
 
+/* The port this file serves gave dirty data up since the file was last
+ * written in this segment (a new segment, after a reboot or `xseg up`,
+ * knows nothing of it: the file is then the only copy). */
+static bool given_up_since(const struct persist_super *s, const struct persist_geometry *g)
+{
+	return g->segment && s->seg_instance == g->segment && s->seg_port == g->cache_port &&
+	       g->given_up > s->seg_given_up;
+}
+
 static int alloc_tables(struct persist *p, char *why, size_t len)
 {
 	p->obj_refs = calloc(p->geo.nr_objects, sizeof(*p->obj_refs));
@@ -274,8 +194,14 @@ int persist_open(struct persist *p, const char *path, const struct persist_geome
 			    strerror(errno));
 	const struct persist_super *s = st.st_size >= 2 * PAGE ? newest_super(m) : NULL;
 	rc = check_existing(s, g, path, (uint64_t)st.st_size, why, len);
+	uint64_t held = valid_bytes(s, m, (uint64_t)st.st_size);
 	if (discard && discarded_bytes)
-		*discarded_bytes = valid_bytes(s, m, (uint64_t)st.st_size);
+		*discarded_bytes = held;
+	if (!rc && !discard && held && given_up_since(s, g))
+		rc = say_why(why, len, ESTALE, "--persist: '%s' holds %llu dirty bytes that `xseg "
+			     "unplug --force` gave up on port %u after the file was last used; the "
+			     "blocker may hold newer data: --persist-discard drops them", path,
+			     (unsigned long long)held, g->cache_port);
 	if (!rc) {
 		p->super_gen = s->generation;
 		atomic_store(&p->next_seq, s->seq_floor ? s->seq_floor : 1);

@@ -55,6 +55,13 @@ struct persist_geometry {
 	uint32_t nr_slots;       /* data slots (the cache's buckets) */
 	uint32_t nr_objects;     /* object records (objects with dirty data at once) */
 	uint32_t blocker_port;
+	/* Not geometry: where the file is used now, stamped into it. A file
+	 * stamped by this segment instance and port that still holds dirty
+	 * data the port has given up since (`xseg unplug --force`) is refused:
+	 * the path may have written newer data to the blocker. 0: unknown. */
+	uint64_t segment;
+	uint32_t cache_port;
+	uint64_t given_up;
 };
 
 struct persist_recovery {
@@ -93,7 +100,8 @@ struct persist {
  * exist, and locks it against a second cached. Refuses, with one line in
  * `why` and without writing to the file: a file in use by a live process,
  * a file that is not a persist file, one made with another geometry or
- * blocker port. With `discard` an existing file of any geometry is started
+ * blocker port (EINVAL), one holding dirty data its port gave up (ESTALE:
+ * see persist_geometry.segment). With `discard` an existing file of any geometry is started
  * afresh; *discarded_bytes says how much dirty data that dropped. 0 or
  * -errno. A file that existed must go through persist_recover() before
  * anything is published (it rebuilds the free object records).

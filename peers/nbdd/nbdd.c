@@ -1,9 +1,11 @@
 /*
  * nbdd: serves volumes to NBD clients (qemu, fio, nbdcopy, the kernel's
- * nbd-client) over TCP and a Unix socket. Each --volume is an export of the
- * same name; NBD commands become requests on that volume sent to
- * --target-port (vlmcd), so a cache plugged in behind vlmcd serves them too.
- * See nbdd.h for the modules and threads.
+ * nbd-client) over TCP and a Unix socket. At start it asks --target-port
+ * (vlmcd) for its volumes and sizes (target.c): each is an export of the
+ * same name, or only those --volume names, which must match vlmcd's. NBD
+ * commands become requests on that volume sent to --target-port, so a
+ * cache plugged in behind vlmcd serves them too. See nbdd.h for the
+ * modules and threads.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -14,6 +16,7 @@
 #include "nbdd.h"
 #include "peer/addr.h"
 #include "peer/volumes.h"
+#include "target.h"
 
 struct nbdd_config nbdd_cfg = {
 	.max_request = 32u << 20,
@@ -24,7 +27,18 @@ struct nbdd_config nbdd_cfg = {
 	.socket_mode = 0600,
 	.max_client_buffer = 32u << 20,
 	.max_buffer_total = 256u << 20,
+	.target_timeout = 30,
 };
+
+/* A list of exports being built: the operator's (--volume), vlmcd's. */
+struct export_list {
+	struct nbd_export *v;
+	unsigned n;
+};
+
+/* What --volume and --volumes-file gave: checked against vlmcd's list in
+ * init, then served; none: vlmcd's list is served whole. */
+static struct export_list given;
 
 /* --max-buffer-total as given: checked against --max-client-buffer once
  * both are known. */
@@ -32,12 +46,18 @@ static const char *max_buffer_total_arg;
 
 /* ---- exports ------------------------------------------------------------------------ */
 
+static struct nbd_export *find_in(const struct export_list *l, const char *name, uint32_t len)
+{
+	for (unsigned i = 0; i < l->n; i++)
+		if (l->v[i].name_len == len && !memcmp(l->v[i].name, name, len))
+			return &l->v[i];
+	return NULL;
+}
+
 const struct nbd_export *nbdd_find_export(const uint8_t *name, uint32_t len)
 {
-	for (unsigned i = 0; i < nbdd_cfg.nr_exports; i++)
-		if (nbdd_cfg.exports[i].name_len == len && !memcmp(nbdd_cfg.exports[i].name, name, len))
-			return &nbdd_cfg.exports[i];
-	return NULL;
+	struct export_list served = { nbdd_cfg.exports, nbdd_cfg.nr_exports };
+	return find_in(&served, (const char *)name, len);
 }
 
 uint16_t nbdd_transmission_flags(void)
@@ -48,24 +68,80 @@ uint16_t nbdd_transmission_flags(void)
 	       NBD_FLAG_SEND_TRIM | NBD_FLAG_SEND_WRITE_ZEROES | NBD_FLAG_CAN_MULTI_CONN;
 }
 
-/* An export per volume, in vlmcd's syntax: the target name is the volume. */
+/* An export per volume, in vlmcd's syntax: the target name is the volume.
+ * ctx is the export_list; opt outlives it (an option's name, or NULL). */
 static int add_export(void *ctx, const char *opt, const char *name, uint64_t bytes)
 {
-	(void)ctx;
+	struct export_list *l = ctx;
 	size_t len = strlen(name);
-	if (nbdd_find_export((const uint8_t *)name, (uint32_t)len))
+	if (find_in(l, name, (uint32_t)len))
 		return peer_arg_error(opt, name, "is given twice");
-	struct nbd_export *grown = realloc(nbdd_cfg.exports,
-					   (nbdd_cfg.nr_exports + 1) * sizeof(*grown));
+	struct nbd_export *grown = realloc(l->v, (l->n + 1) * sizeof(*grown));
 	char *copy = strdup(name);
 	if (grown)
-		nbdd_cfg.exports = grown;
+		l->v = grown;
 	if (!grown || !copy) {
 		free(copy);
 		return peer_arg_error(opt, name, "does not fit in memory");
 	}
-	nbdd_cfg.exports[nbdd_cfg.nr_exports++] =
-		(struct nbd_export){ .name = copy, .name_len = (uint32_t)len, .size = bytes };
+	l->v[l->n++] = (struct nbd_export){ .name = copy, .name_len = (uint32_t)len,
+					    .size = bytes, .given_by = l == &given ? opt : NULL };
+	return 0;
+}
+
+static void free_exports(struct export_list *l)
+{
+	for (unsigned i = 0; i < l->n; i++)
+		free(l->v[i].name);
+	free(l->v);
+	l->v = NULL;
+	l->n = 0;
+}
+
+/*
+ * The exports served: vlmcd's volumes (asked at start, waiting up to
+ * --target-timeout for it), or those given, each of which vlmcd must have
+ * at the same size (2 when not: a wrong argument). A given list guards
+ * against serving the wrong volume set; vlmcd's sizes always win.
+ */
+static int choose_exports(struct peer *p)
+{
+	struct export_list target = { 0 };
+	if (target_volumes(p, (uint32_t)nbdd_cfg.target_port, (unsigned)nbdd_cfg.target_timeout,
+			   add_export, &target) < 0) {
+		free_exports(&target);
+		return 1;
+	}
+	int rc = 0;
+	for (unsigned i = 0; i < given.n && !rc; i++) {
+		const struct nbd_export *g = &given.v[i];
+		const struct nbd_export *t = find_in(&target, g->name, g->name_len);
+		char why[200];
+		if (!t) {
+			int n = snprintf(why, sizeof(why), "is not a volume of --target-port %" PRIu64
+					 " (it has", nbdd_cfg.target_port);
+			for (unsigned j = 0; j < target.n && n < 150; j++)
+				n += snprintf(why + n, sizeof(why) - (size_t)n, "%s %.40s",
+					      j ? "," : "", target.v[j].name);
+			snprintf(why + n, sizeof(why) - (size_t)n, "%s)", n >= 150 ? ", ..." : "");
+		} else if (t->size != g->size)
+			snprintf(why, sizeof(why), "is %" PRIu64 " bytes here but %" PRIu64
+				 " bytes on --target-port %" PRIu64, g->size, t->size,
+				 nbdd_cfg.target_port);
+		if (!t || t->size != g->size) {
+			peer_arg_error(g->given_by, g->name, why);
+			rc = 2;
+		}
+	}
+	if (rc || given.n) {
+		free_exports(&target);
+		if (rc)
+			return rc;
+		target = given;
+		given = (struct export_list){ 0 };
+	}
+	nbdd_cfg.exports = target.v;
+	nbdd_cfg.nr_exports = target.n;
 	return 0;
 }
 
@@ -93,7 +169,7 @@ static int add_listen(const char *arg)
 enum {
 	OPT_TARGET_PORT = 1, OPT_LISTEN, OPT_UNIX, OPT_VOLUME, OPT_VOLUMES_FILE,
 	OPT_MAX_REQUEST, OPT_CHUNK_SIZE, OPT_MAX_INFLIGHT, OPT_IO_TIMEOUT, OPT_MAX_CONNECTIONS,
-	OPT_SOCKET_MODE, OPT_MAX_CLIENT_BUFFER, OPT_MAX_BUFFER_TOTAL,
+	OPT_SOCKET_MODE, OPT_MAX_CLIENT_BUFFER, OPT_MAX_BUFFER_TOTAL, OPT_TARGET_TIMEOUT,
 };
 
 static const struct option nbdd_options[] = {
@@ -110,18 +186,22 @@ static const struct option nbdd_options[] = {
 	{ "socket-mode", required_argument, NULL, OPT_SOCKET_MODE },
 	{ "max-client-buffer", required_argument, NULL, OPT_MAX_CLIENT_BUFFER },
 	{ "max-buffer-total", required_argument, NULL, OPT_MAX_BUFFER_TOTAL },
+	{ "target-timeout", required_argument, NULL, OPT_TARGET_TIMEOUT },
 	{ NULL, 0, NULL, 0 },
 };
 
 static const char nbdd_usage[] =
-"  --target-port N        where volume requests go: vlmcd's port (required)\n"
+"  --target-port N        where volume requests go: vlmcd's port (required);\n"
+"                         its volumes are the exports, asked for at start\n"
+"  --target-timeout S     seconds to wait at start for it to list them (30)\n"
 "  --listen ADDR:PORT     TCP address to serve (repeatable, up to 4): a numeric\n"
 "                         address, [::1]:N for IPv6, 0.0.0.0:N for all IPv4\n"
 "  --unix PATH            Unix socket to serve (at least one of --listen, --unix)\n"
 "  --socket-mode OCTAL    the --unix socket file's mode, whatever the umask\n"
 "                         (default 0600: only nbdd's user; 0660 adds its group)\n"
-"  --volume NAME:SIZE     an export: vlmcd's volume NAME (repeatable)\n"
-"  --volumes-file F       exports, one 'NAME SIZE' per line ('#' comments)\n"
+"  --volume NAME:SIZE     serve only these of vlmcd's volumes (repeatable);\n"
+"                         a NAME vlmcd lacks or a SIZE not its own: exit 2\n"
+"  --volumes-file F       the same, one 'NAME SIZE' per line ('#' comments)\n"
 "  --max-request-size S   largest READ/WRITE, announced as the maximum block\n"
 "                         size (default 32M)\n"
 "  --chunk-size S         largest request sent to the target (default 1M)\n"
@@ -168,9 +248,9 @@ static int parse_option(struct peer *p, int val, const char *arg)
 		nbdd_cfg.unix_path = (char *)arg;
 		return 0;
 	case OPT_VOLUME:
-		return peer_volume_arg("--volume", arg, add_export, NULL);
+		return peer_volume_arg("--volume", arg, add_export, &given);
 	case OPT_VOLUMES_FILE:
-		return peer_volumes_file("--volumes-file", arg, add_export, NULL);
+		return peer_volumes_file("--volumes-file", arg, add_export, &given);
 	case OPT_MAX_REQUEST:
 		return peer_arg_size("--max-request-size", arg, 4096, 1u << 30, &nbdd_cfg.max_request);
 	case OPT_CHUNK_SIZE:
@@ -186,6 +266,8 @@ static int parse_option(struct peer *p, int val, const char *arg)
 	case OPT_MAX_CLIENT_BUFFER:
 		return peer_arg_size("--max-client-buffer", arg, 64u << 10, 1ull << 40,
 				     &nbdd_cfg.max_client_buffer);
+	case OPT_TARGET_TIMEOUT:
+		return peer_arg_uint("--target-timeout", arg, 1, 86400, &nbdd_cfg.target_timeout);
 	case OPT_MAX_BUFFER_TOTAL:
 		max_buffer_total_arg = arg;
 		return peer_arg_size("--max-buffer-total", arg, 64u << 10, 1ull << 40,
@@ -199,10 +281,6 @@ static int check_options(struct peer *p)
 	(void)p;
 	if (!nbdd_cfg.have_target) {
 		fprintf(stderr, "nbdd: --target-port is required (see --help)\n");
-		return -1;
-	}
-	if (!nbdd_cfg.nr_exports) {
-		fprintf(stderr, "nbdd: at least one --volume or --volumes-file is required\n");
 		return -1;
 	}
 	if (!nbdd_cfg.nr_listen && !nbdd_cfg.unix_path) {
@@ -234,6 +312,9 @@ static const struct server_ops server_ops = {
 
 static int init(struct peer *p)
 {
+	int rc = choose_exports(p);
+	if (rc)
+		return rc;
 	if (server_open(p, &server_ops) < 0)
 		return -1;
 	for (unsigned i = 0; i < nbdd_cfg.nr_exports; i++)
@@ -258,17 +339,17 @@ static void fini(struct peer *p)
 {
 	(void)p;
 	server_close();
-	for (unsigned i = 0; i < nbdd_cfg.nr_exports; i++)
-		free(nbdd_cfg.exports[i].name);
-	free(nbdd_cfg.exports);
+	struct export_list served = { nbdd_cfg.exports, nbdd_cfg.nr_exports };
+	free_exports(&served);
+	free_exports(&given);
 	nbdd_cfg.exports = NULL;
 	nbdd_cfg.nr_exports = 0;
 }
 
 static const struct peer_ops nbdd_ops = {
 	.name = "nbdd",
-	.summary = "Serves volumes over NBD: each --volume is an export whose commands\n"
-		   "go to --target-port (vlmcd).",
+	.summary = "Serves volumes over NBD: each of --target-port's (vlmcd's) volumes\n"
+		   "is an export whose commands go there.",
 	.options = nbdd_options,
 	.options_usage = nbdd_usage,
 	.parse_option = parse_option,

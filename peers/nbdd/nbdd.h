@@ -1,15 +1,16 @@
 /*
  * nbdd's modules and what they share:
  *   nbdd.c    options, exports, the peer_ops, main
+ *   target.c  asking the target port for its volumes at start (init)
  *   server.c  the socket thread: listeners, connections, handshake, reading
  *             requests, writing replies (epoll, non-blocking)
  *   cmd.c     one NBD command on the worker threads: requests to the
  *             target port in chunks, the reply handed back to its connection
  *   proto.c   the wire format (pure functions)
  *
- * Layers, top down: nbdd.c -> cmd.c -> server.c -> proto.c. Each calls the
- * ones below by name; server.c calls up only through the struct server_ops
- * nbdd.c gives server_open.
+ * Layers, top down: nbdd.c -> cmd.c -> server.c -> proto.c, and nbdd.c ->
+ * target.c. Each calls the ones below by name; server.c calls up only
+ * through the struct server_ops nbdd.c gives server_open.
  *
  * Threads: one socket thread owns every connection's input side; commands
  * go to the runtime's workers with peer_post; a worker queues the reply on
@@ -33,6 +34,7 @@ struct nbd_export {
 	char *name;
 	uint32_t name_len;
 	uint64_t size;
+	const char *given_by;   /* --volume or --volumes-file; NULL: vlmcd's list */
 };
 
 struct nbdd_config {
@@ -40,6 +42,7 @@ struct nbdd_config {
 	unsigned nr_exports;
 	uint64_t target_port;
 	bool have_target;
+	uint64_t target_timeout;      /* seconds to wait at start for its volume list */
 	char *listen[4];              /* ADDR:PORT, as given (for log lines) */
 	struct sockaddr_storage listen_addr[4];   /* ... checked and parsed */
 	socklen_t listen_addr_len[4];

@@ -757,6 +757,7 @@ static void wait_for_stop(struct peer *p, const sigset_t *set)
 		int sig = sigtimedwait(set, NULL, &ts);
 		if ((sig == SIGTERM || sig == SIGINT) && !stop_by) {
 			peer_info("signal %d: stopping", sig);
+			peer_notify_stopping();
 			stop_by = xseg_now_ns() +
 				  (uint64_t)p->cfg.stop_timeout_s * 1000000000ull;
 		}
@@ -861,10 +862,12 @@ int peer_main(int argc, char **argv, const struct peer_ops *ops, void *priv)
 	peer_info("serving on segment '%s', port %u-%u, %u threads", p->cfg.segment,
 		  p->cfg.port_first, p->cfg.port_last, p->cfg.threads);
 	if (!atomic_load(&p->failed)) {
+		peer_notify_ready(p);   /* before the caller of --daemon exits */
 		peer_daemon_ready(ready_fd, 0);
 		ready_fd = -1;
 	}
 	wait_for_stop(p, &set);
+	peer_notify_stopping();   /* also a stop without a signal */
 	if (!wait_for_workers(p, &set)) {
 		peer_error("stop: gave up after %us with %" PRIu64 " accepted requests unanswered, "
 			   "%" PRIu64 " sends outstanding, %" PRIu64 " deferred",

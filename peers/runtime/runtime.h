@@ -101,4 +101,8 @@ uint64_t peer_make_salt(void);
 /* log.c */
 const char *peer_log_name(void);
 
+/* notify.c: systemd's READY=1 once serving, STOPPING=1 once a stop begins. */
+void peer_notify_ready(struct peer *p);
+void peer_notify_stopping(void);
+
 #endif /* PEER_RUNTIME_H */

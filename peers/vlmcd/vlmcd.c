@@ -12,7 +12,8 @@
  * FLUSH (a bitmap per volume, set when a written part is acknowledged) and
  * is answered when all those object flushes are. FLUSHes of one volume run
  * one after the other, so a FLUSH is answered only after every earlier one.
- * INFO answers the volume's configured size.
+ * INFO answers the volume's configured size; INFO with no target, the
+ * list of volumes and their sizes (what nbdd exports).
  *
  * Everything goes to --blocker-port through the runtime's peer_send, so a
  * cache can be routed in between (xseg plug) without vlmcd knowing. When
@@ -421,9 +422,37 @@ static void serve_flush(struct peer_thread *t, struct xseg_request *req, struct 
 	start_flush(t, job);
 }
 
+/*
+ * INFO with no target: the volume list, so that nbdd need not be told it
+ * again. Text lines "NAME SIZE\n" (SIZE in bytes), in the order given: a
+ * --volumes-file's syntax. serviced is its length.
+ */
+static void serve_list(struct peer_thread *t, struct xseg_request *req)
+{
+	uint64_t len = 0;
+	for (unsigned i = 0; i < V.nr_volumes; i++)
+		len += V.volumes[i]->len + 22u;   /* ' ', up to 20 digits, '\n' */
+	char *out = peer_reply_data(t, req, len + 1);
+	if (!out) {
+		peer_fail(t, req, ENOMEM);
+		return;
+	}
+	uint64_t n = 0;
+	for (unsigned i = 0; i < V.nr_volumes; i++)
+		n += (uint64_t)snprintf(out + n, len + 1 - n, "%s %" PRIu64 "\n",
+					V.volumes[i]->name, V.volumes[i]->size);
+	req->serviced = n;
+	peer_complete(t, req);
+}
+
 static void on_request(struct peer_thread *t, struct xseg_request *req)
 {
 	const char *name = xseg_get_target(peer_segment(peer_of(t)), req);
+
+	if (req->op == X_INFO && req->targetlen == 0) {
+		serve_list(t, req);
+		return;
+	}
 	struct volume *v = name ? find_volume(name, req->targetlen) : NULL;
 
 	if (!v) {

@@ -17,6 +17,7 @@ import time
 
 MAGIC, IHAVEOPT = b"NBDMAGIC", b"IHAVEOPT"
 OPT_LIST, OPT_GO, REP_ACK, REP_SERVER, REP_INFO = 3, 7, 1, 2, 3
+OPT_EXPORT_NAME, OPT_INFO = 1, 6
 REQ_MAGIC, REPLY_MAGIC = 0x25609513, 0x67446698
 READ, WRITE, DISC, FLUSH, TRIM, WRITE_ZEROES = 0, 1, 2, 3, 4, 6
 FLAG_FUA, FLAG_NO_HOLE = 1, 2
@@ -195,13 +196,29 @@ def huge_option(s):
 
 
 def unknown_export(s):
+    """GO and INFO on a name nbdd does not serve: NBD_REP_ERR_UNKNOWN, the
+    handshake goes on; the old EXPORT_NAME has no error reply: the server
+    closes (the spec)."""
     recv_exact(s, 18)
     s.sendall(struct.pack(">I", 3))
     data = struct.pack(">I", 5) + b"nosuc" + struct.pack(">H", 0)
-    s.sendall(IHAVEOPT + struct.pack(">II", OPT_GO, len(data)) + data)
-    _, _, rtype, length = struct.unpack(">QIII", recv_exact(s, 20))
-    if rtype != 0x80000006:
-        fail("unknown export answered %#x, not NBD_REP_ERR_UNKNOWN" % rtype)
+    for opt in (OPT_GO, OPT_INFO):
+        s.sendall(IHAVEOPT + struct.pack(">II", opt, len(data)) + data)
+        _, ropt, rtype, length = struct.unpack(">QIII", recv_exact(s, 20))
+        recv_exact(s, length)
+        if ropt != opt or rtype != 0x80000006:
+            fail("unknown export in option %d answered %#x to %d, not NBD_REP_ERR_UNKNOWN"
+                 % (opt, rtype, ropt))
+    s.sendall(IHAVEOPT + struct.pack(">II", OPT_EXPORT_NAME, 5) + b"nosuc")
+    s.settimeout(5)
+    try:
+        extra = s.recv(65536)
+    except (ConnectionResetError, BrokenPipeError):
+        extra = b""
+    except socket.timeout:
+        fail("unknown export in NBD_OPT_EXPORT_NAME: the connection stayed open")
+    if extra:
+        fail("unknown export in NBD_OPT_EXPORT_NAME answered %r, not a close" % extra[:32])
 
 
 def stalled(s, what, send_part):

@@ -141,9 +141,11 @@ static void print_reply(struct xseg *seg, struct xseg_request *r)
 	}
 	printf("SERVED serviced=%" PRIu64, r->serviced);
 	const unsigned char *d = xseg_get_data(seg, r);
-	if (r->op == X_INFO && r->datalen >= sizeof(struct xseg_reply_info))
+	/* INFO with no target: vlmcd's volume list, text */
+	bool listing = r->op == X_INFO && r->targetlen == 0;
+	if (r->op == X_INFO && !listing && r->datalen >= sizeof(struct xseg_reply_info))
 		printf(" size=%" PRIu64, ((const struct xseg_reply_info *)d)->size);
-	if ((r->op == X_READ || r->op == X_CONTROL) && d) {
+	if ((r->op == X_READ || r->op == X_CONTROL || listing) && d) {
 		uint64_t n = r->serviced < r->datalen ? r->serviced : r->datalen;
 		printf(" data='");
 		for (uint64_t i = 0; i < n && i < 64; i++)

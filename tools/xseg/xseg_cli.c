@@ -269,10 +269,10 @@ static int cmd_info(struct args *a)
 		       ",\"ports\":%u,\"requests\":%u,\"free_requests\":%u,\"reserved_requests\":%u"
 		       ",\"heap_size\":%" PRIu64
 		       ",\"heap_used\":%" PRIu64 ",\"heap_largest_free\":%" PRIu64
-		       ",\"heap_buffers\":%" PRIu64 ",\"port_list\":[",
+		       ",\"heap_buffers\":%" PRIu64 ",\"instance\":\"%016" PRIx64 "\",\"port_list\":[",
 		       si.layout_version, si.segment_size, si.nr_ports, si.nr_requests,
 		       si.free_requests, si.reserved_requests, si.heap_size, si.heap_used, si.heap_free_largest,
-		       si.heap_allocs);
+		       si.heap_allocs, si.instance);
 	} else {
 		printf("segment %s: %" PRIu64 " bytes, layout %u\n", a->segment, si.segment_size,
 		       si.layout_version);
@@ -300,9 +300,10 @@ static int cmd_info(struct args *a)
 			printf(",\"request_depth\":%u,\"reply_depth\":%u,\"waiters\":%u,"
 			       "\"submitted\":%" PRIu64 ",\"replied\":%" PRIu64 ",\"reserved\":%u,"
 			       "\"epoch\":%u,\"dropped_replies\":%" PRIu64
-			       ",\"dirty_bytes\":%" PRIu64 "}",
+			       ",\"dirty_bytes\":%" PRIu64 ",\"given_up_bytes\":%" PRIu64 "}",
 			       pi.request_depth, pi.reply_depth, pi.waiters, pi.submitted, pi.replied,
-			       pi.reserved, pi.epoch, pi.dropped_replies, pi.dirty_bytes);
+			       pi.reserved, pi.epoch, pi.dropped_replies, pi.dirty_bytes,
+			       pi.given_up_bytes);
 		} else {
 			char next[16] = "-";
 			if (pi.next_hop != XSEG_NO_PORT)

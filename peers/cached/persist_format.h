@@ -1,0 +1,111 @@
+/*
+ * The persist file's on-disk format, private to persist.c (which writes
+ * it) and persist_inspect.c (which only reads it). See persist.h for the
+ * layout and the ordering rules.
+ */
+#ifndef CACHED_PERSIST_FORMAT_H
+#define CACHED_PERSIST_FORMAT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "persist.h"
+
+#define PERSIST_MAGIC   "XSEGPCF"   /* 8 bytes with the NUL */
+#define PERSIST_VERSION 2u   /* 2: the segment stamp */
+#define PAGE            4096u
+
+enum { SUPER_CLEAN = 1, SUPER_IN_USE = 2 };
+
+struct persist_super {
+	char magic[8];
+	uint32_t version;
+	uint32_t state;              /* SUPER_CLEAN or SUPER_IN_USE */
+	uint64_t generation;         /* the higher valid copy counts */
+	uint64_t object_size;
+	uint32_t bucket_size;
+	uint32_t nr_slots;
+	uint32_t nr_objects;
+	uint32_t blocker_port;
+	uint64_t objects_off, slots_off, data_off, file_size;
+	uint64_t seq_floor;          /* every seq in the file is below it at a clean close */
+	int32_t owner_pid;           /* the last process that opened it */
+	uint32_t seg_port;           /* the segment stamp: the cache's port, */
+	uint64_t seg_instance;       /* ... its segment (0: unknown) */
+	uint64_t seg_given_up;       /* ... and the port's give-ups, when last written */
+	uint64_t sum;                /* of everything above */
+	unsigned char unused[PAGE - 120];
+};
+_Static_assert(sizeof(struct persist_super) == PAGE, "one page per superblock copy");
+
+struct persist_object {
+	uint64_t gen;                /* 0 = free */
+	uint32_t name_len;
+	uint32_t pad;
+	char name[PERSIST_NAME_MAX + 1];
+	uint64_t sum;
+};
+
+struct persist_slot {
+	uint64_t seq;                /* 0 = free */
+	uint64_t object_gen;
+	uint32_t object;
+	uint32_t bucket;
+	uint64_t data_sum;
+	uint64_t sum;                /* of the fields above; written last */
+	unsigned char pad[24];
+};
+_Static_assert(sizeof(struct persist_slot) == 64, "a header is one cache line");
+
+static inline uint64_t round_page(uint64_t n) { return (n + PAGE - 1) / PAGE * PAGE; }
+
+static inline uint64_t super_sum(const struct persist_super *s)
+{
+	return XXH3_64bits(s, offsetof(struct persist_super, sum));
+}
+
+static inline uint64_t object_sum(const struct persist_object *o)
+{
+	return XXH3_64bits(o, offsetof(struct persist_object, sum));
+}
+
+static inline uint64_t slot_sum(const struct persist_slot *h)
+{
+	return XXH3_64bits(h, offsetof(struct persist_slot, sum));
+}
+
+/* The layout a geometry asks for, in a superblock. */
+static inline void layout(struct persist_super *s, const struct persist_geometry *g)
+{
+	memset(s, 0, sizeof(*s));
+	memcpy(s->magic, PERSIST_MAGIC, sizeof(s->magic));
+	s->version = PERSIST_VERSION;
+	s->object_size = g->object_size;
+	s->bucket_size = g->bucket_size;
+	s->nr_slots = g->nr_slots;
+	s->nr_objects = g->nr_objects;
+	s->blocker_port = g->blocker_port;
+	s->objects_off = 2 * PAGE;
+	s->slots_off = s->objects_off +
+		       round_page((uint64_t)g->nr_objects * sizeof(struct persist_object));
+	s->data_off = s->slots_off + round_page((uint64_t)g->nr_slots * sizeof(struct persist_slot));
+	s->file_size = s->data_off + (uint64_t)g->nr_slots * g->bucket_size;
+}
+
+/* The valid copy with the higher generation, or NULL. */
+static inline const struct persist_super *newest_super(const struct persist_super *two)
+{
+	const struct persist_super *best = NULL;
+	for (int i = 0; i < 2; i++) {
+		const struct persist_super *s = &two[i];
+		if (memcmp(s->magic, PERSIST_MAGIC, sizeof(s->magic)) || s->sum != super_sum(s))
+			continue;
+		if (!best || s->generation > best->generation)
+			best = s;
+	}
+	return best;
+}
+
+#endif

@@ -19,7 +19,8 @@
 extern "C" {
 #endif
 
-/* A request begins: counted in flight; returns the time to give the end. */
+/* A request begins: counted in flight; returns its start (a time in
+ * ticks of the runtime's own: only for peer_stats_end). */
 uint64_t peer_stats_begin(void);
 /* It ended: `op` an enum xseg_op (X_READ, X_WRITE, or any other), `bytes`
  * moved when served, `err` 0 or the errno it failed with. */

@@ -17,7 +17,22 @@
 
 #include "xseg/xseg.h"
 
-/* Latency buckets: 8 per power of two (values within 12.5%). */
+/*
+ * Time is counted in ticks: the TSC on x86 (a clock read through the
+ * vDSO costs 20-60 ns, more under a hypervisor's clock; two per request
+ * were most of what counting cost nulld), CLOCK_MONOTONIC ns elsewhere.
+ * The reader turns ticks into ns (peer_stats_read: ns_per_tick).
+ */
+static inline uint64_t peer_stats_ticks(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	return __builtin_ia32_rdtsc();
+#else
+	return xseg_now_ns();
+#endif
+}
+
+/* Latency buckets (of ticks): 8 per power of two (values within 12.5%). */
 #define PEER_STATS_SUB_BITS 3
 #define PEER_STATS_BUCKETS  (64u << PEER_STATS_SUB_BITS)
 
@@ -29,7 +44,7 @@ struct peer_stats_block {
 	_Atomic uint64_t bytes[PEER_STATS_CLASSES];
 	_Atomic uint64_t errors[PEER_STATS_CLASSES];
 	_Atomic uint64_t sent, sent_failed;         /* the peer's own sends */
-	_Atomic uint64_t lat_sum_ns, lat_max_ns;
+	_Atomic uint64_t lat_sum, lat_max;          /* ticks */
 	_Atomic uint64_t hist[PEER_STATS_BUCKETS];
 	struct peer_stats_block *next;              /* set once, before publishing */
 	_Atomic int owned;                          /* a live thread writes it */
@@ -69,9 +84,9 @@ static inline unsigned peer_stats_bucket(uint64_t ns)
 	       (unsigned)((ns >> (msb - PEER_STATS_SUB_BITS)) & ((1u << PEER_STATS_SUB_BITS) - 1));
 }
 
-/* One request done: its class, bytes (when served), error, latency. */
+/* One request done: its class, bytes (when served), error, latency (ticks). */
 static inline void peer_stats_done(struct peer_stats_block *b, uint32_t op, bool served,
-				   uint64_t bytes, uint64_t lat_ns)
+				   uint64_t bytes, uint64_t lat)
 {
 	unsigned c = peer_stats_class(op);
 	peer_stats_add(&b->done, 1);
@@ -80,24 +95,25 @@ static inline void peer_stats_done(struct peer_stats_block *b, uint32_t op, bool
 		peer_stats_add(&b->bytes[c], c == PEER_STATS_OTHER ? 0 : bytes);
 	else
 		peer_stats_add(&b->errors[c], 1);
-	peer_stats_add(&b->lat_sum_ns, lat_ns);
-	if (lat_ns > atomic_load_explicit(&b->lat_max_ns, memory_order_relaxed))
-		atomic_store_explicit(&b->lat_max_ns, lat_ns, memory_order_relaxed);
-	peer_stats_add(&b->hist[peer_stats_bucket(lat_ns)], 1);
+	peer_stats_add(&b->lat_sum, lat);
+	if (lat > atomic_load_explicit(&b->lat_max, memory_order_relaxed))
+		atomic_store_explicit(&b->lat_max, lat, memory_order_relaxed);
+	peer_stats_add(&b->hist[peer_stats_bucket(lat)], 1);
 }
 
 /* Every block summed (stats.c). */
 struct peer_stats_sum {
-	uint64_t begun, done, sent, sent_failed, lat_sum_ns, lat_max_ns;
+	uint64_t begun, done, sent, sent_failed, lat_sum, lat_max;   /* ticks */
+	double ns_per_tick;
 	uint64_t requests[PEER_STATS_CLASSES], bytes[PEER_STATS_CLASSES];
 	uint64_t errors[PEER_STATS_CLASSES];
 	uint64_t hist[PEER_STATS_BUCKETS];
 };
 void peer_stats_read(struct peer_stats_sum *s);
-/* Bucket i covers [lo, lo + width). */
+/* Bucket i covers [lo, lo + width) ticks. */
 void peer_stats_bucket_range(unsigned i, uint64_t *lo, uint64_t *width);
 /* The latency (ns) below which `pct` percent of the requests fell: the
  * middle of the bucket it lands in; 0 without requests. */
-uint64_t peer_stats_percentile(const struct peer_stats_sum *s, double pct);
+double peer_stats_percentile(const struct peer_stats_sum *s, double pct);
 
 #endif /* PEER_COUNTERS_H */

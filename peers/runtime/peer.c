@@ -51,8 +51,8 @@ static inline __attribute__((always_inline)) void respond(struct peer *p,
 	/* Counted first: once answered, the request is no longer ours. */
 	struct peer_stats_block *b = peer_stats_block();
 	if (b && req->index < p->nr_requests) {
-		uint64_t lat = xseg_now_ns() -
-			atomic_load_explicit(&p->accept_ns[req->index], memory_order_relaxed);
+		uint64_t lat = peer_stats_ticks() -
+			atomic_load_explicit(&p->accept_tick[req->index], memory_order_relaxed);
 		peer_stats_done(b, req->op, req->result == XR_SERVED, req->serviced,
 				(int64_t)lat > 0 ? lat : 0);
 	}
@@ -400,14 +400,14 @@ static bool answered_by_runtime(struct peer_thread *t, struct xseg_request *req)
 	return true;
 }
 
-/* One clock read per batch: when these were accepted (their latency
+/* One tick read per batch: when these were accepted (their latency
  * ends when answered), and how many are in flight. */
 static void accepted_now(struct peer *p, struct xseg_request **batch, int n)
 {
-	uint64_t now = xseg_now_ns();
+	uint64_t now = peer_stats_ticks();
 	for (int i = 0; i < n; i++)
 		if (batch[i]->index < p->nr_requests)
-			atomic_store_explicit(&p->accept_ns[batch[i]->index], now,
+			atomic_store_explicit(&p->accept_tick[batch[i]->index], now,
 					      memory_order_relaxed);
 	struct peer_stats_block *b = peer_stats_block();
 	if (b)
@@ -894,10 +894,10 @@ out:
 	p->seg = NULL;
 	free(p->threads);
 	free(p->slots);
-	free(p->accept_ns);
+	free(p->accept_tick);
 	p->threads = NULL;
 	p->slots = NULL;
-	p->accept_ns = NULL;
+	p->accept_tick = NULL;
 	if (pidfile_made)
 		peer_pidfile_remove(p->cfg.pidfile);
 	return status;

@@ -57,10 +57,10 @@ struct peer {
 	struct peer_thread *threads;
 	pthread_t main_tid;
 	uint64_t start_ns;                /* for the figures' uptime */
-	/* When each request (by pool index) was accepted: its latency is
-	 * counted when it is answered (counters.h). Relaxed atomics: the
-	 * accepting and the answering thread may differ. */
-	_Atomic uint64_t *accept_ns;
+	/* When each request (by pool index) was accepted, in counters.h's
+	 * ticks: its latency is counted when it is answered. Relaxed
+	 * atomics: the accepting and the answering thread may differ. */
+	_Atomic uint64_t *accept_tick;
 
 	_Atomic int stop;                 /* a stop began */
 	_Atomic int on_stop_done;

@@ -64,8 +64,8 @@ int peer_join_and_bind(struct peer *p)
 	p->nr_requests = si.nr_requests;
 	p->nr_ports = si.nr_ports;
 	p->slots = calloc(si.nr_requests, sizeof(*p->slots));
-	p->accept_ns = calloc(si.nr_requests, sizeof(*p->accept_ns));
-	if (!p->slots || !p->accept_ns) {
+	p->accept_tick = calloc(si.nr_requests, sizeof(*p->accept_tick));
+	if (!p->slots || !p->accept_tick) {
 		peer_error("out of memory for %u request slots", si.nr_requests);
 		return -1;
 	}

@@ -24,9 +24,39 @@ static void release(void *arg)
 	atomic_store_explicit(&b->owned, 0, memory_order_release);
 }
 
+/* Ticks to ns: the ticks and the clock at the first count, and the
+ * clock's ns per tick between then and a reader's now. */
+static uint64_t tick0, ns0;
+
 static void make_key(void)
 {
 	pthread_key_create(&exit_key, release);
+	ns0 = xseg_now_ns();
+	tick0 = peer_stats_ticks();
+}
+
+/* Measured once (at the first read, a ms after the first count at the
+ * least) and kept: answers then agree on bucket bounds, so that a
+ * reader can subtract one from another. */
+static double ns_per_tick(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	static _Atomic double ratio;
+	double r = atomic_load(&ratio);
+	if (r > 0)
+		return r;
+	uint64_t ns = xseg_now_ns(), ticks = peer_stats_ticks();
+	while (ns - ns0 < 1000000) {
+		ns = xseg_now_ns();
+		ticks = peer_stats_ticks();
+	}
+	r = ticks > tick0 ? (double)(ns - ns0) / (double)(ticks - tick0) : 1.0;
+	double none = 0;
+	atomic_compare_exchange_strong(&ratio, &none, r);
+	return atomic_load(&ratio);
+#else
+	return 1.0;
+#endif
 }
 
 static struct peer_stats_block *claim(void)
@@ -67,16 +97,18 @@ static uint64_t get(const _Atomic uint64_t *c)
 
 void peer_stats_read(struct peer_stats_sum *s)
 {
+	pthread_once(&key_once, make_key);
 	memset(s, 0, sizeof(*s));
+	s->ns_per_tick = ns_per_tick();
 	for (struct peer_stats_block *b = atomic_load(&blocks); b; b = b->next) {
 		s->begun += get(&b->begun);
 		s->done += get(&b->done);
 		s->sent += get(&b->sent);
 		s->sent_failed += get(&b->sent_failed);
-		s->lat_sum_ns += get(&b->lat_sum_ns);
-		uint64_t max = get(&b->lat_max_ns);
-		if (max > s->lat_max_ns)
-			s->lat_max_ns = max;
+		s->lat_sum += get(&b->lat_sum);
+		uint64_t max = get(&b->lat_max);
+		if (max > s->lat_max)
+			s->lat_max = max;
 		for (unsigned c = 0; c < PEER_STATS_CLASSES; c++) {
 			s->requests[c] += get(&b->requests[c]);
 			s->bytes[c] += get(&b->bytes[c]);
@@ -100,7 +132,7 @@ void peer_stats_bucket_range(unsigned i, uint64_t *lo, uint64_t *width)
 	*lo = (uint64_t)(sub | (i & (sub - 1))) << (e - 1);
 }
 
-uint64_t peer_stats_percentile(const struct peer_stats_sum *s, double pct)
+double peer_stats_percentile(const struct peer_stats_sum *s, double pct)
 {
 	uint64_t total = 0, seen = 0;
 	for (unsigned i = 0; i < PEER_STATS_BUCKETS; i++)
@@ -117,10 +149,10 @@ uint64_t peer_stats_percentile(const struct peer_stats_sum *s, double pct)
 			uint64_t lo, width;
 			peer_stats_bucket_range(i, &lo, &width);
 			uint64_t mid = lo + width / 2;
-			return mid < s->lat_max_ns ? mid : s->lat_max_ns;
+			return (double)(mid < s->lat_max ? mid : s->lat_max) * s->ns_per_tick;
 		}
 	}
-	return s->lat_max_ns;
+	return (double)s->lat_max * s->ns_per_tick;
 }
 
 uint64_t peer_stats_begin(void)
@@ -128,13 +160,13 @@ uint64_t peer_stats_begin(void)
 	struct peer_stats_block *b = peer_stats_block();
 	if (b)
 		peer_stats_add(&b->begun, 1);
-	return xseg_now_ns();
+	return peer_stats_ticks();
 }
 
 void peer_stats_end(uint32_t op, uint64_t bytes, int err, uint64_t begin_ns)
 {
 	struct peer_stats_block *b = peer_stats_block();
-	uint64_t now = xseg_now_ns();
+	uint64_t now = peer_stats_ticks();
 	if (b)
 		peer_stats_done(b, op, !err, bytes, now > begin_ns ? now - begin_ns : 0);
 }

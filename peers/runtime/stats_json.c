@@ -34,9 +34,9 @@ static void put(struct out *o, const char *fmt, ...)
 		o->len = o->len + (size_t)n < o->cap ? o->len + (size_t)n : o->cap - 1;
 }
 
-static double us(uint64_t ns)
+static double us(double ns)
 {
-	return (double)ns / 1e3;
+	return ns / 1e3;
 }
 
 /* Who answers: so that a plugged port's figures are not taken for its own. */
@@ -66,27 +66,52 @@ static void put_counts(struct out *o, const struct peer_stats_sum *s)
 	    s->sent, s->sent_failed);
 }
 
+/* The non-empty buckets in ns, lowest first. Ticks may be shorter than a
+ * ns: buckets that round to the same low ns are one. */
+static void put_buckets(struct out *o, const struct peer_stats_sum *s)
+{
+	uint64_t lo_ns = 0, end_ns = 0, count = 0;
+	bool first = true;
+	for (unsigned i = 0; i <= PEER_STATS_BUCKETS; i++) {
+		uint64_t lo = 0, width = 0, l = 0, e = 0;
+		if (i < PEER_STATS_BUCKETS) {
+			if (!s->hist[i])
+				continue;
+			peer_stats_bucket_range(i, &lo, &width);
+			l = (uint64_t)((double)lo * s->ns_per_tick);
+			e = (uint64_t)((double)(lo + width) * s->ns_per_tick);
+			if (count && l <= lo_ns) {   /* the same ns as the one before */
+				count += s->hist[i];
+				end_ns = e > end_ns ? e : end_ns;
+				continue;
+			}
+		}
+		if (count) {
+			put(o, "%s[%" PRIu64 ",%" PRIu64 ",%" PRIu64 "]", first ? "" : ",", lo_ns,
+			    end_ns > lo_ns ? end_ns - lo_ns : 1, count);
+			first = false;
+		}
+		if (i < PEER_STATS_BUCKETS) {
+			lo_ns = l;
+			end_ns = e;
+			count = s->hist[i];
+		}
+	}
+}
+
 /* Percentiles, and the buckets themselves ([low ns, width ns, count],
  * the empty left out) so that a reader can take the difference of two
  * answers: latency over an interval (xseg stats --watch). */
 static void put_latency(struct out *o, const struct peer_stats_sum *s)
 {
 	uint64_t reqs = s->requests[0] + s->requests[1] + s->requests[2];
+	double sum_ns = (double)s->lat_sum * s->ns_per_tick;
 	put(o, ",\"lat_us_avg\":%.1f,\"lat_us_p50\":%.1f,\"lat_us_p99\":%.1f"
 	    ",\"lat_us_p999\":%.1f,\"lat_us_max\":%.1f,\"lat_sum_us\":%.1f,\"lat_buckets\":[",
-	    reqs ? us(s->lat_sum_ns) / (double)reqs : 0.0, us(peer_stats_percentile(s, 50)),
+	    reqs ? us(sum_ns) / (double)reqs : 0.0, us(peer_stats_percentile(s, 50)),
 	    us(peer_stats_percentile(s, 99)), us(peer_stats_percentile(s, 99.9)),
-	    us(s->lat_max_ns), us(s->lat_sum_ns));
-	bool first = true;
-	for (unsigned i = 0; i < PEER_STATS_BUCKETS; i++) {
-		if (!s->hist[i])
-			continue;
-		uint64_t lo, width;
-		peer_stats_bucket_range(i, &lo, &width);
-		put(o, "%s[%" PRIu64 ",%" PRIu64 ",%" PRIu64 "]", first ? "" : ",", lo, width,
-		    s->hist[i]);
-		first = false;
-	}
+	    us((double)s->lat_max * s->ns_per_tick), us(sum_ns));
+	put_buckets(o, s);
 	put(o, "]");
 }
 
@@ -105,13 +130,16 @@ char *peer_stats_json(struct peer *p, uint32_t addressed, size_t *len)
 	put_counts(&o, s);
 	put_latency(&o, s);
 	free(s);
-	if (p->ops->stats) {
-		int n = p->ops->stats(p, o.buf + o.len, o.cap - o.len - 2);
-		if (n > 0 && (size_t)n < o.cap - o.len - 2)
+	size_t room = o.cap - o.len;   /* put() leaves at least the NUL's byte */
+	if (p->ops->stats && room > 2) {
+		int n = p->ops->stats(p, o.buf + o.len, room - 1);
+		if (n > 0 && (size_t)n < room - 1)
 			o.len += (size_t)n;
 		else
 			o.buf[o.len] = '\0';   /* it did not fit: the runtime's part only */
 	}
+	if (o.len + 2 > o.cap)
+		o.len = o.cap - 2;   /* cut (cannot happen: 496 buckets fit) */
 	put(&o, "}");
 	*len = o.len;
 	return o.buf;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Statistics from every peer (issue 25): filed, vlmcd, cached (plugged in
 # front of filed) and nulld on one segment, bench-xseg load through vlmcd
-# and against nulld. Every peer's figures move under load (requests, bytes,
+# and against nulld, nbdd with NBD writes and reads (its commands counted). Every peer's figures move under load (requests, bytes,
 # latency), `xseg stats` on the plugged port names who answered, every
 # port is asked without --port, --watch prints rates, the Prometheus text
 # parses (valid names and labels, HELP/TYPE, one series per port), the
@@ -60,16 +60,55 @@ stat 3 "d['requests_write'] >= 2048 and d['bytes_written'] >= 8<<20 and d['lat_u
 stat 1 "d['requests_write'] >= 1 and d['bytes_written'] >= 8<<20 and d['lat_us_p99'] > 0"
 stat 5 "d['requests_read'] >= 4096 and d['bytes_read'] >= 16<<20 and d['lat_us_p50'] > 0"
 
+echo "--- nbdd counts its NBD commands"
+"$BIN/nbdd" --segment "$SEG" --port 4 --target-port 2 --unix "$DIR/nbd.sock" --volume vol:64M \
+	2> "$DIR/nbdd.log" & pids+=($!)
+wait_bound 4
+for _ in $(seq 100); do [ -S "$DIR/nbd.sock" ] && break; sleep 0.05; done
+python3 - "$DIR/nbd.sock" <<'EOF' || fail "NBD writes and reads through nbdd"
+import socket, struct, sys
+def recv(s, n):
+    b = b""
+    while len(b) < n:
+        r = s.recv(n - len(b))
+        assert r, "nbdd closed the connection"
+        b += r
+    return b
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(20)
+s.connect(sys.argv[1])
+assert recv(s, 18)[:16] == b"NBDMAGICIHAVEOPT"
+s.sendall(struct.pack(">I", 3))   # fixed newstyle, no zeroes
+data = struct.pack(">I", 3) + b"vol" + struct.pack(">H", 0)
+s.sendall(b"IHAVEOPT" + struct.pack(">II", 7, len(data)) + data)   # NBD_OPT_GO
+while True:
+    _, _, rtype, length = struct.unpack(">QIII", recv(s, 20))
+    recv(s, length)
+    assert not rtype & 0x80000000, "GO refused"
+    if rtype == 1:
+        break
+def req(cmd, cookie, offset, length, payload=b""):
+    s.sendall(struct.pack(">IHHQQI", 0x25609513, 0, cmd, cookie, offset, length) + payload)
+    magic, err, got = struct.unpack(">IIQ", recv(s, 16))
+    assert (magic, err, got) == (0x67446698, 0, cookie), (magic, err, got)
+for i in range(20):
+    req(1, i, i * 65536, 65536, bytes([i]) * 65536)
+for i in range(20):
+    req(0, 100 + i, i * 65536, 65536)
+    assert recv(s, 65536) == bytes([i]) * 65536
+EOF
+stat 4 "d['peer'] == 'nbdd' and d['requests_write'] == 20 and d['requests_read'] == 20 and d['bytes_written'] == 20 * 65536 and d['bytes_read'] == 20 * 65536 and d['lat_us_p50'] > 0 and d['sent'] >= 40"
+
 echo "--- every port at once"
 "$BIN/xseg" stats --segment "$SEG" --json > "$DIR/all.json" || fail "stats (every port) --json"
 python3 - "$DIR/all.json" <<'EOF' || fail "stats (every port): $(cut -c1-400 "$DIR/all.json")"
 import json, sys
 l = json.load(open(sys.argv[1]))
 peers = {d["asked_port"]: d["peer"] for d in l}
-assert peers == {1: "filed", 2: "vlmcd", 3: "cached", 5: "nulld"}, peers
+assert peers == {1: "filed", 2: "vlmcd", 3: "cached", 4: "nbdd", 5: "nulld"}, peers
 EOF
 "$BIN/xseg" stats --segment "$SEG" > "$DIR/table" || fail "stats (every port)"
-for w in "1\(via 3\) *filed" "2 *vlmcd" "3 *cached" "5 *nulld"; do
+for w in "1\(via 3\) *filed" "2 *vlmcd" "3 *cached" "4 *nbdd" "5 *nulld"; do
 	grep -Eq "^$w " "$DIR/table" || fail "the table lacks '$w': $(cat "$DIR/table")"
 done
 
@@ -124,7 +163,7 @@ for n, line in enumerate(open(sys.argv[1]).read().splitlines(), 1):
     ports.setdefault(name, set()).add(d["port"])
 for name in ("xseg_up", "xseg_requests_total", "xseg_bytes_total", "xseg_in_flight",
              "xseg_request_latency_seconds", "xseg_request_latency_seconds_count"):
-    assert ports.get(name) == {"1", "2", "3", "5"}, (name, ports.get(name))
+    assert ports.get(name) == {"1", "2", "3", "4", "5"}, (name, ports.get(name))
 assert types["xseg_request_latency_seconds"] == "summary"
 assert "xseg_cached_hits_total" in types and ports["xseg_cached_hits_total"] == {"3"}
 EOF

@@ -102,17 +102,21 @@ void peer_stats_read(struct peer_stats_sum *s)
 	s->ns_per_tick = ns_per_tick();
 	for (struct peer_stats_block *b = atomic_load(&blocks); b; b = b->next) {
 		s->begun += get(&b->begun);
-		s->done += get(&b->done);
 		s->sent += get(&b->sent);
 		s->sent_failed += get(&b->sent_failed);
 		s->lat_sum += get(&b->lat_sum);
 		uint64_t max = get(&b->lat_max);
 		if (max > s->lat_max)
 			s->lat_max = max;
-		for (unsigned c = 0; c < PEER_STATS_CLASSES; c++) {
-			s->requests[c] += get(&b->requests[c]);
-			s->bytes[c] += get(&b->bytes[c]);
-			s->errors[c] += get(&b->errors[c]);
+		for (unsigned op = 0; op < PEER_STATS_OPS; op++) {
+			unsigned c = op == X_READ ? PEER_STATS_READ
+				   : op == X_WRITE ? PEER_STATS_WRITE : PEER_STATS_OTHER;
+			uint64_t n = get(&b->requests[op]);
+			s->requests[c] += n;
+			s->done += n;
+			/* other ops' serviced (an INFO's reply) is no data moved */
+			s->bytes[c] += c == PEER_STATS_OTHER ? 0 : get(&b->bytes[op]);
+			s->errors[c] += get(&b->errors[op]);
 		}
 		for (unsigned i = 0; i < PEER_STATS_BUCKETS; i++)
 			s->hist[i] += get(&b->hist[i]);

@@ -47,7 +47,7 @@ struct options {
 	bool json, progress;
 	uint64_t spin_us;
 	uint64_t timeout_s;
-	uint64_t runtime_s;          /* 0: one pass over --total-size */
+	uint64_t runtime_ns;         /* 0: one pass over --total-size */
 	uint64_t interval_ns;        /* 0: no per-interval JSON lines */
 };
 
@@ -93,8 +93,8 @@ static void usage(FILE *out)
 "  --timeout S           give up on requests outstanding longer (default 30)\n"
 "  --progress            a progress line every second (default: on a TTY)\n"
 "  --json                last stdout line: one JSON object with the results\n"
-"  --runtime S           run S seconds, visiting the blocks again pass after\n"
-"                        pass (--total-size is then the working set)\n"
+"  --runtime S           run S seconds (e.g. 30 or 0.5), pass after pass over\n"
+"                        the blocks (--total-size is then the working set)\n"
 "  --interval-json S     every S seconds (e.g. 1 or 0.5) a JSON line on stdout:\n"
 "                        t, interval, requests, iops, mib_per_s, latency p50/p99\n"
 "  -h, --help\n"
@@ -121,6 +121,17 @@ static uint64_t arg_uint(const char *opt, const char *val, uint64_t max)
 	if (xseg_parse_uint(val, max, &v) < 0)
 		die_arg(opt, val, "is not a number in range");
 	return v;
+}
+
+/* Seconds, decimals allowed (0.5), from 0.01 to max; returned in ns. */
+static uint64_t arg_seconds(const char *opt, const char *val, double max)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(val, &end);
+	if (errno || end == val || *end || !(v >= 0.01 && v <= max))
+		die_arg(opt, val, "is not a number of seconds from 0.01 up");
+	return (uint64_t)llround(v * 1e9);
 }
 
 static void parse_options(int argc, char **argv, struct options *o)
@@ -197,18 +208,8 @@ static void parse_options(int argc, char **argv, struct options *o)
 		case O_TIMEOUT: o->timeout_s = arg_uint("--timeout", optarg, 86400);
 			if (!o->timeout_s) die_arg("--timeout", optarg, "must be at least 1");
 			break;
-		case O_RUNTIME: o->runtime_s = arg_uint("--runtime", optarg, 86400);
-			if (!o->runtime_s) die_arg("--runtime", optarg, "must be at least 1");
-			break;
-		case O_INTERVAL: {
-			char *end;
-			errno = 0;
-			double v = strtod(optarg, &end);
-			if (errno || end == optarg || *end || !(v >= 0.01 && v <= 3600))
-				die_arg("--interval-json", optarg, "is not a number of seconds in 0.01..3600");
-			o->interval_ns = (uint64_t)llround(v * 1e9);
-			break;
-		}
+		case O_RUNTIME: o->runtime_ns = arg_seconds("--runtime", optarg, 86400); break;
+		case O_INTERVAL: o->interval_ns = arg_seconds("--interval-json", optarg, 3600); break;
 		case 'h':
 		case O_HELP: usage(stdout); exit(0);
 		case O_VERSION: xseg_print_version("bench-xseg"); exit(0);
@@ -354,7 +355,7 @@ static void complete(struct bench *b, struct xseg_request *req)
 		latency_record(&b->interval_hist, now - s->started_ns);
 	b->st.received++;
 	if (b->deadline_ns) {     /* --runtime: twentieths of the time */
-		uint64_t runtime_ns = b->opt.runtime_s * 1000000000ull;
+		uint64_t runtime_ns = b->opt.runtime_ns;
 		while (b->slices_done < SLICES &&
 		       (now - b->start_ns) * SLICES >= (b->slices_done + 1) * runtime_ns) {
 			b->slice_received[b->slices_done] = b->st.received;
@@ -457,8 +458,8 @@ static int run(struct bench *b, double *seconds)
 	uint64_t start = xseg_now_ns(), last = start, last_received = 0;
 	b->start_ns = start;
 	b->interval_start_ns = start;
-	if (b->opt.runtime_s)
-		b->deadline_ns = start + b->opt.runtime_s * 1000000000ull;
+	if (b->opt.runtime_ns)
+		b->deadline_ns = start + b->opt.runtime_ns;
 	uint64_t spin_ns = b->opt.spin_us * 1000, timeout_ns = b->opt.timeout_s * 1000000000ull;
 	int rc = 0;
 
@@ -529,9 +530,9 @@ static void report(const struct bench *b, double seconds)
 	printf("bench-xseg: %s %s, block %" PRIu64 ", iodepth %u, %s %s\n", op, pat,
 	       o->block_size, o->iodepth, o->volume ? "volume" : "objects",
 	       o->volume ? o->volume : o->prefix);
-	if (o->runtime_s)
-		printf("  requests   %" PRIu64 " answered in --runtime %" PRIu64 " s (%.2f passes over %" PRIu64 " blocks), %" PRIu64 " failed, %" PRIu64 " corrupted\n",
-		       b->st.received, o->runtime_s, (double)b->st.received / (double)b->blocks,
+	if (o->runtime_ns)
+		printf("  requests   %" PRIu64 " answered in --runtime %g s (%.2f passes over %" PRIu64 " blocks), %" PRIu64 " failed, %" PRIu64 " corrupted\n",
+		       b->st.received, (double)o->runtime_ns / 1e9, (double)b->st.received / (double)b->blocks,
 		       b->blocks, b->st.failed, b->st.corrupted);
 	else
 		printf("  requests   %" PRIu64 " of %" PRIu64 " answered, %" PRIu64 " failed, %" PRIu64 " corrupted%s\n",

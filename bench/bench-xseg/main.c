@@ -452,6 +452,21 @@ static uint64_t oldest_age_ns(struct bench *b, uint64_t now)
 	return oldest;
 }
 
+/* How long to sleep for replies: 200 ms, less when an interval line or
+ * the end of --runtime comes sooner. */
+static uint64_t poll_timeout_ns(const struct bench *b)
+{
+	uint64_t now = xseg_now_ns(), wait = 200000000ull;
+	uint64_t soon[2] = {
+		b->opt.interval_ns ? b->interval_start_ns + b->opt.interval_ns : 0,
+		b->deadline_ns && !b->time_up ? b->deadline_ns : 0,
+	};
+	for (int i = 0; i < 2; i++)
+		if (soon[i] && soon[i] < now + wait)      /* 1 ms at least */
+			wait = soon[i] > now + 1000000ull ? soon[i] - now : 1000000ull;
+	return wait;
+}
+
 static int run(struct bench *b, double *seconds)
 {
 	struct xseg_request *done[RECEIVE_BATCH];
@@ -486,7 +501,7 @@ static int run(struct bench *b, double *seconds)
 			continue;
 		if (b->opt.progress)
 			print_progress(b, start, &last, &last_received);
-		xseg_poll(b->seg, b->opt.port, spin_ns, 200000000ull);
+		xseg_poll(b->seg, b->opt.port, spin_ns, poll_timeout_ns(b));
 		if (b->in_flight && oldest_age_ns(b, xseg_now_ns()) > timeout_ns) {
 			fprintf(stderr, "bench-xseg: %u requests unanswered after %" PRIu64 " s: giving up\n",
 				b->in_flight, b->opt.timeout_s);

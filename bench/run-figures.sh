@@ -9,12 +9,14 @@
 #                    at iodepth 16 (cache = half the working set): filed
 #                    alone, cached write-back, cached write-through
 #   threads.jsonl    cached --threads 1,2 x iodepth 1..32, 4K write-back hits
-#   meta.json        when, where (CPUs, load average), which commit
+#   meta.json        where (CPUs), and per part (sweeps, threads, overtime)
+#                    when, which commit, the load average before and after
 # Every point is a --runtime run over a working set filed has (filled once),
 # on tmpfs when TMPDIR=/dev/shm: the path is measured, not a disk. About
 # 5 minutes on 2 CPUs; QUICK=1 about 30 s (fewer points, shorter runs).
 #   TMPDIR=/dev/shm bench/run-figures.sh RESULTS_DIR && bench/plot RESULTS_DIR docs/figures
-# Variables: QUICK, T (seconds per point), OT (seconds per over-time run),
+# Variables: FIGS (which parts, default "sweeps threads overtime": sweeps
+# makes blocksize and depth; the other files are left as they are), QUICK, T (seconds per point), OT (seconds per over-time run),
 # OI (seconds per over-time interval), WS (working set of the sweeps), OT_WS (of the over-time run), SIZES,
 # CACHE (of the sweeps, 1G), DEPTHS, TDEPTHS, THREADS.
 set -u
@@ -32,12 +34,16 @@ if [ "${QUICK:-0}" = 1 ]; then
 	SIZES=${SIZES:-"4K 64K 1M"} DEPTHS=${DEPTHS:-"1 16"}
 	TDEPTHS=${TDEPTHS:-"1 16"} THREADS=${THREADS:-"1 2"}
 else
-	T=${T:-2} OT=${OT:-40} OI=${OI:-1} WS=${WS:-64M} OT_WS=${OT_WS:-256M} CACHE=${CACHE:-1G}
+	T=${T:-2} OT=${OT:-40} OI=${OI:-0.25} WS=${WS:-64M} OT_WS=${OT_WS:-2G} CACHE=${CACHE:-1G}
 	SIZES=${SIZES:-"4K 16K 64K 256K 1M"} DEPTHS=${DEPTHS:-"1 2 4 8 16 32 64"}
 	TDEPTHS=${TDEPTHS:-"1 2 4 8 16 32"} THREADS=${THREADS:-"1 2"}
 fi
+FIGS=${FIGS:-sweeps threads overtime}
+want() { [[ " $FIGS " == *" $1 "* ]]; }
 mkdir -p "$RES" || exit 1
-rm -f "$RES"/{blocksize,depth,overtime,threads}.jsonl
+want sweeps && rm -f "$RES"/{blocksize,depth}.jsonl
+want threads && rm -f "$RES"/threads.jsonl
+want overtime && rm -f "$RES"/overtime.jsonl
 
 bytes() {   # 64M -> 67108864
 	case $1 in
@@ -95,60 +101,78 @@ sweeps() {   # label threads: the block-size and depth sweeps on what port 1 rea
 	done; done
 }
 
-python3 - "$RES/meta.json" "${QUICK:-0}" <<EOF
+# meta PART start|end: meta.json's common fields, and per part (sweeps,
+# threads, overtime) when it ran and the load average around it.
+meta() {
+	python3 - "$RES/meta.json" "$1" "$2" "${QUICK:-0}" <<EOF
 import json, os, subprocess, sys, time, platform
-def sh(c):
-    try: return subprocess.run(c, shell=True, capture_output=True, text=True).stdout.strip()
-    except Exception: return ''
-json.dump({'date': time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime()),
-           'cpus': os.cpu_count(), 'loadavg_start': os.getloadavg()[0],
-           'cpu_model': sh("sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1"),
-           'commit': sh('git rev-parse --short HEAD'), 'quick': sys.argv[2] == '1',
-           'tmpdir': os.environ.get('TMPDIR', '/tmp'),
-           'seconds_per_point': $T, 'overtime_seconds': $OT, 'overtime_interval': $OI,
-           'working_set': '$WS', 'cache': '$CACHE', 'overtime_working_set': '$OT_WS',
-           'kernel': platform.release()}, open(sys.argv[1], 'w'), indent=1)
+f, part, when, quick = sys.argv[1:]
+try: m = json.load(open(f))
+except (OSError, ValueError): m = {}
+def sh(c): return subprocess.run(c, shell=True, capture_output=True, text=True).stdout.strip()
+p = m.setdefault('parts', {}).setdefault(part, {})
+if when == 'start':
+    m.update({'cpus': os.cpu_count(), 'kernel': platform.release(),
+              'cpu_model': sh("sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1"),
+              'tmpdir': os.environ.get('TMPDIR', '/tmp')})
+    p.clear()
+    p.update({'date': time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime()),
+              'commit': sh('git rev-parse --short HEAD') + ('+' if sh('git status --porcelain -uno') else ''),
+              'quick': quick == '1', 'loadavg_start': os.getloadavg()[0],
+              'seconds_per_point': $T, 'working_set': '$WS', 'cache': '$CACHE',
+              'overtime_seconds': $OT, 'overtime_interval': $OI,
+              'overtime_working_set': '$OT_WS'})
+else:
+    p['loadavg_end'] = os.getloadavg()[0]
+json.dump(m, open(f, 'w'), indent=1, sort_keys=True)
 EOF
-[ -f "$RES/meta.json" ] || exit 1
+}
 
 echo "figures: $T s a point, working set $WS; over time $OT s over $OT_WS (cache half); results in $RES"
 "$BIN/xseg" create --segment "$SEG" --ports 16 --requests 2048 --heap 512M >/dev/null || exit 1
 "$BIN/filed" --segment "$SEG" --port 1 --dir "$DATA" --threads 2 2> "$DATA.filed.log" & pids+=($!)
 wait_bound 1
 fill "$WS"
-[ "$(bytes "$OT_WS")" -gt "$(bytes "$WS")" ] && fill "$OT_WS"
+want overtime && [ "$(bytes "$OT_WS")" -gt "$(bytes "$WS")" ] && fill "$OT_WS"
 
-echo "== block size and iodepth: filed alone"
-sweeps filed 0
-echo "== block size and iodepth: cached write-back ($CACHE cache, hits), --threads 2"
-start_cached writeback 2 "$CACHE"
-fill "$WS"          # the working set in the cache (dirty): reads are hits
-sweeps cached-wb 2
-stop_cached
-
-echo "== threads x depth: cached write-back hits"
-for t in $THREADS; do
-	start_cached writeback "$t" "$CACHE"
-	fill "$WS"
-	for d in $TDEPTHS; do for op in write read; do
-		bench "$RES/threads.jsonl" cached-wb "$t" "$op" 4K "$d" "$WS" --runtime "$T"
-	done; done
+if want sweeps; then
+	meta sweeps start
+	echo "== block size and iodepth: filed alone"
+	sweeps filed 0
+	echo "== block size and iodepth: cached write-back ($CACHE cache, hits), --threads 2"
+	start_cached writeback 2 "$CACHE"
+	fill "$WS"          # the working set in the cache (dirty): reads are hits
+	sweeps cached-wb 2
 	stop_cached
-done
+	meta sweeps end
+fi
 
-echo "== over time: 4K random writes, iodepth 16, $OT s, cache $(( $(bytes "$OT_WS") / 2 >> 20 )) MiB = half of $OT_WS"
-cache=$(( $(bytes "$OT_WS") / 2 ))
-bench "$RES/overtime.jsonl" filed 0 write 4K 16 "$OT_WS" --runtime "$OT" --interval-json "$OI"
-for policy in wb:writeback wt:writethrough; do
-	start_cached "${policy#*:}" 2 "$cache"
-	bench "$RES/overtime.jsonl" "cached-${policy%%:*}" 2 write 4K 16 "$OT_WS" \
-		--runtime "$OT" --interval-json "$OI"
-	stop_cached
-done
-python3 - "$RES/meta.json" <<'EOF'
-import json, os, sys
-m = json.load(open(sys.argv[1])); m['loadavg_end'] = os.getloadavg()[0]
-json.dump(m, open(sys.argv[1], 'w'), indent=1)
-EOF
+if want threads; then
+	meta threads start
+	echo "== threads x depth: cached write-back hits"
+	for t in $THREADS; do
+		start_cached writeback "$t" "$CACHE"
+		fill "$WS"
+		for d in $TDEPTHS; do for op in write read; do
+			bench "$RES/threads.jsonl" cached-wb "$t" "$op" 4K "$d" "$WS" --runtime "$T"
+		done; done
+		stop_cached
+	done
+	meta threads end
+fi
+
+if want overtime; then
+	meta overtime start
+	echo "== over time: 4K random writes, iodepth 16, $OT s, cache $(( $(bytes "$OT_WS") / 2 >> 20 )) MiB = half of $OT_WS"
+	cache=$(( $(bytes "$OT_WS") / 2 ))
+	bench "$RES/overtime.jsonl" filed 0 write 4K 16 "$OT_WS" --runtime "$OT" --interval-json "$OI"
+	for policy in wb:writeback wt:writethrough; do
+		start_cached "${policy#*:}" 2 "$cache"
+		bench "$RES/overtime.jsonl" "cached-${policy%%:*}" 2 write 4K 16 "$OT_WS" \
+			--runtime "$OT" --interval-json "$OI"
+		stop_cached
+	done
+	meta overtime end
+fi
 rm -f "$DATA.cached.log" "$DATA.filed.log"
 echo "done: bench/plot $RES OUT_DIR"

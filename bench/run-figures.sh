@@ -120,7 +120,7 @@ if when == 'start':
               'tmpdir': os.environ.get('TMPDIR', '/tmp')})
     p.clear()
     p.update({'date': time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime()),
-              'commit': sh('git rev-parse --short HEAD') + ('+' if sh('git status --porcelain -uno') else ''),
+              'commit': sh('git rev-parse --short HEAD') + ('+' if sh("git status --porcelain -uno -- . ':!docs/figures'") else ''),
               'quick': quick == '1', 'loadavg_start': os.getloadavg()[0],
               'seconds_per_point': $T, 'working_set': '$WS', 'cache': '$CACHE',
               'overtime_seconds': $OT, 'overtime_interval': $OI,

@@ -9,6 +9,8 @@
 #   make check                build and run the whole test suite
 #   make check SANITIZE=address|thread   same, in build-address / build-thread
 #   make run                  the main job on the embedded default (see README)
+#   make bench                every benchmark, figures on stdout
+#   make figures [QUICK=1]    bench/run-figures.sh, then bench/plot into docs/figures
 #   make install PREFIX=/usr/local DESTDIR=    (make uninstall: the same files)
 
 SANITIZE ?=
@@ -78,7 +80,7 @@ LIBPEER_A  := $(BUILD)/lib/libpeer.a
 # Programs that need more than libxseg: LIBS_<name> := ...
 LIBS_sosd := -lrados
 
-.PHONY: all check run install uninstall clean bench fuzz
+.PHONY: all check run install uninstall clean bench figures fuzz
 # Keep test objects: they are intermediates of a pattern rule.
 .SECONDARY:
 all: $(LIBXSEG_A) $(LIBXSEG_SO) $(LIBPEER_A) $(PROGS) $(TEST_PROGS)
@@ -157,6 +159,16 @@ run: all
 
 bench: all
 	BUILD=$(BUILD) bench/run-benchmarks.sh
+
+# The figures of docs/benchmarks.md: data into docs/figures/data (JSON
+# lines), then drawn as SVG beside it (~5 minutes). QUICK=1: a smoke run
+# (~30 s) into $(BUILD)/figures-quick, leaving docs/figures alone.
+QUICK ?=
+FIGURES_OUT  ?= $(if $(filter 1,$(QUICK)),$(BUILD)/figures-quick,docs/figures)
+FIGURES_DATA ?= $(FIGURES_OUT)/data
+figures: all
+	TMPDIR=$${TMPDIR:-/dev/shm} BUILD=$(BUILD) QUICK=$(QUICK) bench/run-figures.sh $(FIGURES_DATA)
+	bench/plot $(FIGURES_DATA) $(FIGURES_OUT)
 
 # ---- install -------------------------------------------------------------
 # Every file installed is named here, so uninstall removes exactly those.

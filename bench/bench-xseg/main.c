@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <math.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -46,6 +47,8 @@ struct options {
 	bool json, progress;
 	uint64_t spin_us;
 	uint64_t timeout_s;
+	uint64_t runtime_ns;         /* 0: one pass over --total-size */
+	uint64_t interval_ns;        /* 0: no per-interval JSON lines */
 };
 
 struct run_stats {
@@ -90,6 +93,10 @@ static void usage(FILE *out)
 "  --timeout S           give up on requests outstanding longer (default 30)\n"
 "  --progress            a progress line every second (default: on a TTY)\n"
 "  --json                last stdout line: one JSON object with the results\n"
+"  --runtime S           run S seconds (e.g. 30 or 0.5), pass after pass over\n"
+"                        the blocks (--total-size is then the working set)\n"
+"  --interval-json S     every S seconds (e.g. 1 or 0.5) a JSON line on stdout:\n"
+"                        t, interval, requests, iops, mib_per_s, latency p50/p99\n"
 "  -h, --help\n"
 "  --version\n", MAX_IODEPTH);
 }
@@ -116,11 +123,22 @@ static uint64_t arg_uint(const char *opt, const char *val, uint64_t max)
 	return v;
 }
 
+/* Seconds, decimals allowed (0.5), from 0.01 to max; returned in ns. */
+static uint64_t arg_seconds(const char *opt, const char *val, double max)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(val, &end);
+	if (errno || end == val || *end || !(v >= 0.01 && v <= max))
+		die_arg(opt, val, "is not a number of seconds from 0.01 up");
+	return (uint64_t)llround(v * 1e9);
+}
+
 static void parse_options(int argc, char **argv, struct options *o)
 {
 	enum { O_SEG = 256, O_PORT, O_TPORT, O_OP, O_PATTERN, O_TOTAL, O_BS, O_OS,
 	       O_DEPTH, O_SEED, O_VERIFY, O_VOLUME, O_PREFIX, O_JSON, O_PROGRESS,
-	       O_SPIN, O_TIMEOUT, O_HELP, O_VERSION };
+	       O_SPIN, O_TIMEOUT, O_RUNTIME, O_INTERVAL, O_HELP, O_VERSION };
 	static const struct option longopts[] = {
 		{ "segment", required_argument, NULL, O_SEG },
 		{ "port", required_argument, NULL, O_PORT },
@@ -139,6 +157,8 @@ static void parse_options(int argc, char **argv, struct options *o)
 		{ "progress", no_argument, NULL, O_PROGRESS },
 		{ "spin-us", required_argument, NULL, O_SPIN },
 		{ "timeout", required_argument, NULL, O_TIMEOUT },
+		{ "runtime", required_argument, NULL, O_RUNTIME },
+		{ "interval-json", required_argument, NULL, O_INTERVAL },
 		{ "help", no_argument, NULL, O_HELP },
 		{ "version", no_argument, NULL, O_VERSION },
 		{ NULL, 0, NULL, 0 },
@@ -188,6 +208,8 @@ static void parse_options(int argc, char **argv, struct options *o)
 		case O_TIMEOUT: o->timeout_s = arg_uint("--timeout", optarg, 86400);
 			if (!o->timeout_s) die_arg("--timeout", optarg, "must be at least 1");
 			break;
+		case O_RUNTIME: o->runtime_ns = arg_seconds("--runtime", optarg, 86400); break;
+		case O_INTERVAL: o->interval_ns = arg_seconds("--interval-json", optarg, 3600); break;
 		case 'h':
 		case O_HELP: usage(stdout); exit(0);
 		case O_VERSION: xseg_print_version("bench-xseg"); exit(0);
@@ -270,8 +292,21 @@ struct bench {
 	 * the run (a cache filling up, a flusher falling behind). */
 	uint64_t start_ns;
 	uint64_t slice_end_ns[SLICES];
+	uint64_t slice_received[SLICES];
 	unsigned slices_done;
+	/* --runtime: submit until then (0: one pass over the blocks). */
+	uint64_t deadline_ns;
+	bool time_up;
+	/* --interval-json: this interval's latencies and where it began. */
+	struct latency_hist interval_hist;
+	uint64_t interval_start_ns, interval_received, interval_failed;
 };
+
+/* Blocks left to submit: the pass's, or with --runtime until time is up. */
+static bool more_to_submit(const struct bench *b)
+{
+	return b->deadline_ns ? !b->time_up : b->next_step < b->blocks;
+}
 
 static int submit_block(struct bench *b, uint32_t slot_no)
 {
@@ -279,7 +314,7 @@ static int submit_block(struct bench *b, uint32_t slot_no)
 	struct xseg_request *req = s->req;
 	struct block_addr a;
 
-	s->block = block_order_at(&b->order, b->next_step);
+	s->block = block_order_at(&b->order, b->next_step % b->blocks);
 	locate(&b->opt, s->block, &a);
 	if (xseg_prep_target(b->seg, req, a.name, b->opt.block_size) < 0) {
 		fprintf(stderr, "bench-xseg: %s\n", xseg_last_error());
@@ -316,10 +351,23 @@ static void complete(struct bench *b, struct xseg_request *req)
 	uint64_t now = xseg_now_ns();
 
 	latency_record(&b->st.hist, now - s->started_ns);
+	if (b->opt.interval_ns)
+		latency_record(&b->interval_hist, now - s->started_ns);
 	b->st.received++;
-	while (b->slices_done < SLICES &&
-	       b->st.received * SLICES >= (b->slices_done + 1) * b->blocks)
-		b->slice_end_ns[b->slices_done++] = now;
+	if (b->deadline_ns) {     /* --runtime: twentieths of the time */
+		uint64_t runtime_ns = b->opt.runtime_ns;
+		while (b->slices_done < SLICES &&
+		       (now - b->start_ns) * SLICES >= (b->slices_done + 1) * runtime_ns) {
+			b->slice_received[b->slices_done] = b->st.received;
+			b->slice_end_ns[b->slices_done++] = now;
+		}
+	} else {
+		while (b->slices_done < SLICES &&
+		       b->st.received * SLICES >= (b->slices_done + 1) * b->blocks) {
+			b->slice_received[b->slices_done] = (uint64_t)(b->slices_done + 1) * b->blocks / SLICES;
+			b->slice_end_ns[b->slices_done++] = now;
+		}
+	}
 	b->in_flight--;
 	if (req->result != XR_SERVED || req->serviced != req->size) {
 		b->st.failed++;
@@ -364,6 +412,31 @@ static void print_progress(struct bench *b, uint64_t start_ns, uint64_t *last_ns
 	*last_received = b->st.received;
 }
 
+/* --interval-json: one JSON line for the requests answered since the last
+ * one (at the end of the run also a shorter last interval). */
+static void print_interval(struct bench *b, uint64_t now, bool last)
+{
+	if (!last && now - b->interval_start_ns < b->opt.interval_ns)
+		return;
+	uint64_t n = b->st.received - b->interval_received;
+	if (last && n == 0)
+		return;
+	double dt = (double)(now - b->interval_start_ns) / 1e9;
+	double iops = dt > 0 ? (double)n / dt : 0;
+	printf("{\"interval\":true,\"t\":%.3f,\"dt\":%.3f,\"requests\":%" PRIu64 ","
+	       "\"failed\":%" PRIu64 ",\"iops\":%.1f,\"mib_per_s\":%.3f,"
+	       "\"lat_us_p50\":%.2f,\"lat_us_p99\":%.2f}\n",
+	       (double)(now - b->start_ns) / 1e9, dt, n, b->st.failed - b->interval_failed,
+	       iops, iops * (double)b->opt.block_size / (1 << 20),
+	       n ? latency_percentile(&b->interval_hist, 50.0) / 1e3 : 0.0,
+	       n ? latency_percentile(&b->interval_hist, 99.0) / 1e3 : 0.0);
+	fflush(stdout);
+	latency_init(&b->interval_hist);
+	b->interval_start_ns = now;
+	b->interval_received = b->st.received;
+	b->interval_failed = b->st.failed;
+}
+
 /* Oldest outstanding request's age, for the no-hang guarantee. */
 static uint64_t oldest_age_ns(struct bench *b, uint64_t now)
 {
@@ -379,16 +452,41 @@ static uint64_t oldest_age_ns(struct bench *b, uint64_t now)
 	return oldest;
 }
 
+/* How long to sleep for replies: 200 ms, less when an interval line or
+ * the end of --runtime comes sooner. */
+static uint64_t poll_timeout_ns(const struct bench *b)
+{
+	uint64_t now = xseg_now_ns(), wait = 200000000ull;
+	uint64_t soon[2] = {
+		b->opt.interval_ns ? b->interval_start_ns + b->opt.interval_ns : 0,
+		b->deadline_ns && !b->time_up ? b->deadline_ns : 0,
+	};
+	for (int i = 0; i < 2; i++)
+		if (soon[i] && soon[i] < now + wait)      /* 1 ms at least */
+			wait = soon[i] > now + 1000000ull ? soon[i] - now : 1000000ull;
+	return wait;
+}
+
 static int run(struct bench *b, double *seconds)
 {
 	struct xseg_request *done[RECEIVE_BATCH];
 	uint64_t start = xseg_now_ns(), last = start, last_received = 0;
 	b->start_ns = start;
+	b->interval_start_ns = start;
+	if (b->opt.runtime_ns)
+		b->deadline_ns = start + b->opt.runtime_ns;
 	uint64_t spin_ns = b->opt.spin_us * 1000, timeout_ns = b->opt.timeout_s * 1000000000ull;
 	int rc = 0;
 
-	while (b->st.received < b->st.submitted || (!interrupted && b->next_step < b->blocks)) {
-		while (!interrupted && b->nfree && b->next_step < b->blocks) {
+	while (b->st.received < b->st.submitted || (!interrupted && more_to_submit(b))) {
+		if (b->deadline_ns || b->opt.interval_ns) {
+			uint64_t now = xseg_now_ns();
+			if (b->deadline_ns && now >= b->deadline_ns)
+				b->time_up = true;
+			if (b->opt.interval_ns)
+				print_interval(b, now, false);
+		}
+		while (!interrupted && b->nfree && more_to_submit(b)) {
 			uint32_t slot_no = b->free_slots[--b->nfree];
 			if (submit_block(b, slot_no) < 0) {
 				b->free_slots[b->nfree++] = slot_no;
@@ -403,7 +501,7 @@ static int run(struct bench *b, double *seconds)
 			continue;
 		if (b->opt.progress)
 			print_progress(b, start, &last, &last_received);
-		xseg_poll(b->seg, b->opt.port, spin_ns, 200000000ull);
+		xseg_poll(b->seg, b->opt.port, spin_ns, poll_timeout_ns(b));
 		if (b->in_flight && oldest_age_ns(b, xseg_now_ns()) > timeout_ns) {
 			fprintf(stderr, "bench-xseg: %u requests unanswered after %" PRIu64 " s: giving up\n",
 				b->in_flight, b->opt.timeout_s);
@@ -411,7 +509,10 @@ static int run(struct bench *b, double *seconds)
 			break;
 		}
 	}
-	*seconds = (double)(xseg_now_ns() - start) / 1e9;
+	uint64_t end = xseg_now_ns();
+	if (b->opt.interval_ns)
+		print_interval(b, end, true);
+	*seconds = (double)(end - start) / 1e9;
 	return rc;
 }
 
@@ -421,8 +522,8 @@ static void print_slices(const struct bench *b)
 	uint64_t prev = b->start_ns;
 	printf("[");
 	for (unsigned i = 0; i < b->slices_done; i++) {
-		uint64_t before = i ? (uint64_t)i * b->blocks / SLICES : 0;
-		uint64_t upto = (uint64_t)(i + 1) * b->blocks / SLICES;
+		uint64_t before = i ? b->slice_received[i - 1] : 0;
+		uint64_t upto = b->slice_received[i];
 		double dt = (double)(b->slice_end_ns[i] - prev) / 1e9;
 		printf("%s%.1f", i ? "," : "", dt > 0 ? (double)(upto - before) / dt : 0.0);
 		prev = b->slice_end_ns[i];
@@ -444,9 +545,14 @@ static void report(const struct bench *b, double seconds)
 	printf("bench-xseg: %s %s, block %" PRIu64 ", iodepth %u, %s %s\n", op, pat,
 	       o->block_size, o->iodepth, o->volume ? "volume" : "objects",
 	       o->volume ? o->volume : o->prefix);
-	printf("  requests   %" PRIu64 " of %" PRIu64 " answered, %" PRIu64 " failed, %" PRIu64 " corrupted%s\n",
-	       b->st.received, b->blocks, b->st.failed, b->st.corrupted,
-	       b->st.received < b->blocks ? " (run cut short)" : "");
+	if (o->runtime_ns)
+		printf("  requests   %" PRIu64 " answered in --runtime %g s (%.2f passes over %" PRIu64 " blocks), %" PRIu64 " failed, %" PRIu64 " corrupted\n",
+		       b->st.received, (double)o->runtime_ns / 1e9, (double)b->st.received / (double)b->blocks,
+		       b->blocks, b->st.failed, b->st.corrupted);
+	else
+		printf("  requests   %" PRIu64 " of %" PRIu64 " answered, %" PRIu64 " failed, %" PRIu64 " corrupted%s\n",
+		       b->st.received, b->blocks, b->st.failed, b->st.corrupted,
+		       b->st.received < b->blocks ? " (run cut short)" : "");
 	printf("  time       %.3f s\n", seconds);
 	printf("  throughput %.0f IOPS, %.2f MiB/s\n", iops, mib);
 	printf("  latency us p50 %.1f  p99 %.1f  p99.9 %.1f  max %.1f\n", p50, p99, p999, max);
@@ -476,6 +582,7 @@ int main(int argc, char **argv)
 	b.blocks = b.opt.total_size / b.opt.block_size;
 	block_order_init(&b.order, b.blocks, b.opt.random, b.opt.seed);
 	latency_init(&b.st.hist);
+	latency_init(&b.interval_hist);
 
 	struct sigaction sa = { .sa_handler = on_signal };
 	sigaction(SIGINT, &sa, NULL);

@@ -216,6 +216,21 @@ python3 -c "import socket; s=socket.create_connection(('127.0.0.1',$hport)); s.s
 if command -v curl > /dev/null; then
 	curl -sf "http://127.0.0.1:$hport/metrics" | grep -q '^xseg_up{port="2"} 1$' || fail "curl GET /metrics"
 fi
+# a process that binds a port and never answers (not one of the project's
+# clients): its port is reported down, and not asked again (each unanswered
+# request stays out of the pool while its holder lives)
+cp "$BIN/ipc-bench" "$DIR/quiet-client"
+"$DIR/quiet-client" --segment "$SEG" --port 12 --target-port 5 --seconds 60 > /dev/null 2>&1 &
+quiet=$!; pids+=($quiet)
+wait_bound 12
+http /metrics | grep -q '^xseg_up{port="12"} 0$' || fail "a port that does not answer is not down"
+if command -v curl > /dev/null; then
+	t=$(curl -s -o "$DIR/scrape3" -w '%{time_total}' "http://127.0.0.1:$hport/metrics")
+	grep -q '^xseg_up{port="12"} 0$' "$DIR/scrape3" || fail "the silent port is gone from the scrape"
+	python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) < 1.5 else 1)" "$t" ||
+		fail "the silent port was asked again (the scrape took $t s)"
+fi
+kill "$quiet"
 kill -TERM "$exp"
 wait "$exp"; rc=$?
 [ $rc = 0 ] || fail "the exporter exited $rc on SIGTERM"

@@ -56,6 +56,75 @@ static size_t ports_to_ask(struct xseg *seg, uint32_t nr_ports, uint32_t *ports)
 	return n;
 }
 
+/*
+ * Ports that gave no answer in an earlier round of this process (xseg
+ * exporter, --watch): not asked again while the same owner holds them
+ * (same pid, same epoch). A request that is never answered stays in the
+ * pool's count until its holder leaves: asking such a port every scrape
+ * would drain the pool.
+ */
+struct silent {
+	uint32_t port, epoch;
+	pid_t owner;
+};
+static struct silent silent[256];
+static size_t nr_silent;
+
+static bool still_silent(struct xseg *seg, uint32_t port)
+{
+	struct xseg_port_info pi;
+	if (xseg_port_info(seg, port, &pi) < 0)
+		return false;
+	for (size_t i = 0; i < nr_silent; i++)
+		if (silent[i].port == port && silent[i].owner == pi.owner &&
+		    silent[i].epoch == pi.epoch)
+			return true;
+	return false;
+}
+
+static void remember_silent(struct xseg *seg, uint32_t port)
+{
+	struct xseg_port_info pi;
+	if (nr_silent < sizeof(silent) / sizeof(silent[0]) &&
+	    xseg_port_info(seg, port, &pi) == 0 && pi.owner)
+		silent[nr_silent++] = (struct silent){ port, pi.epoch, pi.owner };
+}
+
+/* Asks ports[0..n) but those still silent; out[i] for ports[i]. */
+static int ask(struct xseg *seg, const uint32_t *ports, size_t n, unsigned timeout_ms,
+	       struct control_answer *out, const char **why)
+{
+	uint32_t *send = calloc(n ? n : 1, sizeof(*send));
+	struct control_answer *got = calloc(n ? n : 1, sizeof(*got));
+	size_t k = 0;
+	int rc = -1;
+	if (!send || !got) {
+		*why = "out of memory";
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (!still_silent(seg, ports[i]))
+			send[k++] = ports[i];
+	if (k && (rc = control_call_all(seg, send, k, "stats", REPLY_MAX, timeout_ms, got,
+					why)) < 0)
+		goto out;
+	rc = 0;
+	for (size_t i = 0, j = 0; i < n; i++) {
+		if (j < k && send[j] == ports[i]) {
+			out[i] = got[j++];
+			if (out[i].rc == -ETIMEDOUT)
+				remember_silent(seg, ports[i]);
+		} else {
+			out[i] = (struct control_answer){ .rc = -ETIMEDOUT,
+				.why = "no answer to an earlier round: not asked again" };
+		}
+	}
+out:
+	free(send);
+	free(got);
+	return rc;
+}
+
 /* Marks answers from a peer and port that answered an earlier one. */
 static void mark_duplicates(struct stats_round *r)
 {
@@ -92,8 +161,9 @@ int stats_collect(struct xseg *seg, bool all, uint32_t port, struct stats_round 
 		n = ports_to_ask(seg, si.nr_ports, ports);
 	else
 		ports[0] = port;
-	if (n && control_call_all(seg, ports, n, "stats", REPLY_MAX,
-				  all ? ALL_PORTS_TIMEOUT_MS : ONE_PORT_TIMEOUT_MS, out, &why) < 0) {
+	if (n && (all ? ask(seg, ports, n, ALL_PORTS_TIMEOUT_MS, out, &why)
+		      : control_call_all(seg, ports, n, "stats", REPLY_MAX, ONE_PORT_TIMEOUT_MS,
+					 out, &why)) < 0) {
 		fprintf(stderr, "xseg: stats: %s\n", why);
 		goto fail;
 	}

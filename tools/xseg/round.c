@@ -116,7 +116,7 @@ static int ask(struct xseg *seg, const uint32_t *ports, size_t n, unsigned timeo
 				remember_silent(seg, ports[i]);
 		} else {
 			out[i] = (struct control_answer){ .rc = -ETIMEDOUT,
-				.why = "no answer to an earlier round: not asked again" };
+				.why = "none in an earlier round, not asked again" };
 		}
 	}
 out:

@@ -8,7 +8,8 @@
 # answered, no page of the file is dirty or under writeback, and the data
 # is still only in the cache (nothing went to filed). SIGTERM then writes
 # it back and leaves the file marked clean and unlocked; every byte reads
-# back straight from filed.
+# back straight from filed. (And `xseg stats` says which volume the dirty
+# data belongs to.)
 set -u
 SEG_PREFIX=cached-persist-flush
 . "$(dirname "$0")/lib.sh"
@@ -59,6 +60,15 @@ bench write "$DIR/w.out" || fail "the writes failed: $(tail -3 "$DIR/w.out.err")
 [ "$(json "$DIR/w.out" failed)" = 0 ] || fail "some writes failed"
 d=$(stat3 dirty_bytes)
 [ "$d" -gt 0 ] || fail "cached holds no dirty data: the test would prove nothing"
+# stats names the volume the dirty data belongs to (vlmcd's vol_<index> objects)
+"$BIN/xseg" stats --segment "$SEG" --port 3 --json | python3 -c "
+import json,sys
+d=json.load(sys.stdin)
+assert d['dirty_by_volume'] == {'vol': $d} and d['dirty_other_volumes_bytes'] == 0, d['dirty_by_volume']" ||
+	fail "cached's dirty_by_volume does not say vol holds $d bytes"
+"$BIN/xseg" stats --segment "$SEG" --prometheus > "$DIR/prom.txt" || fail "xseg stats --prometheus"
+grep -qx "xseg_cached_volume_dirty_bytes{port=\"3\",peer=\"cached\",volume=\"vol\"} $d" "$DIR/prom.txt" ||
+	fail "no xseg_cached_volume_dirty_bytes series for vol: $(grep volume "$DIR/prom.txt")"
 [ "$(inspect lock_pid)" = "$cpid" ] || fail "the file is not shown locked by cached $cpid"
 [ "$(inspect dirty_bytes)" = "$d" ] ||
 	fail "a second process finds $(inspect dirty_bytes) dirty bytes in the file, cached holds $d"

@@ -81,6 +81,7 @@ int object_buckets_init(struct object_buckets *ob, uint32_t n)
 	ob->count[BUCKET_INVALID] = n;
 	ob->claimed = 0;
 	ob->on_probation = 0;
+	atomic_init(&ob->unwritten, 0);
 	return 0;
 }
 
@@ -114,6 +115,10 @@ int bucket_set(struct object_buckets *ob, struct bucket_totals *t, uint32_t i,
 	ob->count[to]++;
 	atomic_fetch_sub_explicit(&t->count[from], 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&t->count[to], 1, memory_order_relaxed);
+	if (from >= BUCKET_DIRTY || to >= BUCKET_DIRTY)
+		atomic_store_explicit(&ob->unwritten,
+				      ob->count[BUCKET_DIRTY] + ob->count[BUCKET_WRITING],
+				      memory_order_relaxed);
 	return 0;
 }
 

@@ -101,6 +101,9 @@ struct object_buckets {
 	uint32_t count[BUCKET_STATES];
 	uint32_t claimed;
 	uint32_t on_probation;
+	/* count[DIRTY] + count[WRITING], stored (relaxed: a plain store on
+	 * x86) for readers on other threads: statistics per volume. */
+	_Atomic uint32_t unwritten;
 };
 
 int object_buckets_init(struct object_buckets *ob, uint32_t n);

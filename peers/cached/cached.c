@@ -177,6 +177,29 @@ static void client_done(struct cache_req *r)
 	respond(x, r->served, r->error, r->serviced);
 }
 
+#define STATS_VOLUMES 16   /* volumes named in "stats"; the rest summed */
+
+/* ,"dirty_by_volume":{"NAME":BYTES,...},"dirty_other_volumes_bytes":N */
+static size_t dirty_by_volume(char *buf, size_t len, const struct cache_volume_dirty *v,
+			      unsigned n, uint64_t rest)
+{
+	size_t k = (size_t)snprintf(buf, len, ",\"dirty_by_volume\":{");
+	for (unsigned i = 0; i < n && k < len; i++) {
+		k += (size_t)snprintf(buf + k, len - k, "%s\"", i ? "," : "");
+		for (const char *c = v[i].name; *c && k < len; c++)   /* JSON-escaped */
+			k += (size_t)snprintf(buf + k, len - k,
+					      *c == '"' || *c == '\\' ? "\\%c" :
+					      (unsigned char)*c < 0x20 ? "\\u%04x" : "%c",
+					      (unsigned char)*c);
+		if (k < len)
+			k += (size_t)snprintf(buf + k, len - k, "\":%" PRIu64, v[i].bytes);
+	}
+	if (k < len)
+		k += (size_t)snprintf(buf + k, len - k, "},\"dirty_other_volumes_bytes\":%" PRIu64,
+				      rest);
+	return k;
+}
+
 /* The cache's figures, after the runtime's (peer_ops.stats: the runtime
  * answers "stats" and names the peer and port itself). */
 static int stats_fields(struct peer *p, char *buf, size_t len)
@@ -184,7 +207,7 @@ static int stats_fields(struct peer *p, char *buf, size_t len)
 	(void)p;
 	struct cache_stats s;
 	cache_engine_stats(C.engine, &s);
-	return snprintf(buf, len,
+	int k = snprintf(buf, len,
 		",\"blocker_port\":%u,\"policy\":\"%s\",\"hits\":%" PRIu64
 		",\"misses\":%" PRIu64 ",\"partial_hits\":%" PRIu64 ",\"read_bytes\":%" PRIu64
 		",\"write_bytes\":%" PRIu64 ",\"blocker_read_bytes\":%" PRIu64
@@ -210,6 +233,18 @@ static int stats_fields(struct peer *p, char *buf, size_t len)
 		s.barrier_waiters, s.persist ? "true" : "false", s.persist_dirty_bytes,
 		s.recoveries, s.recovered_bytes, s.persist_dropped, s.persist_syncs,
 		s.persist_sync_avg_us);
+	if (k < 0 || (size_t)k >= len)
+		return k;
+	/* Fewer volumes named (the rest summed) until they fit the reply. */
+	struct cache_volume_dirty v[STATS_VOLUMES];
+	uint64_t rest;
+	unsigned n = cache_engine_dirty_by_volume(C.engine, v, STATS_VOLUMES, &rest);
+	for (;;) {
+		size_t more = dirty_by_volume(buf + k, len - (size_t)k, v, n, rest);
+		if (more < len - (size_t)k || !n)
+			return k + (int)more;
+		rest += v[--n].bytes;
+	}
 }
 
 /* X_CONTROL: "policy writeback|writethrough", "flush", "plug", "unplug"

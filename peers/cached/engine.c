@@ -7,6 +7,8 @@
  * The design is in engine.h; the files below this one in
  * engine_private.h.
  */
+#include <ctype.h>
+
 #include "engine_private.h"
 
 /* ---- dispatch on the object's queue ------------------------------------------------ */
@@ -563,4 +565,77 @@ void cache_engine_stats(struct cache_engine *e, struct cache_stats *s)
 		s->persist_syncs = syncs;
 		s->persist_sync_avg_us = syncs ? atomic_load(&e->sync_ns_total) / syncs / 1000 : 0;
 	}
+}
+
+/* The volume an object belongs to: vlmcd names its objects
+ * VOLUME_<16 hex digits>; any other name is its own. */
+static size_t volume_len(const char *name)
+{
+	size_t n = strlen(name);
+	if (n < 18 || name[n - 17] != '_')
+		return n;
+	for (size_t i = n - 16; i < n; i++)
+		if (!isxdigit((unsigned char)name[i]))
+			return n;
+	return n - 17;
+}
+
+static int by_bytes_desc(const void *a, const void *b)
+{
+	const struct cache_volume_dirty *x = a, *y = b;
+	return x->bytes < y->bytes ? 1 : x->bytes > y->bytes ? -1 : 0;
+}
+
+/* Adds an object's bytes to its volume's entry in v (n entries, room for
+ * cap); returns the new n, or counts them in *rest when there is no room. */
+static unsigned add_to_volume(struct cache_volume_dirty *v, unsigned n, unsigned cap,
+			      const char *name, uint64_t bytes, uint64_t *rest)
+{
+	size_t len = volume_len(name);
+	unsigned i = 0;
+	while (i < n && (strlen(v[i].name) != len || memcmp(v[i].name, name, len)))
+		i++;
+	if (i == n) {
+		if (n == cap) {
+			*rest += bytes;
+			return n;
+		}
+		memcpy(v[i].name, name, len);
+		v[i].name[len] = '\0';
+		n++;
+	}
+	v[i].bytes += bytes;
+	return n;
+}
+
+unsigned cache_engine_dirty_by_volume(struct cache_engine *e, struct cache_volume_dirty *out,
+				      unsigned max, uint64_t *rest)
+{
+	struct cache_object *o;
+	unsigned cap = 0, n = 0;
+	*rest = 0;
+	pthread_mutex_lock(&e->dirty_lock);
+	cds_list_for_each_entry(o, &e->dirty, dirty_link)
+		cap++;
+	pthread_mutex_unlock(&e->dirty_lock);
+	/* One entry per dirty object at most; objects dirtied since the count
+	 * that need a new entry go to *rest (statistics, not bookkeeping). */
+	struct cache_volume_dirty *v = calloc(cap + 1, sizeof(*v));
+	if (!v)
+		return 0;
+	pthread_mutex_lock(&e->dirty_lock);   /* objects stay on the list while dirty */
+	cds_list_for_each_entry(o, &e->dirty, dirty_link) {
+		uint64_t bytes = (uint64_t)atomic_load_explicit(&o->b.unwritten,
+								memory_order_relaxed) * e->geo.bucket_size;
+		if (bytes)
+			n = add_to_volume(v, n, cap, o->name, bytes, rest);
+	}
+	pthread_mutex_unlock(&e->dirty_lock);
+	qsort(v, n, sizeof(*v), by_bytes_desc);
+	for (unsigned i = max; i < n; i++)
+		*rest += v[i].bytes;
+	n = n < max ? n : max;
+	memcpy(out, v, n * sizeof(*v));
+	free(v);
+	return n;
 }

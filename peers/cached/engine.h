@@ -227,6 +227,17 @@ bool cache_engine_clean(struct cache_engine *e);
 
 void cache_engine_stats(struct cache_engine *e, struct cache_stats *st);
 
+/* Dirty bytes (not yet on the blocker) by volume: an object named
+ * VOLUME_<16 hex digits> (vlmcd's names) counts for VOLUME, any other for
+ * its own name. At most `max` volumes, the largest first; the rest are
+ * summed in *rest. Returns how many were filled. */
+struct cache_volume_dirty {
+	char name[256];            /* an object name fits (the segment allows 255 bytes) */
+	uint64_t bytes;
+};
+unsigned cache_engine_dirty_by_volume(struct cache_engine *e, struct cache_volume_dirty *out,
+				      unsigned max, uint64_t *rest);
+
 /* One line for the log: what this start found in the persist file
  * (recovered, dropped, or discarded), or "persist: off". */
 void cache_engine_persist_report(struct cache_engine *e, char *buf, size_t len);

@@ -177,6 +177,30 @@ static void put_peer_metric(FILE *out, const struct stats_round *r, size_t i, co
 	}
 }
 
+/* cached's dirty bytes by volume: one series per port and volume. */
+static void put_volume_metric(FILE *out, const struct stats_round *r)
+{
+	bool any = false;
+	for (size_t k = 0; k < r->n; k++) {
+		const struct port_answer *a = &r->a[k];
+		if (!shown(a))
+			continue;
+		for (size_t i = 0; i < a->doc.nr_volumes; i++) {
+			if (!any)
+				fputs("# HELP xseg_cached_volume_dirty_bytes Bytes a cache holds for a "
+				      "volume and its blocker lacks.\n"
+				      "# TYPE xseg_cached_volume_dirty_bytes gauge\n", out);
+			any = true;
+			fprintf(out, "xseg_cached_volume_dirty_bytes{port=\"%s\",peer=\"",
+				stats_doc_str(&a->doc, "port", "?"));
+			put_label_value(out, stats_doc_str(&a->doc, "peer", "?"));
+			fputs("\",volume=\"", out);
+			put_label_value(out, a->doc.volumes[i].name);
+			fprintf(out, "\"} %.0f\n", a->doc.volumes[i].bytes);
+		}
+	}
+}
+
 void prometheus_write(FILE *out, const struct stats_round *r)
 {
 	fputs("# HELP xseg_up Whether the port answered \"stats\" (1) or not (0).\n"
@@ -195,4 +219,5 @@ void prometheus_write(FILE *out, const struct stats_round *r)
 				put_peer_metric(out, r, i, fd->key);
 		}
 	}
+	put_volume_metric(out, r);
 }

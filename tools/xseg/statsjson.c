@@ -148,6 +148,41 @@ static int scalar(struct parser *ps, struct stats_field *f)
 	return 0;
 }
 
+/* {"NAME": number, ...} into d->volumes, ps->p at its '{'. */
+static int volumes(struct parser *ps, struct stats_doc *d)
+{
+	ps->p++;   /* { */
+	for (;;) {
+		ws(ps);
+		if (*ps->p == '}') {
+			ps->p++;
+			return 0;
+		}
+		if (*ps->p == ',') {
+			ps->p++;
+			continue;
+		}
+		struct stats_volume v = { .name = string(ps) };
+		if (!v.name)
+			return -1;
+		ws(ps);
+		char *end;
+		if (*ps->p == ':')
+			ps->p++;
+		v.bytes = strtod(ps->p, &end);
+		struct stats_volume *nv = end == ps->p ? NULL :
+			realloc(d->volumes, (d->nr_volumes + 1) * sizeof(*nv));
+		if (!nv) {
+			free(v.name);
+			ps->why = end == ps->p ? "a volume's bytes are not a number" : "out of memory";
+			return -1;
+		}
+		ps->p = end;
+		d->volumes = nv;
+		d->volumes[d->nr_volumes++] = v;
+	}
+}
+
 static int field(struct parser *ps, struct stats_doc *d)
 {
 	struct stats_field f = { 0 };
@@ -165,6 +200,10 @@ static int field(struct parser *ps, struct stats_doc *d)
 	if (*ps->p == '[' && !strcmp(f.key, "lat_buckets")) {
 		free(f.key);
 		return buckets(ps, d);
+	}
+	if (*ps->p == '{' && !strcmp(f.key, "dirty_by_volume")) {
+		free(f.key);
+		return volumes(ps, d);
 	}
 	if (*ps->p == '[' || *ps->p == '{') {
 		free(f.key);
@@ -224,6 +263,9 @@ void stats_doc_free(struct stats_doc *d)
 	}
 	free(d->fields);
 	free(d->buckets);
+	for (size_t i = 0; i < d->nr_volumes; i++)
+		free(d->volumes[i].name);
+	free(d->volumes);
 	memset(d, 0, sizeof(*d));
 }
 

@@ -1,6 +1,7 @@
 /*
  * A peer's "stats" answer read back: one flat JSON object of numbers,
- * strings and booleans, plus "lat_buckets" ([low ns, width ns, count]...).
+ * strings and booleans, plus "lat_buckets" ([low ns, width ns, count]...)
+ * and cached's "dirty_by_volume" ({"VOLUME": bytes, ...}).
  * Just what the runtime and cached write (docs/interfaces.md); anything
  * else nested is skipped.
  */
@@ -23,11 +24,18 @@ struct stats_bucket {
 	uint64_t lo, width, count;
 };
 
+struct stats_volume {
+	char *name;
+	double bytes;
+};
+
 struct stats_doc {
 	struct stats_field *fields;
 	size_t nr_fields;
 	struct stats_bucket *buckets;
 	size_t nr_buckets;
+	struct stats_volume *volumes;   /* dirty_by_volume */
+	size_t nr_volumes;
 };
 
 /* 0, or -1 with *why set when `text` is not such an object. */

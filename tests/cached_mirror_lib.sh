@@ -1,0 +1,185 @@
+# Shared by the replicated write-back tests (issue 23; sourced after lib.sh
+# and synapsed_lib.sh by test_cached_mirror*.sh): a primary cached on
+# segment A ($SEG) mirroring through a synapsed on A's port 5 to a replica
+# cached on segment B ($SEGB), behind a listening synapsed on B's port 2.
+# Both blockers (port 1 of each segment) share one store: filed over
+# $DIR/data by default; a test may define start_blocker_a/_b before
+# calling mirror_start (sosd on one pool). RUN_A/RUN_B prefix the
+# synapsed commands (`ip netns exec NS`), LISTEN/REMOTE their addresses.
+#
+#   A: bench-xseg -> cached (3, write-back, --mirror-port 5) -> blocker (1)
+#                         \-> synapsed (5) ==TCP==> synapsed B (2)
+#   B:                  cached (3, --replica) -> blocker (1, same store)
+#
+# The primary has --dirty-high 100: nothing is written back on its own, so
+# what a write-back write left is in the caches alone until a stop, a
+# degradation or a promote writes it back.
+RUN_A=${RUN_A:-} RUN_B=${RUN_B:-}
+PRIMARY_PF=$DIR/primary.pf REPLICA_PF=$DIR/replica.pf
+MIRROR_TOTAL=${MIRROR_TOTAL:-8M}
+
+# stat_of SEGMENT PORT FIELD: cached's statistic (true/false for booleans).
+stat_of() {
+	"$BIN/xseg" stats --segment "$1" --port "$2" --json 2>/dev/null | python3 -c "
+import json,sys
+v=json.load(sys.stdin)['$3']
+print(str(v).lower() if isinstance(v, bool) else v)"
+}
+pstat() { stat_of "$SEG" 3 "$1"; }
+rstat() { stat_of "$SEGB" 3 "$1"; }
+
+# wait_state STATE SECONDS: the primary's mirror_state becomes STATE; the
+# seconds it took in $WAITED (fails the test after SECONDS).
+wait_state() {
+	local t0 now
+	t0=$(date +%s%N)
+	for _ in $(seq $(( $2 * 20 ))); do
+		[ "$(pstat mirror_state)" = "$1" ] && {
+			now=$(date +%s%N); WAITED=$(( (now - t0) / 1000000 ))ms; return 0; }
+		sleep 0.05
+	done
+	fail "the primary's mirror_state is '$(pstat mirror_state)', not '$1', after $2 s"
+}
+
+# wait_more SEGMENT FIELD THAN SECONDS: port 3's FIELD grows past THAN.
+wait_more() {
+	for _ in $(seq $(( $4 * 20 ))); do
+		[ "$(stat_of "$1" 3 "$2" || echo 0)" -gt "$3" ] && return 0
+		sleep 0.05
+	done
+	fail "$2 on $1 stayed at $(stat_of "$1" 3 "$2") (not above $3) for $4 s"
+}
+
+# jfield FILE KEY: KEY of the JSON object on FILE's last line.
+jfield() { tail -1 "$1" | python3 -c "import json,sys; print(json.load(sys.stdin)['$2'])"; }
+
+# verified SEGMENT TARGET_PORT OP SEED OUT [extra...]: a --verify full run
+# of the test's load shape (4K random, depth 16, $MIRROR_TOTAL) from port 11;
+# the result in OUT. Exits as bench-xseg does (1 on failed or corrupted).
+verified() {
+	local seg=$1 tport=$2 op=$3 seed=$4 out=$5; shift 5
+	"$BIN/bench-xseg" --segment "$seg" --port 11 --target-port "$tport" --op "$op" \
+		--pattern rand --total-size "$MIRROR_TOTAL" --block-size 4K --iodepth 16 \
+		--seed "$seed" --verify full --timeout 30 --json "$@" > "$out" 2> "$out.err"
+}
+# verified_ok ...: the same, every block right.
+verified_ok() {
+	verified "$@" || true
+	tail -1 "$5" | grep -q '"failed":0,"corrupted":0' ||
+		fail "$3 of seed $4 on $1 port $2: $(tail -1 "$5") $(tail -2 "$5.err")"
+}
+
+start_blocker_a() {
+	"$BIN/filed" --segment "$SEG" --port 1 --dir "$DIR/data" --threads 2 2>> "$DIR/filed-a.log" &
+	bapid=$!; pids+=($bapid)
+	wait_bound 1
+}
+start_blocker_b() {
+	"$BIN/filed" --segment "$SEGB" --port 1 --dir "$DIR/data" --threads 2 2>> "$DIR/filed-b.log" &
+	bbpid=$!; pids+=($bbpid)
+	wait_bound_in "$SEGB" 1
+}
+start_replica() {   # [LOG NAME]
+	"$BIN/cached" --segment "$SEGB" --port 3 --blocker-port 1 --cache-size 64M \
+		--replica --persist "$REPLICA_PF" --log-level info 2>> "$DIR/${1:-replica}.log" &
+	rpid=$!; pids+=($rpid)
+	wait_bound_in "$SEGB" 3
+}
+start_listener() {
+	$RUN_B "$BIN/synapsed" --segment "$SEGB" --port 2 --listen "$LISTEN" --target-port 3 \
+		--log-level info 2>> "$DIR/synapsed-b.log" & lpid=$!; pids+=($lpid)
+	wait_bound_in "$SEGB" 2
+}
+start_sender() {
+	$RUN_A "$BIN/synapsed" --segment "$SEG" --port 5 --remote "$REMOTE" --timeout 3 \
+		--log-level info 2>> "$DIR/synapsed-a.log" & spid=$!; pids+=($spid)
+	wait_bound 5
+}
+start_primary() {
+	"$BIN/cached" --segment "$SEG" --port 3 --blocker-port 1 --cache-size 64M \
+		--write-policy writeback --dirty-high 100 --dirty-low 90 --mirror-port 5 \
+		--persist "$PRIMARY_PF" --log-level info "$@" 2>> "$DIR/primary.log" &
+	cpid=$!; pids+=($cpid)
+	wait_bound 3
+}
+
+# mirror_start: both segments, B's side first, then A's; returns once the
+# primary is mirrored.
+mirror_start() {
+	if [ -z "${LISTEN:-}" ]; then
+		local p; p=$(free_port)
+		LISTEN=127.0.0.1:$p REMOTE=127.0.0.1:$p
+	fi
+	"$BIN/xseg" create --segment "$SEG" --ports 16 --requests 1024 --heap 128M || fail "create A"
+	"$BIN/xseg" create --segment "$SEGB" --ports 16 --requests 1024 --heap 128M || fail "create B"
+	start_blocker_b
+	start_replica
+	start_listener
+	start_blocker_a
+	start_sender
+	start_primary
+	wait_state mirrored 10
+	echo "primary mirrored $WAITED after its start"
+	[ "$(pstat mirror_port)" = 5 ] || fail "mirror_port is '$(pstat mirror_port)', not 5"
+	[ "$(rstat replica)" = true ] || fail "the replica's stats do not say replica: $(rstat replica)"
+	[ "$(pstat replica)" != true ] || fail "the primary says it is a replica"
+	# A replica serves no client reads.
+	out=$("$BIN/xreq" --segment "$SEGB" --port 12 --target-port 3 --op read --target obj \
+		--size 4K 2>&1)
+	[[ "$out" == "FAILED error=1 "* ]] || fail "a read from the replica: '$out', not EPERM"
+}
+
+# host_a_lost SEED [OLD_SEED...]: phase (a). A verified write load of SEED
+# through the mirrored primary; the data is then in both caches and not in
+# the store. Every peer of A is SIGKILLed and the primary's persist file
+# removed: A is gone. The store lacks SEED's data (so the test means
+# something); `xseg promote` on B writes the replica's back, and SEED (and
+# every OLD_SEED, written back before) reads back whole straight from B's
+# blocker, then through the promoted cache.
+host_a_lost() {
+	local seed=$1 s; shift
+	[ "$(pstat mirror_state)" = mirrored ] || fail "the primary is $(pstat mirror_state) before phase (a)"
+	local w0; w0=$(rstat replica_writes)
+	verified_ok "$SEG" 3 write "$seed" "$DIR/a-write.out"
+	local pd rd
+	pd=$(pstat dirty_bytes) rd=$(rstat dirty_bytes)
+	echo "after the load: primary dirty $pd, replica dirty $rd, replica_writes $(rstat replica_writes)" \
+		"(mirror_writes $(pstat mirror_writes), rtt avg $(pstat mirror_rtt_avg_us) us)"
+	[ "$pd" -gt 0 ] || fail "the primary holds nothing dirty: the data is not at risk"
+	[ "$rd" -gt 0 ] || fail "the replica holds nothing dirty after the mirrored load"
+	[ "$rd" -ge "$pd" ] || fail "the replica holds $rd dirty bytes, the primary $pd: acknowledged bytes unreplicated"
+	[ "$(rstat replica_writes)" -gt "$w0" ] || fail "replica_writes did not move"
+	[ "$(pstat mirror_failures)" = 0 ] || fail "mirror_failures $(pstat mirror_failures) on a quiet link"
+
+	echo "--- host A lost: every peer of A SIGKILLed, the primary's persist file removed"
+	kill -KILL "$cpid" "$spid" "$bapid"
+	wait "$cpid" "$spid" "$bapid" 2>/dev/null
+	rm -f "$PRIMARY_PF"
+	verified "$SEGB" 1 read "$seed" "$DIR/a-before.out"
+	local c f
+	c=$(jfield "$DIR/a-before.out" corrupted) f=$(jfield "$DIR/a-before.out" failed) ||
+		fail "no result from the read before promote: $(cat "$DIR/a-before.out.err")"
+	echo "straight from B's blocker before promote: $c of $(jfield "$DIR/a-before.out" requests) blocks wrong, $f failed"
+	[ $((c + f)) -gt 0 ] || fail "the store already holds every byte before promote: the test shows nothing"
+	[ "$(rstat dirty_bytes)" = "$rd" ] || fail "the replica's dirty bytes moved on their own: $rd -> $(rstat dirty_bytes)"
+
+	local t0 t1
+	t0=$(date +%s%N)
+	timeout 60 "$BIN/xseg" promote --segment "$SEGB" --port 3 > "$DIR/promote.out" 2>&1 ||
+		fail "xseg promote: $(cat "$DIR/promote.out")"
+	t1=$(date +%s%N)
+	echo "xseg promote: $(( (t1 - t0) / 1000000 )) ms: $(head -1 "$DIR/promote.out")"
+	[ "$(rstat dirty_bytes)" = 0 ] || fail "$(rstat dirty_bytes) bytes still dirty on B after promote"
+	[ "$(rstat replica)" = false ] || fail "still a replica after promote"
+	for s in "$seed" "$@"; do
+		verified_ok "$SEGB" 1 read "$s" "$DIR/a-after-$s.out"
+	done
+	echo "every acknowledged byte read back straight from B's blocker"
+	# now an ordinary cache: it serves reads
+	verified_ok "$SEGB" 3 read "$seed" "$DIR/a-cached.out"
+}
+
+mirror_sanitizers() {
+	grep -l "Sanitizer" "$DIR"/*.log && fail "a sanitizer reported an error (logs above)"
+	return 0
+}

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Replicated write-back (issue 23) on one machine: a primary cached on
+# segment A mirrors every write-back write through synapsed (loopback TCP)
+# to a replica cached on segment B; both filed peers share one directory
+# (tests/cached_mirror_lib.sh draws it). Verified 4K random write load at
+# depth 16 on A throughout.
+#   (b) the link cut: A's synapsed SIGKILLed under load: no write fails,
+#       the primary degrades (write-through, nothing left dirty), back to
+#       mirrored within seconds of a new synapsed; the data reads back.
+#   (c) the replica SIGKILLed under load and restarted on its persist file:
+#       no write fails, mirrored again; the data reads back; a clean stop of
+#       the primary leaves nothing dirty on the replica, and every byte is
+#       in filed.
+#   (a) host A lost: a mirrored load, every peer of A SIGKILLed and the
+#       primary's persist file removed; filed lacks the data; `xseg promote`
+#       on B; every byte reads back straight from B's filed.
+set -u
+SEG_PREFIX=cached-mirror
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/synapsed_lib.sh"
+. "$(dirname "$0")/cached_mirror_lib.sh"
+
+# writer SEED: verified write passes of SEED on the primary (port 10) until
+# $DIR/stop-SEED exists (one pass at least); a pass with a failed or wrong
+# block ends it. "STATUS PASSES" in $DIR/writer-SEED.rc, the last pass's
+# result in $DIR/w-SEED.out.
+writer() {
+	local s=$1 n=0 rc=0
+	while [ $n = 0 ] || { [ ! -e "$DIR/stop-$s" ] && [ $n -lt 1000 ]; }; do
+		n=$((n + 1))
+		"$BIN/bench-xseg" --segment "$SEG" --port 10 --target-port 3 --op write --pattern rand \
+			--total-size "$MIRROR_TOTAL" --block-size 4K --iodepth 16 --seed "$s" \
+			--verify full --timeout 30 --json > "$DIR/w-$s.out" 2> "$DIR/w-$s.err"; rc=$?
+		[ $rc = 0 ] || break
+	done
+	echo "$rc $n" > "$DIR/writer-$s.rc"
+}
+writer_alive() {   # SEED PID WHEN
+	kill -0 "$2" 2>/dev/null ||
+		fail "$3: the writer of seed $1 ended: $(cat "$DIR/writer-$1.rc" 2>/dev/null) $(tail -1 "$DIR/w-$1.out") $(tail -3 "$DIR/w-$1.err")"
+}
+writer_stop() {   # SEED PID: no pass failed
+	local rc n
+	touch "$DIR/stop-$1"
+	wait "$2"
+	read -r rc n < "$DIR/writer-$1.rc"
+	[ "$rc" = 0 ] || fail "seed $1: write pass $n failed (exit $rc): $(tail -1 "$DIR/w-$1.out") $(tail -3 "$DIR/w-$1.err")"
+	echo "seed $1: $n verified write passes, none failed"
+}
+
+start=$SECONDS
+mirror_start
+
+echo "--- (b) the link cut under load: write-through, no failed write, mirrored again"
+deg=$(pstat degradations)
+writer 2 & wpid=$!
+wait_more "$SEG" mirror_writes "$(pstat mirror_writes)" 10
+wait_more "$SEG" dirty_bytes 0 10
+kill -KILL "$spid"; wait "$spid" 2>/dev/null
+wait_state degraded 5
+echo "degraded $WAITED after A's synapsed was killed"
+sleep 1
+writer_alive 2 "$wpid" "degraded"
+[ "$(pstat mirror_state)" = degraded ] || fail "mirror_state '$(pstat mirror_state)' with no synapsed on port 5"
+[ "$(pstat degradations)" -gt "$deg" ] || fail "degradations did not move: $(pstat degradations)"
+# write-through: what was dirty is written back at once, nothing new stays
+for _ in $(seq 60); do [ "$(pstat dirty_bytes)" = 0 ] && break; sleep 0.05; done
+[ "$(pstat dirty_bytes)" = 0 ] || fail "degraded, yet $(pstat dirty_bytes) bytes stay dirty"
+echo "degraded: dirty 0, exposure_bytes $(pstat exposure_bytes), mirror_failures $(pstat mirror_failures)"
+wb=$(pstat blocker_write_bytes)
+wait_more "$SEG" blocker_write_bytes "$wb" 5   # the writes go through
+start_sender
+wait_state mirrored 10
+echo "mirrored again $WAITED after synapsed came back"
+writer_alive 2 "$wpid" "mirrored again"
+wait_more "$SEG" mirror_writes "$(pstat mirror_writes)" 10
+wait_more "$SEG" dirty_bytes 0 10
+[ "$(pstat degraded_ms_total)" -ge 1000 ] ||
+	fail "degraded_ms_total $(pstat degraded_ms_total) after over a second degraded"
+writer_stop 2 "$wpid"
+verified_ok "$SEG" 3 read 2 "$DIR/b-read.out"
+echo "phase (b): $((SECONDS - start)) s so far"
+
+echo "--- (c) the replica SIGKILLed under load and restarted on its persist file"
+deg=$(pstat degradations)
+writer 3 & wpid=$!
+wait_more "$SEG" mirror_writes "$(pstat mirror_writes)" 10
+wait_more "$SEGB" replica_writes "$(rstat replica_writes)" 10
+kill -KILL "$rpid"; wait "$rpid" 2>/dev/null
+wait_state degraded 10
+echo "degraded $WAITED after the replica was killed"
+sleep 0.5
+writer_alive 3 "$wpid" "replica dead"
+[ "$(pstat degradations)" -gt "$deg" ] || fail "degradations did not move: $(pstat degradations)"
+start_replica replica2
+wait_log "$DIR/replica2.log" "persist: .*recovered [1-9][0-9]* dirty bytes"
+wait_state mirrored 10
+echo "mirrored again $WAITED after the replica's restart (resets $(rstat replica_resets))"
+[ "$(rstat replica_resets)" -ge 1 ] || fail "the restarted replica was never reset"
+writer_alive 3 "$wpid" "replica back"
+wait_more "$SEGB" replica_writes 0 10
+writer_stop 3 "$wpid"
+verified_ok "$SEG" 3 read 3 "$DIR/c-read.out"
+verified_ok "$SEG" 3 read 2 "$DIR/c-read2.out"
+
+echo "--- a clean stop of the primary: written back, the replica told"
+kill -TERM "$cpid"; wait "$cpid" || fail "the primary exited non-zero on SIGTERM"
+for _ in $(seq 100); do [ "$(rstat dirty_bytes)" = 0 ] && break; sleep 0.05; done
+[ "$(rstat dirty_bytes)" = 0 ] ||
+	fail "the primary stopped cleanly, yet the replica still holds $(rstat dirty_bytes) dirty bytes (a promote would write them over newer data)"
+[ "$(rstat replica_cleans)" -gt 0 ] || fail "replica_cleans is 0 after the primary wrote everything back"
+for s in 2 3; do verified_ok "$SEG" 1 read "$s" "$DIR/c-filed-$s.out"; done
+echo "seeds 2 and 3 straight from filed; replica_cleans $(rstat replica_cleans)"
+echo "phase (c): $((SECONDS - start)) s so far"
+
+echo "--- (a) host A lost under mirrored write-back, the replica promoted"
+start_primary
+wait_state mirrored 10
+host_a_lost 1 2 3
+mirror_sanitizers
+echo "replicated write-back: ok ($((SECONDS - start)) s)"

@@ -30,7 +30,7 @@
 #include "engine.h"
 #include "options.h"
 #include "persist_inspect.h"
-#include "stats_mirror.h"
+#include "stats_json.h"
 
 struct cached {
 	struct peer *peer;
@@ -181,77 +181,13 @@ static void client_done(struct cache_req *r)
 	respond(x, r->served, r->error, r->serviced);
 }
 
-#define STATS_VOLUMES 16   /* volumes named in "stats"; the rest summed */
-
-/* ,"dirty_by_volume":{"NAME":BYTES,...},"dirty_other_volumes_bytes":N */
-static size_t dirty_by_volume(char *buf, size_t len, const struct cache_volume_dirty *v,
-			      unsigned n, uint64_t rest)
-{
-	size_t k = (size_t)snprintf(buf, len, ",\"dirty_by_volume\":{");
-	for (unsigned i = 0; i < n && k < len; i++) {
-		k += (size_t)snprintf(buf + k, len - k, "%s\"", i ? "," : "");
-		for (const char *c = v[i].name; *c && k < len; c++)   /* JSON-escaped */
-			k += (size_t)snprintf(buf + k, len - k,
-					      *c == '"' || *c == '\\' ? "\\%c" :
-					      (unsigned char)*c < 0x20 ? "\\u%04x" : "%c",
-					      (unsigned char)*c);
-		if (k < len)
-			k += (size_t)snprintf(buf + k, len - k, "\":%" PRIu64, v[i].bytes);
-	}
-	if (k < len)
-		k += (size_t)snprintf(buf + k, len - k, "},\"dirty_other_volumes_bytes\":%" PRIu64,
-				      rest);
-	return k;
-}
-
 /* The cache's figures, after the runtime's (peer_ops.stats: the runtime
- * answers "stats" and names the peer and port itself). */
+ * answers "stats" and names the peer and port itself): stats_json.c. */
 static int stats_fields(struct peer *p, char *buf, size_t len)
 {
 	(void)p;
-	struct cache_stats s;
-	cache_engine_stats(C.engine, &s);
-	int k = snprintf(buf, len,
-		",\"blocker_port\":%u,\"policy\":\"%s\",\"hits\":%" PRIu64
-		",\"misses\":%" PRIu64 ",\"partial_hits\":%" PRIu64 ",\"read_bytes\":%" PRIu64
-		",\"write_bytes\":%" PRIu64 ",\"blocker_read_bytes\":%" PRIu64
-		",\"blocker_write_bytes\":%" PRIu64 ",\"dirty_bytes\":%" PRIu64
-		",\"cached_bytes\":%" PRIu64 ",\"free_bytes\":%" PRIu64 ",\"objects\":%" PRIu64
-		",\"evictions\":%" PRIu64 ",\"clean_released_bytes\":%" PRIu64
-		",\"flushes\":%" PRIu64 ",\"flush_failures\":%" PRIu64
-		",\"flush_backoff_ms\":%" PRIu64 ",\"flush_error\":\"%s\""
-		",\"flush_avg_us\":%.1f,\"waits\":%" PRIu64 ",\"uncached\":%" PRIu64
-		",\"lent\":%" PRIu64
-		",\"failed\":%" PRIu64 ",\"blocker_in_flight\":%" PRIu64
-		",\"barriers_open\":%" PRIu64 ",\"barrier_waiters\":%" PRIu64
-		",\"persist\":%s,\"persist_dirty_bytes\":%" PRIu64 ",\"recoveries\":%" PRIu64
-		",\"recovered_bytes\":%" PRIu64 ",\"persist_dropped\":%" PRIu64
-		",\"persist_syncs\":%" PRIu64 ",\"persist_sync_avg_us\":%" PRIu64,
-		C.blocker_port, s.policy == CACHE_WRITEBACK ? "writeback" : "writethrough",
-		s.hits, s.misses, s.partial_hits, s.read_bytes, s.write_bytes,
-		s.blocker_read_bytes, s.blocker_write_bytes, s.dirty_bytes, s.cached_bytes,
-		s.free_bytes, s.objects, s.evictions, s.clean_released_bytes, s.flushes, s.flush_failures,
-		s.flush_backoff_ns / 1000000, s.flush_error ? strerror(s.flush_error) : "",
-		s.flushes ? (double)s.flush_ns_total / (double)s.flushes / 1e3 : 0.0,
-		s.waits, s.uncached, s.lent, s.failed, s.blocker_in_flight, s.barriers_open,
-		s.barrier_waiters, s.persist ? "true" : "false", s.persist_dirty_bytes,
-		s.recoveries, s.recovered_bytes, s.persist_dropped, s.persist_syncs,
-		s.persist_sync_avg_us);
-	if (k >= 0 && (size_t)k < len)
-		k += cached_mirror_stats_json(buf + k, len - (size_t)k, &s, C.cfg.mirror,
-					      C.mirror_port);
-	if (k < 0 || (size_t)k >= len)
-		return k;
-	/* Fewer volumes named (the rest summed) until they fit the reply. */
-	struct cache_volume_dirty v[STATS_VOLUMES];
-	uint64_t rest;
-	unsigned n = cache_engine_dirty_by_volume(C.engine, v, STATS_VOLUMES, &rest);
-	for (;;) {
-		size_t more = dirty_by_volume(buf + k, len - (size_t)k, v, n, rest);
-		if (more < len - (size_t)k || !n)
-			return k + (int)more;
-		rest += v[--n].bytes;
-	}
+	return cached_stats_json(C.engine, C.blocker_port, C.cfg.mirror ? (int)C.mirror_port : -1,
+				 buf, len);
 }
 
 static bool name_allowed(struct xseg_request *x);
@@ -300,6 +236,11 @@ static void handle_control(struct glue_req *g)
 
 	if (mirror && replica_control(g)) {
 		return;
+	} else if (cache_engine_is_replica(C.engine) && strcmp(g->control, "promote")) {
+		/* each would write the primary's data back: promote says so */
+		peer_warn("refused '%s': a replica writes back only when promoted (xseg promote)",
+			  g->control);
+		respond(x, false, EPERM, 0);
 	} else if (!strcmp(g->control, "promote")) {
 		peer_log(PEER_LOG_WARN, "promoted: writing back everything the replica holds to "
 			 "port %u; an ordinary cache from now on", C.blocker_port);
@@ -491,8 +432,8 @@ static void say_mirror_state(void)
 			 "until it answers", C.mirror_port);
 	else if (state == MIRROR_MIRRORED)
 		peer_log(PEER_LOG_WARN, "mirror port %u: the replica answers; every write-back write "
-			 "is on it before its answer (%" PRIu64 " ms degraded in all)", C.mirror_port,
-			 st.degraded_ns_total / 1000000);
+			 "is on it before its answer (%" PRIu64 " degradations, %" PRIu64 " ms in all)",
+			 C.mirror_port, st.degradations, st.degraded_ns_total / 1000000);
 	else if (state == MIRROR_DEGRADED)
 		peer_log(PEER_LOG_WARN, "mirror port %u failed (%s): %s; %" PRIu64 " dirty bytes "
 			 "are here alone until written back; asking the replica again every second",

@@ -567,6 +567,11 @@ uint64_t cache_engine_maintain(struct cache_engine *e)
 	return (e->flushing && !paused) || short_of_buckets ? 1000000ull : 10000000ull;
 }
 
+bool cache_engine_is_replica(struct cache_engine *e)
+{
+	return is_replica(e);
+}
+
 int cache_engine_mirror_changed(struct cache_engine *e)
 {
 	int s = atomic_load(&e->mirror_state);

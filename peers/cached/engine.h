@@ -254,6 +254,8 @@ void cache_engine_replica_reset(struct cache_engine *e, struct cache_req *req);
 /* --replica: an ordinary cache from now on: writes everything it holds
  * back to the blocker (and its FLUSH); done(req) when that is done. */
 void cache_engine_promote(struct cache_engine *e, struct cache_req *req);
+/* --replica and not promoted. */
+bool cache_engine_is_replica(struct cache_engine *e);
 /* The mirror state (enum mirror_state) when it changed since the last
  * call, else -1: for the glue's log (one caller, the maintenance thread). */
 int cache_engine_mirror_changed(struct cache_engine *e);

@@ -109,6 +109,8 @@ struct cache_object {
 	/* --mirror-port: mirror requests of this object in issue order; one
 	 * is sent only when no earlier one overlaps it (mirror.c) */
 	struct mirror_op *mirror_head, *mirror_tail;
+	_Atomic bool mirror_io_wait;       /* one waits for a free request */
+	struct xwork mirror_io_work, mirror_retry_work;
 };
 
 /* A request to the replica: a write-back write's buckets (req: the
@@ -116,7 +118,8 @@ struct cache_object {
 struct mirror_op {
 	struct cache_object *o;
 	struct cache_req *req;
-	struct cache_bio *bio;             /* its data copied when it was made */
+	struct cache_bio *bio;             /* NULL until a request is free */
+	void *buf;                         /* a write's bytes until then */
 	uint32_t first, count;             /* buckets */
 	bool sent;
 	struct mirror_op *next;

@@ -125,9 +125,76 @@ static void unreplicated(struct cache_object *o, struct cache_req *req)
 
 static void mirror_done_job(struct xwork *w, void *arg);
 
-/* Sends every request of o that may go; while the mirror is down, writes
- * not sent are unreplicated and cleans not sent are dropped (the reset
- * drops everything on the replica before it is used again). */
+/* op's request to the replica, if one is free: a write's bytes (copied
+ * when it was made), a clean's text. */
+static bool take_bio(struct cache_object *o, struct mirror_op *op)
+{
+	struct cache_engine *e = o->e;
+	uint64_t bs = e->geo.bucket_size, off = op->first * bs, size = op->count * bs;
+	if (op->bio)
+		return true;
+	if (op->req) {
+		op->bio = bio_alloc(e, X_WRITE, o->name, off, size, NULL);
+		if (!op->bio)
+			return false;
+		memcpy(op->bio->data, op->buf, size);
+		free(op->buf);
+		op->buf = NULL;
+	} else {
+		char text[64];
+		int n = snprintf(text, sizeof(text), "mirror-clean %" PRIu64 " %" PRIu64, off, size);
+		op->bio = bio_alloc(e, X_CONTROL, o->name, 0, (uint64_t)n, NULL);
+		if (!op->bio)
+			return false;
+		memcpy(op->bio->data, text, (size_t)n);
+	}
+	op->bio->mirror = true;
+	return true;
+}
+
+static void drop_op(struct cache_object *o, struct mirror_op *op)
+{
+	unlink_op(o, op);
+	if (op->bio)
+		bio_release(o->e, op->bio);
+	free(op->buf);
+	free(op);
+}
+
+static void send_ready(struct cache_object *o);
+
+static void retry_job(struct xwork *w, void *arg)
+{
+	(void)w;
+	struct cache_object *o = arg;
+	atomic_store(&o->mirror_io_wait, false);
+	send_ready(o);
+	obj_put(o);
+}
+
+static void after_io_wait(struct xwork *w, void *arg)
+{
+	(void)w;
+	struct cache_object *o = arg;
+	obj_enqueue(o, &o->mirror_retry_work, retry_job, o);
+}
+
+/* No request was free: send_ready again once one is (never both works of
+ * o queued twice: the flag stays set until retry_job runs). */
+static void send_when_freed(struct cache_object *o)
+{
+	bool expected = false;
+	if (!atomic_compare_exchange_strong(&o->mirror_io_wait, &expected, true))
+		return;
+	obj_get(o);
+	COUNT_ADD(o->e, mst.waits, 1);
+	xwork_init(&o->mirror_io_work, after_io_wait, o);
+	xwaitq_enqueue(&o->e->io_waitq, &o->mirror_io_work);
+}
+
+/* Sends every request of o that may go, in order; while the mirror is
+ * down, writes not sent are unreplicated and cleans not sent are dropped
+ * (the reset empties the replica before it is used again). */
 static void send_ready(struct cache_object *o)
 {
 	struct cache_engine *e = o->e;
@@ -137,22 +204,23 @@ static void send_ready(struct cache_object *o)
 		if (op->sent)
 			continue;
 		if (mirror_down(e)) {
-			unlink_op(o, op);
-			bio_release(e, op->bio);
-			if (op->req)
-				unreplicated(o, op->req);
-			free(op);
+			struct cache_req *req = op->req;
+			drop_op(o, op);
+			if (req)
+				unreplicated(o, req);
 			continue;
 		}
 		if (!may_send(o, op))
 			continue;
+		if (!take_bio(o, op)) {
+			send_when_freed(o);
+			break;
+		}
 		op->sent = true;
 		op->bio->started_ns = now_ns();
 		COUNT_ADD(e, mst.in_flight, 1);
 		bio_send(o, op->bio, mirror_done_job);
 	}
-	if (!o->mirror_head)
-		run_parked(o);   /* write-throughs wait for an empty list */
 }
 
 static void mirror_done_job(struct xwork *w, void *arg)
@@ -164,48 +232,63 @@ static void mirror_done_job(struct xwork *w, void *arg)
 	struct mirror_op *op = o->mirror_head;
 	while (op->bio != bio)
 		op = op->next;
+	struct cache_req *req = op->req;
 	bool ok = bio->served && (bio->op != X_WRITE || bio->serviced == bio->size);
 
 	atomic_fetch_sub(&e->mst.in_flight, 1);
 	COUNT_ADD(e, mst.rtt_ns_total, now_ns() - bio->started_ns);
-	unlink_op(o, op);
 	if (!ok) {
 		COUNT_ADD(e, mst.failures, 1);
 		degrade(e, bio->error ? bio->error : EIO);
-	} else if (op->req) {
+	} else if (req) {
 		COUNT_ADD(e, mst.writes, 1);
 		COUNT_ADD(e, mst.bytes, bio->size);
 	} else {
 		COUNT_ADD(e, mst.cleans, 1);
 	}
-	bio_release(e, bio);
-	if (op->req) {
+	drop_op(o, op);
+	if (req) {
 		if (ok)
-			finish(e, op->req, true, 0, op->req->size);
+			finish(e, req, true, 0, req->size);
 		else
-			unreplicated(o, op->req);
+			unreplicated(o, req);
 	}
-	free(op);
 	send_ready(o);
+	/* Some request is out whenever the list is not empty (the first one
+	 * always may go, or waits for a free request), so this job or
+	 * retry_job comes for the last one: write-throughs parked for an
+	 * empty list (write.c) go on here. */
+	if (!o->mirror_head)
+		run_parked(o);
 	obj_put(o);
 }
 
-/* A request of o to the replica, in its order; false: no blocker request
- * or memory was free. */
-static bool enqueue(struct cache_object *o, struct cache_req *req, struct cache_bio *bio,
-		    uint32_t first, uint32_t count)
+/* A request of o to the replica, after those made before it. */
+static bool enqueue(struct cache_object *o, struct cache_req *req, uint32_t first,
+		    uint32_t count)
 {
+	struct cache_engine *e = o->e;
+	uint64_t bs = e->geo.bucket_size, off = first * bs, size = count * bs;
 	struct mirror_op *op = calloc(1, sizeof(*op));
-	if (!op) {
-		bio_release(o->e, bio);
+	if (!op)
 		return false;
-	}
-	bio->mirror = true;
 	op->o = o;
 	op->req = req;
-	op->bio = bio;
 	op->first = first;
 	op->count = count;
+	if (req) {
+		/* the bytes now: a later write may change the buckets first */
+		op->bio = bio_alloc(e, X_WRITE, o->name, off, size, NULL);
+		op->buf = op->bio ? NULL : malloc(size);
+		if (!op->bio && !op->buf) {
+			free(op);
+			return false;
+		}
+		for (uint32_t i = first; i < first + count; i++)
+			bucket_copy(o, i, off, size, op->bio ? op->bio->data : op->buf, false);
+		if (op->bio)
+			op->bio->mirror = true;
+	}
 	append(o, op);
 	send_ready(o);
 	return true;
@@ -214,39 +297,19 @@ static bool enqueue(struct cache_object *o, struct cache_req *req, struct cache_
 void mirror_write(struct cache_object *o, struct cache_req *req, uint32_t first, uint32_t last)
 {
 	struct cache_engine *e = o->e;
-	uint64_t bs = e->geo.bucket_size, off = first * bs, size = (last - first + 1) * bs;
 	req_set(req, REQ_MIRROR);
-	struct cache_bio *bio = mirror_down(e) ? NULL
-			      : bio_alloc(e, X_WRITE, o->name, off, size, NULL);
-	if (bio) {
-		for (uint32_t i = first; i <= last; i++)
-			bucket_copy(o, i, off, size, bio->data, false);
-		if (enqueue(o, req, bio, first, last - first + 1))
-			return;
-	}
-	/* Down, or no request free to carry it: this one goes to the blocker. */
+	if (!mirror_down(e) && enqueue(o, req, first, last - first + 1))
+		return;   /* answered when the replica has it */
 	if (!mirror_down(e))
-		COUNT_ADD(e, mst.waits, 1);
+		degrade(e, ENOMEM);
 	unreplicated(o, req);
 }
 
-/* Tells the replica to drop buckets [first, first+count) of o. Where it
- * cannot, the replica might keep data older than the blocker's: the
- * primary degrades, and the reset drops it. */
+/* Tells the replica to drop buckets [first, first+count) of o. */
 static void send_clean(struct cache_object *o, uint32_t first, uint32_t count)
 {
-	struct cache_engine *e = o->e;
-	char text[64];
-	uint64_t bs = e->geo.bucket_size;
-	int n = snprintf(text, sizeof(text), "mirror-clean %" PRIu64 " %" PRIu64,
-			 (uint64_t)first * bs, (uint64_t)count * bs);
-	struct cache_bio *bio = bio_alloc(e, X_CONTROL, o->name, 0, (uint64_t)n, NULL);
-	if (bio) {
-		memcpy(bio->data, text, (size_t)n);
-		if (enqueue(o, NULL, bio, first, count))
-			return;
-	}
-	degrade(e, ENOBUFS);
+	if (!enqueue(o, NULL, first, count))
+		degrade(o->e, ENOMEM);   /* the reset drops what it holds */
 }
 
 void mirror_written_back(struct cache_object *o, uint32_t first, uint32_t count)

@@ -33,6 +33,8 @@ static const struct { enum cache_req_state from, to; } allowed[] = {
 	{ REQ_BARRIER, REQ_QUEUED },     { REQ_BARRIER, REQ_WAIT_NODE },
 	{ REQ_BARRIER, REQ_DONE },
 	{ REQ_FORWARDED, REQ_DONE },
+	{ REQ_RUNNING, REQ_MIRROR },
+	{ REQ_MIRROR, REQ_DONE },        { REQ_MIRROR, REQ_BARRIER },
 };
 
 START_TEST(table_is_exactly_the_documented_one)

@@ -22,29 +22,39 @@ static void barrier_add(struct barrier *b, struct cache_object *o)
 	obj_enqueue(o, &w->work, waiter_job, w);
 }
 
-/* Every object dirty right now joins the barrier. */
-static void barrier_add_all_dirty(struct barrier *b)
+struct cache_object **dirty_snapshot(struct cache_engine *e, size_t *n)
 {
-	struct cache_engine *e = b->e;
 	struct cache_object *o;
-	size_t n = 0, i = 0;
+	size_t i = 0;
 
+	*n = 0;
 	pthread_mutex_lock(&e->dirty_lock);
 	cds_list_for_each_entry(o, &e->dirty, dirty_link)
-		n++;
-	struct cache_object **snap = calloc(n ? n : 1, sizeof(*snap));
+		i++;
+	struct cache_object **snap = i ? calloc(i, sizeof(*snap)) : NULL;
 	if (snap) {
 		cds_list_for_each_entry(o, &e->dirty, dirty_link) {
 			obj_get(o);     /* the list's reference keeps it alive here */
-			snap[i++] = o;
+			snap[(*n)++] = o;
 		}
 	}
 	pthread_mutex_unlock(&e->dirty_lock);
-	if (!snap) {
+	if (i && !snap)
+		errno = ENOMEM;
+	return snap;
+}
+
+/* Every object dirty right now joins the barrier. */
+static void barrier_add_all_dirty(struct barrier *b)
+{
+	size_t n;
+	errno = 0;
+	struct cache_object **snap = dirty_snapshot(b->e, &n);
+	if (!snap && errno == ENOMEM) {
 		atomic_store(&b->error, ENOMEM);
 		return;
 	}
-	for (i = 0; i < n; i++) {
+	for (size_t i = 0; i < n; i++) {
 		barrier_add(b, snap[i]);
 		obj_put(snap[i]);
 	}
@@ -53,7 +63,7 @@ static void barrier_add_all_dirty(struct barrier *b)
 
 /* A barrier for req (-> BARRIER), answered by then() once every object
  * added is clean and the creator's own arrival (barrier_arrive) is in. */
-static struct barrier *barrier_new(struct cache_engine *e, struct cache_req *req,
+struct barrier *barrier_new(struct cache_engine *e, struct cache_req *req,
 				   void (*then)(struct barrier *))
 {
 	struct barrier *b = calloc(1, sizeof(*b));
@@ -83,7 +93,7 @@ static void flush_barrier_then(struct barrier *b)
 
 /* Every dirty byte to the blocker, then its FLUSH (a policy switch, and a
  * FLUSH without a persist file synced on FLUSH). */
-static void flush_all_to_blocker(struct cache_engine *e, struct cache_req *req)
+void flush_all_to_blocker(struct cache_engine *e, struct cache_req *req)
 {
 	struct barrier *b = barrier_new(e, req, flush_barrier_then);
 	if (!b) {

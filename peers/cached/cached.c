@@ -30,11 +30,13 @@
 #include "engine.h"
 #include "options.h"
 #include "persist_inspect.h"
+#include "stats_json.h"
 
 struct cached {
 	struct peer *peer;
 	struct xseg *seg;
 	uint32_t port, blocker_port;
+	uint32_t mirror_port;              /* --mirror-port: the replica's way */
 	struct cache_config cfg;           /* from the options (options.c) */
 	struct cache_engine *engine;
 	union glue_slot *slots;            /* one per request of the pool, by index */
@@ -116,15 +118,17 @@ static void backend_submit(void *ctx, struct cache_bio *bio)
 	x->flags = bio->flags;
 	x->offset = bio->offset;
 	x->size = bio->size;
-	int rc = g->lent ? peer_forward_any(C.peer, x, C.blocker_port, on_blocker_reply, g)
-			 : peer_send_any(C.peer, x, C.blocker_port, on_blocker_reply, g);
+	uint32_t to = bio->mirror ? C.mirror_port : C.blocker_port;
+	int rc = g->lent ? peer_forward_any(C.peer, x, to, on_blocker_reply, g)
+			 : peer_send_any(C.peer, x, to, on_blocker_reply, g);
 	if (rc < 0) {
 		static _Atomic int64_t last;
 		static _Atomic uint64_t skipped;
 		uint64_t quiet;
 		if (peer_log_once_a_second(&last, &skipped, &quiet))
-			peer_log(PEER_LOG_WARN, "cannot reach blocker port %u: %s (%" PRIu64 " more "
-				 "such since the last word)", C.blocker_port, xseg_last_error(), quiet);
+			peer_log(PEER_LOG_WARN, "cannot reach %s port %u: %s (%" PRIu64 " more "
+				 "such since the last word)", bio->mirror ? "mirror" : "blocker", to,
+				 xseg_last_error(), quiet);
 		bio->served = false;
 		bio->error = EHOSTUNREACH;
 		bio->done(bio);
@@ -177,78 +181,49 @@ static void client_done(struct cache_req *r)
 	respond(x, r->served, r->error, r->serviced);
 }
 
-#define STATS_VOLUMES 16   /* volumes named in "stats"; the rest summed */
-
-/* ,"dirty_by_volume":{"NAME":BYTES,...},"dirty_other_volumes_bytes":N */
-static size_t dirty_by_volume(char *buf, size_t len, const struct cache_volume_dirty *v,
-			      unsigned n, uint64_t rest)
-{
-	size_t k = (size_t)snprintf(buf, len, ",\"dirty_by_volume\":{");
-	for (unsigned i = 0; i < n && k < len; i++) {
-		k += (size_t)snprintf(buf + k, len - k, "%s\"", i ? "," : "");
-		for (const char *c = v[i].name; *c && k < len; c++)   /* JSON-escaped */
-			k += (size_t)snprintf(buf + k, len - k,
-					      *c == '"' || *c == '\\' ? "\\%c" :
-					      (unsigned char)*c < 0x20 ? "\\u%04x" : "%c",
-					      (unsigned char)*c);
-		if (k < len)
-			k += (size_t)snprintf(buf + k, len - k, "\":%" PRIu64, v[i].bytes);
-	}
-	if (k < len)
-		k += (size_t)snprintf(buf + k, len - k, "},\"dirty_other_volumes_bytes\":%" PRIu64,
-				      rest);
-	return k;
-}
-
 /* The cache's figures, after the runtime's (peer_ops.stats: the runtime
- * answers "stats" and names the peer and port itself). */
+ * answers "stats" and names the peer and port itself): stats_json.c. */
 static int stats_fields(struct peer *p, char *buf, size_t len)
 {
 	(void)p;
-	struct cache_stats s;
-	cache_engine_stats(C.engine, &s);
-	int k = snprintf(buf, len,
-		",\"blocker_port\":%u,\"policy\":\"%s\",\"hits\":%" PRIu64
-		",\"misses\":%" PRIu64 ",\"partial_hits\":%" PRIu64 ",\"read_bytes\":%" PRIu64
-		",\"write_bytes\":%" PRIu64 ",\"blocker_read_bytes\":%" PRIu64
-		",\"blocker_write_bytes\":%" PRIu64 ",\"dirty_bytes\":%" PRIu64
-		",\"cached_bytes\":%" PRIu64 ",\"free_bytes\":%" PRIu64 ",\"objects\":%" PRIu64
-		",\"evictions\":%" PRIu64 ",\"clean_released_bytes\":%" PRIu64
-		",\"flushes\":%" PRIu64 ",\"flush_failures\":%" PRIu64
-		",\"flush_backoff_ms\":%" PRIu64 ",\"flush_error\":\"%s\""
-		",\"flush_avg_us\":%.1f,\"waits\":%" PRIu64 ",\"uncached\":%" PRIu64
-		",\"lent\":%" PRIu64
-		",\"failed\":%" PRIu64 ",\"blocker_in_flight\":%" PRIu64
-		",\"barriers_open\":%" PRIu64 ",\"barrier_waiters\":%" PRIu64
-		",\"persist\":%s,\"persist_dirty_bytes\":%" PRIu64 ",\"recoveries\":%" PRIu64
-		",\"recovered_bytes\":%" PRIu64 ",\"persist_dropped\":%" PRIu64
-		",\"persist_syncs\":%" PRIu64 ",\"persist_sync_avg_us\":%" PRIu64,
-		C.blocker_port, s.policy == CACHE_WRITEBACK ? "writeback" : "writethrough",
-		s.hits, s.misses, s.partial_hits, s.read_bytes, s.write_bytes,
-		s.blocker_read_bytes, s.blocker_write_bytes, s.dirty_bytes, s.cached_bytes,
-		s.free_bytes, s.objects, s.evictions, s.clean_released_bytes, s.flushes, s.flush_failures,
-		s.flush_backoff_ns / 1000000, s.flush_error ? strerror(s.flush_error) : "",
-		s.flushes ? (double)s.flush_ns_total / (double)s.flushes / 1e3 : 0.0,
-		s.waits, s.uncached, s.lent, s.failed, s.blocker_in_flight, s.barriers_open,
-		s.barrier_waiters, s.persist ? "true" : "false", s.persist_dirty_bytes,
-		s.recoveries, s.recovered_bytes, s.persist_dropped, s.persist_syncs,
-		s.persist_sync_avg_us);
-	if (k < 0 || (size_t)k >= len)
-		return k;
-	/* Fewer volumes named (the rest summed) until they fit the reply. */
-	struct cache_volume_dirty v[STATS_VOLUMES];
-	uint64_t rest;
-	unsigned n = cache_engine_dirty_by_volume(C.engine, v, STATS_VOLUMES, &rest);
-	for (;;) {
-		size_t more = dirty_by_volume(buf + k, len - (size_t)k, v, n, rest);
-		if (more < len - (size_t)k || !n)
-			return k + (int)more;
-		rest += v[--n].bytes;
-	}
+	return cached_stats_json(C.engine, C.blocker_port, C.cfg.mirror ? (int)C.mirror_port : -1,
+				 buf, len);
 }
 
-/* X_CONTROL: "policy writeback|writethrough", "flush", "plug", "unplug"
- * ("stats" is the runtime's: stats_fields). */
+static bool name_allowed(struct xseg_request *x);
+
+/* From a primary (--replica): "mirror-clean OFF LEN" (target: the object),
+ * "mirror-reset". False: not one of these. */
+static bool replica_control(struct glue_req *g)
+{
+	struct xseg_request *x = g->xreq;
+	struct cache_req *r = &g->req;
+	unsigned long long off, len;
+	char end;
+	if (!strcmp(g->control, "mirror-reset")) {
+		peer_log(PEER_LOG_INFO, "the primary resets the replica: dropping what it holds");
+		cache_engine_replica_reset(C.engine, r);
+		return true;
+	}
+	if (strncmp(g->control, "mirror-clean ", 13))
+		return false;
+	if (sscanf(g->control + 13, "%llu %llu%c", &off, &len, &end) != 2) {
+		peer_warn("bad mirror-clean '%s'", g->control);
+		respond(x, false, EINVAL, 0);
+		return true;
+	}
+	if (!name_allowed(x))
+		return true;
+	r->op = CACHE_OP_MIRROR_CLEAN;
+	r->offset = off;
+	r->size = len;
+	cache_engine_submit(C.engine, r);
+	return true;
+}
+
+/* X_CONTROL: "policy writeback|writethrough", "flush", "plug", "unplug",
+ * "promote", a primary's "mirror-*" ("stats" is the runtime's:
+ * stats_fields). */
 static void handle_control(struct glue_req *g)
 {
 	struct xseg_request *x = g->xreq;
@@ -256,9 +231,21 @@ static void handle_control(struct glue_req *g)
 	memcpy(g->control, xseg_get_data(C.seg, x), len);
 	g->control[len] = '\0';
 	g->control[strcspn(g->control, "\n")] = '\0';
-	peer_log(PEER_LOG_INFO, "control: %s", g->control);
+	bool mirror = !strncmp(g->control, "mirror-", 7);   /* many: said at debug level */
+	peer_log(mirror ? PEER_LOG_DEBUG : PEER_LOG_INFO, "control: %s", g->control);
 
-	if (!strcmp(g->control, "policy writeback")) {
+	if (mirror && replica_control(g)) {
+		return;
+	} else if (cache_engine_is_replica(C.engine) && strcmp(g->control, "promote")) {
+		/* each would write the primary's data back: promote says so */
+		peer_warn("refused '%s': a replica writes back only when promoted (xseg promote)",
+			  g->control);
+		respond(x, false, EPERM, 0);
+	} else if (!strcmp(g->control, "promote")) {
+		peer_log(PEER_LOG_WARN, "promoted: writing back everything the replica holds to "
+			 "port %u; an ordinary cache from now on", C.blocker_port);
+		cache_engine_promote(C.engine, &g->req);
+	} else if (!strcmp(g->control, "policy writeback")) {
 		cache_engine_set_policy(C.engine, CACHE_WRITEBACK, &g->req);
 	} else if (!strcmp(g->control, "plug")) {
 		/* back in a path: the policy it was started with */
@@ -432,6 +419,29 @@ static void warn_flush_failures(uint64_t now)
 	}
 }
 
+/* A primary's state with its replica, said when it changes. */
+static void say_mirror_state(void)
+{
+	int state = cache_engine_mirror_changed(C.engine);
+	struct cache_stats st;
+	if (state < 0)
+		return;
+	cache_engine_stats(C.engine, &st);
+	if (state == MIRROR_CONNECTING)
+		peer_log(PEER_LOG_INFO, "mirror port %u: waiting for the replica; writing through "
+			 "until it answers", C.mirror_port);
+	else if (state == MIRROR_MIRRORED)
+		peer_log(PEER_LOG_WARN, "mirror port %u: the replica answers; every write-back write "
+			 "is on it before its answer (%" PRIu64 " degradations, %" PRIu64 " ms in all)",
+			 C.mirror_port, st.degradations, st.degraded_ns_total / 1000000);
+	else if (state == MIRROR_DEGRADED)
+		peer_log(PEER_LOG_WARN, "mirror port %u failed (%s): %s; %" PRIu64 " dirty bytes "
+			 "are here alone until written back; asking the replica again every second",
+			 C.mirror_port, strerror(st.mirror_error ? st.mirror_error : EIO),
+			 C.cfg.mirror_fail_stop ? "write-back writes fail (--mirror-fail stop)"
+						: "writing through", st.exposure_bytes);
+}
+
 /* The runtime's maintenance thread: the flusher and reclaimer, and ten
  * times a second the dead-blocker reap and the write-back warnings. */
 static uint64_t maintain(struct peer *p)
@@ -442,6 +452,8 @@ static uint64_t maintain(struct peer *p)
 	if (now >= next_reap) {
 		reap_dead_blocker();
 		warn_flush_failures(now);
+		if (C.cfg.mirror)
+			say_mirror_state();
 		dirty_mark_update();
 		next_reap = now + 100000000ull;
 	}
@@ -556,6 +568,16 @@ static void restore_route(void)
 static int drain(struct peer *p, uint64_t deadline)
 {
 	(void)p;
+	struct cache_stats st;
+	cache_engine_stats(C.engine, &st);
+	if (st.replica) {
+		/* A replica's data is its primary's to write back, or promote's. */
+		peer_log(st.dirty_bytes ? PEER_LOG_WARN : PEER_LOG_INFO, "replica stopping: %" PRIu64
+			 " bytes held %s", st.dirty_bytes, !st.dirty_bytes ? "" :
+			 C.cfg.persist_path ? "stay in the persist file" : "are dropped (no --persist)");
+		C.clean = st.dirty_bytes == 0;
+		return 0;
+	}
 	if (clean_and_blocker_down()) {
 		peer_log(PEER_LOG_INFO, "nothing dirty and blocker port %u is down: stopping at once",
 		       C.blocker_port);
@@ -654,6 +676,12 @@ static int init(struct peer *p)
 			C.blocker_port, si.nr_ports - 1);
 		return 2;
 	}
+	C.mirror_port = cached_opts.mirror_port;
+	if (C.cfg.mirror && C.mirror_port >= si.nr_ports) {
+		fprintf(stderr, "cached: --mirror-port %u: the segment has ports 0..%u\n",
+			C.mirror_port, si.nr_ports - 1);
+		return 2;
+	}
 	if (!(C.slots = calloc(si.nr_requests, sizeof(*C.slots)))) {
 		peer_error("no memory for the glue of %u requests", si.nr_requests);
 		return 1;
@@ -674,9 +702,11 @@ static int init(struct peer *p)
 	}
 	dirty_mark_init(C.seg, C.port, C.engine);
 	dirty_mark_update();   /* dirty data recovered from --persist: marked before serving */
-	peer_log(PEER_LOG_INFO, "serving port %u in front of %u: %" PRIu64 " bytes of cache, %s",
+	peer_log(PEER_LOG_INFO, "serving port %u in front of %u: %" PRIu64 " bytes of cache, %s%s",
 	       C.port, C.blocker_port, C.cfg.cache_size,
-	       C.cfg.policy == CACHE_WRITEBACK ? "write-back" : "write-through");
+	       C.cfg.replica ? "a replica (no reads, written back only when promoted)" :
+	       C.cfg.policy == CACHE_WRITEBACK ? "write-back" : "write-through",
+	       C.cfg.mirror ? ", mirrored" : "");
 	return 0;
 }
 

@@ -17,6 +17,7 @@ static void drop_all(struct cache_object *o)
 		}
 	release_clean(o);
 	mark_clean(o);
+	mirror_dropped(o);   /* the replica drops it too */
 }
 
 static void drop_done_job(struct xwork *w, void *arg);

@@ -14,11 +14,30 @@
 /* ---- dispatch on the object's queue ------------------------------------------------ */
 
 /* A FUA write goes to the blocker, unless a persist file synced on FLUSH
- * takes it (write.c: published and synced before the answer). */
+ * takes it (write.c: published and synced before the answer), or a
+ * replica does (mirrored: on two hosts before the answer). */
 static bool fua_through(const struct cache_engine *e, const struct cache_req *req)
 {
 	return (req->flags & XF_FUA) &&
-	       !(e->persisting && e->cfg.persist_sync != PERSIST_SYNC_NONE);
+	       !(e->persisting && e->cfg.persist_sync != PERSIST_SYNC_NONE) &&
+	       !(e->cfg.mirror && !mirror_down(e));
+}
+
+/* A write's step: into buckets (write-back), or through; a replica holds
+ * it; a primary whose replica is down writes it through, or fails it
+ * (--mirror-fail stop). */
+static void write_step(struct cache_object *o, struct cache_req *req, const struct bucket_span *sp)
+{
+	struct cache_engine *e = o->e;
+	bool writeback = atomic_load(&e->policy) == CACHE_WRITEBACK && !fua_through(e, req);
+	if (is_replica(e))
+		replica_write(o, req, sp);
+	else if (writeback && mirror_down(e) && e->cfg.mirror_fail_stop)
+		finish(e, req, false, ENOTCONN, 0);
+	else if (writeback && !mirror_down(e))
+		write_back(o, req, sp);
+	else
+		write_through(o, req, sp);
 }
 
 /* A request's step on its object (e->resume): from QUEUED, PARKED or
@@ -34,6 +53,10 @@ static void object_step(struct cache_object *o, struct cache_req *req)
 		drop_step(o, req);
 		return;
 	}
+	if (req->op == CACHE_OP_MIRROR_CLEAN) {
+		replica_clean_step(o, req);
+		return;
+	}
 	if (o->deleting) {
 		park(o, req, REQ_PARKED);
 		return;
@@ -41,10 +64,8 @@ static void object_step(struct cache_object *o, struct cache_req *req)
 	bucket_span_of(&o->e->geo, req->offset, req->size, &sp);   /* checked at submit */
 	if (req->op == X_READ)
 		read_step(o, req, &sp);
-	else if (atomic_load(&o->e->policy) == CACHE_WRITETHROUGH || fua_through(o->e, req))
-		write_through(o, req, &sp);
 	else
-		write_back(o, req, &sp);
+		write_step(o, req, &sp);
 }
 
 static void rw_job(struct xwork *w, void *arg)
@@ -121,6 +142,13 @@ void cache_engine_submit(struct cache_engine *e, struct cache_req *req)
 	if (!xwaitq_empty(&e->entry_waitq))
 		xwaitq_signal(&e->entry_waitq);
 
+	/* A replica serves its primary's writes and cleans only. */
+	if (is_replica(e) && (req->op == X_READ || req->op == X_FLUSH || req->op == X_DELETE ||
+			      req->op == X_COPY)) {
+		COUNT_ADD(e, rst.refused, 1);
+		finish(e, req, false, EPERM, 0);
+		return;
+	}
 	switch (req->op) {
 	case X_PING:
 		finish(e, req, true, 0, 0);
@@ -172,6 +200,25 @@ void cache_engine_submit(struct cache_engine *e, struct cache_req *req)
 			return;
 		}
 		barrier_one(e, req, req->copy_src, copy_then);   /* the source first */
+		return;
+	}
+	case CACHE_OP_MIRROR_CLEAN: {
+		struct bucket_span sp;
+		if (!is_replica(e) || !name_ok(req)) {
+			finish(e, req, false, is_replica(e) ? EINVAL : EPERM, 0);
+			return;
+		}
+		struct xcache_entry *ent = xcache_lookup(e->index, req->name, strlen(req->name));
+		if (!ent) {
+			finish(e, req, true, 0, 0);   /* nothing held of it */
+			return;
+		}
+		xcache_put(e->index, ent);
+		if (!req->size || bucket_span_of(&e->geo, req->offset, req->size, &sp) < 0) {
+			finish(e, req, false, EINVAL, 0);
+			return;
+		}
+		dispatch_object(e, req);
 		return;
 	}
 	default:
@@ -426,6 +473,15 @@ struct cache_engine *cache_engine_create(const struct cache_config *cfg,
 	e->max_run = (uint32_t)(cfg->max_request_size / cfg->bucket_size);
 	e->resume = object_step;
 	atomic_init(&e->policy, (int)cfg->policy);
+	if (cfg->mirror && cfg->replica) {
+		*why = "a cache is a primary (mirror) or a replica, not both";
+		goto bad;
+	}
+	/* a primary writes through until its replica answers a reset */
+	atomic_init(&e->mirror_state, cfg->mirror ? MIRROR_CONNECTING : MIRROR_OFF);
+	e->mirror_state_said = MIRROR_OFF;
+	e->written_back = cfg->mirror ? mirror_written_back : NULL;
+	atomic_init(&e->replica, cfg->replica);
 	static const struct xcache_ops ops = {
 		.on_node_init = on_node_init, .on_node_fini = on_node_fini,
 		.on_init = on_init, .on_evict = on_evict, .on_put = on_put, .on_free = on_free,
@@ -492,6 +548,9 @@ uint64_t cache_engine_maintain(struct cache_engine *e)
 	bool short_of_nodes = !xwaitq_empty(&e->entry_waitq);
 	bool need_room = (short_of_buckets && !clean_to_spare) || short_of_nodes;
 	bool paused = backing_off(e, now_ns());
+	mirror_tick(e);   /* a degraded primary writes everything back */
+	if (is_replica(e))
+		e->flushing = need_room = false;   /* the primary writes back, not we */
 	if (!paused && (e->flushing || (need_room && dirty)))
 		flush_oldest(e);
 	if (short_of_buckets) {
@@ -508,6 +567,20 @@ uint64_t cache_engine_maintain(struct cache_engine *e)
 	return (e->flushing && !paused) || short_of_buckets ? 1000000ull : 10000000ull;
 }
 
+bool cache_engine_is_replica(struct cache_engine *e)
+{
+	return is_replica(e);
+}
+
+int cache_engine_mirror_changed(struct cache_engine *e)
+{
+	int s = atomic_load(&e->mirror_state);
+	if (s == e->mirror_state_said)
+		return -1;
+	e->mirror_state_said = s;
+	return s;
+}
+
 bool cache_engine_clean(struct cache_engine *e)
 {
 	return atomic_load(&e->totals.count[BUCKET_DIRTY]) == 0 &&
@@ -521,6 +594,8 @@ bool cache_engine_idle(struct cache_engine *e)
 	       atomic_load(&e->totals.count[BUCKET_WRITING]) == 0 &&
 	       atomic_load(&e->bios_in_flight) == 0;
 }
+
+static void mirror_stats(struct cache_engine *e, struct cache_stats *s);
 
 void cache_engine_stats(struct cache_engine *e, struct cache_stats *s)
 {
@@ -565,6 +640,34 @@ void cache_engine_stats(struct cache_engine *e, struct cache_stats *s)
 		s->persist_syncs = syncs;
 		s->persist_sync_avg_us = syncs ? atomic_load(&e->sync_ns_total) / syncs / 1000 : 0;
 	}
+	mirror_stats(e, s);
+}
+
+/* --mirror-port and --replica figures. */
+static void mirror_stats(struct cache_engine *e, struct cache_stats *s)
+{
+	uint64_t sent = atomic_load(&e->mst.writes) + atomic_load(&e->mst.cleans) +
+			atomic_load(&e->mst.failures);
+	s->mirror_state = atomic_load(&e->mirror_state);
+	s->mirror_writes = atomic_load(&e->mst.writes);
+	s->mirrored_bytes = atomic_load(&e->mst.bytes);
+	s->mirror_failures = atomic_load(&e->mst.failures);
+	s->mirror_cleans = atomic_load(&e->mst.cleans);
+	s->mirror_in_flight = atomic_load(&e->mst.in_flight);
+	s->mirror_rtt_avg_us = sent ? atomic_load(&e->mst.rtt_ns_total) / sent / 1000 : 0;
+	s->mirror_waits = atomic_load(&e->mst.waits);
+	s->degradations = atomic_load(&e->mst.degradations);
+	s->degraded_ns_total = atomic_load(&e->mst.degraded_ns_total);
+	if (s->mirror_state == MIRROR_DEGRADED)   /* the degradation under way too */
+		s->degraded_ns_total += now_ns() - atomic_load(&e->degraded_since_ns);
+	s->exposure_bytes = atomic_load(&e->mst.exposure_bytes);
+	s->exposure_ns = atomic_load(&e->mst.exposure_ns);
+	s->mirror_error = atomic_load(&e->mirror_error);
+	s->replica = is_replica(e);
+	s->replica_writes = atomic_load(&e->rst.writes);
+	s->replica_cleans = atomic_load(&e->rst.cleans);
+	s->replica_resets = atomic_load(&e->rst.resets);
+	s->replica_refused = atomic_load(&e->rst.refused);
 }
 
 /* The volume an object belongs to: vlmcd names its objects

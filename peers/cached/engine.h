@@ -74,6 +74,14 @@ struct cache_config {
 	uint64_t segment_instance;
 	uint32_t cache_port;
 	uint64_t port_given_up;
+	/* --mirror-port (issue 23): every write-back write is answered only
+	 * once a replica holds it too (mirror.c); mirror_fail_stop: fail
+	 * writes while it cannot, instead of writing them through. */
+	bool mirror;
+	bool mirror_fail_stop;
+	/* --replica: holds a primary's mirrored writes, never writes them
+	 * back on its own, serves no reads, until promoted (replica.c). */
+	bool replica;
 };
 
 /* ---- I/O to the blocker, provided by the glue ------------------------------ */
@@ -98,6 +106,8 @@ struct cache_bio {
 	struct cache_req *req;     /* the client request it serves, if any */
 	uint32_t first, count;     /* buckets it carries */
 	uint64_t started_ns;
+	bool mirror;               /* to the mirror port, not the blocker */
+	struct cache_engine *engine;   /* a request of no object's (mirror.c's reset) */
 	struct xwork work;
 };
 
@@ -151,6 +161,11 @@ struct cache_req {
 	struct xwork work;
 };
 
+/* A replica's op (never an xseg op): the bytes [offset, offset+size) of
+ * object `name` are on the blocker; the replica drops what it holds of
+ * them. The glue makes it of the control command "mirror-clean OFF LEN". */
+#define CACHE_OP_MIRROR_CLEAN 0x100u
+
 /* ---- statistics ------------------------------------------------------------- */
 
 struct cache_stats {
@@ -178,7 +193,25 @@ struct cache_stats {
 	uint64_t persist_discarded_bytes;       /* dropped by --persist-discard */
 	uint64_t persist_syncs;
 	uint64_t persist_sync_avg_us;
+	/* --mirror-port */
+	int mirror_state;                       /* enum mirror_state */
+	uint64_t mirror_writes, mirrored_bytes, mirror_failures, mirror_cleans;
+	uint64_t mirror_in_flight, mirror_rtt_avg_us, mirror_waits;
+	uint64_t degradations, degraded_ns_total, exposure_bytes, exposure_ns;
+	int mirror_error;                       /* of the last failure */
+	/* --replica */
+	bool replica;
+	uint64_t replica_writes, replica_cleans, replica_resets, replica_refused;
 };
+
+/* Where a primary (--mirror-port) stands with its replica. CONNECTING:
+ * started, the replica not yet reset; DEGRADED: a mirror request failed.
+ * In both, write-back writes go through (or fail, --mirror-fail stop),
+ * every dirty byte is written back, and once nothing is dirty the
+ * replica is told to drop what it holds ("mirror-reset"); its answer
+ * makes the cache MIRRORED again. */
+enum mirror_state { MIRROR_OFF, MIRROR_CONNECTING, MIRROR_MIRRORED, MIRROR_DEGRADED };
+const char *cache_mirror_state_name(int state);
 
 /* ---- the engine ------------------------------------------------------------------ */
 
@@ -214,6 +247,18 @@ void cache_engine_set_policy(struct cache_engine *e, enum cache_policy p,
  * (PERSIST_SYNC_FLUSH), the file is synced instead (everything acknowledged
  * before is then durable on the persist device). */
 void cache_engine_flush_all(struct cache_engine *e, struct cache_req *req);
+
+/* --replica: drops everything it holds ("mirror-reset": the primary has
+ * nothing dirty); done(req) when it is gone. */
+void cache_engine_replica_reset(struct cache_engine *e, struct cache_req *req);
+/* --replica: an ordinary cache from now on: writes everything it holds
+ * back to the blocker (and its FLUSH); done(req) when that is done. */
+void cache_engine_promote(struct cache_engine *e, struct cache_req *req);
+/* --replica and not promoted. */
+bool cache_engine_is_replica(struct cache_engine *e);
+/* The mirror state (enum mirror_state) when it changed since the last
+ * call, else -1: for the glue's log (one caller, the maintenance thread). */
+int cache_engine_mirror_changed(struct cache_engine *e);
 
 /* Runs the flusher's and reclaimer's work once; the glue calls it from a
  * maintenance thread, and it returns how long to sleep (ns) before the next. */

@@ -17,6 +17,10 @@
  *              "clean"
  *   barrier.c  FLUSH, policy switch, COPY's source: wait for objects to
  *              be clean
+ *   mirror.c   --mirror-port: a write-back write's buckets to the
+ *              replica before its answer, cleans after write-back, the
+ *              state with the replica (degraded, reset)
+ *   replica.c  --replica: mirrored writes held, cleans, reset, promote
  *   through.c  uncached reads and writes: write-through, and past a
  *              full pool
  *   read.c     reads: hits, loads of missing buckets
@@ -26,7 +30,8 @@
  *              cycle, maintenance, statistics
  * A lower file never calls a higher one; where it must go on with a
  * request (a parked one resumes, a blocker request is free again) it
- * calls e->resume, set by engine.c.
+ * calls e->resume, set by engine.c; flush.c tells mirror.c what it wrote
+ * back through e->written_back.
  *
  * Every function named *_job (and every step: read_step, write_*,
  * drop_step) runs on an object's work queue (one at a time per object)
@@ -101,6 +106,23 @@ struct cache_object {
 	struct xwork flush_work;
 	struct cds_list_head dirty_link;   /* on e->dirty while dirty */
 	uint32_t pobj;                     /* its persist object record, or PERSIST_NO_OBJECT */
+	/* --mirror-port: mirror requests of this object in issue order; one
+	 * is sent only when no earlier one overlaps it (mirror.c) */
+	struct mirror_op *mirror_head, *mirror_tail;
+	_Atomic bool mirror_io_wait;       /* one waits for a free request */
+	struct xwork mirror_io_work, mirror_retry_work;
+};
+
+/* A request to the replica: a write-back write's buckets (req: the
+ * client's, answered when the replica has them) or a clean (req NULL). */
+struct mirror_op {
+	struct cache_object *o;
+	struct cache_req *req;
+	struct cache_bio *bio;             /* NULL until a request is free */
+	void *buf;                         /* a write's bytes until then */
+	uint32_t first, count;             /* buckets */
+	bool sent;
+	struct mirror_op *next;
 };
 
 /* A FLUSH (or COPY's source flush) waiting for objects to become clean. */
@@ -133,6 +155,9 @@ struct cache_engine {
 	/* Runs a request on its object again (engine.c's object_step): a
 	 * parked one, or one that waited for a blocker request. */
 	void (*resume)(struct cache_object *o, struct cache_req *req);
+	/* Buckets [first, first+count) of o went from WRITING to VALID: on
+	 * the blocker (flush.c -> mirror.c's mirror_written_back, or NULL). */
+	void (*written_back)(struct cache_object *o, uint32_t first, uint32_t count);
 
 	pthread_mutex_t dirty_lock;        /* guards `dirty` */
 	struct cds_list_head dirty;        /* oldest-dirtied first */
@@ -171,6 +196,23 @@ struct cache_engine {
 	uint64_t discarded_bytes;
 	_Atomic uint64_t published;        /* slots with a header */
 	_Atomic uint64_t syncs, sync_ns_total;
+
+	/* --mirror-port (mirror.c) */
+	_Atomic int mirror_state;          /* enum mirror_state */
+	_Atomic bool reset_out;            /* a mirror-reset is out */
+	_Atomic uint64_t next_reset_ns;    /* not before this */
+	_Atomic uint64_t degraded_since_ns;
+	_Atomic int mirror_error;
+	int mirror_state_said;             /* the glue's log: the last state it said */
+	struct {
+		_Atomic uint64_t writes, bytes, failures, cleans, in_flight, rtt_ns_total, waits;
+		_Atomic uint64_t degradations, degraded_ns_total, exposure_bytes, exposure_ns;
+	} mst;
+	/* --replica (replica.c) */
+	_Atomic bool replica;
+	struct {
+		_Atomic uint64_t writes, cleans, resets, refused;
+	} rst;
 };
 
 /* ---- a request's states (request.c) ----------------------------------------
@@ -196,6 +238,10 @@ struct cache_engine {
  *                at the blocker
  *   BARRIER      FLUSH, policy switch or COPY waits for objects to be clean
  *   FORWARDED    INFO, or FLUSH after its barrier, at the blocker
+ *   MIRROR       a write-back write in its buckets, its copy on the way
+ *                to the replica (--mirror-port); DONE when the replica
+ *                has it, BARRIER when it failed (answered once the
+ *                object is clean on the blocker)
  *   DONE         answered (req->done called); the glue may reuse it
  */
 enum cache_req_state {
@@ -210,6 +256,7 @@ enum cache_req_state {
 	REQ_DROPPING,
 	REQ_BARRIER,
 	REQ_FORWARDED,
+	REQ_MIRROR,
 	REQ_DONE,
 	REQ_STATES
 };
@@ -239,6 +286,8 @@ void finish(struct cache_engine *e, struct cache_req *req, bool served, int erro
 	    uint64_t serviced);
 
 #define STAT_ADD(e, field, n) atomic_fetch_add_explicit(&(e)->st.field, (n), memory_order_relaxed)
+/* the same, for a counter outside e->st (mst, rst) */
+#define COUNT_ADD(e, field, n) atomic_fetch_add_explicit(&(e)->field, (n), memory_order_relaxed)
 
 static inline uint64_t now_ns(void)
 {
@@ -340,6 +389,43 @@ void flush_oldest(struct cache_engine *e);
 void barrier_one(struct cache_engine *e, struct cache_req *req, const char *name,
 		 void (*then)(struct barrier *));
 void flush_one(struct cache_engine *e, struct cache_req *req);
+
+/* The objects on the dirty list now, each referenced (obj_put each, free
+ * the array); *n of them. NULL with *n 0 when none (or no memory: ENOMEM). */
+struct cache_object **dirty_snapshot(struct cache_engine *e, size_t *n);
+/* A barrier for req (-> BARRIER), answered by then() once every object
+ * added is clean and the creator's own arrival (barrier_arrive) is in;
+ * NULL without memory. */
+struct barrier *barrier_new(struct cache_engine *e, struct cache_req *req,
+			    void (*then)(struct barrier *));
+/* Every dirty byte to the blocker, then its FLUSH, then req answered. */
+void flush_all_to_blocker(struct cache_engine *e, struct cache_req *req);
+
+/* ---- mirror.c: --mirror-port ------------------------------------------------------- */
+
+/* True where a write-back write must go through (or fail) instead: a
+ * mirror is configured and not MIRRORED. */
+bool mirror_down(const struct cache_engine *e);
+/* A write-back write stored in buckets [first, last] (RUNNING): sent to
+ * the replica, answered when it has them (-> MIRROR). */
+void mirror_write(struct cache_object *o, struct cache_req *req, uint32_t first, uint32_t last);
+/* DELETE or COPY dropped o's data: the replica drops it too. */
+void mirror_dropped(struct cache_object *o);
+/* The maintenance tick: a degraded primary with nothing dirty resets the
+ * replica (at most one a second). */
+void mirror_tick(struct cache_engine *e);
+void mirror_written_back(struct cache_object *o, uint32_t first, uint32_t count);
+
+/* ---- replica.c: --replica ----------------------------------------------------------- */
+
+static inline bool is_replica(const struct cache_engine *e)
+{
+	return atomic_load_explicit(&e->replica, memory_order_relaxed);
+}
+/* A mirrored write (RUNNING) of whole buckets [first, last]: held DIRTY. */
+void replica_write(struct cache_object *o, struct cache_req *req, const struct bucket_span *sp);
+/* CACHE_OP_MIRROR_CLEAN (RUNNING): what it names is dropped. */
+void replica_clean_step(struct cache_object *o, struct cache_req *req);
 
 /* ---- through.c, read.c, write.c, drop.c: the steps of a request on its object -- */
 

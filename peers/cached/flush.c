@@ -101,13 +101,22 @@ static void flush_write_done_job(struct xwork *w, void *arg)
 	if (!xwaitq_empty(&e->flush_waitq))
 		xwaitq_signal(&e->flush_waitq);
 
+	uint32_t run = 0;   /* buckets just before i that went VALID */
 	for (uint32_t i = bio->first; i < bio->first + bio->count; i++) {
-		if (o->b.state[i] != BUCKET_WRITING)
-			continue;   /* rewritten meanwhile: DIRTY, flushed next time */
+		if (o->b.state[i] != BUCKET_WRITING) {
+			/* rewritten meanwhile: DIRTY, flushed next time */
+			if (run && e->written_back)
+				e->written_back(o, i - run, run);
+			run = 0;
+			continue;
+		}
 		if (ok)
 			unpublish(o, i);   /* on the blocker: clean cache, no longer dirty */
 		bucket_set(&o->b, &e->totals, i, ok ? BUCKET_VALID : BUCKET_DIRTY);
+		run += ok;
 	}
+	if (run && e->written_back)   /* the replica may drop them (mirror.c) */
+		e->written_back(o, bio->first + bio->count - run, run);
 	if (ok) {
 		STAT_ADD(e, blocker_write_bytes, bio->size);
 		backoff_succeeded(e);

@@ -20,7 +20,7 @@ struct cached_opts cached_opts = {
 #define O cached_opts
 
 enum { O_BPORT = 1, O_CSIZE, O_MAXOBJ, O_OSIZE, O_BSIZE, O_MRS, O_POLICY, O_HIGH, O_LOW,
-       O_PERSIST, O_PSYNC, O_PDISCARD };
+       O_PERSIST, O_PSYNC, O_PDISCARD, O_MPORT, O_MFAIL, O_REPLICA };
 
 const struct option cached_options[] = {
 	{ "blocker-port", required_argument, NULL, O_BPORT },
@@ -35,6 +35,9 @@ const struct option cached_options[] = {
 	{ "persist", required_argument, NULL, O_PERSIST },
 	{ "persist-sync", required_argument, NULL, O_PSYNC },
 	{ "persist-discard", no_argument, NULL, O_PDISCARD },
+	{ "mirror-port", required_argument, NULL, O_MPORT },
+	{ "mirror-fail", required_argument, NULL, O_MFAIL },
+	{ "replica", no_argument, NULL, O_REPLICA },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -57,6 +60,12 @@ const char cached_options_usage[] =
 "                          (then only a crash of cached, not of the host, is safe)\n"
 "  --persist-discard       start PATH afresh, dropping the dirty data it holds\n"
 "  (cached --persist-inspect PATH [--json], alone: what PATH holds, read only)\n"
+"  --mirror-port M         answer a write-back write only once a replica cached\n"
+"                          (reached through port M, a synapsed) holds it too\n"
+"  --mirror-fail degrade|stop   the replica unreachable: write through until it\n"
+"                          answers again (default degrade), or fail the writes\n"
+"  --replica               hold a primary's mirrored writes: no reads, never\n"
+"                          written back until `xseg promote --port PORT`\n"
 "  (--threads: default half the online CPUs, 1 to 8; --stop-timeout: how long\n"
 "  SIGTERM writes back before it gives up and exits 1)\n";
 
@@ -137,6 +146,20 @@ int cached_parse_option(struct peer *p, int val, const char *arg)
 	case O_PSYNC:
 	case O_PDISCARD:
 		return persist_option(val, arg);
+	case O_MPORT:
+		if (peer_arg_uint("--mirror-port", arg, 0, XSEG_MAX_PORTS - 1, &v) < 0)
+			return -1;
+		O.mirror_port = (uint32_t)v;
+		O.cfg.mirror = true;
+		return 0;
+	case O_MFAIL:
+		if (strcmp(arg, "degrade") && strcmp(arg, "stop"))
+			return peer_arg_error("--mirror-fail", arg, "is not degrade or stop");
+		O.cfg.mirror_fail_stop = !strcmp(arg, "stop");
+		return 0;
+	case O_REPLICA:
+		O.cfg.replica = true;
+		return 0;
 	}
 	return -1;
 }
@@ -158,6 +181,16 @@ int cached_check_options(struct peer *p)
 	}
 	if (O.port == O.blocker_port) {
 		fprintf(stderr, "cached: --port and --blocker-port are both %u\n", O.port);
+		return -1;
+	}
+	if (O.cfg.mirror && (O.mirror_port == O.port || O.mirror_port == O.blocker_port)) {
+		fprintf(stderr, "cached: --mirror-port %u is the cache's %s port\n", O.mirror_port,
+			O.mirror_port == O.port ? "own" : "blocker");
+		return -1;
+	}
+	if (O.cfg.mirror && O.cfg.replica) {
+		fprintf(stderr, "cached: --mirror-port and --replica: a cache is a primary or a "
+			"replica, not both\n");
 		return -1;
 	}
 	if (bs < 512 || (bs & (bs - 1)))

@@ -14,7 +14,7 @@
 #include "engine.h"
 
 struct cached_opts {
-	uint32_t port, blocker_port;
+	uint32_t port, blocker_port, mirror_port;
 	bool have_blocker_port;
 	/* as given, for the messages of cached_check_options */
 	const char *csize_arg, *osize_arg, *bsize_arg, *mrs_arg;

@@ -10,7 +10,7 @@
  * The check is on in every build, not only debug and sanitizer ones: it
  * is a byte load, a compare and a table bit test, three or four times per
  * request (about 18 instructions per hit, valgrind's count), no atomics
- * and no memory beyond the request's own line and this 48-byte table.
+ * and no memory beyond the request's own line and this 52-byte table.
  */
 #include "engine_private.h"
 
@@ -20,7 +20,8 @@ static const char *const state_names[REQ_STATES] = {
 	[REQ_NEW] = "NEW", [REQ_WAIT_NODE] = "WAIT_NODE", [REQ_QUEUED] = "QUEUED",
 	[REQ_RUNNING] = "RUNNING", [REQ_PARKED] = "PARKED", [REQ_PARKED_WRITE] = "PARKED_WRITE",
 	[REQ_WAIT_IO] = "WAIT_IO", [REQ_THROUGH] = "THROUGH", [REQ_DROPPING] = "DROPPING",
-	[REQ_BARRIER] = "BARRIER", [REQ_FORWARDED] = "FORWARDED", [REQ_DONE] = "DONE",
+	[REQ_BARRIER] = "BARRIER", [REQ_FORWARDED] = "FORWARDED", [REQ_MIRROR] = "MIRROR",
+	[REQ_DONE] = "DONE",
 };
 
 /* req_next[from]: the states a request may go to from `from`. */
@@ -32,7 +33,7 @@ const uint32_t req_next[REQ_STATES] = {
 	[REQ_WAIT_NODE]    = TO(REQ_WAIT_NODE) | TO(REQ_QUEUED) | TO(REQ_DONE),
 	[REQ_QUEUED]       = TO(REQ_RUNNING),
 	[REQ_RUNNING]      = TO(REQ_PARKED) | TO(REQ_PARKED_WRITE) | TO(REQ_WAIT_IO) |
-			     TO(REQ_THROUGH) | TO(REQ_DROPPING) | TO(REQ_DONE),
+			     TO(REQ_THROUGH) | TO(REQ_DROPPING) | TO(REQ_MIRROR) | TO(REQ_DONE),
 	/* DONE: a read answered by its own (lent) load */
 	[REQ_PARKED]       = TO(REQ_RUNNING) | TO(REQ_DONE),
 	[REQ_PARKED_WRITE] = TO(REQ_RUNNING),
@@ -44,6 +45,8 @@ const uint32_t req_next[REQ_STATES] = {
 	[REQ_BARRIER]      = TO(REQ_FORWARDED) | TO(REQ_WAIT_IO) | TO(REQ_QUEUED) |
 			     TO(REQ_WAIT_NODE) | TO(REQ_DONE),
 	[REQ_FORWARDED]    = TO(REQ_DONE),
+	/* DONE: the replica has it; BARRIER: it failed, the blocker must */
+	[REQ_MIRROR]       = TO(REQ_DONE) | TO(REQ_BARRIER),
 	[REQ_DONE]         = 0,
 };
 

@@ -71,7 +71,24 @@ void write_back(struct cache_object *o, struct cache_req *req, const struct buck
 			return;
 		}
 	}
-	finish(e, req, true, 0, req->size);
+	if (e->cfg.mirror)
+		mirror_write(o, req, sp->first, sp->last);   /* answered when the replica has it */
+	else
+		finish(e, req, true, 0, req->size);
+}
+
+/* Mirrored: the replica may hold older bytes of this object than a write
+ * that goes through would put on the blocker, until the cleans of what
+ * was written back have reached it. An uncached write waits for that (the
+ * object clean, its mirror requests all back), or a promoted replica
+ * could write the older bytes over it. */
+static bool replica_may_hold_older(struct cache_object *o)
+{
+	if (!o->e->cfg.mirror || mirror_down(o->e))
+		return false;   /* down: the replica is reset before it is used again */
+	if (!object_clean(o) && !o->flushes)
+		queue_flush(o);
+	return o->mirror_head || !object_clean(o);
 }
 
 /* A write-through (or FUA) write: to the blocker, answered when it has it. */
@@ -84,7 +101,7 @@ void write_through(struct cache_object *o, struct cache_req *req, const struct b
 	 * A flush deferred until the uncached writes in flight land goes
 	 * first too: a stream of them would starve it (a stop or an unplug
 	 * under write load waited for ever). */
-	if (o->flushes || o->loads || o->flush_deferred) {
+	if (o->flushes || o->loads || o->flush_deferred || replica_may_hold_older(o)) {
 		park(o, req, REQ_PARKED_WRITE);   /* counted in writes_waiting */
 		return;
 	}

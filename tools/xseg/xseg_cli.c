@@ -10,6 +10,7 @@
  *   xseg stats   --segment NAME [--port N] [--json | --prometheus | --watch S [--count N]]
  *   xseg exporter --segment NAME --listen ADDR:PORT [--port N]
  *   xseg policy  --segment NAME --port N --set writeback|writethrough
+ *   xseg promote --segment NAME --port N [--timeout S]
  *   xseg up      FILE [--run-dir DIR] [--timeout S]
  *   xseg down    FILE [--run-dir DIR] [--timeout S]
  *   xseg status  FILE [--run-dir DIR]
@@ -155,8 +156,9 @@ static void parse(int argc, char **argv, const struct command *cmd, struct args 
 			a->run_dir = optarg;
 			break;
 		case O_TIMEOUT:
-			if (!cmd->takes_file || !strcmp(cmd->name, "status"))
-				bad("--timeout goes with up and down, not %s%s", cmd->name, "");
+			if ((!cmd->takes_file && strcmp(cmd->name, "promote")) ||
+			    !strcmp(cmd->name, "status"))
+				bad("--timeout goes with up, down and promote, not %s%s", cmd->name, "");
 			a->timeout = num("--timeout", optarg, 1, 86400);
 			break;
 		case O_WATCH: only_for(cmd, "stats", "--watch"); a->watch = num("--watch", optarg, 1, 86400); break;
@@ -452,6 +454,27 @@ static int cmd_policy(struct args *a)
 	return 0;
 }
 
+/* A replica cached (--replica) writes back everything it holds, and is an
+ * ordinary cache from then on. */
+static int cmd_promote(struct args *a)
+{
+	if (!a->have_port)
+		bad("promote: --port N (the replica's) is required%s%s", "", "");
+	struct xseg *seg = join(a->segment);
+	check_port(seg, "--port", a->port);
+	char reply[64];
+	const char *why = "";
+	unsigned timeout = a->timeout ? (unsigned)a->timeout : 3600;
+	int rc = control_call(seg, a->port, "promote", reply, sizeof(reply), timeout, &why);
+	xseg_leave(seg);
+	if (rc != 0) {
+		fprintf(stderr, "xseg: promote: port %u: %s\n", a->port, why);
+		return 1;
+	}
+	printf("port %u: promoted; everything it held is on its blocker\n", a->port);
+	return 0;
+}
+
 /* up, down, status: the file read (a fault in it: exit 2), then the work. */
 static int with_file(struct args *a, int (*fn)(const struct path_file *, const char *, unsigned))
 {
@@ -529,6 +552,11 @@ static const struct command commands[] = {
 	  "xseg policy --segment NAME --port N --set writeback|writethrough",
 	  "Switches cached's write policy online; switching to writethrough returns\n"
 	  "once all dirty data is written.\n", false },
+	{ "promote", cmd_promote, "xseg promote --segment NAME --port N [--timeout S]",
+	  "Makes a replica cached (--replica) write everything it holds back to\n"
+	  "its blocker; returns 0 once that is done (waits up to --timeout S,\n"
+	  "default 3600). It is an ordinary cache from then on. Fence the primary\n"
+	  "first: a primary still running would go on mirroring to it.\n", false },
 	{ "up", cmd_up, "xseg up FILE [--run-dir DIR] [--timeout S]",
 	  "Creates FILE's segment (refused if it exists) and starts its peers in\n"
 	  "order, each serving before the next, plugging where plug=B says; returns\n"

@@ -1,0 +1,145 @@
+/*
+ * Replicated write-back, the replica's side (--replica, issue 23).
+ *
+ * A replica holds what its primary mirrors: whole buckets (the primary
+ * sends them so: a replica never loads the rest of a bucket from a
+ * blocker that may hold older bytes), kept DIRTY (and, with --persist,
+ * published in its file) but never written back on its own: its flusher
+ * does not run, a stop keeps them, and no client reads them. The
+ * primary's cleans drop what the primary wrote back, and its reset drops
+ * everything (the primary then has nothing dirty). A full replica refuses
+ * a write (ENOSPC): the primary degrades, writes back and resets it.
+ *
+ * Promoted (`xseg promote`), it is an ordinary cache from then on: it
+ * writes everything it holds to its blocker, and answers once that and
+ * the blocker's FLUSH are done.
+ */
+#include "engine_private.h"
+
+/* Buckets [first, last] of o are on the blocker (the primary says): gone. */
+static void drop_range(struct cache_object *o, uint32_t first, uint32_t last)
+{
+	struct cache_engine *e = o->e;
+	for (uint32_t i = first; i <= last && i < o->b.n; i++) {
+		if (o->b.state[i] == BUCKET_DIRTY) {
+			unpublish(o, i);
+			/* as a write-back would, without the write */
+			bucket_set(&o->b, &e->totals, i, BUCKET_WRITING);
+			bucket_set(&o->b, &e->totals, i, BUCKET_VALID);
+		}
+		if (o->b.state[i] == BUCKET_VALID)
+			release_bucket(o, i);
+	}
+	if (object_clean(o))
+		mark_clean(o);
+}
+
+void replica_write(struct cache_object *o, struct cache_req *req, const struct bucket_span *sp)
+{
+	struct cache_engine *e = o->e;
+	int refuse = 0;
+	if (bucket_span_head_partial(&e->geo, sp) || bucket_span_tail_partial(&e->geo, sp))
+		refuse = EINVAL;   /* not from a primary: it sends whole buckets */
+	else if (!persist_hold(o) || !claim_range(o, sp->first, sp->last))
+		refuse = ENOSPC;   /* never written through: the primary writes back */
+	if (refuse) {
+		COUNT_ADD(e, rst.refused, 1);
+		finish(e, req, false, refuse, 0);
+		return;
+	}
+	for (uint32_t i = sp->first; i <= sp->last; i++) {
+		store_bucket(o, i, req->offset, req->size, req->data);
+		bucket_set(&o->b, &e->totals, i, BUCKET_DIRTY);
+	}
+	mark_dirty(o, req->offset + req->size);
+	STAT_ADD(e, write_bytes, req->size);
+	COUNT_ADD(e, rst.writes, 1);
+	if (e->persisting && e->cfg.persist_sync == PERSIST_SYNC_ALWAYS) {
+		int rc = engine_sync(e);
+		if (rc) {
+			finish(e, req, false, -rc, 0);
+			return;
+		}
+	}
+	finish(e, req, true, 0, req->size);
+}
+
+void replica_clean_step(struct cache_object *o, struct cache_req *req)
+{
+	struct cache_engine *e = o->e;
+	uint64_t bs = e->geo.bucket_size;
+	/* only the buckets it covers whole */
+	uint64_t first = (req->offset + bs - 1) / bs, end = (req->offset + req->size) / bs;
+	if (end > first)
+		drop_range(o, (uint32_t)first, (uint32_t)(end - 1));
+	COUNT_ADD(e, rst.cleans, 1);
+	finish(e, req, true, 0, 0);
+}
+
+/* ---- reset: drop everything ------------------------------------------------------ */
+
+struct reset_item {
+	struct barrier *b;
+	struct cache_object *o;
+	struct xwork work;
+};
+
+static void reset_job(struct xwork *w, void *arg)
+{
+	(void)w;
+	struct reset_item *it = arg;
+	drop_range(it->o, 0, it->o->b.n - 1);
+	barrier_arrive(it->b, 0);
+	obj_put(it->o);
+	free(it);
+}
+
+static void reset_then(struct barrier *b)
+{
+	struct cache_engine *e = b->e;
+	struct cache_req *req = b->req;
+	int error = atomic_load(&b->error);
+	free(b);
+	finish(e, req, !error, error, 0);
+}
+
+void cache_engine_replica_reset(struct cache_engine *e, struct cache_req *req)
+{
+	req_init(e, req);
+	if (!is_replica(e)) {
+		finish(e, req, false, EPERM, 0);   /* promoted: its data is the path's */
+		return;
+	}
+	COUNT_ADD(e, rst.resets, 1);
+	struct barrier *b = barrier_new(e, req, reset_then);
+	if (!b) {
+		finish(e, req, false, ENOMEM, 0);
+		return;
+	}
+	size_t n;
+	errno = 0;
+	struct cache_object **snap = dirty_snapshot(e, &n);
+	if (!snap && errno == ENOMEM)
+		atomic_store(&b->error, ENOMEM);
+	for (size_t i = 0; i < n; i++) {
+		struct reset_item *it = calloc(1, sizeof(*it));
+		if (!it) {
+			atomic_store(&b->error, ENOMEM);
+			obj_put(snap[i]);
+			continue;
+		}
+		atomic_fetch_add(&b->pending, 1);
+		it->b = b;
+		it->o = snap[i];   /* the snapshot's reference, dropped by reset_job */
+		obj_enqueue(snap[i], &it->work, reset_job, it);
+	}
+	free(snap);
+	barrier_arrive(b, 0);
+}
+
+void cache_engine_promote(struct cache_engine *e, struct cache_req *req)
+{
+	req_init(e, req);
+	atomic_store(&e->replica, false);   /* flushes, reads, stops as any cache */
+	flush_all_to_blocker(e, req);
+}

@@ -18,13 +18,17 @@ RUN_A=${RUN_A:-} RUN_B=${RUN_B:-}
 PRIMARY_PF=$DIR/primary.pf REPLICA_PF=$DIR/replica.pf
 MIRROR_TOTAL=${MIRROR_TOTAL:-8M}
 
-# stat_of SEGMENT PORT FIELD: cached's statistic (true/false for booleans).
-stat_of() {
-	"$BIN/xseg" stats --segment "$1" --port "$2" --json 2>/dev/null | python3 -c "
-import json,sys
-v=json.load(sys.stdin)['$3']
-print(str(v).lower() if isinstance(v, bool) else v)"
+# json_field KEY: KEY of the flat JSON object on stdin (its first
+# occurrence; quotes dropped). No python: one call per check adds up on a
+# loaded machine.
+json_field() {
+	local j
+	j=$(tail -1)
+	[[ $j =~ \"$1\":(\"[^\"]*\"|[^,}]*) ]] || { echo "no '$1' in: ${j:0:200}" >&2; return 1; }
+	j=${BASH_REMATCH[1]}; j=${j#\"}; echo "${j%\"}"
 }
+# stat_of SEGMENT PORT FIELD: cached's statistic.
+stat_of() { "$BIN/xseg" stats --segment "$1" --port "$2" --json 2>/dev/null | json_field "$3"; }
 pstat() { stat_of "$SEG" 3 "$1"; }
 rstat() { stat_of "$SEGB" 3 "$1"; }
 
@@ -51,7 +55,7 @@ wait_more() {
 }
 
 # jfield FILE KEY: KEY of the JSON object on FILE's last line.
-jfield() { tail -1 "$1" | python3 -c "import json,sys; print(json.load(sys.stdin)['$2'])"; }
+jfield() { json_field "$2" < "$1"; }
 
 # verified SEGMENT TARGET_PORT OP SEED OUT [extra...]: a --verify full run
 # of the test's load shape (4K random, depth 16, $MIRROR_TOTAL) from port 11;

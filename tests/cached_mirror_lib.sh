@@ -154,6 +154,7 @@ host_a_lost() {
 	[ "$rd" -ge "$pd" ] || fail "the replica holds $rd dirty bytes, the primary $pd: acknowledged bytes unreplicated"
 	[ "$(rstat replica_writes)" -gt "$w0" ] || fail "replica_writes did not move"
 	[ "$(pstat mirror_failures)" = 0 ] || fail "mirror_failures $(pstat mirror_failures) on a quiet link"
+	[ "$(pstat mirror_in_flight)" = 0 ] || fail "mirror_in_flight $(pstat mirror_in_flight) with every write answered"
 
 	echo "--- host A lost: every peer of A SIGKILLed, the primary's persist file removed"
 	kill -KILL "$cpid" "$spid" "$bapid"

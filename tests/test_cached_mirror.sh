@@ -66,7 +66,11 @@ writer_alive 2 "$wpid" "degraded"
 # write-through: what was dirty is written back at once, nothing new stays
 for _ in $(seq 60); do [ "$(pstat dirty_bytes)" = 0 ] && break; sleep 0.05; done
 [ "$(pstat dirty_bytes)" = 0 ] || fail "degraded, yet $(pstat dirty_bytes) bytes stay dirty"
-echo "degraded: dirty 0, exposure_bytes $(pstat exposure_bytes), mirror_failures $(pstat mirror_failures)"
+# dirty data existed at the cut (checked above, nothing writes it back on
+# its own): it was the primary's alone until written back
+[ "$(pstat exposure_bytes)" -gt 0 ] || fail "exposure_bytes is 0 though dirty data was there at the cut"
+echo "degraded: dirty 0, exposure_bytes $(pstat exposure_bytes), exposure_ms $(pstat exposure_ms)," \
+	"mirror_failures $(pstat mirror_failures)"
 wb=$(pstat blocker_write_bytes)
 wait_more "$SEG" blocker_write_bytes "$wb" 5   # the writes go through
 start_sender

@@ -11,6 +11,10 @@
 #       no write fails, mirrored again; the data reads back; a clean stop of
 #       the primary leaves nothing dirty on the replica, and every byte is
 #       in filed.
+#   (d) no older data over newer: what the replica held of a volume is
+#       dropped once the primary wrote it back (policy switch: cleans) or
+#       went on without the replica (link cut: the reset), so the promote
+#       below cannot write it over the newer version in the store.
 #   (a) host A lost: a mirrored load, every peer of A SIGKILLed and the
 #       primary's persist file removed; filed lacks the data; `xseg promote`
 #       on B; every byte reads back straight from B's filed.
@@ -117,9 +121,64 @@ for s in 2 3; do verified_ok "$SEG" 1 read "$s" "$DIR/c-filed-$s.out"; done
 echo "seeds 2 and 3 straight from filed; replica_cleans $(rstat replica_cleans)"
 echo "phase (c): $((SECONDS - start)) s so far"
 
-echo "--- (a) host A lost under mirrored write-back, the replica promoted"
+echo "--- (d) no older data over newer: the replica drops what the primary wrote back (clean) or wrote without it (reset)"
+# Volumes v and w through vlmcd (one name, new data per seed): on A in
+# front of the primary, on B in front of B's filed (reads straight from
+# the store). What the replica held of a first version must not come back
+# over a second one that reached the store without it; a third version
+# then covers the first half of each, the second half stays the second
+# version. Checked after the promote of (a).
 start_primary
 wait_state mirrored 10
+"$BIN/vlmcd" --segment "$SEG" --port 2 --blocker-port 3 --volume v:8M --volume w:8M \
+	--object-size 4M 2> "$DIR/vlmcd-a.log" & vapid=$!; pids+=($vapid)
+"$BIN/vlmcd" --segment "$SEGB" --port 4 --blocker-port 1 --volume v:8M --volume w:8M \
+	--object-size 4M 2> "$DIR/vlmcd-b.log" & pids+=($!)
+wait_bound 2; wait_bound_in "$SEGB" 4
+# v: version 1 mirrored, written back by a switch to write-through (the
+# replica told: clean), version 2 written through, write-back again
+verified_ok "$SEG" 2 write 11 "$DIR/d-v1.out" --volume v
+[ "$(rstat dirty_bytes)" -ge $((8 << 20)) ] || fail "the replica holds $(rstat dirty_bytes) bytes after 8M mirrored"
+"$BIN/xseg" policy --segment "$SEG" --port 3 --set writethrough || fail "policy writethrough"
+for _ in $(seq 100); do [ "$(rstat dirty_bytes)" = 0 ] && break; sleep 0.05; done
+[ "$(rstat dirty_bytes)" = 0 ] ||
+	fail "the primary wrote everything back, yet the replica still holds $(rstat dirty_bytes) bytes (cleans lost)"
+verified_ok "$SEG" 2 write 12 "$DIR/d-v2.out" --volume v
+"$BIN/xseg" policy --segment "$SEG" --port 3 --set writeback || fail "policy writeback"
+[ "$(pstat mirror_state)" = mirrored ] || fail "mirror_state '$(pstat mirror_state)' after the policy switches"
+# w: version 1 mirrored, the link cut (degraded: written back, the replica
+# not told), version 2 written through, the link back (the reset)
+verified_ok "$SEG" 2 write 21 "$DIR/d-w1.out" --volume w
+[ "$(rstat dirty_bytes)" -ge $((8 << 20)) ] || fail "the replica holds $(rstat dirty_bytes) bytes after 8M mirrored"
+# (an idle primary notices the cut with its next mirrored write: version
+# 2's first writes find it and are answered once written back)
+kill -KILL "$spid"; wait "$spid" 2>/dev/null
+verified_ok "$SEG" 2 write 22 "$DIR/d-w2.out" --volume w
+wait_state degraded 5
+for _ in $(seq 100); do [ "$(pstat dirty_bytes)" = 0 ] && break; sleep 0.05; done
+[ "$(pstat dirty_bytes)" = 0 ] || fail "degraded, yet $(pstat dirty_bytes) bytes stay dirty"
+[ "$(rstat dirty_bytes)" -gt 0 ] || fail "the replica dropped version 1 of w before any reset"
+start_sender
+wait_state mirrored 10
+[ "$(rstat dirty_bytes)" = 0 ] || fail "mirrored again, yet the replica still holds $(rstat dirty_bytes) bytes (no reset)"
+verified_ok "$SEG" 2 write 13 "$DIR/d-v3.out" --volume v --total-size 4M
+verified_ok "$SEG" 2 write 23 "$DIR/d-w3.out" --volume w --total-size 4M
+after_promote() {
+	local vol seed c f
+	for vol in v w; do
+		seed=$([ $vol = v ] && echo 1 || echo 2)
+		verified_ok "$SEGB" 4 read "${seed}3" "$DIR/d-$vol-3.out" --volume $vol --total-size 4M
+		verified "$SEGB" 4 read "${seed}2" "$DIR/d-$vol-2.out" --volume $vol
+		c=$(jfield "$DIR/d-$vol-2.out" corrupted) f=$(jfield "$DIR/d-$vol-2.out" failed) ||
+			fail "no result reading $vol"
+		[ "$f" = 0 ] && [ "$c" = 1024 ] ||
+			fail "volume $vol: $c blocks differ from version 2 ($f failed), 1024 expected (the first half, version 3): older data came back"
+	done
+	echo "volumes v and w: version 3 in the first half, version 2 in the second, straight from B's filed"
+}
+
+echo "--- (a) host A lost under mirrored write-back, the replica promoted"
+A_MORE_PIDS=$vapid
 host_a_lost 1 2 3
 mirror_sanitizers
 echo "replicated write-back: ok ($((SECONDS - start)) s)"

@@ -368,6 +368,11 @@ bool persist_hold(struct cache_object *o);
  * place, then published. The caller makes the bucket DIRTY. */
 void store_bucket(struct cache_object *o, uint32_t i, uint64_t offset, uint64_t size,
 		  const void *buf);
+/* A write-back write of [offset, offset+size) from buf into buckets
+ * [first, last] (claimed, loaded where partly covered): stored, DIRTY, the
+ * object on the dirty list, counted. */
+void store_dirty(struct cache_object *o, uint32_t first, uint32_t last, uint64_t offset,
+		 uint64_t size, const void *buf);
 /* Bucket i's bytes are no longer dirty (written back, dropped): its
  * header is cleared. */
 void unpublish(struct cache_object *o, uint32_t i);

@@ -419,6 +419,29 @@ static void warn_flush_failures(uint64_t now)
 	}
 }
 
+/*
+ * The mirror port's owner (a synapsed) died or was replaced: what it had
+ * taken of ours is failed back by the reap, except a request it had taken
+ * off its queue and not yet marked its own when it died, which is in no
+ * queue; the engine fails every mirror request still out, or such a write
+ * would wait for ever.
+ */
+static void watch_mirror_port(void)
+{
+	static uint32_t epoch;
+	static pid_t owner;
+	static bool seen;
+	struct xseg_port_info pi;
+	if (xseg_port_info(C.seg, C.mirror_port, &pi) < 0)
+		return;
+	bool gone = seen && (pi.epoch != epoch || pi.owner != owner || !pi.owner_alive);
+	epoch = pi.epoch;
+	owner = pi.owner;
+	seen = pi.owner && pi.owner_alive;
+	if (gone)
+		cache_engine_mirror_lost(C.engine, EHOSTDOWN);
+}
+
 /* A primary's state with its replica, said when it changes. */
 static void say_mirror_state(void)
 {
@@ -452,8 +475,10 @@ static uint64_t maintain(struct peer *p)
 	if (now >= next_reap) {
 		reap_dead_blocker();
 		warn_flush_failures(now);
-		if (C.cfg.mirror)
+		if (C.cfg.mirror) {
+			watch_mirror_port();
 			say_mirror_state();
+		}
 		dirty_mark_update();
 		next_reap = now + 100000000ull;
 	}

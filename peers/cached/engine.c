@@ -315,6 +315,7 @@ static void engine_free(struct cache_engine *e)
 		persist_close(&e->persist, e->close_clean);
 	pthread_mutex_destroy(&e->dirty_lock);
 	pthread_mutex_destroy(&e->backoff_lock);
+	pthread_mutex_destroy(&e->mirror_lock);
 	free(e);
 }
 
@@ -481,6 +482,8 @@ struct cache_engine *cache_engine_create(const struct cache_config *cfg,
 	atomic_init(&e->mirror_state, cfg->mirror ? MIRROR_CONNECTING : MIRROR_OFF);
 	e->mirror_state_said = MIRROR_OFF;
 	e->written_back = cfg->mirror ? mirror_written_back : NULL;
+	pthread_mutex_init(&e->mirror_lock, NULL);
+	CDS_INIT_LIST_HEAD(&e->mirror_out);
 	atomic_init(&e->replica, cfg->replica);
 	static const struct xcache_ops ops = {
 		.on_node_init = on_node_init, .on_node_fini = on_node_fini,
@@ -656,6 +659,7 @@ static void mirror_stats(struct cache_engine *e, struct cache_stats *s)
 	s->mirror_in_flight = atomic_load(&e->mst.in_flight);
 	s->mirror_rtt_avg_us = sent ? atomic_load(&e->mst.rtt_ns_total) / sent / 1000 : 0;
 	s->mirror_waits = atomic_load(&e->mst.waits);
+	s->mirror_lost = atomic_load(&e->mst.lost);
 	s->degradations = atomic_load(&e->mst.degradations);
 	s->degraded_ns_total = atomic_load(&e->mst.degraded_ns_total);
 	if (s->mirror_state == MIRROR_DEGRADED)   /* the degradation under way too */

@@ -108,6 +108,7 @@ struct cache_bio {
 	uint64_t started_ns;
 	bool mirror;               /* to the mirror port, not the blocker */
 	struct cache_engine *engine;   /* a request of no object's (mirror.c's reset) */
+	void *priv;                /* the sender's own (mirror.c: its mirror_op) */
 	struct xwork work;
 };
 
@@ -196,7 +197,7 @@ struct cache_stats {
 	/* --mirror-port */
 	int mirror_state;                       /* enum mirror_state */
 	uint64_t mirror_writes, mirrored_bytes, mirror_failures, mirror_cleans;
-	uint64_t mirror_in_flight, mirror_rtt_avg_us, mirror_waits;
+	uint64_t mirror_in_flight, mirror_rtt_avg_us, mirror_waits, mirror_lost;
 	uint64_t degradations, degraded_ns_total, exposure_bytes, exposure_ns;
 	int mirror_error;                       /* of the last failure */
 	/* --replica */
@@ -254,6 +255,12 @@ void cache_engine_replica_reset(struct cache_engine *e, struct cache_req *req);
 /* --replica: an ordinary cache from now on: writes everything it holds
  * back to the blocker (and its FLUSH); done(req) when that is done. */
 void cache_engine_promote(struct cache_engine *e, struct cache_req *req);
+/* The mirror port's owner died or changed (the glue watches it): every
+ * mirror request out fails now with `error`. A request that owner had
+ * taken off its queue but not yet marked as its own is in no queue and is
+ * never failed back by the reap: without this its write would wait for
+ * ever. A reply that still comes later is dropped. */
+void cache_engine_mirror_lost(struct cache_engine *e, int error);
 /* --replica and not promoted. */
 bool cache_engine_is_replica(struct cache_engine *e);
 /* The mirror state (enum mirror_state) when it changed since the last

@@ -123,6 +123,11 @@ struct mirror_op {
 	uint32_t first, count;             /* buckets */
 	bool sent;
 	struct mirror_op *next;
+	/* sent: on e->mirror_out until settled, by its reply or as lost */
+	struct cds_list_head out_link;
+	_Atomic bool settled;
+	_Atomic int refs;                  /* lost: lost_job and the reply's job */
+	struct xwork lost_work;
 };
 
 /* A FLUSH (or COPY's source flush) waiting for objects to become clean. */
@@ -204,8 +209,10 @@ struct cache_engine {
 	_Atomic uint64_t degraded_since_ns;
 	_Atomic int mirror_error;
 	int mirror_state_said;             /* the glue's log: the last state it said */
+	pthread_mutex_t mirror_lock;       /* guards mirror_out */
+	struct cds_list_head mirror_out;   /* mirror requests sent, not settled */
 	struct {
-		_Atomic uint64_t writes, bytes, failures, cleans, in_flight, rtt_ns_total, waits;
+		_Atomic uint64_t writes, bytes, failures, cleans, in_flight, rtt_ns_total, waits, lost;
 		_Atomic uint64_t degradations, degraded_ns_total, exposure_bytes, exposure_ns;
 	} mst;
 	/* --replica (replica.c) */
@@ -368,6 +375,11 @@ bool persist_hold(struct cache_object *o);
  * place, then published. The caller makes the bucket DIRTY. */
 void store_bucket(struct cache_object *o, uint32_t i, uint64_t offset, uint64_t size,
 		  const void *buf);
+/* A write-back write of [offset, offset+size) from buf into buckets
+ * [first, last] (claimed, loaded where partly covered): stored, DIRTY, the
+ * object on the dirty list, counted. */
+void store_dirty(struct cache_object *o, uint32_t first, uint32_t last, uint64_t offset,
+		 uint64_t size, const void *buf);
 /* Bucket i's bytes are no longer dirty (written back, dropped): its
  * header is cleared. */
 void unpublish(struct cache_object *o, uint32_t i);

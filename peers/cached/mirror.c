@@ -218,9 +218,36 @@ static void send_ready(struct cache_object *o)
 		}
 		op->sent = true;
 		op->bio->started_ns = now_ns();
+		op->bio->priv = op;
 		COUNT_ADD(e, mst.in_flight, 1);
+		pthread_mutex_lock(&e->mirror_lock);
+		cds_list_add_tail(&op->out_link, &e->mirror_out);
+		pthread_mutex_unlock(&e->mirror_lock);
 		bio_send(o, op->bio, mirror_done_job);
 	}
+}
+
+/* Whoever settles op first, its reply or mirror_lost, answers for it. */
+static bool settle(struct cache_engine *e, struct mirror_op *op)
+{
+	if (atomic_exchange(&op->settled, true))
+		return false;
+	pthread_mutex_lock(&e->mirror_lock);
+	cds_list_del(&op->out_link);
+	pthread_mutex_unlock(&e->mirror_lock);
+	atomic_fetch_sub(&e->mst.in_flight, 1);
+	return true;
+}
+
+/* The rest of o's list goes on once op is settled. */
+static void after_settled(struct cache_object *o)
+{
+	send_ready(o);
+	/* Some request is out whenever the list is not empty (the first one
+	 * always may go, or waits for a free request), so this comes for the
+	 * last one: write-throughs parked for an empty list (write.c) go on. */
+	if (!o->mirror_head)
+		run_parked(o);
 }
 
 static void mirror_done_job(struct xwork *w, void *arg)
@@ -229,13 +256,18 @@ static void mirror_done_job(struct xwork *w, void *arg)
 	struct cache_bio *bio = arg;
 	struct cache_object *o = bio->owner;
 	struct cache_engine *e = o->e;
-	struct mirror_op *op = o->mirror_head;
-	while (op->bio != bio)
-		op = op->next;
+	struct mirror_op *op = bio->priv;
+	if (!settle(e, op)) {
+		/* settled as lost: lost_job answers for it */
+		bio_release(e, bio);
+		if (atomic_fetch_sub(&op->refs, 1) == 1)
+			free(op);
+		obj_put(o);
+		return;
+	}
 	struct cache_req *req = op->req;
 	bool ok = bio->served && (bio->op != X_WRITE || bio->serviced == bio->size);
 
-	atomic_fetch_sub(&e->mst.in_flight, 1);
 	COUNT_ADD(e, mst.rtt_ns_total, now_ns() - bio->started_ns);
 	if (!ok) {
 		COUNT_ADD(e, mst.failures, 1);
@@ -253,14 +285,53 @@ static void mirror_done_job(struct xwork *w, void *arg)
 		else
 			unreplicated(o, req);
 	}
-	send_ready(o);
-	/* Some request is out whenever the list is not empty (the first one
-	 * always may go, or waits for a free request), so this job or
-	 * retry_job comes for the last one: write-throughs parked for an
-	 * empty list (write.c) go on here. */
-	if (!o->mirror_head)
-		run_parked(o);
+	after_settled(o);
 	obj_put(o);
+}
+
+/* op was lost (on its object's queue): failed as if its reply said so,
+ * off the object's list; op and its request stay for a reply that may
+ * still come (mirror_done_job then frees them). */
+static void lost_job(struct xwork *w, void *arg)
+{
+	(void)w;
+	struct mirror_op *op = arg;
+	struct cache_object *o = op->o;
+	struct cache_req *req = op->req;
+	unlink_op(o, op);
+	if (atomic_fetch_sub(&op->refs, 1) == 1)
+		free(op);
+	if (req)
+		unreplicated(o, req);
+	after_settled(o);
+	obj_put(o);
+}
+
+void cache_engine_mirror_lost(struct cache_engine *e, int error)
+{
+	struct mirror_op *op, *tmp;
+	struct cds_list_head lost;
+	CDS_INIT_LIST_HEAD(&lost);
+	pthread_mutex_lock(&e->mirror_lock);
+	cds_list_for_each_entry_safe(op, tmp, &e->mirror_out, out_link) {
+		atomic_store(&op->refs, 2);   /* before a reply's job can look */
+		if (!atomic_exchange(&op->settled, true)) {
+			cds_list_del(&op->out_link);
+			cds_list_add_tail(&op->out_link, &lost);
+		}
+	}
+	pthread_mutex_unlock(&e->mirror_lock);
+	if (cds_list_empty(&lost))
+		return;
+	degrade(e, error);
+	cds_list_for_each_entry_safe(op, tmp, &lost, out_link) {
+		cds_list_del(&op->out_link);
+		atomic_fetch_sub(&e->mst.in_flight, 1);
+		COUNT_ADD(e, mst.failures, 1);
+		COUNT_ADD(e, mst.lost, 1);
+		obj_get(op->o);
+		obj_enqueue(op->o, &op->lost_work, lost_job, op);
+	}
 }
 
 /* A request of o to the replica, after those made before it. */

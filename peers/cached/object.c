@@ -289,6 +289,17 @@ void store_bucket(struct cache_object *o, uint32_t i, uint64_t offset, uint64_t 
 	bucket_pool_put_spare(&e->pool, old);
 }
 
+void store_dirty(struct cache_object *o, uint32_t first, uint32_t last, uint64_t offset,
+		 uint64_t size, const void *buf)
+{
+	for (uint32_t i = first; i <= last; i++) {
+		store_bucket(o, i, offset, size, buf);
+		bucket_set(&o->b, &o->e->totals, i, BUCKET_DIRTY);
+	}
+	mark_dirty(o, offset + size);
+	STAT_ADD(o->e, write_bytes, size);
+}
+
 void unpublish(struct cache_object *o, uint32_t i)
 {
 	struct cache_engine *e = o->e;

@@ -47,12 +47,7 @@ void replica_write(struct cache_object *o, struct cache_req *req, const struct b
 		finish(e, req, false, refuse, 0);
 		return;
 	}
-	for (uint32_t i = sp->first; i <= sp->last; i++) {
-		store_bucket(o, i, req->offset, req->size, req->data);
-		bucket_set(&o->b, &e->totals, i, BUCKET_DIRTY);
-	}
-	mark_dirty(o, req->offset + req->size);
-	STAT_ADD(e, write_bytes, req->size);
+	store_dirty(o, sp->first, sp->last, req->offset, req->size, req->data);
 	COUNT_ADD(e, rst.writes, 1);
 	if (e->persisting && e->cfg.persist_sync == PERSIST_SYNC_ALWAYS) {
 		int rc = engine_sync(e);

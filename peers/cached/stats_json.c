@@ -24,13 +24,14 @@ static int mirror_json(char *buf, size_t len, const struct cache_stats *s, int m
 		",\"mirrored_bytes\":%" PRIu64 ",\"mirror_cleans\":%" PRIu64
 		",\"mirror_failures\":%" PRIu64 ",\"mirror_in_flight\":%" PRIu64
 		",\"mirror_rtt_avg_us\":%" PRIu64 ",\"mirror_waits\":%" PRIu64
+		",\"mirror_lost\":%" PRIu64
 		",\"mirror_error\":\"%s\",\"degradations\":%" PRIu64 ",\"degraded_ms_total\":%" PRIu64
 		",\"exposure_bytes\":%" PRIu64 ",\"exposure_ms\":%" PRIu64
 		",\"replica\":%s,\"replica_writes\":%" PRIu64 ",\"replica_cleans\":%" PRIu64
 		",\"replica_resets\":%" PRIu64 ",\"replica_refused\":%" PRIu64,
 		cache_mirror_state_name(s->mirror_state), port, s->mirror_writes, s->mirrored_bytes,
 		s->mirror_cleans, s->mirror_failures, s->mirror_in_flight, s->mirror_rtt_avg_us,
-		s->mirror_waits, s->mirror_error ? strerror(s->mirror_error) : "",
+		s->mirror_waits, s->mirror_lost, s->mirror_error ? strerror(s->mirror_error) : "",
 		s->degradations, s->degraded_ns_total / 1000000, s->exposure_bytes,
 		s->exposure_ns / 1000000, s->replica ? "true" : "false", s->replica_writes,
 		s->replica_cleans, s->replica_resets, s->replica_refused);

@@ -54,12 +54,7 @@ void write_back(struct cache_object *o, struct cache_req *req, const struct buck
 		write_through(o, req, sp);
 		return;
 	}
-	for (uint32_t i = sp->first; i <= sp->last; i++) {
-		store_bucket(o, i, req->offset, req->size, req->data);
-		bucket_set(&o->b, &e->totals, i, BUCKET_DIRTY);
-	}
-	mark_dirty(o, req->offset + req->size);
-	STAT_ADD(e, write_bytes, req->size);
+	store_dirty(o, sp->first, sp->last, req->offset, req->size, req->data);
 	/* --persist: published (a process crash keeps it); for a host crash
 	 * too, synced first with --persist-sync always, and for a FUA write
 	 * unless --persist-sync none. */

@@ -6,7 +6,8 @@
 # depth 16 on A throughout.
 #   (b) the link cut: A's synapsed SIGKILLed under load: no write fails,
 #       the primary degrades (write-through, nothing left dirty), back to
-#       mirrored within seconds of a new synapsed; the data reads back.
+#       mirrored within seconds of a new synapsed; three more cuts at random
+#       moments of the load; the data reads back.
 #   (c) the replica SIGKILLed under load and restarted on its persist file:
 #       no write fails, mirrored again; the data reads back; a clean stop of
 #       the primary leaves nothing dirty on the replica, and every byte is
@@ -15,6 +16,8 @@
 #       dropped once the primary wrote it back (policy switch: cleans) or
 #       went on without the replica (link cut: the reset), so the promote
 #       below cannot write it over the newer version in the store.
+#   (e) --mirror-fail stop: writes across a link cut fail instead, and
+#       pass again once it is mirrored.
 #   (a) host A lost: a mirrored load, every peer of A SIGKILLed and the
 #       primary's persist file removed; filed lacks the data; `xseg promote`
 #       on B; every byte reads back straight from B's filed.
@@ -85,6 +88,20 @@ wait_more "$SEG" mirror_writes "$(pstat mirror_writes)" 10
 wait_more "$SEG" dirty_bytes 0 10
 [ "$(pstat degraded_ms_total)" -ge 1000 ] ||
 	fail "degraded_ms_total $(pstat degraded_ms_total) after over a second degraded"
+# more cuts at random moments of the load (MIRROR_CUTS, default 4 in all)
+for cut in $(seq 2 "${MIRROR_CUTS:-4}"); do
+	deg=$(pstat degradations)
+	sleep "0.$((RANDOM % 5))$((RANDOM % 10))"
+	kill -KILL "$spid"; wait "$spid" 2>/dev/null
+	wait_state degraded 5
+	writer_alive 2 "$wpid" "cut $cut"
+	start_sender
+	wait_state mirrored 10
+	[ "$(pstat degradations)" -gt "$deg" ] || fail "cut $cut: degradations did not move"
+	wait_more "$SEG" mirror_writes "$(pstat mirror_writes)" 10
+	writer_alive 2 "$wpid" "after cut $cut"
+done
+echo "$(pstat degradations) cuts in all, mirrored again after each (lost $(pstat mirror_lost), failures $(pstat mirror_failures))"
 writer_stop 2 "$wpid"
 verified_ok "$SEG" 3 read 2 "$DIR/b-read.out"
 echo "phase (b): $((SECONDS - start)) s so far"
@@ -120,6 +137,25 @@ for _ in $(seq 100); do [ "$(rstat dirty_bytes)" = 0 ] && break; sleep 0.05; don
 for s in 2 3; do verified_ok "$SEG" 1 read "$s" "$DIR/c-filed-$s.out"; done
 echo "seeds 2 and 3 straight from filed; replica_cleans $(rstat replica_cleans)"
 echo "phase (c): $((SECONDS - start)) s so far"
+
+echo "--- (e) --mirror-fail stop: with the link cut writes fail (none acknowledged unreplicated); mirrored again, they pass"
+start_primary --mirror-fail stop
+wait_state mirrored 10
+verified_ok "$SEG" 3 write 4 "$DIR/e-ok.out"
+kill -KILL "$spid"; wait "$spid" 2>/dev/null
+verified "$SEG" 3 write 5 "$DIR/e-cut.out"
+f=$(jfield "$DIR/e-cut.out" failed) || fail "no result from the writes across the cut"
+[ "$f" -gt 0 ] || fail "--mirror-fail stop: every write passed with the link cut"
+wait_state degraded 5
+out=$("$BIN/xreq" --segment "$SEG" --port 12 --target-port 3 --op write --target e-obj --size 4K --data x)
+[[ "$out" == FAILED* ]] || fail "--mirror-fail stop, degraded: a write was answered '$out'"
+echo "link cut: $f of 2048 writes failed, a write while degraded: $out"
+start_sender
+wait_state mirrored 10
+verified_ok "$SEG" 3 write 5 "$DIR/e-again.out"
+for s in 4 5; do verified_ok "$SEG" 3 read "$s" "$DIR/e-read-$s.out"; done
+kill -TERM "$cpid"; wait "$cpid" || fail "the primary (--mirror-fail stop) exited non-zero on SIGTERM"
+for s in 4 5; do verified_ok "$SEG" 1 read "$s" "$DIR/e-filed-$s.out"; done
 
 echo "--- (d) no older data over newer: the replica drops what the primary wrote back (clean) or wrote without it (reset)"
 # Volumes v and w through vlmcd (one name, new data per seed): on A in

@@ -199,6 +199,17 @@ wait_state mirrored 10
 [ "$(rstat dirty_bytes)" = 0 ] || fail "mirrored again, yet the replica still holds $(rstat dirty_bytes) bytes (no reset)"
 verified_ok "$SEG" 2 write 13 "$DIR/d-v3.out" --volume v --total-size 4M
 verified_ok "$SEG" 2 write 23 "$DIR/d-w3.out" --volume w --total-size 4M
+# A replica's SIGTERM writes nothing back; restarted on its file it holds
+# the same (version 3 of v and w, read back after the promote below).
+held=$(rstat dirty_bytes) bw=$(rstat blocker_write_bytes)
+[ "$held" -gt 0 ] || fail "the replica holds nothing before its SIGTERM"
+kill -TERM "$rpid"; wait "$rpid" || fail "the replica exited non-zero on SIGTERM"
+[ "$bw" = 0 ] || fail "the replica wrote $bw bytes to its blocker"
+start_replica replica3
+wait_log "$DIR/replica3.log" "persist: .*recovered $held dirty bytes"
+[ "$(rstat dirty_bytes)" = "$held" ] || fail "the restarted replica holds $(rstat dirty_bytes) bytes, not $held"
+[ "$(rstat blocker_write_bytes)" = 0 ] || fail "the restarted replica wrote to its blocker"
+echo "the replica's SIGTERM kept its $held bytes, restarted on its file"
 after_promote() {
 	local vol seed c f
 	for vol in v w; do

@@ -51,12 +51,12 @@ cached "$SEG" 2 --write-policy writeback
 cached "$SEG" 3 --write-policy writeback --mirror-port 5
 cached "$SEG" 4 --write-policy writethrough
 wait_bound 2; wait_bound 3; wait_bound 4
-stat() {   # port field
+cstat() {   # port field
 	"$BIN/xseg" stats --segment "$SEG" --port "$1" --json |
 		python3 -c "import json,sys; print(json.load(sys.stdin)['$2'])"
 }
-for _ in $(seq 100); do [ "$(stat 3 mirror_state)" = mirrored ] && break; sleep 0.1; done
-[ "$(stat 3 mirror_state)" = mirrored ] || { echo "the primary never became mirrored" >&2; exit 1; }
+for _ in $(seq 100); do [ "$(cstat 3 mirror_state)" = mirrored ] && break; sleep 0.1; done
+[ "$(cstat 3 mirror_state)" = mirrored ] || { echo "the primary never became mirrored" >&2; exit 1; }
 
 iops() {   # port seed
 	"$BIN/bench-xseg" --segment "$SEG" --port 10 --target-port "$1" --op write \
@@ -78,4 +78,4 @@ print("medians: " + "  ".join("%s %.0f" % kv for kv in m.items()))
 print("mirrored/write-through %.2fx (aim >= 2)  mirrored/write-back %.2fx (aim >= 0.5)" %
       (m["mirrored"] / m["write-through"], m["mirrored"] / m["write-back"]))
 PY
-echo "mirror: $(stat 3 mirror_writes) writes, rtt avg $(stat 3 mirror_rtt_avg_us) us, $(stat 3 mirror_failures) failures, state $(stat 3 mirror_state)"
+echo "mirror: $(cstat 3 mirror_writes) writes, rtt avg $(cstat 3 mirror_rtt_avg_us) us, $(cstat 3 mirror_failures) failures, state $(cstat 3 mirror_state)"

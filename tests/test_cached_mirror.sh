@@ -88,8 +88,9 @@ wait_more "$SEG" mirror_writes "$(pstat mirror_writes)" 10
 wait_more "$SEG" dirty_bytes 0 10
 [ "$(pstat degraded_ms_total)" -ge 1000 ] ||
 	fail "degraded_ms_total $(pstat degraded_ms_total) after over a second degraded"
-# more cuts at random moments of the load (MIRROR_CUTS, default 4 in all)
-for cut in $(seq 2 "${MIRROR_CUTS:-4}"); do
+# more cuts at random moments of the load (MIRROR_CUTS, default 4 in all,
+# 2 under a sanitizer)
+for cut in $(seq 2 "${MIRROR_CUTS:-$(python3 -c "print(4 if $SCALE >= 1 else 2)")}"); do
 	deg=$(pstat degradations)
 	sleep "0.$((RANDOM % 5))$((RANDOM % 10))"
 	kill -KILL "$spid"; wait "$spid" 2>/dev/null

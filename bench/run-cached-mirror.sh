@@ -12,6 +12,7 @@
 # mirrored/write-back (aim: >= 0.5). Every cache is large enough for the
 # run (nothing written back during it; later rounds overwrite dirty data).
 #   ROUNDS=3 TOTAL=64M BS=4K DEPTH=16 CACHED_THREADS=(cached's default)
+#   CACHED_OPTS: more options for every cached (e.g. --spin-us 300)
 #   DATA_DIR: where filed keeps the objects (default: mktemp -d, $TMPDIR or /tmp)
 set -u
 cd "$(dirname "$0")/.."
@@ -32,7 +33,7 @@ cached() {   # segment port [options...]
 	local seg=$1 port=$2; shift 2
 	"$BIN/cached" --segment "$seg" --port "$port" --blocker-port 1 --cache-size 512M \
 		--max-objects 4096 ${CACHED_THREADS:+--threads "$CACHED_THREADS"} --log-level error \
-		"$@" & pids+=($!)
+		${CACHED_OPTS:-} "$@" & pids+=($!)
 }
 # B: the replica's side, started first (a cache after its blocker)
 "$BIN/filed" --segment "$SEGB" --port 1 --dir "$DATA" --threads 2 --log-level error & pids+=($!)
@@ -78,4 +79,7 @@ print("medians: " + "  ".join("%s %.0f" % kv for kv in m.items()))
 print("mirrored/write-through %.2fx (aim >= 2)  mirrored/write-back %.2fx (aim >= 0.5)" %
       (m["mirrored"] / m["write-through"], m["mirrored"] / m["write-back"]))
 PY
-echo "mirror: $(cstat 3 mirror_writes) writes, rtt avg $(cstat 3 mirror_rtt_avg_us) us, $(cstat 3 mirror_failures) failures, state $(cstat 3 mirror_state)"
+echo "mirror: $(cstat 3 mirror_writes) writes, rtt avg $(cstat 3 mirror_rtt_avg_us) us (as the primary sees it)," \
+	"$(cstat 3 mirror_failures) failures, state $(cstat 3 mirror_state)"
+echo "synapsed A (port 5), from taking a request to its answer: avg $(cstat 5 lat_us_avg) us," \
+	"p50 $(cstat 5 lat_us_p50) us, p99 $(cstat 5 lat_us_p99) us over $(cstat 5 requests) requests"

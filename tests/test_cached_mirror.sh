@@ -18,6 +18,8 @@
 #       below cannot write it over the newer version in the store.
 #   (e) --mirror-fail stop: writes across a link cut fail instead, and
 #       pass again once it is mirrored.
+#   (f) the primary SIGKILLed and restarted on its persist file: mirrored
+#       again once the recovered data is written back and the replica reset.
 #   (a) host A lost: a mirrored load, every peer of A SIGKILLed and the
 #       primary's persist file removed; filed lacks the data; `xseg promote`
 #       on B; every byte reads back straight from B's filed.
@@ -157,6 +159,26 @@ verified_ok "$SEG" 3 write 5 "$DIR/e-again.out"
 for s in 4 5; do verified_ok "$SEG" 3 read "$s" "$DIR/e-read-$s.out"; done
 kill -TERM "$cpid"; wait "$cpid" || fail "the primary (--mirror-fail stop) exited non-zero on SIGTERM"
 for s in 4 5; do verified_ok "$SEG" 1 read "$s" "$DIR/e-filed-$s.out"; done
+
+echo "--- (f) the primary SIGKILLed and restarted on its persist file: recovered, written back, the replica reset"
+start_primary
+wait_state mirrored 10
+verified_ok "$SEG" 3 write 6 "$DIR/f-write.out"
+held=$(pstat dirty_bytes)
+[ "$held" -gt 0 ] && [ "$(rstat dirty_bytes)" -ge "$held" ] ||
+	fail "before the kill: primary dirty $held, replica $(rstat dirty_bytes)"
+kill -KILL "$cpid"; wait "$cpid" 2>/dev/null
+start_primary
+wait_log "$DIR/primary.log" "persist: .*recovered $held dirty bytes"
+wait_state mirrored 10
+echo "recovered $held bytes, mirrored again $WAITED after the restart"
+# mirrored again only once what it recovered is on filed and the replica
+# dropped its copies
+[ "$(pstat dirty_bytes)" = 0 ] || fail "mirrored with $(pstat dirty_bytes) recovered bytes not written back"
+[ "$(rstat dirty_bytes)" = 0 ] || fail "the replica still holds $(rstat dirty_bytes) bytes after the restarted primary's reset"
+verified_ok "$SEG" 3 read 6 "$DIR/f-read.out"
+verified_ok "$SEG" 1 read 6 "$DIR/f-filed.out"
+kill -TERM "$cpid"; wait "$cpid" || fail "the restarted primary exited non-zero on SIGTERM"
 
 echo "--- (d) no older data over newer: the replica drops what the primary wrote back (clean) or wrote without it (reset)"
 # Volumes v and w through vlmcd (one name, new data per seed): on A in

@@ -25,13 +25,24 @@
 #define BKT_SIZE   4096u
 #define MAX_OBJS   16
 
+/*
+ * Threads. The engine keeps one magazine of free bucket slots per thread
+ * (object.c's tl_magazine), not per engine: a thread that ran both
+ * engines would hand the replica's slots to the primary. So each engine
+ * runs on threads of its own: the primary on the test's thread, its
+ * blocker thread and the mirror reply thread; the replica on the replica
+ * thread (mirror requests, and the test's requests to it, posted there)
+ * and its blocker thread.
+ */
+enum { PRIMARY, REPLICA };
+
 /* ---- the in-memory blocker (as test_cached_engine's, fewer ops) ------------ */
 
 struct fake_bio {
 	struct cache_bio bio;
 	char name[XSEG_MAX_TARGETLEN + 1];
 	bool lent;                         /* data is the client's buffer */
-	struct fake_bio *next;             /* the blocker's or the mirror's queue */
+	struct fake_bio *next;             /* on one queue at a time */
 };
 
 struct fake_object {
@@ -43,7 +54,7 @@ struct fake_object {
 static struct {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	struct fake_bio *queue;
+	struct fake_bio *queue[2];         /* by engine */
 	struct fake_object objs[MAX_OBJS];
 	int nobjs;
 	_Atomic int hold;                  /* serve nothing while set */
@@ -94,18 +105,19 @@ static void blk_serve(struct fake_bio *fb)
 	pthread_mutex_unlock(&blk.lock);
 }
 
+/* Serves one engine's requests. */
 static void *blk_thread(void *arg)
 {
-	(void)arg;
+	int side = (int)(intptr_t)arg;
 	rcu_register_thread();
 	pthread_mutex_lock(&blk.lock);
 	for (;;) {
-		while ((!blk.queue || atomic_load(&blk.hold)) && !blk.stop)
+		while ((!blk.queue[side] || atomic_load(&blk.hold)) && !blk.stop)
 			pthread_cond_wait(&blk.cond, &blk.lock);
-		if (!blk.queue)
+		if (!blk.queue[side])
 			break;
-		struct fake_bio *fb = blk.queue;
-		blk.queue = fb->next;
+		struct fake_bio *fb = blk.queue[side];
+		blk.queue[side] = fb->next;
 		pthread_mutex_unlock(&blk.lock);
 		blk_serve(fb);
 		fb->bio.done(&fb->bio);
@@ -120,6 +132,18 @@ static void blk_release_hold(void)
 {
 	pthread_mutex_lock(&blk.lock);
 	atomic_store(&blk.hold, 0);
+	pthread_cond_broadcast(&blk.cond);
+	pthread_mutex_unlock(&blk.lock);
+}
+
+static void blk_submit(struct fake_bio *fb, int side)
+{
+	pthread_mutex_lock(&blk.lock);
+	struct fake_bio **p = &blk.queue[side];   /* FIFO */
+	while (*p)
+		p = &(*p)->next;
+	fb->next = NULL;
+	*p = fb;
 	pthread_cond_broadcast(&blk.cond);
 	pthread_mutex_unlock(&blk.lock);
 }
@@ -145,18 +169,6 @@ static struct cache_bio *fake_lend(void *ctx, struct cache_req *req)
 	return &fb->bio;
 }
 
-static void blk_submit(struct fake_bio *fb)
-{
-	pthread_mutex_lock(&blk.lock);
-	struct fake_bio **p = &blk.queue;
-	while (*p)
-		p = &(*p)->next;
-	fb->next = NULL;
-	*p = fb;
-	pthread_cond_signal(&blk.cond);
-	pthread_mutex_unlock(&blk.lock);
-}
-
 static void fake_release(void *ctx, struct cache_bio *bio)
 {
 	(void)ctx;
@@ -167,19 +179,41 @@ static void fake_release(void *ctx, struct cache_bio *bio)
 
 /* ---- the mirror link: the primary's mirror port, reaching the replica ------- */
 
+struct job {
+	void (*fn)(void *arg);
+	void *arg;
+	_Atomic bool done;
+	struct job *next;
+};
+
 static struct {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	struct fake_bio *queue;            /* sent by the primary, not yet served */
 	int queued;
+	struct job *jobs;                  /* for the replica thread */
+	struct fake_bio *replies;          /* answered, for the reply thread */
 	_Atomic int hold;                  /* the test serves them (mir_serve_one) */
 	_Atomic int fail;                  /* answer every one with this error */
 	_Atomic int resets;                /* mirror-resets seen */
 	bool stop;
-	pthread_t thread;
+	pthread_t replica_thread, reply_thread;
 } mir;
 
 static struct cache_engine *primary, *replica;
+
+/* The answer goes back to the primary on its own thread. */
+static void mir_reply(struct cache_bio *bio)
+{
+	struct fake_bio *fb = (struct fake_bio *)bio, **p;
+	pthread_mutex_lock(&mir.lock);
+	for (p = &mir.replies; *p; p = &(*p)->next)
+		;
+	fb->next = NULL;
+	*p = fb;
+	pthread_cond_broadcast(&mir.cond);
+	pthread_mutex_unlock(&mir.lock);
+}
 
 /* A request to the replica made of a mirror bio; its answer is the bio's. */
 struct mreq {
@@ -196,18 +230,20 @@ static void mreq_done(struct cache_req *r)
 	bio->error = r->error;
 	bio->serviced = r->serviced;
 	free(m);
-	bio->done(bio);
+	mir_reply(bio);
 }
 
-/* What cached's glue and synapsed do with one mirror request. */
-static void mir_serve(struct fake_bio *fb)
+/* What cached's glue and synapsed do with one mirror request (on the
+ * replica thread). */
+static void mir_serve(void *arg)
 {
+	struct fake_bio *fb = arg;
 	struct cache_bio *bio = &fb->bio;
 	int fail = atomic_load(&mir.fail);
 	if (fail) {
 		bio->served = false;
 		bio->error = fail;
-		bio->done(bio);
+		mir_reply(bio);
 		return;
 	}
 	struct mreq *m = calloc(1, sizeof(*m));
@@ -252,24 +288,73 @@ static struct fake_bio *mir_pop(void)
 	return fb;
 }
 
-static void *mir_thread(void *arg)
+/* Runs the test's jobs and, unless held, the mirror requests. */
+static void *replica_thread(void *arg)
 {
 	(void)arg;
 	rcu_register_thread();
 	pthread_mutex_lock(&mir.lock);
 	for (;;) {
-		while ((!mir.queue || atomic_load(&mir.hold)) && !mir.stop)
+		while (!mir.jobs && (!mir.queue || atomic_load(&mir.hold)) && !mir.stop)
 			pthread_cond_wait(&mir.cond, &mir.lock);
-		if (mir.stop)
+		if (mir.jobs) {
+			struct job *j = mir.jobs;
+			mir.jobs = j->next;
+			pthread_mutex_unlock(&mir.lock);
+			j->fn(j->arg);
+			atomic_store(&j->done, true);
+		} else if (mir.stop) {
 			break;
-		struct fake_bio *fb = mir_pop();
-		pthread_mutex_unlock(&mir.lock);
-		mir_serve(fb);
+		} else {
+			struct fake_bio *fb = mir_pop();
+			pthread_mutex_unlock(&mir.lock);
+			mir_serve(fb);
+		}
 		pthread_mutex_lock(&mir.lock);
 	}
 	pthread_mutex_unlock(&mir.lock);
 	rcu_unregister_thread();
 	return NULL;
+}
+
+static void *reply_thread(void *arg)
+{
+	(void)arg;
+	rcu_register_thread();
+	pthread_mutex_lock(&mir.lock);
+	for (;;) {
+		while (!mir.replies && !mir.stop)
+			pthread_cond_wait(&mir.cond, &mir.lock);
+		if (!mir.replies)
+			break;
+		struct fake_bio *fb = mir.replies;
+		mir.replies = fb->next;
+		pthread_mutex_unlock(&mir.lock);
+		fb->bio.done(&fb->bio);
+		pthread_mutex_lock(&mir.lock);
+	}
+	pthread_mutex_unlock(&mir.lock);
+	rcu_unregister_thread();
+	return NULL;
+}
+
+/* Runs fn(arg) on the replica thread; waits for it when wait. */
+static void on_replica(void (*fn)(void *), void *arg, bool wait)
+{
+	struct job *j = calloc(1, sizeof(*j)), **p;
+	j->fn = fn;
+	j->arg = arg;
+	pthread_mutex_lock(&mir.lock);
+	for (p = &mir.jobs; *p; p = &(*p)->next)
+		;
+	*p = j;
+	pthread_cond_broadcast(&mir.cond);
+	pthread_mutex_unlock(&mir.lock);
+	if (!wait)
+		return;   /* j leaks: a few bytes a test */
+	while (!atomic_load(&j->done))
+		usleep(500);
+	free(j);
 }
 
 static int mir_queued(void)
@@ -280,14 +365,14 @@ static int mir_queued(void)
 	return n;
 }
 
-/* While held: serves the oldest mirror request on this thread. */
+/* While held: serves the oldest mirror request (on the replica thread). */
 static void mir_serve_one(void)
 {
 	pthread_mutex_lock(&mir.lock);
 	struct fake_bio *fb = mir_pop();
 	pthread_mutex_unlock(&mir.lock);
 	ck_assert_ptr_nonnull(fb);
-	mir_serve(fb);
+	on_replica(mir_serve, fb, true);
 }
 
 static void mir_release_hold(void)
@@ -303,7 +388,7 @@ static void primary_submit(void *ctx, struct cache_bio *bio)
 	(void)ctx;
 	struct fake_bio *fb = (struct fake_bio *)bio;
 	if (!bio->mirror) {
-		blk_submit(fb);
+		blk_submit(fb, PRIMARY);
 		return;
 	}
 	pthread_mutex_lock(&mir.lock);
@@ -313,7 +398,7 @@ static void primary_submit(void *ctx, struct cache_bio *bio)
 	fb->next = NULL;
 	*p = fb;
 	mir.queued++;
-	pthread_cond_signal(&mir.cond);
+	pthread_cond_broadcast(&mir.cond);
 	pthread_mutex_unlock(&mir.lock);
 }
 
@@ -321,7 +406,7 @@ static void replica_submit(void *ctx, struct cache_bio *bio)
 {
 	(void)ctx;
 	ck_assert(!bio->mirror);
-	blk_submit((struct fake_bio *)bio);
+	blk_submit((struct fake_bio *)bio, REPLICA);
 }
 
 /* ---- set up and tear down ------------------------------------------------------ */
@@ -376,8 +461,14 @@ static void wait_mirrored(void)
 	MAINTAIN_UNTIL(stats_of(primary).mirror_state == MIRROR_MIRRORED);
 }
 
-/* Both engines, the blocker's threads and the mirror link's; the primary
- * MIRRORED unless connect is false. */
+static void maintain_replica(void *arg)
+{
+	(void)arg;
+	cache_engine_maintain(replica);
+}
+
+/* Both engines and their threads; the primary MIRRORED unless connect is
+ * false. */
 static void setup(bool connect)
 {
 	memset(&blk, 0, sizeof(blk));
@@ -390,8 +481,9 @@ static void setup(bool connect)
 	primary = make_engine(true);
 	replica = make_engine(false);
 	for (int i = 0; i < 2; i++)
-		pthread_create(&blk.threads[i], NULL, blk_thread, NULL);
-	pthread_create(&mir.thread, NULL, mir_thread, NULL);
+		pthread_create(&blk.threads[i], NULL, blk_thread, (void *)(intptr_t)i);
+	pthread_create(&mir.replica_thread, NULL, replica_thread, NULL);
+	pthread_create(&mir.reply_thread, NULL, reply_thread, NULL);
 	if (connect)
 		wait_mirrored();
 }
@@ -401,12 +493,13 @@ static void setup(bool connect)
 #define OP_PROMOTE  (CACHE_OP_MIRROR_CLEAN + 2)
 #define OP_WT       (CACHE_OP_MIRROR_CLEAN + 3)
 #define OP_FLUSH    (CACHE_OP_MIRROR_CLEAN + 4)   /* cached's "flush" control */
-
 static int run_on(struct cache_engine *e, uint32_t op, const char *name, uint64_t off,
 		  uint64_t size, void *data);
 
 /* Nothing may be in flight when an engine is destroyed: the primary is
- * written back and its cleans answered, the replica dropped. */
+ * written back and its cleans answered, the replica dropped. The primary
+ * goes first: it gives back the slots in this thread's magazine, so the
+ * replica's destroy can use it. */
 static void teardown(void)
 {
 	atomic_store(&mir.fail, 0);
@@ -422,15 +515,16 @@ static void teardown(void)
 	mir.stop = true;
 	pthread_cond_broadcast(&mir.cond);
 	pthread_mutex_unlock(&mir.lock);
-	pthread_join(mir.thread, NULL);
-	cache_engine_destroy(primary);
-	cache_engine_destroy(replica);
+	pthread_join(mir.replica_thread, NULL);
+	pthread_join(mir.reply_thread, NULL);
 	pthread_mutex_lock(&blk.lock);
 	blk.stop = true;
 	pthread_cond_broadcast(&blk.cond);
 	pthread_mutex_unlock(&blk.lock);
 	for (int i = 0; i < 2; i++)
 		pthread_join(blk.threads[i], NULL);
+	cache_engine_destroy(primary);
+	cache_engine_destroy(replica);
 	rcu_unregister_thread();
 	fail_stop = false;
 }
@@ -439,6 +533,7 @@ static void teardown(void)
 
 struct areq {
 	struct cache_req r;
+	struct cache_engine *e;
 	_Atomic bool done;
 };
 
@@ -447,22 +542,34 @@ static void areq_done(struct cache_req *r)
 	atomic_store(&((struct areq *)r)->done, true);
 }
 
+static void areq_start(void *arg)
+{
+	struct areq *a = arg;
+	uint32_t op = a->r.op;
+	if (op == OP_RESET)
+		cache_engine_replica_reset(a->e, &a->r);
+	else if (op == OP_PROMOTE)
+		cache_engine_promote(a->e, &a->r);
+	else if (op == OP_WT)
+		cache_engine_set_policy(a->e, CACHE_WRITETHROUGH, &a->r);
+	else if (op == OP_FLUSH)
+		cache_engine_flush_all(a->e, &a->r);
+	else
+		cache_engine_submit(a->e, &a->r);
+}
+
+/* Starts a request on e (on the replica's thread for the replica). */
 static void start_on(struct cache_engine *e, struct areq *a, uint32_t op, const char *name,
 		     uint64_t off, uint64_t size, void *data)
 {
 	memset(a, 0, sizeof(*a));
 	a->r = (struct cache_req){ .op = op, .name = name, .offset = off, .size = size,
 				   .data = data, .done = areq_done };
-	if (op == OP_RESET)
-		cache_engine_replica_reset(e, &a->r);
-	else if (op == OP_PROMOTE)
-		cache_engine_promote(e, &a->r);
-	else if (op == OP_WT)
-		cache_engine_set_policy(e, CACHE_WRITETHROUGH, &a->r);
-	else if (op == OP_FLUSH)
-		cache_engine_flush_all(e, &a->r);
+	a->e = e;
+	if (e == replica)
+		on_replica(areq_start, a, true);
 	else
-		cache_engine_submit(e, &a->r);
+		areq_start(a);
 }
 
 static bool answered_within(struct areq *a, unsigned ms)
@@ -695,7 +802,7 @@ START_TEST(replica_refuses_reads_and_partial_writes_until_promoted)
 	ck_assert_int_eq(run_on(replica, X_FLUSH, "", 0, 0, NULL), EPERM);
 	ck_assert_uint_eq(stats_of(replica).replica_refused, 4);
 	for (int i = 0; i < 20; i++) {
-		cache_engine_maintain(replica);               /* never writes back on its own */
+		on_replica(maintain_replica, NULL, true);     /* never writes back on its own */
 		usleep(1000);
 	}
 	ck_assert_int_eq(atomic_load(&blk.writes), 0);

@@ -98,6 +98,15 @@ static void blk_serve(struct fake_bio *fb)
 	case X_FLUSH:
 		atomic_fetch_add(&blk.flushes, 1);
 		break;
+	case X_DELETE:
+		if (o && o->exists) {
+			memset(o->data, 0, OBJ_SIZE);
+			o->exists = false;
+		} else {
+			b->served = false;
+			b->error = ENOENT;
+		}
+		break;
 	default:
 		b->served = false;
 		b->error = EOPNOTSUPP;
@@ -412,11 +421,12 @@ static void replica_submit(void *ctx, struct cache_bio *bio)
 /* ---- set up and tear down ------------------------------------------------------ */
 
 static bool fail_stop;   /* --mirror-fail stop for the next setup */
+static uint64_t replica_cache = 1 << 20;   /* the replica's pool, for the next setup */
 
 static struct cache_engine *make_engine(bool is_primary)
 {
 	struct cache_config cfg = {
-		.cache_size = 1 << 20, .max_objects = MAX_OBJS, .object_size = OBJ_SIZE,
+		.cache_size = is_primary ? 1 << 20 : replica_cache, .max_objects = MAX_OBJS, .object_size = OBJ_SIZE,
 		.bucket_size = BKT_SIZE, .max_request_size = 16 * 1024, .policy = CACHE_WRITEBACK,
 		.dirty_high_pct = 50, .dirty_low_pct = 25, .blocker_port = 1,
 		.mirror = is_primary, .mirror_fail_stop = is_primary && fail_stop,
@@ -527,6 +537,7 @@ static void teardown(void)
 	cache_engine_destroy(replica);
 	rcu_unregister_thread();
 	fail_stop = false;
+	replica_cache = 1 << 20;
 }
 
 /* ---- client requests ------------------------------------------------------------- */
@@ -713,6 +724,32 @@ START_TEST(write_back_cleans_the_replica)
 }
 END_TEST
 
+/* 3b. A DELETE drops the replica's copy too, before it is answered: a
+ * replica promoted after the primary was lost must not write the
+ * deleted object's bytes back. */
+START_TEST(delete_drops_the_replica_copy_before_its_answer)
+{
+	setup(true);
+	unsigned char w[BKT_SIZE];
+	fill(w, sizeof(w), 33);
+	ck_assert_int_eq(run_on(primary, X_WRITE, "x", 0, BKT_SIZE, w), 0);
+	ck_assert_int_eq(run_on(primary, OP_FLUSH, "", 0, 0, NULL), 0);   /* on the blocker */
+	MAINTAIN_UNTIL(stats_of(replica).dirty_bytes == 0);
+	ck_assert_int_eq(run_on(primary, X_WRITE, "x", 0, BKT_SIZE, w), 0);
+	ck_assert_uint_eq(stats_of(replica).dirty_bytes, BKT_SIZE);
+	atomic_store(&mir.hold, 1);
+	struct areq d;
+	start_on(primary, &d, X_DELETE, "x", 0, 0, NULL);
+	bool answered = answered_within(&d, 200);
+	ck_assert_msg(!answered || stats_of(replica).dirty_bytes == 0,
+		      "DELETE answered while the replica still holds the object (%d mirror "
+		      "request(s) held)", mir_queued());
+	mir_release_hold();
+	ck_assert_int_eq(result(&d), 0);
+	teardown();
+}
+END_TEST
+
 /* 4. A failed mirror write: degraded, the write answered once on the
  * blocker, later writes through, then reset and mirrored again. */
 START_TEST(failed_mirror_write_degrades_and_resets)
@@ -735,6 +772,7 @@ START_TEST(failed_mirror_write_degrades_and_resets)
 	ck_assert_int_eq(ps.mirror_error, EHOSTDOWN);
 	ck_assert_uint_eq(ps.degradations, 1);
 	ck_assert_uint_ge(ps.mirror_failures, 1);
+	ck_assert_uint_eq(ps.exposure_bytes, 2 * BKT_SIZE);   /* "h" and "d": here alone */
 	blk_release_hold();
 	ck_assert_int_eq(result(&a), 0);
 	ck_assert(blk_has("d", 0, w, BKT_SIZE));
@@ -749,13 +787,62 @@ START_TEST(failed_mirror_write_degrades_and_resets)
 	struct cache_stats rs = stats_of(replica);
 	ck_assert_uint_eq(rs.replica_resets, 2);
 	ck_assert_uint_eq(rs.dirty_bytes, 0);
-	ck_assert_uint_eq(stats_of(primary).dirty_bytes, 0);
+	ps = stats_of(primary);
+	ck_assert_uint_eq(ps.dirty_bytes, 0);
+	ck_assert_uint_gt(ps.exposure_ns, 0);
+	ck_assert_uint_gt(ps.degraded_ns_total, 0);
 
 	/* mirrored again: held by the replica, not written through */
 	int writes = atomic_load(&blk.writes);
 	ck_assert_int_eq(run_on(primary, X_WRITE, "d", 0, BKT_SIZE, later), 0);
 	ck_assert_uint_eq(stats_of(replica).dirty_bytes, BKT_SIZE);
 	ck_assert_int_eq(atomic_load(&blk.writes), writes);
+	teardown();
+}
+END_TEST
+
+/* 4b. A write queued behind a failing one of the same bucket is not
+ * sent after the failure: it is answered once on the blocker, and the
+ * blocker ends with the newer bytes. */
+START_TEST(write_queued_behind_a_failed_one_goes_to_the_blocker)
+{
+	setup(true);
+	unsigned char old[BKT_SIZE], new[BKT_SIZE];
+	fill(old, sizeof(old), 30);
+	fill(new, sizeof(new), 31);
+	atomic_store(&mir.hold, 1);
+	struct areq a, b;
+	start_on(primary, &a, X_WRITE, "q", 0, BKT_SIZE, old);
+	start_on(primary, &b, X_WRITE, "q", 0, BKT_SIZE, new);
+	expect_queued(1);
+	atomic_store(&mir.fail, EHOSTDOWN);
+	mir_serve_one();
+	ck_assert_int_eq(result(&a), 0);
+	ck_assert_int_eq(result(&b), 0);
+	ck_assert_int_eq(mir_queued(), 0);                   /* the second never went */
+	ck_assert(blk_has("q", 0, new, BKT_SIZE));
+	ck_assert_int_eq(stats_of(primary).mirror_state, MIRROR_DEGRADED);
+	ck_assert_uint_eq(stats_of(replica).replica_writes, 0);
+	teardown();
+}
+END_TEST
+
+/* 4c. A full replica refuses (ENOSPC): the primary degrades and the write
+ * is answered once on the blocker, never acknowledged unreplicated. */
+START_TEST(full_replica_degrades_the_primary)
+{
+	replica_cache = 8 * BKT_SIZE;
+	setup(true);
+	static unsigned char w[OBJ_SIZE];
+	fill(w, sizeof(w), 32);
+	ck_assert_int_eq(run_on(primary, X_WRITE, "big", 0, OBJ_SIZE, w), 0);
+	struct cache_stats ps = stats_of(primary);
+	ck_assert_int_eq(ps.mirror_state, MIRROR_DEGRADED);
+	ck_assert_int_eq(ps.mirror_error, ENOSPC);
+	ck_assert(blk_has("big", 0, w, OBJ_SIZE));
+	ck_assert_uint_eq(stats_of(replica).replica_refused, 1);
+	ck_assert_uint_eq(stats_of(replica).dirty_bytes, 0);
+	MAINTAIN_UNTIL(stats_of(primary).mirror_state == MIRROR_MIRRORED);
 	teardown();
 }
 END_TEST
@@ -876,7 +963,10 @@ int main(void)
 	tcase_add_test(tc, write_is_answered_after_the_replica_has_it);
 	tcase_add_test(tc, overlapping_writes_are_mirrored_in_order);
 	tcase_add_test(tc, write_back_cleans_the_replica);
+	tcase_add_test(tc, delete_drops_the_replica_copy_before_its_answer);
 	tcase_add_test(tc, failed_mirror_write_degrades_and_resets);
+	tcase_add_test(tc, write_queued_behind_a_failed_one_goes_to_the_blocker);
+	tcase_add_test(tc, full_replica_degrades_the_primary);
 	tcase_add_test(tc, fail_stop_fails_writes_while_degraded);
 	tcase_add_test(tc, replica_refuses_reads_and_partial_writes_until_promoted);
 	tcase_add_test(tc, replica_refuses_flush_all_and_policy_switch);

@@ -750,6 +750,32 @@ START_TEST(delete_drops_the_replica_copy_before_its_answer)
 }
 END_TEST
 
+/* 3c. While mirrored, a write that goes through (here: policy
+ * writethrough) waits until the replica dropped its older copy of the
+ * object: else a replica promoted after losing the primary could write
+ * the older bytes over it. */
+START_TEST(write_through_waits_for_the_replica_clean)
+{
+	setup(true);
+	unsigned char old[BKT_SIZE], new[BKT_SIZE];
+	fill(old, sizeof(old), 34);
+	fill(new, sizeof(new), 35);
+	ck_assert_int_eq(run_on(primary, X_WRITE, "t", 0, BKT_SIZE, old), 0);
+	atomic_store(&mir.hold, 1);
+	ck_assert_int_eq(run_on(primary, OP_WT, "", 0, 0, NULL), 0);
+	expect_queued(1);                                    /* the clean, held */
+	struct areq a;
+	start_on(primary, &a, X_WRITE, "t", 0, BKT_SIZE, new);
+	ck_assert(!answered_within(&a, 100));
+	ck_assert(blk_has("t", 0, old, BKT_SIZE));
+	mir_release_hold();
+	ck_assert_int_eq(result(&a), 0);
+	ck_assert(blk_has("t", 0, new, BKT_SIZE));
+	ck_assert_uint_eq(stats_of(replica).dirty_bytes, 0);
+	teardown();
+}
+END_TEST
+
 /* 4. A failed mirror write: degraded, the write answered once on the
  * blocker, later writes through, then reset and mirrored again. */
 START_TEST(failed_mirror_write_degrades_and_resets)
@@ -963,6 +989,7 @@ int main(void)
 	tcase_add_test(tc, write_is_answered_after_the_replica_has_it);
 	tcase_add_test(tc, overlapping_writes_are_mirrored_in_order);
 	tcase_add_test(tc, write_back_cleans_the_replica);
+	tcase_add_test(tc, write_through_waits_for_the_replica_clean);
 	tcase_add_test(tc, delete_drops_the_replica_copy_before_its_answer);
 	tcase_add_test(tc, failed_mirror_write_degrades_and_resets);
 	tcase_add_test(tc, write_queued_behind_a_failed_one_goes_to_the_blocker);

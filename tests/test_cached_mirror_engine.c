@@ -422,6 +422,7 @@ static void replica_submit(void *ctx, struct cache_bio *bio)
 
 static bool fail_stop;   /* --mirror-fail stop for the next setup */
 static uint64_t replica_cache = 1 << 20;   /* the replica's pool, for the next setup */
+static const char *primary_persist;        /* the primary's --persist, for the next setup */
 
 static struct cache_engine *make_engine(bool is_primary)
 {
@@ -429,6 +430,7 @@ static struct cache_engine *make_engine(bool is_primary)
 		.cache_size = is_primary ? 1 << 20 : replica_cache, .max_objects = MAX_OBJS, .object_size = OBJ_SIZE,
 		.bucket_size = BKT_SIZE, .max_request_size = 16 * 1024, .policy = CACHE_WRITEBACK,
 		.dirty_high_pct = 50, .dirty_low_pct = 25, .blocker_port = 1,
+		.persist_path = is_primary ? primary_persist : NULL,
 		.mirror = is_primary, .mirror_fail_stop = is_primary && fail_stop,
 		.replica = !is_primary,
 	};
@@ -515,7 +517,8 @@ static void teardown(void)
 	atomic_store(&mir.fail, 0);
 	mir_release_hold();
 	blk_release_hold();
-	ck_assert_int_eq(run_on(primary, OP_FLUSH, "", 0, 0, NULL), 0);
+	/* write-through: with --persist a FLUSH would sync instead */
+	ck_assert_int_eq(run_on(primary, OP_WT, "", 0, 0, NULL), 0);
 	MAINTAIN_UNTIL(cache_engine_idle(primary) && !atomic_load(&primary->mst.in_flight) &&
 		       !atomic_load(&primary->reset_out));
 	if (is_replica(replica))
@@ -538,6 +541,7 @@ static void teardown(void)
 	rcu_unregister_thread();
 	fail_stop = false;
 	replica_cache = 1 << 20;
+	primary_persist = NULL;
 }
 
 /* ---- client requests ------------------------------------------------------------- */
@@ -981,6 +985,62 @@ START_TEST(connecting_primary_writes_through)
 }
 END_TEST
 
+/* 7b. A primary restarted on its persist file (a crash) writes its
+ * recovered data back and only then resets the replica, writing through
+ * meanwhile: the replica then holds nothing older than the blocker. */
+START_TEST(restarted_primary_writes_back_then_resets)
+{
+	char dir[64], path[96], crashed[96];
+	snprintf(dir, sizeof(dir), "/tmp/pt-%d-mirror-XXXXXX", (int)getpid());
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/cache.pf", dir);
+	snprintf(crashed, sizeof(crashed), "%s/crashed.pf", dir);
+	primary_persist = path;
+	setup(true);
+	unsigned char w[2 * BKT_SIZE], n[BKT_SIZE];
+	fill(w, sizeof(w), 36);
+	fill(n, sizeof(n), 37);
+	ck_assert_int_eq(run_on(primary, X_WRITE, "k", 0, sizeof(w), w), 0);
+	ck_assert_uint_eq(stats_of(replica).dirty_bytes, sizeof(w));
+	/* the file as a SIGKILL would leave it */
+	FILE *in = fopen(path, "rb"), *out = fopen(crashed, "wb");
+	ck_assert(in && out);
+	static char buf[1 << 16];
+	size_t got;
+	while ((got = fread(buf, 1, sizeof(buf), in)) > 0)
+		ck_assert_uint_eq(fwrite(buf, 1, got, out), got);
+	fclose(in);
+	fclose(out);
+	teardown();
+
+	primary_persist = crashed;
+	setup(false);
+	ck_assert_uint_eq(stats_of(primary).recovered_bytes, sizeof(w));
+	ck_assert_int_eq(stats_of(primary).mirror_state, MIRROR_CONNECTING);
+	/* what the replica held of the old life */
+	ck_assert_int_eq(run_on(replica, X_WRITE, "k", 0, sizeof(w), w), 0);
+	atomic_store(&blk.hold, 1);                          /* the write-back, held */
+	for (int i = 0; i < 10; i++) {
+		cache_engine_maintain(primary);
+		usleep(1000);
+	}
+	ck_assert_int_eq(mir_queued(), 0);                    /* no reset while dirty */
+	ck_assert_int_eq(atomic_load(&mir.resets), 0);
+	blk_release_hold();
+	ck_assert_int_eq(run_on(primary, X_WRITE, "k", 2 * BKT_SIZE, BKT_SIZE, n), 0);
+	ck_assert(blk_has("k", 2 * BKT_SIZE, n, BKT_SIZE));   /* through */
+	MAINTAIN_UNTIL(stats_of(primary).mirror_state == MIRROR_MIRRORED);
+	ck_assert(blk_has("k", 0, w, sizeof(w)));
+	ck_assert_int_eq(atomic_load(&mir.resets), 1);
+	ck_assert_uint_eq(stats_of(replica).dirty_bytes, 0);
+	ck_assert_uint_eq(stats_of(primary).dirty_bytes, 0);
+	teardown();
+	unlink(path);
+	unlink(crashed);
+	rmdir(dir);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("cached_mirror_engine");
@@ -998,6 +1058,7 @@ int main(void)
 	tcase_add_test(tc, replica_refuses_reads_and_partial_writes_until_promoted);
 	tcase_add_test(tc, replica_refuses_flush_all_and_policy_switch);
 	tcase_add_test(tc, connecting_primary_writes_through);
+	tcase_add_test(tc, restarted_primary_writes_back_then_resets);
 	suite_add_tcase(s, tc);
 	return xt_run(s);
 }

@@ -347,8 +347,8 @@ static void *reply_thread(void *arg)
 	return NULL;
 }
 
-/* Runs fn(arg) on the replica thread; waits for it when wait. */
-static void on_replica(void (*fn)(void *), void *arg, bool wait)
+/* Runs fn(arg) on the replica thread and waits for it. */
+static void on_replica(void (*fn)(void *), void *arg)
 {
 	struct job *j = calloc(1, sizeof(*j)), **p;
 	j->fn = fn;
@@ -359,8 +359,6 @@ static void on_replica(void (*fn)(void *), void *arg, bool wait)
 	*p = j;
 	pthread_cond_broadcast(&mir.cond);
 	pthread_mutex_unlock(&mir.lock);
-	if (!wait)
-		return;   /* j leaks: a few bytes a test */
 	while (!atomic_load(&j->done))
 		usleep(500);
 	free(j);
@@ -381,7 +379,7 @@ static void mir_serve_one(void)
 	struct fake_bio *fb = mir_pop();
 	pthread_mutex_unlock(&mir.lock);
 	ck_assert_ptr_nonnull(fb);
-	on_replica(mir_serve, fb, true);
+	on_replica(mir_serve, fb);
 }
 
 static void mir_release_hold(void)
@@ -582,7 +580,7 @@ static void start_on(struct cache_engine *e, struct areq *a, uint32_t op, const 
 				   .data = data, .done = areq_done };
 	a->e = e;
 	if (e == replica)
-		on_replica(areq_start, a, true);
+		on_replica(areq_start, a);
 	else
 		areq_start(a);
 }
@@ -920,7 +918,7 @@ START_TEST(replica_refuses_reads_and_partial_writes_until_promoted)
 	ck_assert_int_eq(run_on(replica, X_FLUSH, "", 0, 0, NULL), EPERM);
 	ck_assert_uint_eq(stats_of(replica).replica_refused, 4);
 	for (int i = 0; i < 20; i++) {
-		on_replica(maintain_replica, NULL, true);     /* never writes back on its own */
+		on_replica(maintain_replica, NULL);     /* never writes back on its own */
 		usleep(1000);
 	}
 	ck_assert_int_eq(atomic_load(&blk.writes), 0);

@@ -124,7 +124,7 @@ $(foreach d,$(PROG_DIRS),$(eval $(call PROG_RULE,$(d))))
 # directly; cached.c, the program around it, is not.
 CACHED_ENGINE_SRC := $(shell grep -l '^\#include "engine_private.h"' peers/cached/*.c) \
                      peers/cached/buckets.c peers/cached/bucket_pool.c peers/cached/persist.c
-CACHED_ENGINE_TESTS := test_cached_engine test_cached_req_states
+CACHED_ENGINE_TESTS := test_cached_engine test_cached_req_states test_cached_mirror_engine
 $(addprefix $(BUILD)/tests/,$(CACHED_ENGINE_TESTS)): $(call obj,$(CACHED_ENGINE_SRC))
 
 $(BUILD)/obj/tests/%.o: CFLAGS += $(CHECK_CFLAGS)

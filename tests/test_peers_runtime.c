@@ -513,9 +513,11 @@ END_TEST
 /* The helper serves 2 ms, then unparks the workers and is away 30 ms. A
  * request that arrives while it is away must be taken by a worker at once;
  * if unparking left them asleep apart from the port it would wait for the
- * helper's return, 15 ms on average, in about every turn. Requests at
- * depth 1 for ~60 turns: more than 15 of them over 10 ms is that bug (a
- * correct run has next to none). */
+ * helper's return (up to 30 ms), in about every turn. Requests at depth 1
+ * for ~60 turns: the bug makes about one per turn slow; more than 30 (half
+ * the turns) over 10 ms is that bug. A correct run has next to none on a
+ * quiet machine, but a loaded one under TSan had 17 (worst 42 ms), and
+ * the old limit of 15 failed CI once. */
 START_TEST(unparked_workers_watch_the_port)
 {
 	helped.mode = HELP_TURNS;
@@ -536,7 +538,7 @@ START_TEST(unparked_workers_watch_the_port)
 		worst = ns > worst ? ns : worst;
 		done++;
 	}
-	ck_assert_msg(slow <= 15, "%u of %u requests took over 10 ms (worst %llu ms): "
+	ck_assert_msg(slow <= 30, "%u of %u requests took over 10 ms (worst %llu ms): "
 		      "unparked workers did not watch the port", slow, done,
 		      (unsigned long long)(worst / 1000000));
 	run_load(xt_scaled(20000, 1000), 64);

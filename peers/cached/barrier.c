@@ -120,9 +120,23 @@ static bool flush_by_sync(struct cache_engine *e, struct cache_req *req)
 	return true;
 }
 
+/* A replica's data is written back by promote alone: cached's "flush",
+ * "policy writethrough" and "unplug" controls must not, or its older
+ * copies could land over what the primary wrote since. */
+static bool replica_refuses(struct cache_engine *e, struct cache_req *req)
+{
+	if (!is_replica(e))
+		return false;
+	COUNT_ADD(e, rst.refused, 1);
+	finish(e, req, false, EPERM, 0);
+	return true;
+}
+
 void cache_engine_flush_all(struct cache_engine *e, struct cache_req *req)
 {
 	req_init(e, req);
+	if (replica_refuses(e, req))
+		return;
 	if (!flush_by_sync(e, req))
 		flush_all_to_blocker(e, req);
 }
@@ -157,6 +171,8 @@ void cache_engine_set_policy(struct cache_engine *e, enum cache_policy p,
 			     struct cache_req *req)
 {
 	req_init(e, req);
+	if (p == CACHE_WRITETHROUGH && replica_refuses(e, req))
+		return;
 	atomic_store(&e->policy, (int)p);
 	if (p == CACHE_WRITETHROUGH)
 		flush_all_to_blocker(e, req);   /* no dirty byte stays behind */

@@ -3,6 +3,8 @@
  * flight, every cached byte of it is dropped (DIRTY too: the data is gone
  * on purpose) and the request goes to the blocker; no load starts on the
  * object meanwhile (o->deleting), and requests for it park until then.
+ * Mirrored, the replica is told to drop its copy too, and the request
+ * goes on only once it did.
  */
 #include "engine_private.h"
 
@@ -17,7 +19,10 @@ static void drop_all(struct cache_object *o)
 		}
 	release_clean(o);
 	mark_clean(o);
-	mirror_dropped(o);   /* the replica drops it too */
+	if (!o->drop_told) {
+		mirror_dropped(o);   /* the replica drops it too */
+		o->drop_told = true;
+	}
 }
 
 static void drop_done_job(struct xwork *w, void *arg);
@@ -32,6 +37,12 @@ void drop_step(struct cache_object *o, struct cache_req *req)
 		return;
 	}
 	drop_all(o);
+	/* Mirrored: answered only once the replica dropped its copy, or a
+	 * replica promoted later would write the dropped bytes back. */
+	if (o->mirror_head) {
+		park(o, req, REQ_PARKED);
+		return;
+	}
 	struct cache_bio *bio = bio_alloc(e, req->op, req->name, req->offset, 0, req->copy_src);
 	if (!bio) {
 		o->deleting = false;
@@ -41,6 +52,7 @@ void drop_step(struct cache_object *o, struct cache_req *req)
 	bio->flags = req->flags;
 	bio->size = req->size;
 	bio->req = req;
+	o->drop_told = false;
 	req_set(req, REQ_DROPPING);
 	o->throughs++;
 	bio_send(o, bio, drop_done_job);

@@ -93,6 +93,7 @@ struct cache_object {
 	uint32_t through_writes;           /* of throughs: uncached writes */
 	uint32_t writes_waiting;           /* uncached writes parked for loads/flushes */
 	bool flush_again, deleting, on_dirty_list;
+	bool drop_told;                    /* a DELETE or COPY's drop sent to the replica */
 	/* A flush waits for uncached writes in flight to land: new ones wait
 	 * behind it, or a steady stream of them would hold it off for ever. */
 	bool flush_deferred;

@@ -1,0 +1,1063 @@
+/*
+ * Replicated write-back (issue 23) in one process: a primary engine
+ * (cache_config.mirror) whose mirror requests are turned into requests to
+ * a replica engine (cache_config.replica), as cached's glue and synapsed
+ * would, both over one in-memory blocker. The mirror link is a queue the
+ * test can hold (to see what is out and what is answered before the
+ * replica has it) and fail (to degrade the primary). End-to-end runs with
+ * the real peers are in test_cached_*.sh.
+ */
+#include <check.h>
+
+#include "support/xseg_test_util.h"
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <urcu.h>
+
+/* The engine's objects are linked in (Makefile: CACHED_ENGINE_TESTS). */
+#include "../peers/cached/engine_private.h"
+
+#define OBJ_SIZE   (64u * 1024)
+#define BKT_SIZE   4096u
+#define MAX_OBJS   16
+
+/*
+ * Threads. The engine keeps one magazine of free bucket slots per thread
+ * (object.c's tl_magazine), not per engine: a thread that ran both
+ * engines would hand the replica's slots to the primary. So each engine
+ * runs on threads of its own: the primary on the test's thread, its
+ * blocker thread and the mirror reply thread; the replica on the replica
+ * thread (mirror requests, and the test's requests to it, posted there)
+ * and its blocker thread.
+ */
+enum { PRIMARY, REPLICA };
+
+/* ---- the in-memory blocker (as test_cached_engine's, fewer ops) ------------ */
+
+struct fake_bio {
+	struct cache_bio bio;
+	char name[XSEG_MAX_TARGETLEN + 1];
+	bool lent;                         /* data is the client's buffer */
+	struct fake_bio *next;             /* on one queue at a time */
+};
+
+struct fake_object {
+	char name[XSEG_MAX_TARGETLEN + 1];
+	unsigned char data[OBJ_SIZE];
+	bool exists;
+};
+
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct fake_bio *queue[2];         /* by engine */
+	struct fake_object objs[MAX_OBJS];
+	int nobjs;
+	_Atomic int hold;                  /* serve nothing while set */
+	_Atomic int writes, flushes;
+	bool stop;
+	pthread_t threads[2];
+} blk;
+
+static struct fake_object *blk_find(const char *name, bool create)
+{
+	for (int i = 0; i < blk.nobjs; i++)
+		if (!strcmp(blk.objs[i].name, name))
+			return &blk.objs[i];
+	if (!create || blk.nobjs == MAX_OBJS)
+		return NULL;
+	struct fake_object *o = &blk.objs[blk.nobjs++];
+	snprintf(o->name, sizeof(o->name), "%s", name);
+	return o;
+}
+
+static void blk_serve(struct fake_bio *fb)
+{
+	struct cache_bio *b = &fb->bio;
+	pthread_mutex_lock(&blk.lock);
+	struct fake_object *o = blk_find(fb->name, b->op == X_WRITE);
+	b->served = true;
+	switch (b->op) {
+	case X_READ:
+		if (o && o->exists)
+			memcpy(b->data, o->data + b->offset, b->size);
+		else
+			memset(b->data, 0, b->size);
+		b->serviced = b->size;
+		break;
+	case X_WRITE:
+		atomic_fetch_add(&blk.writes, 1);
+		memcpy(o->data + b->offset, b->data, b->size);
+		o->exists = true;
+		b->serviced = b->size;
+		break;
+	case X_FLUSH:
+		atomic_fetch_add(&blk.flushes, 1);
+		break;
+	case X_DELETE:
+		if (o && o->exists) {
+			memset(o->data, 0, OBJ_SIZE);
+			o->exists = false;
+		} else {
+			b->served = false;
+			b->error = ENOENT;
+		}
+		break;
+	default:
+		b->served = false;
+		b->error = EOPNOTSUPP;
+	}
+	pthread_mutex_unlock(&blk.lock);
+}
+
+/* Serves one engine's requests. */
+static void *blk_thread(void *arg)
+{
+	int side = (int)(intptr_t)arg;
+	rcu_register_thread();
+	pthread_mutex_lock(&blk.lock);
+	for (;;) {
+		while ((!blk.queue[side] || atomic_load(&blk.hold)) && !blk.stop)
+			pthread_cond_wait(&blk.cond, &blk.lock);
+		if (!blk.queue[side])
+			break;
+		struct fake_bio *fb = blk.queue[side];
+		blk.queue[side] = fb->next;
+		pthread_mutex_unlock(&blk.lock);
+		blk_serve(fb);
+		fb->bio.done(&fb->bio);
+		pthread_mutex_lock(&blk.lock);
+	}
+	pthread_mutex_unlock(&blk.lock);
+	rcu_unregister_thread();
+	return NULL;
+}
+
+static void blk_release_hold(void)
+{
+	pthread_mutex_lock(&blk.lock);
+	atomic_store(&blk.hold, 0);
+	pthread_cond_broadcast(&blk.cond);
+	pthread_mutex_unlock(&blk.lock);
+}
+
+static void blk_submit(struct fake_bio *fb, int side)
+{
+	pthread_mutex_lock(&blk.lock);
+	struct fake_bio **p = &blk.queue[side];   /* FIFO */
+	while (*p)
+		p = &(*p)->next;
+	fb->next = NULL;
+	*p = fb;
+	pthread_cond_broadcast(&blk.cond);
+	pthread_mutex_unlock(&blk.lock);
+}
+
+static struct cache_bio *fake_alloc(void *ctx, uint32_t op, const char *name, uint64_t offset,
+				    uint64_t size, const char *copy_src)
+{
+	(void)ctx; (void)offset; (void)copy_src;
+	struct fake_bio *fb = calloc(1, sizeof(*fb));
+	snprintf(fb->name, sizeof(fb->name), "%s", name);
+	fb->bio.data = size ? malloc(size) : NULL;
+	fb->bio.op = op;
+	return &fb->bio;
+}
+
+static struct cache_bio *fake_lend(void *ctx, struct cache_req *req)
+{
+	(void)ctx;
+	struct fake_bio *fb = calloc(1, sizeof(*fb));
+	snprintf(fb->name, sizeof(fb->name), "%s", req->name);
+	fb->bio.data = req->data;
+	fb->lent = true;
+	return &fb->bio;
+}
+
+static void fake_release(void *ctx, struct cache_bio *bio)
+{
+	(void)ctx;
+	if (!((struct fake_bio *)bio)->lent)
+		free(bio->data);
+	free(bio);
+}
+
+/* ---- the mirror link: the primary's mirror port, reaching the replica ------- */
+
+struct job {
+	void (*fn)(void *arg);
+	void *arg;
+	_Atomic bool done;
+	struct job *next;
+};
+
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct fake_bio *queue;            /* sent by the primary, not yet served */
+	int queued;
+	struct job *jobs;                  /* for the replica thread */
+	struct fake_bio *replies;          /* answered, for the reply thread */
+	_Atomic int hold;                  /* the test serves them (mir_serve_one) */
+	_Atomic int fail;                  /* answer every one with this error */
+	_Atomic int resets;                /* mirror-resets seen */
+	bool stop;
+	pthread_t replica_thread, reply_thread;
+} mir;
+
+static struct cache_engine *primary, *replica;
+
+/* The answer goes back to the primary on its own thread. */
+static void mir_reply(struct cache_bio *bio)
+{
+	struct fake_bio *fb = (struct fake_bio *)bio, **p;
+	pthread_mutex_lock(&mir.lock);
+	for (p = &mir.replies; *p; p = &(*p)->next)
+		;
+	fb->next = NULL;
+	*p = fb;
+	pthread_cond_broadcast(&mir.cond);
+	pthread_mutex_unlock(&mir.lock);
+}
+
+/* A request to the replica made of a mirror bio; its answer is the bio's. */
+struct mreq {
+	struct cache_req r;
+	struct cache_bio *bio;
+	char name[XSEG_MAX_TARGETLEN + 1];
+};
+
+static void mreq_done(struct cache_req *r)
+{
+	struct mreq *m = (struct mreq *)r;
+	struct cache_bio *bio = m->bio;
+	bio->served = r->served;
+	bio->error = r->error;
+	bio->serviced = r->serviced;
+	free(m);
+	mir_reply(bio);
+}
+
+/* What cached's glue and synapsed do with one mirror request (on the
+ * replica thread). */
+static void mir_serve(void *arg)
+{
+	struct fake_bio *fb = arg;
+	struct cache_bio *bio = &fb->bio;
+	int fail = atomic_load(&mir.fail);
+	if (fail) {
+		bio->served = false;
+		bio->error = fail;
+		mir_reply(bio);
+		return;
+	}
+	struct mreq *m = calloc(1, sizeof(*m));
+	m->bio = bio;
+	snprintf(m->name, sizeof(m->name), "%s", fb->name);
+	m->r.name = m->name;
+	m->r.done = mreq_done;
+	if (bio->op == X_WRITE) {
+		m->r.op = X_WRITE;
+		m->r.offset = bio->offset;
+		m->r.size = bio->size;
+		m->r.data = bio->data;
+		cache_engine_submit(replica, &m->r);
+		return;
+	}
+	ck_assert_uint_eq(bio->op, X_CONTROL);
+	char text[64];
+	size_t n = bio->size < sizeof(text) - 1 ? bio->size : sizeof(text) - 1;
+	memcpy(text, bio->data, n);
+	text[n] = '\0';
+	unsigned long long off, len;
+	if (!strcmp(text, "mirror-reset")) {
+		atomic_fetch_add(&mir.resets, 1);
+		cache_engine_replica_reset(replica, &m->r);
+	} else if (sscanf(text, "mirror-clean %llu %llu", &off, &len) == 2) {
+		m->r.op = CACHE_OP_MIRROR_CLEAN;
+		m->r.offset = off;
+		m->r.size = len;
+		cache_engine_submit(replica, &m->r);
+	} else {
+		ck_abort_msg("unexpected mirror control '%s'", text);
+	}
+}
+
+static struct fake_bio *mir_pop(void)
+{
+	struct fake_bio *fb = mir.queue;
+	if (fb) {
+		mir.queue = fb->next;
+		mir.queued--;
+	}
+	return fb;
+}
+
+/* Runs the test's jobs and, unless held, the mirror requests. */
+static void *replica_thread(void *arg)
+{
+	(void)arg;
+	rcu_register_thread();
+	pthread_mutex_lock(&mir.lock);
+	for (;;) {
+		while (!mir.jobs && (!mir.queue || atomic_load(&mir.hold)) && !mir.stop)
+			pthread_cond_wait(&mir.cond, &mir.lock);
+		if (mir.jobs) {
+			struct job *j = mir.jobs;
+			mir.jobs = j->next;
+			pthread_mutex_unlock(&mir.lock);
+			j->fn(j->arg);
+			atomic_store(&j->done, true);
+		} else if (mir.stop) {
+			break;
+		} else {
+			struct fake_bio *fb = mir_pop();
+			pthread_mutex_unlock(&mir.lock);
+			mir_serve(fb);
+		}
+		pthread_mutex_lock(&mir.lock);
+	}
+	pthread_mutex_unlock(&mir.lock);
+	rcu_unregister_thread();
+	return NULL;
+}
+
+static void *reply_thread(void *arg)
+{
+	(void)arg;
+	rcu_register_thread();
+	pthread_mutex_lock(&mir.lock);
+	for (;;) {
+		while (!mir.replies && !mir.stop)
+			pthread_cond_wait(&mir.cond, &mir.lock);
+		if (!mir.replies)
+			break;
+		struct fake_bio *fb = mir.replies;
+		mir.replies = fb->next;
+		pthread_mutex_unlock(&mir.lock);
+		fb->bio.done(&fb->bio);
+		pthread_mutex_lock(&mir.lock);
+	}
+	pthread_mutex_unlock(&mir.lock);
+	rcu_unregister_thread();
+	return NULL;
+}
+
+/* Runs fn(arg) on the replica thread and waits for it. */
+static void on_replica(void (*fn)(void *), void *arg)
+{
+	struct job *j = calloc(1, sizeof(*j)), **p;
+	j->fn = fn;
+	j->arg = arg;
+	pthread_mutex_lock(&mir.lock);
+	for (p = &mir.jobs; *p; p = &(*p)->next)
+		;
+	*p = j;
+	pthread_cond_broadcast(&mir.cond);
+	pthread_mutex_unlock(&mir.lock);
+	while (!atomic_load(&j->done))
+		usleep(500);
+	free(j);
+}
+
+static int mir_queued(void)
+{
+	pthread_mutex_lock(&mir.lock);
+	int n = mir.queued;
+	pthread_mutex_unlock(&mir.lock);
+	return n;
+}
+
+/* While held: serves the oldest mirror request (on the replica thread). */
+static void mir_serve_one(void)
+{
+	pthread_mutex_lock(&mir.lock);
+	struct fake_bio *fb = mir_pop();
+	pthread_mutex_unlock(&mir.lock);
+	ck_assert_ptr_nonnull(fb);
+	on_replica(mir_serve, fb);
+}
+
+static void mir_release_hold(void)
+{
+	pthread_mutex_lock(&mir.lock);
+	atomic_store(&mir.hold, 0);
+	pthread_cond_broadcast(&mir.cond);
+	pthread_mutex_unlock(&mir.lock);
+}
+
+static void primary_submit(void *ctx, struct cache_bio *bio)
+{
+	(void)ctx;
+	struct fake_bio *fb = (struct fake_bio *)bio;
+	if (!bio->mirror) {
+		blk_submit(fb, PRIMARY);
+		return;
+	}
+	pthread_mutex_lock(&mir.lock);
+	struct fake_bio **p = &mir.queue;   /* FIFO, as one synapsed link */
+	while (*p)
+		p = &(*p)->next;
+	fb->next = NULL;
+	*p = fb;
+	mir.queued++;
+	pthread_cond_broadcast(&mir.cond);
+	pthread_mutex_unlock(&mir.lock);
+}
+
+static void replica_submit(void *ctx, struct cache_bio *bio)
+{
+	(void)ctx;
+	ck_assert(!bio->mirror);
+	blk_submit((struct fake_bio *)bio, REPLICA);
+}
+
+/* ---- set up and tear down ------------------------------------------------------ */
+
+static bool fail_stop;   /* --mirror-fail stop for the next setup */
+static uint64_t replica_cache = 1 << 20;   /* the replica's pool, for the next setup */
+static const char *primary_persist;        /* the primary's --persist, for the next setup */
+
+static struct cache_engine *make_engine(bool is_primary)
+{
+	struct cache_config cfg = {
+		.cache_size = is_primary ? 1 << 20 : replica_cache, .max_objects = MAX_OBJS, .object_size = OBJ_SIZE,
+		.bucket_size = BKT_SIZE, .max_request_size = 16 * 1024, .policy = CACHE_WRITEBACK,
+		.dirty_high_pct = 50, .dirty_low_pct = 25, .blocker_port = 1,
+		.persist_path = is_primary ? primary_persist : NULL,
+		.mirror = is_primary, .mirror_fail_stop = is_primary && fail_stop,
+		.replica = !is_primary,
+	};
+	struct cache_backend be = { .alloc = fake_alloc, .release = fake_release, .lend = fake_lend,
+				    .submit = is_primary ? primary_submit : replica_submit };
+	const char *why = NULL;
+	struct cache_engine *e = cache_engine_create(&cfg, &be, &why);
+	ck_assert_msg(e, "engine: %s", why ? why : "?");
+	return e;
+}
+
+static struct cache_stats stats_of(struct cache_engine *e)
+{
+	struct cache_stats st;
+	cache_engine_stats(e, &st);
+	return st;
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Runs the primary's maintenance tick until cond holds (5 s at most), as
+ * cached's maintenance thread does. */
+#define MAINTAIN_UNTIL(cond)                                                           \
+	do {                                                                           \
+		uint64_t until_ = now_ms() + 5000;                                     \
+		while (!(cond) && now_ms() < until_) {                                 \
+			cache_engine_maintain(primary);                                \
+			usleep(2000);                                                  \
+		}                                                                      \
+		ck_assert_msg((cond), "timed out waiting for %s", #cond);              \
+	} while (0)
+
+static void wait_mirrored(void)
+{
+	MAINTAIN_UNTIL(stats_of(primary).mirror_state == MIRROR_MIRRORED);
+}
+
+static void maintain_replica(void *arg)
+{
+	(void)arg;
+	cache_engine_maintain(replica);
+}
+
+/* Both engines and their threads; the primary MIRRORED unless connect is
+ * false. */
+static void setup(bool connect)
+{
+	memset(&blk, 0, sizeof(blk));
+	memset(&mir, 0, sizeof(mir));
+	pthread_mutex_init(&blk.lock, NULL);
+	pthread_cond_init(&blk.cond, NULL);
+	pthread_mutex_init(&mir.lock, NULL);
+	pthread_cond_init(&mir.cond, NULL);
+	rcu_register_thread();
+	primary = make_engine(true);
+	replica = make_engine(false);
+	for (int i = 0; i < 2; i++)
+		pthread_create(&blk.threads[i], NULL, blk_thread, (void *)(intptr_t)i);
+	pthread_create(&mir.replica_thread, NULL, replica_thread, NULL);
+	pthread_create(&mir.reply_thread, NULL, reply_thread, NULL);
+	if (connect)
+		wait_mirrored();
+}
+
+/* Pseudo-ops of run_on for what is not a cache_req submit. */
+#define OP_RESET    (CACHE_OP_MIRROR_CLEAN + 1)
+#define OP_PROMOTE  (CACHE_OP_MIRROR_CLEAN + 2)
+#define OP_WT       (CACHE_OP_MIRROR_CLEAN + 3)
+#define OP_FLUSH    (CACHE_OP_MIRROR_CLEAN + 4)   /* cached's "flush" control */
+static int run_on(struct cache_engine *e, uint32_t op, const char *name, uint64_t off,
+		  uint64_t size, void *data);
+
+/* Nothing may be in flight when an engine is destroyed: the primary is
+ * written back and its cleans answered, the replica dropped. The primary
+ * goes first: it gives back the slots in this thread's magazine, so the
+ * replica's destroy can use it. */
+static void teardown(void)
+{
+	atomic_store(&mir.fail, 0);
+	mir_release_hold();
+	blk_release_hold();
+	/* write-through: with --persist a FLUSH would sync instead */
+	ck_assert_int_eq(run_on(primary, OP_WT, "", 0, 0, NULL), 0);
+	MAINTAIN_UNTIL(cache_engine_idle(primary) && !atomic_load(&primary->mst.in_flight) &&
+		       !atomic_load(&primary->reset_out));
+	if (is_replica(replica))
+		ck_assert_int_eq(run_on(replica, OP_RESET, "", 0, 0, NULL), 0);
+	MAINTAIN_UNTIL(cache_engine_idle(replica));
+	pthread_mutex_lock(&mir.lock);
+	mir.stop = true;
+	pthread_cond_broadcast(&mir.cond);
+	pthread_mutex_unlock(&mir.lock);
+	pthread_join(mir.replica_thread, NULL);
+	pthread_join(mir.reply_thread, NULL);
+	pthread_mutex_lock(&blk.lock);
+	blk.stop = true;
+	pthread_cond_broadcast(&blk.cond);
+	pthread_mutex_unlock(&blk.lock);
+	for (int i = 0; i < 2; i++)
+		pthread_join(blk.threads[i], NULL);
+	cache_engine_destroy(primary);
+	cache_engine_destroy(replica);
+	rcu_unregister_thread();
+	fail_stop = false;
+	replica_cache = 1 << 20;
+	primary_persist = NULL;
+}
+
+/* ---- client requests ------------------------------------------------------------- */
+
+struct areq {
+	struct cache_req r;
+	struct cache_engine *e;
+	_Atomic bool done;
+};
+
+static void areq_done(struct cache_req *r)
+{
+	atomic_store(&((struct areq *)r)->done, true);
+}
+
+static void areq_start(void *arg)
+{
+	struct areq *a = arg;
+	uint32_t op = a->r.op;
+	if (op == OP_RESET)
+		cache_engine_replica_reset(a->e, &a->r);
+	else if (op == OP_PROMOTE)
+		cache_engine_promote(a->e, &a->r);
+	else if (op == OP_WT)
+		cache_engine_set_policy(a->e, CACHE_WRITETHROUGH, &a->r);
+	else if (op == OP_FLUSH)
+		cache_engine_flush_all(a->e, &a->r);
+	else
+		cache_engine_submit(a->e, &a->r);
+}
+
+/* Starts a request on e (on the replica's thread for the replica). */
+static void start_on(struct cache_engine *e, struct areq *a, uint32_t op, const char *name,
+		     uint64_t off, uint64_t size, void *data)
+{
+	memset(a, 0, sizeof(*a));
+	a->r = (struct cache_req){ .op = op, .name = name, .offset = off, .size = size,
+				   .data = data, .done = areq_done };
+	a->e = e;
+	if (e == replica)
+		on_replica(areq_start, a);
+	else
+		areq_start(a);
+}
+
+static bool answered_within(struct areq *a, unsigned ms)
+{
+	uint64_t until = now_ms() + ms;
+	while (!atomic_load(&a->done) && now_ms() < until)
+		usleep(1000);
+	return atomic_load(&a->done);
+}
+
+static int result(struct areq *a)
+{
+	ck_assert_msg(answered_within(a, 5000), "request not answered");
+	return a->r.served ? 0 : (a->r.error ? a->r.error : -1);
+}
+
+static int run_on(struct cache_engine *e, uint32_t op, const char *name, uint64_t off,
+		  uint64_t size, void *data)
+{
+	struct areq a;
+	start_on(e, &a, op, name, off, size, data);
+	return result(&a);
+}
+
+static void fill(unsigned char *p, size_t n, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (unsigned char)(seed * 131 + i * 7 + (i >> 8));
+}
+
+static bool blk_has(const char *name, uint64_t off, const void *data, uint64_t size)
+{
+	pthread_mutex_lock(&blk.lock);
+	struct fake_object *o = blk_find(name, false);
+	bool ok = o && o->exists && !memcmp(o->data + off, data, size);
+	pthread_mutex_unlock(&blk.lock);
+	return ok;
+}
+
+/* Waits until n mirror requests are queued, then a little longer to see
+ * that no more come. */
+static void expect_queued(int n)
+{
+	uint64_t until = now_ms() + 5000;
+	while (mir_queued() < n && now_ms() < until)
+		usleep(1000);
+	usleep(50 * 1000);
+	ck_assert_int_eq(mir_queued(), n);
+}
+
+/* ---- tests -------------------------------------------------------------------------- */
+
+/* 1. Answered only once the replica has it; then held there, not on the
+ * blocker. */
+START_TEST(write_is_answered_after_the_replica_has_it)
+{
+	setup(true);
+	unsigned char w[2 * BKT_SIZE];
+	fill(w, sizeof(w), 1);
+	atomic_store(&mir.hold, 1);
+	struct areq a;
+	start_on(primary, &a, X_WRITE, "a", BKT_SIZE, sizeof(w), w);
+	expect_queued(1);
+	ck_assert(!answered_within(&a, 50));            /* not before the replica has it */
+	ck_assert_uint_eq(stats_of(replica).replica_writes, 0);
+	mir_serve_one();
+	ck_assert_int_eq(result(&a), 0);
+	struct cache_stats rs = stats_of(replica), ps = stats_of(primary);
+	ck_assert_uint_eq(rs.replica_writes, 1);
+	ck_assert_uint_eq(rs.dirty_bytes, sizeof(w));
+	ck_assert_uint_eq(ps.dirty_bytes, sizeof(w));
+	ck_assert_uint_eq(ps.mirror_writes, 1);
+	ck_assert_uint_eq(ps.mirrored_bytes, sizeof(w));
+	ck_assert(!blk_has("a", BKT_SIZE, w, sizeof(w)));
+	ck_assert_int_eq(atomic_load(&blk.writes), 0);
+	teardown();
+}
+END_TEST
+
+/* 2. Overlapping writes go out one at a time, in order; others at once.
+ * The replica ends with the newer bytes (seen by promoting it: the
+ * primary has written nothing back). */
+START_TEST(overlapping_writes_are_mirrored_in_order)
+{
+	setup(true);
+	unsigned char old[BKT_SIZE], new[BKT_SIZE], other[BKT_SIZE];
+	fill(old, sizeof(old), 2);
+	fill(new, sizeof(new), 3);
+	fill(other, sizeof(other), 4);
+	atomic_store(&mir.hold, 1);
+	struct areq a, b, c, d;
+	start_on(primary, &a, X_WRITE, "o", 0, BKT_SIZE, old);
+	start_on(primary, &b, X_WRITE, "o", 0, BKT_SIZE, new);
+	expect_queued(1);                                /* the second waits */
+	start_on(primary, &c, X_WRITE, "o", 4 * BKT_SIZE, BKT_SIZE, other);
+	start_on(primary, &d, X_WRITE, "p", 0, BKT_SIZE, other);
+	expect_queued(3);                                /* other buckets, objects: at once */
+	mir_serve_one();                                 /* the first write */
+	ck_assert_int_eq(result(&a), 0);
+	ck_assert(!answered_within(&b, 20));
+	expect_queued(3);                                /* now the second */
+	mir_release_hold();
+	ck_assert_int_eq(result(&b), 0);
+	ck_assert_int_eq(result(&c), 0);
+	ck_assert_int_eq(result(&d), 0);
+	ck_assert_uint_eq(stats_of(replica).replica_writes, 4);
+	ck_assert_uint_eq(stats_of(replica).dirty_bytes, 3 * BKT_SIZE);
+
+	ck_assert_int_eq(run_on(replica, OP_PROMOTE, "", 0, 0, NULL), 0);
+	ck_assert(blk_has("o", 0, new, BKT_SIZE));
+	ck_assert(blk_has("o", 4 * BKT_SIZE, other, BKT_SIZE));
+	ck_assert(blk_has("p", 0, other, BKT_SIZE));
+	teardown();
+}
+END_TEST
+
+/* 3. What the primary wrote back, the replica drops. */
+START_TEST(write_back_cleans_the_replica)
+{
+	setup(true);
+	unsigned char w[3 * BKT_SIZE];
+	fill(w, sizeof(w), 5);
+	ck_assert_int_eq(run_on(primary, X_WRITE, "c", 0, sizeof(w), w), 0);
+	ck_assert_uint_eq(stats_of(replica).dirty_bytes, sizeof(w));
+	ck_assert_int_eq(run_on(primary, OP_FLUSH, "", 0, 0, NULL), 0);
+	ck_assert(blk_has("c", 0, w, sizeof(w)));
+	/* the counters move after the buckets are dropped, and the
+	 * primary's after the replica's answer */
+	MAINTAIN_UNTIL(stats_of(replica).dirty_bytes == 0 && stats_of(replica).replica_cleans == 1 &&
+		       stats_of(primary).mirror_cleans == 1);
+
+	/* the same through a policy switch */
+	fill(w, sizeof(w), 6);
+	ck_assert_int_eq(run_on(primary, X_WRITE, "c", BKT_SIZE, BKT_SIZE, w), 0);
+	ck_assert_uint_eq(stats_of(replica).dirty_bytes, BKT_SIZE);
+	uint64_t cleans = stats_of(replica).replica_cleans;
+	ck_assert_int_eq(run_on(primary, OP_WT, "", 0, 0, NULL), 0);
+	ck_assert(blk_has("c", BKT_SIZE, w, BKT_SIZE));
+	MAINTAIN_UNTIL(stats_of(replica).dirty_bytes == 0 &&
+		       stats_of(replica).replica_cleans > cleans);
+	teardown();
+}
+END_TEST
+
+/* 3b. A DELETE drops the replica's copy too, before it is answered: a
+ * replica promoted after the primary was lost must not write the
+ * deleted object's bytes back. */
+START_TEST(delete_drops_the_replica_copy_before_its_answer)
+{
+	setup(true);
+	unsigned char w[BKT_SIZE];
+	fill(w, sizeof(w), 33);
+	ck_assert_int_eq(run_on(primary, X_WRITE, "x", 0, BKT_SIZE, w), 0);
+	ck_assert_int_eq(run_on(primary, OP_FLUSH, "", 0, 0, NULL), 0);   /* on the blocker */
+	MAINTAIN_UNTIL(stats_of(replica).dirty_bytes == 0);
+	ck_assert_int_eq(run_on(primary, X_WRITE, "x", 0, BKT_SIZE, w), 0);
+	ck_assert_uint_eq(stats_of(replica).dirty_bytes, BKT_SIZE);
+	atomic_store(&mir.hold, 1);
+	struct areq d;
+	start_on(primary, &d, X_DELETE, "x", 0, 0, NULL);
+	bool answered = answered_within(&d, 200);
+	ck_assert_msg(!answered || stats_of(replica).dirty_bytes == 0,
+		      "DELETE answered while the replica still holds the object (%d mirror "
+		      "request(s) held)", mir_queued());
+	mir_release_hold();
+	ck_assert_int_eq(result(&d), 0);
+	teardown();
+}
+END_TEST
+
+/* 3c. While mirrored, a write that goes through (here: policy
+ * writethrough) waits until the replica dropped its older copy of the
+ * object: else a replica promoted after losing the primary could write
+ * the older bytes over it. */
+START_TEST(write_through_waits_for_the_replica_clean)
+{
+	setup(true);
+	unsigned char old[BKT_SIZE], new[BKT_SIZE];
+	fill(old, sizeof(old), 34);
+	fill(new, sizeof(new), 35);
+	ck_assert_int_eq(run_on(primary, X_WRITE, "t", 0, BKT_SIZE, old), 0);
+	atomic_store(&mir.hold, 1);
+	ck_assert_int_eq(run_on(primary, OP_WT, "", 0, 0, NULL), 0);
+	expect_queued(1);                                    /* the clean, held */
+	struct areq a;
+	start_on(primary, &a, X_WRITE, "t", 0, BKT_SIZE, new);
+	ck_assert(!answered_within(&a, 100));
+	ck_assert(blk_has("t", 0, old, BKT_SIZE));
+	mir_release_hold();
+	ck_assert_int_eq(result(&a), 0);
+	ck_assert(blk_has("t", 0, new, BKT_SIZE));
+	ck_assert_uint_eq(stats_of(replica).dirty_bytes, 0);
+	teardown();
+}
+END_TEST
+
+/* 4. A failed mirror write: degraded, the write answered once on the
+ * blocker, later writes through, then reset and mirrored again. */
+START_TEST(failed_mirror_write_degrades_and_resets)
+{
+	setup(true);
+	unsigned char held[BKT_SIZE], w[BKT_SIZE], later[BKT_SIZE];
+	fill(held, sizeof(held), 7);
+	fill(w, sizeof(w), 8);
+	fill(later, sizeof(later), 9);
+	ck_assert_int_eq(run_on(primary, X_WRITE, "h", 0, BKT_SIZE, held), 0);
+	ck_assert_uint_eq(stats_of(replica).dirty_bytes, BKT_SIZE);   /* for the reset to drop */
+
+	atomic_store(&mir.fail, EHOSTDOWN);
+	atomic_store(&blk.hold, 1);
+	struct areq a;
+	start_on(primary, &a, X_WRITE, "d", 0, BKT_SIZE, w);
+	MAINTAIN_UNTIL(stats_of(primary).mirror_state == MIRROR_DEGRADED);
+	ck_assert(!answered_within(&a, 50));              /* not on the blocker yet */
+	struct cache_stats ps = stats_of(primary);
+	ck_assert_int_eq(ps.mirror_error, EHOSTDOWN);
+	ck_assert_uint_eq(ps.degradations, 1);
+	ck_assert_uint_ge(ps.mirror_failures, 1);
+	ck_assert_uint_eq(ps.exposure_bytes, 2 * BKT_SIZE);   /* "h" and "d": here alone */
+	blk_release_hold();
+	ck_assert_int_eq(result(&a), 0);
+	ck_assert(blk_has("d", 0, w, BKT_SIZE));
+
+	ck_assert_int_eq(run_on(primary, X_WRITE, "d", BKT_SIZE, BKT_SIZE, later), 0);
+	ck_assert(blk_has("d", BKT_SIZE, later, BKT_SIZE));   /* through */
+
+	atomic_store(&mir.fail, 0);
+	MAINTAIN_UNTIL(stats_of(primary).mirror_state == MIRROR_MIRRORED);
+	ck_assert(blk_has("h", 0, held, BKT_SIZE));           /* written back meanwhile */
+	ck_assert_int_eq(atomic_load(&mir.resets), 2);        /* the start's and this one */
+	struct cache_stats rs = stats_of(replica);
+	ck_assert_uint_eq(rs.replica_resets, 2);
+	ck_assert_uint_eq(rs.dirty_bytes, 0);
+	ps = stats_of(primary);
+	ck_assert_uint_eq(ps.dirty_bytes, 0);
+	ck_assert_uint_gt(ps.exposure_ns, 0);
+	ck_assert_uint_gt(ps.degraded_ns_total, 0);
+
+	/* mirrored again: held by the replica, not written through */
+	int writes = atomic_load(&blk.writes);
+	ck_assert_int_eq(run_on(primary, X_WRITE, "d", 0, BKT_SIZE, later), 0);
+	ck_assert_uint_eq(stats_of(replica).dirty_bytes, BKT_SIZE);
+	ck_assert_int_eq(atomic_load(&blk.writes), writes);
+	teardown();
+}
+END_TEST
+
+/* 4b. A write queued behind a failing one of the same bucket is not
+ * sent after the failure: it is answered once on the blocker, and the
+ * blocker ends with the newer bytes. */
+START_TEST(write_queued_behind_a_failed_one_goes_to_the_blocker)
+{
+	setup(true);
+	unsigned char old[BKT_SIZE], new[BKT_SIZE];
+	fill(old, sizeof(old), 30);
+	fill(new, sizeof(new), 31);
+	atomic_store(&mir.hold, 1);
+	struct areq a, b;
+	start_on(primary, &a, X_WRITE, "q", 0, BKT_SIZE, old);
+	start_on(primary, &b, X_WRITE, "q", 0, BKT_SIZE, new);
+	expect_queued(1);
+	atomic_store(&mir.fail, EHOSTDOWN);
+	mir_serve_one();
+	ck_assert_int_eq(result(&a), 0);
+	ck_assert_int_eq(result(&b), 0);
+	ck_assert_int_eq(mir_queued(), 0);                   /* the second never went */
+	ck_assert(blk_has("q", 0, new, BKT_SIZE));
+	ck_assert_int_eq(stats_of(primary).mirror_state, MIRROR_DEGRADED);
+	ck_assert_uint_eq(stats_of(replica).replica_writes, 0);
+	teardown();
+}
+END_TEST
+
+/* 4c. A full replica refuses (ENOSPC): the primary degrades and the write
+ * is answered once on the blocker, never acknowledged unreplicated. */
+START_TEST(full_replica_degrades_the_primary)
+{
+	replica_cache = 8 * BKT_SIZE;
+	setup(true);
+	static unsigned char w[OBJ_SIZE];
+	fill(w, sizeof(w), 32);
+	ck_assert_int_eq(run_on(primary, X_WRITE, "big", 0, OBJ_SIZE, w), 0);
+	struct cache_stats ps = stats_of(primary);
+	ck_assert_int_eq(ps.mirror_state, MIRROR_DEGRADED);
+	ck_assert_int_eq(ps.mirror_error, ENOSPC);
+	ck_assert(blk_has("big", 0, w, OBJ_SIZE));
+	ck_assert_uint_eq(stats_of(replica).replica_refused, 1);
+	ck_assert_uint_eq(stats_of(replica).dirty_bytes, 0);
+	MAINTAIN_UNTIL(stats_of(primary).mirror_state == MIRROR_MIRRORED);
+	teardown();
+}
+END_TEST
+
+/* 5. --mirror-fail stop: no write is acknowledged unreplicated. */
+START_TEST(fail_stop_fails_writes_while_degraded)
+{
+	fail_stop = true;
+	setup(true);
+	unsigned char w[BKT_SIZE];
+	fill(w, sizeof(w), 10);
+	atomic_store(&mir.fail, EHOSTDOWN);
+	int rc = run_on(primary, X_WRITE, "s", 0, BKT_SIZE, w);
+	ck_assert_int_ne(rc, 0);                              /* the one the replica lacks */
+	ck_assert_int_eq(stats_of(primary).mirror_state, MIRROR_DEGRADED);
+	ck_assert_int_eq(run_on(primary, X_WRITE, "s", BKT_SIZE, BKT_SIZE, w), ENOTCONN);
+	ck_assert(!blk_has("s", BKT_SIZE, w, BKT_SIZE));
+	atomic_store(&mir.fail, 0);
+	MAINTAIN_UNTIL(stats_of(primary).mirror_state == MIRROR_MIRRORED);
+	ck_assert_int_eq(run_on(primary, X_WRITE, "s", BKT_SIZE, BKT_SIZE, w), 0);
+	teardown();
+}
+END_TEST
+
+/* 6. The replica serves its primary's whole-bucket writes only, until
+ * promoted; then it writes everything back and serves reads. */
+START_TEST(replica_refuses_reads_and_partial_writes_until_promoted)
+{
+	setup(true);
+	/* more than the dirty high mark (50% of 256 buckets): a flusher
+	 * that ran on a replica would write some back */
+	enum { NOBJ = 10 };
+	static unsigned char w[NOBJ][OBJ_SIZE];
+	unsigned char r[OBJ_SIZE];
+	char names[NOBJ][8];
+	for (int i = 0; i < NOBJ; i++) {
+		snprintf(names[i], sizeof(names[i]), "r%d", i);
+		fill(w[i], OBJ_SIZE, 20 + (unsigned)i);
+		ck_assert_int_eq(run_on(replica, X_WRITE, names[i], 0, OBJ_SIZE, w[i]), 0);
+	}
+	ck_assert_int_eq(run_on(replica, X_READ, "r0", 0, BKT_SIZE, r), EPERM);
+	ck_assert_int_eq(run_on(replica, X_WRITE, "r0", 100, BKT_SIZE, r), EINVAL);
+	ck_assert_int_eq(run_on(replica, X_WRITE, "r0", 0, 100, r), EINVAL);
+	ck_assert_int_eq(run_on(replica, X_FLUSH, "", 0, 0, NULL), EPERM);
+	ck_assert_uint_eq(stats_of(replica).replica_refused, 4);
+	for (int i = 0; i < 20; i++) {
+		on_replica(maintain_replica, NULL);     /* never writes back on its own */
+		usleep(1000);
+	}
+	ck_assert_int_eq(atomic_load(&blk.writes), 0);
+	ck_assert_uint_eq(stats_of(replica).dirty_bytes, (uint64_t)NOBJ * OBJ_SIZE);
+
+	int flushes = atomic_load(&blk.flushes);
+	ck_assert_int_eq(run_on(replica, OP_PROMOTE, "", 0, 0, NULL), 0);
+	for (int i = 0; i < NOBJ; i++)
+		ck_assert_msg(blk_has(names[i], 0, w[i], OBJ_SIZE), "%s not written back", names[i]);
+	ck_assert_int_gt(atomic_load(&blk.flushes), flushes);
+	ck_assert(!stats_of(replica).replica);
+	ck_assert_uint_eq(stats_of(replica).dirty_bytes, 0);
+	memset(r, 0, sizeof(r));
+	ck_assert_int_eq(run_on(replica, X_READ, "r3", 0, OBJ_SIZE, r), 0);
+	ck_assert_mem_eq(r, w[3], OBJ_SIZE);
+	teardown();
+}
+END_TEST
+
+/* 6b. cached's "flush", "policy writethrough" and "unplug" controls call
+ * these on whatever engine it runs: on a replica they must not write
+ * back what it holds (only promote may; the primary may be writing
+ * newer bytes of the same objects through meanwhile). */
+START_TEST(replica_refuses_flush_all_and_policy_switch)
+{
+	setup(true);
+	unsigned char w[BKT_SIZE];
+	fill(w, sizeof(w), 40);
+	ck_assert_int_eq(run_on(replica, X_WRITE, "f", 0, BKT_SIZE, w), 0);
+	ck_assert_int_eq(run_on(replica, OP_FLUSH, "", 0, 0, NULL), EPERM);
+	ck_assert_int_eq(run_on(replica, OP_WT, "", 0, 0, NULL), EPERM);
+	ck_assert_int_eq(atomic_load(&blk.writes), 0);
+	ck_assert(!blk_has("f", 0, w, BKT_SIZE));
+	ck_assert_uint_eq(stats_of(replica).dirty_bytes, BKT_SIZE);
+	teardown();
+}
+END_TEST
+
+/* 7. A new primary writes through until its first reset is answered. */
+START_TEST(connecting_primary_writes_through)
+{
+	setup(false);
+	unsigned char w[BKT_SIZE];
+	fill(w, sizeof(w), 12);
+	ck_assert_int_eq(stats_of(primary).mirror_state, MIRROR_CONNECTING);
+	atomic_store(&mir.hold, 1);
+	cache_engine_maintain(primary);                       /* the reset, held */
+	expect_queued(1);
+	ck_assert_int_eq(run_on(primary, X_WRITE, "n", 0, BKT_SIZE, w), 0);
+	ck_assert(blk_has("n", 0, w, BKT_SIZE));
+	ck_assert_uint_eq(stats_of(primary).dirty_bytes, 0);
+	ck_assert_int_eq(stats_of(primary).mirror_state, MIRROR_CONNECTING);
+	ck_assert_uint_eq(stats_of(replica).replica_writes, 0);
+	mir_serve_one();
+	MAINTAIN_UNTIL(stats_of(primary).mirror_state == MIRROR_MIRRORED);
+	fill(w, sizeof(w), 13);
+	mir_release_hold();
+	ck_assert_int_eq(run_on(primary, X_WRITE, "n", 0, BKT_SIZE, w), 0);
+	ck_assert(!blk_has("n", 0, w, BKT_SIZE));
+	ck_assert_uint_eq(stats_of(replica).replica_writes, 1);
+	ck_assert_uint_eq(stats_of(primary).dirty_bytes, BKT_SIZE);
+	teardown();
+}
+END_TEST
+
+/* 7b. A primary restarted on its persist file (a crash) writes its
+ * recovered data back and only then resets the replica, writing through
+ * meanwhile: the replica then holds nothing older than the blocker. */
+START_TEST(restarted_primary_writes_back_then_resets)
+{
+	char dir[64], path[96], crashed[96];
+	snprintf(dir, sizeof(dir), "/tmp/pt-%d-mirror-XXXXXX", (int)getpid());
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/cache.pf", dir);
+	snprintf(crashed, sizeof(crashed), "%s/crashed.pf", dir);
+	primary_persist = path;
+	setup(true);
+	unsigned char w[2 * BKT_SIZE], n[BKT_SIZE];
+	fill(w, sizeof(w), 36);
+	fill(n, sizeof(n), 37);
+	ck_assert_int_eq(run_on(primary, X_WRITE, "k", 0, sizeof(w), w), 0);
+	ck_assert_uint_eq(stats_of(replica).dirty_bytes, sizeof(w));
+	/* the file as a SIGKILL would leave it */
+	FILE *in = fopen(path, "rb"), *out = fopen(crashed, "wb");
+	ck_assert(in && out);
+	static char buf[1 << 16];
+	size_t got;
+	while ((got = fread(buf, 1, sizeof(buf), in)) > 0)
+		ck_assert_uint_eq(fwrite(buf, 1, got, out), got);
+	fclose(in);
+	fclose(out);
+	teardown();
+
+	primary_persist = crashed;
+	setup(false);
+	ck_assert_uint_eq(stats_of(primary).recovered_bytes, sizeof(w));
+	ck_assert_int_eq(stats_of(primary).mirror_state, MIRROR_CONNECTING);
+	/* what the replica held of the old life */
+	ck_assert_int_eq(run_on(replica, X_WRITE, "k", 0, sizeof(w), w), 0);
+	atomic_store(&blk.hold, 1);                          /* the write-back, held */
+	for (int i = 0; i < 10; i++) {
+		cache_engine_maintain(primary);
+		usleep(1000);
+	}
+	ck_assert_int_eq(mir_queued(), 0);                    /* no reset while dirty */
+	ck_assert_int_eq(atomic_load(&mir.resets), 0);
+	blk_release_hold();
+	ck_assert_int_eq(run_on(primary, X_WRITE, "k", 2 * BKT_SIZE, BKT_SIZE, n), 0);
+	ck_assert(blk_has("k", 2 * BKT_SIZE, n, BKT_SIZE));   /* through */
+	MAINTAIN_UNTIL(stats_of(primary).mirror_state == MIRROR_MIRRORED);
+	ck_assert(blk_has("k", 0, w, sizeof(w)));
+	ck_assert_int_eq(atomic_load(&mir.resets), 1);
+	ck_assert_uint_eq(stats_of(replica).dirty_bytes, 0);
+	ck_assert_uint_eq(stats_of(primary).dirty_bytes, 0);
+	teardown();
+	unlink(path);
+	unlink(crashed);
+	rmdir(dir);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("cached_mirror_engine");
+	TCase *tc = tcase_create("mirror");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, write_is_answered_after_the_replica_has_it);
+	tcase_add_test(tc, overlapping_writes_are_mirrored_in_order);
+	tcase_add_test(tc, write_back_cleans_the_replica);
+	tcase_add_test(tc, write_through_waits_for_the_replica_clean);
+	tcase_add_test(tc, delete_drops_the_replica_copy_before_its_answer);
+	tcase_add_test(tc, failed_mirror_write_degrades_and_resets);
+	tcase_add_test(tc, write_queued_behind_a_failed_one_goes_to_the_blocker);
+	tcase_add_test(tc, full_replica_degrades_the_primary);
+	tcase_add_test(tc, fail_stop_fails_writes_while_degraded);
+	tcase_add_test(tc, replica_refuses_reads_and_partial_writes_until_promoted);
+	tcase_add_test(tc, replica_refuses_flush_all_and_policy_switch);
+	tcase_add_test(tc, connecting_primary_writes_through);
+	tcase_add_test(tc, restarted_primary_writes_back_then_resets);
+	suite_add_tcase(s, tc);
+	return xt_run(s);
+}

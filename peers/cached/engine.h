@@ -255,8 +255,8 @@ void cache_engine_replica_reset(struct cache_engine *e, struct cache_req *req);
 /* --replica: an ordinary cache from now on: writes everything it holds
  * back to the blocker (and its FLUSH); done(req) when that is done. */
 void cache_engine_promote(struct cache_engine *e, struct cache_req *req);
-/* The mirror port's owner died or changed (the glue watches it): every
- * mirror request out fails now with `error`. A request that owner had
+/* The mirror port's owner died or changed (the glue watches it): the
+ * primary degrades, and every mirror request out fails now with `error`. A request that owner had
  * taken off its queue but not yet marked as its own is in no queue and is
  * never failed back by the reap: without this its write would wait for
  * ever. A reply that still comes later is dropped. */

@@ -321,9 +321,7 @@ void cache_engine_mirror_lost(struct cache_engine *e, int error)
 		}
 	}
 	pthread_mutex_unlock(&e->mirror_lock);
-	if (cds_list_empty(&lost))
-		return;
-	degrade(e, error);
+	degrade(e, error);   /* also idle: the stats say so at once */
 	cds_list_for_each_entry_safe(op, tmp, &lost, out_link) {
 		cds_list_del(&op->out_link);
 		atomic_fetch_sub(&e->mst.in_flight, 1);

@@ -75,3 +75,26 @@ except (ConnectionResetError, BrokenPipeError):
     print('closed')
 PY
 }
+
+# netns_pair NAME V: two network namespaces NSA and NSB (NAME-a-PID,
+# NAME-b-PID) joined by a veth pair (V a PID, V b PID) on $NET.0/24, A at
+# .1 and B at .2, removed on exit; where they cannot be made, says SKIP
+# and exits 0.
+netns_pair() {
+	NSA=$1-a-$$ NSB=$1-b-$$ VA=$2a$$ VB=$2b$$
+	NET=10.$((200 + $$ % 50)).$(( ($$ / 50) % 250 ))
+	trap 'cleanup; "$BIN/xseg" destroy --segment "$SEGB" 2>/dev/null;
+	      ip netns del "$NSA" 2>/dev/null; ip netns del "$NSB" 2>/dev/null' EXIT
+	if ! command -v ip > /dev/null || ! ip netns add "$NSA" 2> "$DIR/ns.err"; then
+		echo "SKIP: cannot make network namespaces here (needs root and iproute2): $(cat "$DIR/ns.err" 2>/dev/null)"
+		exit 0
+	fi
+	{ ip netns add "$NSB" && ip link add "$VA" type veth peer name "$VB" &&
+	  ip link set "$VA" netns "$NSA" && ip link set "$VB" netns "$NSB" &&
+	  ip -n "$NSA" addr add "$NET.1/24" dev "$VA" && ip -n "$NSB" addr add "$NET.2/24" dev "$VB" &&
+	  ip -n "$NSA" link set "$VA" up && ip -n "$NSB" link set "$VB" up &&
+	  ip -n "$NSA" link set lo up && ip -n "$NSB" link set lo up; } 2> "$DIR/ns.err" || {
+		echo "SKIP: namespaces, but no veth pair here: $(cat "$DIR/ns.err")"
+		exit 0
+	}
+}

@@ -9,25 +9,7 @@ SEG_PREFIX=synapsed-netns
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/synapsed_lib.sh"
 
-NSA=syn-a-$$ NSB=syn-b-$$ VA=sa$$ VB=sb$$
-NET=10.$((200 + $$ % 50)).$(( ($$ / 50) % 250 ))
-trap 'cleanup; "$BIN/xseg" destroy --segment "$SEGB" 2>/dev/null;
-      ip netns del "$NSA" 2>/dev/null; ip netns del "$NSB" 2>/dev/null' EXIT
-if ! command -v ip > /dev/null || ! ip netns add "$NSA" 2> "$DIR/ns.err"; then
-	echo "SKIP: cannot make network namespaces here (needs root and iproute2): $(cat "$DIR/ns.err" 2>/dev/null)"
-	exit 0
-fi
-setup_veth() {
-	ip netns add "$NSB" && ip link add "$VA" type veth peer name "$VB" &&
-	ip link set "$VA" netns "$NSA" && ip link set "$VB" netns "$NSB" &&
-	ip -n "$NSA" addr add "$NET.1/24" dev "$VA" && ip -n "$NSB" addr add "$NET.2/24" dev "$VB" &&
-	ip -n "$NSA" link set "$VA" up && ip -n "$NSB" link set "$VB" up &&
-	ip -n "$NSA" link set lo up && ip -n "$NSB" link set lo up
-}
-setup_veth 2> "$DIR/ns.err" || {
-	echo "SKIP: namespaces, but no veth pair here: $(cat "$DIR/ns.err")"
-	exit 0
-}
+netns_pair syn s
 
 "$BIN/xseg" create --segment "$SEG" --ports 16 --requests 1024 --heap 64M || fail "create A"
 "$BIN/xseg" create --segment "$SEGB" --ports 16 --requests 1024 --heap 64M || fail "create B"

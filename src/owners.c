@@ -110,8 +110,6 @@ int xseg_reap_port(struct xseg *s, uint32_t port, int err)
 	 * goes on where the route leads now. */
 	uint32_t failed = owner ? xseg_fail_queued_requests(s, port, err)
 				: xseg_pass_on_queued_requests(s, port);
-	if (owner)   /* what it had popped and not yet marked: in no ring */
-		failed += xseg_settle_limbo(s, port);
 	xseg_port_ungroup(s, port);
 	xseg_port_release(s, port);
 	atomic_fetch_sub(&p->reaping, 1);

@@ -8,7 +8,6 @@
  */
 #include <errno.h>
 #include <inttypes.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "xseg_internal.h"
@@ -238,22 +237,16 @@ static int deliver(struct xseg *s, struct xseg_request *req, uint32_t port,
 		   struct xseg_ring *ring, _Atomic uint64_t *counter, uint32_t state)
 {
 	uint32_t prev_holder = req->holder, prev_state = load_state(req);
-	/* begun before the state says QUEUED/REPLIED for `port`, done (the
-	 * counter) after the push: equal, no push to the port is under way */
-	_Atomic uint64_t *begun = state == XS_QUEUED ? &s->ports[port].delivering
-						     : &s->ports[port].replying;
-	atomic_fetch_add_explicit(begun, 1, memory_order_seq_cst);
 	set_holder(req, port);
 	store_state(req, state);
 	xannotate_happens_before(&xseg_tsan_handoff);
 	if (!xseg_ring_push(ring, req->index)) {
 		set_holder(req, prev_holder);
 		store_state(req, prev_state);
-		atomic_fetch_sub_explicit(begun, 1, memory_order_seq_cst);
 		return xseg_fail(EIO, "port %u's queue is wedged by a peer that died mid-push",
 				 port);
 	}
-	atomic_fetch_add_explicit(counter, 1, memory_order_seq_cst);
+	atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
 	xseg_signal_port(s, port);
 	xseg_note_contact(s, port);
 	return 0;
@@ -509,55 +502,6 @@ uint32_t xseg_pass_on_queued_requests(struct xseg *s, uint32_t port)
  * (settle_dead_holders) so nobody waits for them forever. Requests queued
  * for the port are left for the new owner.
  */
-/*
- * take() pops a request off a ring and only then marks it the taker's: an
- * owner killed in between leaves it in no ring and held by nobody, still
- * QUEUED (or REPLIED) for `port`, and its issuer would wait for ever. Once
- * the rings are empty, such a request is known by that state alone, but
- * only while nobody delivers to the port (a push sets the state before
- * the request reaches the ring): the pushes begun and done must be equal,
- * and the same after the scan as before it. Otherwise nothing is done
- * (the request stays lost, as before).
- */
-static uint32_t settle_limbo_state(struct xseg *s, uint32_t port, uint32_t want)
-{
-	struct xseg_port_shm *p = &s->ports[port];
-	_Atomic uint64_t *begun = want == XS_QUEUED ? &p->delivering : &p->replying;
-	_Atomic uint64_t *done = want == XS_QUEUED ? &p->submitted : &p->replied;
-	uint64_t b = atomic_load(begun), d = atomic_load(done);
-	uint32_t n = 0, *found;
-	if (b != d || !(found = malloc(s->nr_requests * sizeof(*found))))
-		return 0;
-	for (uint32_t i = 0; i < s->nr_requests; i++) {
-		struct xseg_request *r = &s->requests[i];
-		if (__atomic_load_n(&r->holder, __ATOMIC_ACQUIRE) == port && load_state(r) == want)
-			found[n++] = i;
-	}
-	uint32_t failed = 0;
-	if (atomic_load(begun) == b && atomic_load(done) == d) {
-		for (uint32_t k = 0; k < n; k++) {
-			struct xseg_request *r = &s->requests[found[k]];
-			if (want == XS_QUEUED) {
-				store_state(r, XS_ACCEPTED);   /* as the dead owner took it */
-				settle_dead_holders(s, r, port);
-				failed++;
-			} else {
-				store_state(r, XS_RECEIVED);
-				settle_stale_reply(s, r, port);
-			}
-		}
-	}
-	free(found);
-	return failed;
-}
-
-uint32_t xseg_settle_limbo(struct xseg *s, uint32_t port)
-{
-	xannotate_happens_after(&xseg_tsan_handoff);
-	settle_limbo_state(s, port, XS_REPLIED);
-	return settle_limbo_state(s, port, XS_QUEUED);
-}
-
 void xseg_reclaim_port_requests(struct xseg *s, uint32_t port)
 {
 	struct xseg_request *r;

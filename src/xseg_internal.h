@@ -145,12 +145,9 @@ struct xseg_port_shm {
 	/* 1 from a wake-up until a woken thread runs: further signals skip the
 	 * futex call (see wait.c). */
 	_Atomic uint32_t wake_pending;
-	/* Counters, for xseg info; with delivering and replying (a push to
-	 * this port's request or reply ring begun), they also tell a reaper
-	 * that no push is under way (request.c: settle_limbo). */
+	/* Counters: relaxed, for xseg info. */
 	_Alignas(XSEG_CACHELINE) _Atomic uint64_t submitted;
 	_Atomic uint64_t replied;
-	_Atomic uint64_t delivering, replying;
 	/* Requests the owner keeps in an xseg_reserve, out of the pool, so
 	 * that xseg info can account for every request. */
 	_Atomic uint32_t reserved;
@@ -239,11 +236,6 @@ uint32_t xseg_fail_queued_requests(struct xseg *s, uint32_t port, int err);
  * cache was unplugged); the rest fail back EHOSTDOWN. Returns how many
  * failed. */
 uint32_t xseg_pass_on_queued_requests(struct xseg *s, uint32_t port);
-/* After the rings of `port` (its dead owner's) were emptied: what the
- * owner had popped off them and died before marking its own (in no ring,
- * held by nobody) is settled, a request failed back EPIPE, a reply as one
- * the owner received. Returns how many requests failed back. */
-uint32_t xseg_settle_limbo(struct xseg *s, uint32_t port);
 /* Requests held by a dead port's owner: fail them back or free them. */
 void xseg_reclaim_port_requests(struct xseg *s, uint32_t port);
 /* Remembers that this handle sent or replied to `port` (for reaping). */

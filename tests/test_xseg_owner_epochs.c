@@ -13,7 +13,6 @@
 #include <unistd.h>
 
 #include "support/xseg_test_util.h"
-#include "../src/xseg_internal.h"   /* a ring popped by hand: a taker killed mid-take */
 
 #define NREQS 16
 
@@ -232,50 +231,6 @@ START_TEST(left_hop_passes_on_only_when_unplugged)
 }
 END_TEST
 
-/* A server (6) killed after it popped a request off its queue and before
- * it marked it its own (libxseg's take: pop, then mark): the request is in
- * no queue and held by nobody. The reap finds it by its state and fails it
- * back; before, the client waited for ever (a synapsed SIGKILLed under
- * load left cached's mirrored writes so, 1 link cut in ~15). */
-START_TEST(request_popped_by_a_dying_owner_fails_back)
-{
-	ck_assert_int_eq(xseg_bind_port(xt_seg, 1), 0);
-	int up[2], go[2];
-	ck_assert_int_eq(pipe(up), 0);
-	ck_assert_int_eq(pipe(go), 0);
-	pid_t pid = xt_fork(20);
-	if (pid == 0) {
-		struct xseg *seg;
-		uint32_t idx;
-		char c;
-		XT_CHILD_CHECK(xseg_join(xt_name, &seg) == 0, 2, "%s", xseg_last_error());
-		XT_CHILD_CHECK(xseg_bind_port(seg, 6) == 0, 3, "%s", xseg_last_error());
-		XT_CHILD_CHECK(write(up[1], "b", 1) == 1, 4, "write");
-		XT_CHILD_CHECK(read(go[0], &c, 1) == 1, 5, "read");
-		/* taken off the queue, not marked: then killed */
-		XT_CHILD_CHECK(xseg_ring_pop(xseg_req_ring(seg, 6), &idx), 6, "nothing queued");
-		_exit(0);
-	}
-	char c;
-	ck_assert_int_eq(read(up[0], &c, 1), 1);
-	struct xseg_request *r = issue(1, 6);
-	ck_assert_int_eq(write(go[1], "g", 1), 1);
-	xt_expect_child_ok(pid, 10000, "server");
-	ck_assert_int_ge(xseg_reap_port(xt_seg, 6, EHOSTDOWN), 2);   /* reaped, 1 failed */
-	struct xseg_request *back = NULL;
-	ck_assert_int_eq(xseg_receive(xt_seg, 1, &back, 1), 1);
-	ck_assert_ptr_eq(back, r);
-	ck_assert_int_eq(back->result, XR_FAILED);
-	ck_assert_int_eq(back->error, EPIPE);
-	ck_assert_int_eq(xseg_put_request(xt_seg, back), 0);
-	assert_pool_whole();
-	close(up[0]);
-	close(up[1]);
-	close(go[0]);
-	close(go[1]);
-}
-END_TEST
-
 static void setup(void)
 {
 	xt_setup_with(8, NREQS, 256 << 10);
@@ -294,7 +249,6 @@ int main(void)
 	tcase_add_test(tc, empty_pool_error_says_who_holds_it);
 	tcase_add_test(tc, server_reaps_the_dead_client_it_answered);
 	tcase_add_test(tc, left_hop_passes_on_only_when_unplugged);
-	tcase_add_test(tc, request_popped_by_a_dying_owner_fails_back);
 	suite_add_tcase(s, tc);
 	return xt_run(s);
 }

@@ -19,7 +19,7 @@
 #include <stdio.h>
 
 #define XSEG_VERSION        "0.1.0"
-#define XSEG_VERSION_LAYOUT 9
+#define XSEG_VERSION_LAYOUT 8
 #define XSEG_ABI_VERSION    "1.0.0"
 
 /* The --version line: "PROGRAM (xseg) 0.1.0, segment layout 8". */

@@ -1494,6 +1494,150 @@ START_TEST(persist_refusals_and_discard)
 }
 END_TEST
 
+/* ---- hits beside the object's queue (read_beside_queue) ------------------- */
+
+/* A write's answer runs inside its job on the object's queue: a hit sent
+ * from there must wait for the job, not go beside it. */
+static struct sync_req inner_read;
+static unsigned char inner_buf[BKT_SIZE];
+static bool inner_done_at_submit;
+
+static void write_done_sends_a_read(struct cache_req *r)
+{
+	inner_read = (struct sync_req){ .r = { .op = X_READ, .name = "obj", .offset = 0,
+					      .size = BKT_SIZE, .data = inner_buf,
+					      .done = sync_done } };
+	pthread_mutex_init(&inner_read.lock, NULL);
+	pthread_cond_init(&inner_read.cond, NULL);
+	cache_engine_submit(blk.engine, &inner_read.r);
+	pthread_mutex_lock(&inner_read.lock);
+	inner_done_at_submit = inner_read.done;
+	pthread_mutex_unlock(&inner_read.lock);
+	sync_done(r);
+}
+
+/* A plain hit is served beside the queue; a bucket a load brought is on
+ * probation, and its first hit takes it off on the queue. */
+START_TEST(plain_hits_go_beside_the_queue_first_hits_of_loads_do_not)
+{
+	setup_with(16 * BKT_SIZE, 8, CACHE_WRITEBACK);
+	unsigned char w[BKT_SIZE], r[BKT_SIZE];
+	fill(w, sizeof(w), 5);
+	blk_put("obj", BKT_SIZE, w, BKT_SIZE);
+	ck_assert_int_eq(do_write("obj", 0, BKT_SIZE, w), 0);
+	ck_assert_int_eq(do_read("obj", 0, BKT_SIZE, r), 0);        /* DIRTY: a plain hit */
+	ck_assert(!memcmp(r, w, BKT_SIZE));
+	ck_assert_uint_eq(stats_now().parallel_hits, 1);
+	ck_assert_int_eq(do_read("obj", BKT_SIZE, BKT_SIZE, r), 0); /* a miss: loaded */
+	ck_assert_int_eq(do_read("obj", BKT_SIZE, BKT_SIZE, r), 0); /* off probation, queued */
+	ck_assert_uint_eq(stats_now().parallel_hits, 1);
+	ck_assert_int_eq(do_read("obj", BKT_SIZE, BKT_SIZE, r), 0); /* now beside */
+	ck_assert(!memcmp(r, w, BKT_SIZE));
+	struct cache_stats st = stats_now();
+	ck_assert_uint_eq(st.parallel_hits, 2);
+	ck_assert_uint_eq(st.hits, 3);
+	ck_assert_uint_eq(st.misses, 1);
+
+	struct sync_req wr = { .r = { .op = X_WRITE, .name = "obj", .offset = 0, .size = BKT_SIZE,
+				      .data = w, .done = write_done_sends_a_read } };
+	pthread_mutex_init(&wr.lock, NULL);
+	pthread_cond_init(&wr.cond, NULL);
+	cache_engine_submit(blk.engine, &wr.r);
+	wait_sync(&wr);
+	wait_sync(&inner_read);
+	ck_assert_msg(!inner_done_at_submit, "a hit went beside a running job of its object");
+	ck_assert(inner_read.r.served);
+	ck_assert_uint_eq(stats_now().parallel_hits, 2);
+	teardown();
+}
+END_TEST
+
+/* Readers of one hot object on several threads, beside a writer of it,
+ * its flushes and the maintenance tick: a read returns one whole version of its block (never one
+ * torn by a write), never older than the last write answered before it
+ * was sent. Each block holds its version in every word. */
+#define HOT_BLOCK  BKT_SIZE
+#define HOT_BLOCKS (OBJ_SIZE / HOT_BLOCK)
+
+static _Atomic uint64_t hot_acked[HOT_BLOCKS];
+static _Atomic bool hot_stop;
+static _Atomic long hot_torn, hot_stale, hot_failed, hot_reads;
+
+static void *hot_writer(void *arg)
+{
+	(void)arg;
+	uint64_t buf[HOT_BLOCK / 8];
+	unsigned seed = 7;
+	rcu_register_thread();
+	double scale = getenv("XSEG_STRESS_SCALE") ? atof(getenv("XSEG_STRESS_SCALE")) : 1.0;
+	for (int n = 0; n < (int)(20000 * scale); n++) {
+		unsigned b = (unsigned)rand_r(&seed) % HOT_BLOCKS;
+		uint64_t v = atomic_load(&hot_acked[b]) + 1;
+		for (size_t i = 0; i < sizeof(buf) / 8; i++)
+			buf[i] = v;
+		if (do_write("hot", (uint64_t)b * HOT_BLOCK, HOT_BLOCK, buf) != 0)
+			atomic_fetch_add(&hot_failed, 1);
+		atomic_store(&hot_acked[b], v);
+		if (n % 256 == 255 && do_flush() != 0)   /* buckets WRITING under the readers */
+			atomic_fetch_add(&hot_failed, 1);
+	}
+	atomic_store(&hot_stop, true);
+	rcu_unregister_thread();
+	return NULL;
+}
+
+static void *hot_reader(void *arg)
+{
+	uint64_t buf[HOT_BLOCK / 8];
+	unsigned seed = (unsigned)(uintptr_t)arg;
+	rcu_register_thread();
+	while (!atomic_load(&hot_stop)) {
+		unsigned b = (unsigned)rand_r(&seed) % HOT_BLOCKS;
+		uint64_t before = atomic_load(&hot_acked[b]);
+		if (do_read("hot", (uint64_t)b * HOT_BLOCK, HOT_BLOCK, buf) != 0) {
+			atomic_fetch_add(&hot_failed, 1);
+			continue;
+		}
+		for (size_t i = 1; i < sizeof(buf) / 8; i++)
+			if (buf[i] != buf[0]) {
+				atomic_fetch_add(&hot_torn, 1);
+				break;
+			}
+		if (buf[0] < before)
+			atomic_fetch_add(&hot_stale, 1);
+		atomic_fetch_add(&hot_reads, 1);
+	}
+	rcu_unregister_thread();
+	return NULL;
+}
+
+START_TEST(readers_of_a_hot_object_see_whole_acknowledged_writes)
+{
+	setup_with(64 * BKT_SIZE, 8, CACHE_WRITEBACK);
+	static const unsigned char zero[OBJ_SIZE];
+	ck_assert_int_eq(do_write("hot", 0, OBJ_SIZE, zero), 0);   /* every block version 0 */
+	pthread_t w, r[3], m;
+	maintainer_stop = false;
+	atomic_store(&hot_stop, false);
+	pthread_create(&m, NULL, maintainer, NULL);
+	for (int i = 0; i < 3; i++)
+		pthread_create(&r[i], NULL, hot_reader, (void *)(uintptr_t)(i + 1));
+	pthread_create(&w, NULL, hot_writer, NULL);
+	pthread_join(w, NULL);
+	for (int i = 0; i < 3; i++)
+		pthread_join(r[i], NULL);
+	maintainer_stop = true;
+	pthread_join(m, NULL);
+	struct cache_stats st = stats_now();
+	ck_assert_msg(!hot_torn && !hot_stale && !hot_failed,
+		      "%ld torn, %ld stale, %ld failed of %ld reads", hot_torn, hot_stale,
+		      hot_failed, hot_reads);
+	ck_assert_uint_gt(st.parallel_hits, 0);
+	ck_assert_uint_gt(st.flushes, 0);   /* reads met write-back too */
+	teardown();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("cached_engine");
@@ -1521,6 +1665,7 @@ int main(void)
 	tcase_add_test(tc, flush_of_one_object_leaves_the_others_dirty);
 	tcase_add_test(tc, delete_waits_for_a_load_and_drops_what_it_brought);
 	tcase_add_test(tc, request_states_show_where_each_waits);
+	tcase_add_test(tc, plain_hits_go_beside_the_queue_first_hits_of_loads_do_not);
 	suite_add_tcase(s, tc);
 	TCase *pc = tcase_create("persist");
 	tcase_set_timeout(pc, 120);
@@ -1535,6 +1680,7 @@ int main(void)
 	TCase *threads = tcase_create("threads");
 	tcase_set_timeout(threads, 120);
 	tcase_add_loop_test(threads, threads_share_a_small_cache_consistently, 0, 4);
+	tcase_add_test(threads, readers_of_a_hot_object_see_whole_acknowledged_writes);
 	suite_add_tcase(s, threads);
 	return xt_run(s);
 }

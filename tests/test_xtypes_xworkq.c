@@ -2,8 +2,9 @@
  * xworkq: jobs run on the enqueuing thread when the queue is idle, a busy
  * queue's enqueuer returns at once, order is kept, and under N threads x M
  * jobs on K queues every job runs exactly once, never overlapping another
- * job of its queue, in enqueue order per enqueuer.  Iterations scale by
- * XSEG_STRESS_SCALE.
+ * job of its queue, in enqueue order per enqueuer; readers beside the queue
+ * go in only while it is idle and never see a job half done.  Iterations
+ * scale by XSEG_STRESS_SCALE.
  */
 #include <check.h>
 #include <errno.h>
@@ -147,6 +148,153 @@ START_TEST(enqueue_of_a_queued_job_aborts)
 }
 END_TEST
 
+/* ---- readers beside the queue ------------------------------------------- */
+
+static atomic_int gate_open, gate_job_started;
+
+static void job_waits_for_the_gate(struct xwork *w, void *arg)
+{
+	(void)w; (void)arg;
+	atomic_store(&gate_job_started, 1);
+	while (!atomic_load(&gate_open))
+		sched_yield();
+}
+
+static void *enqueue_gated(void *arg)
+{
+	xworkq_enqueue(&queue, arg);
+	return NULL;
+}
+
+START_TEST(a_reader_is_let_in_only_while_the_queue_is_idle)
+{
+	struct job j;
+	pthread_t runner;
+
+	ck_assert(xworkq_read_begin(&queue));
+	ck_assert(xworkq_read_begin(&queue));	/* readers go together */
+	xworkq_read_end(&queue);
+	xworkq_read_end(&queue);
+
+	atomic_store(&gate_open, 0);
+	atomic_store(&gate_job_started, 0);
+	xwork_init(&j.work, job_waits_for_the_gate, NULL);
+	pthread_create(&runner, NULL, enqueue_gated, &j.work);
+	while (!atomic_load(&gate_job_started))
+		sched_yield();
+	ck_assert(!xworkq_read_begin(&queue));	/* a job runs */
+	atomic_store(&gate_open, 1);
+	pthread_join(runner, NULL);
+	ck_assert(xworkq_read_begin(&queue));
+	xworkq_read_end(&queue);
+	ck_assert_int_eq(xworkq_destroy(&queue), 0);
+}
+END_TEST
+
+/* A new runner waits for the reader inside before its first job. */
+static atomic_int job_ran;
+
+static void note_ran(struct xwork *w, void *arg)
+{
+	(void)w; (void)arg;
+	atomic_store(&job_ran, 1);
+}
+
+START_TEST(a_job_waits_for_the_reader_inside)
+{
+	struct job j;
+	pthread_t runner;
+
+	atomic_store(&job_ran, 0);
+	xwork_init(&j.work, note_ran, NULL);
+	ck_assert(xworkq_read_begin(&queue));
+	pthread_create(&runner, NULL, enqueue_gated, &j.work);
+	usleep(50 * 1000);
+	ck_assert_int_eq(atomic_load(&job_ran), 0);
+	xworkq_read_end(&queue);
+	pthread_join(runner, NULL);
+	ck_assert_int_eq(atomic_load(&job_ran), 1);
+}
+END_TEST
+
+/* Jobs rewrite a plain (non-atomic) block; readers beside the queue must
+ * never see it half-written. Under TSan an overlap is also a data race. */
+#define BLOCK_WORDS 64
+
+static long block[BLOCK_WORDS];
+static atomic_int in_job, stop_readers;
+static atomic_long torn, reads_beside, reads_refused, writes_done;
+
+static void rewrite_block(struct xwork *w, void *arg)
+{
+	(void)w; (void)arg;
+	atomic_store(&in_job, 1);
+	long v = block[0] + 1;
+	for (int i = 0; i < BLOCK_WORDS; i++)
+		block[i] = v;
+	atomic_store(&in_job, 0);
+	atomic_fetch_add(&writes_done, 1);
+}
+
+static void *block_writer(void *arg)
+{
+	long n = (long)(uintptr_t)arg;
+	struct job *jobs = calloc((size_t)n, sizeof(*jobs));
+	for (long i = 0; i < n; i++) {
+		xwork_init(&jobs[i].work, rewrite_block, NULL);
+		xworkq_enqueue(&queue, &jobs[i].work);
+	}
+	return jobs;   /* freed once both writers returned: the queue is dry */
+}
+
+static void *block_reader(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&stop_readers)) {
+		if (!xworkq_read_begin(&queue)) {
+			atomic_fetch_add(&reads_refused, 1);
+			continue;
+		}
+		if (atomic_load(&in_job))
+			atomic_fetch_add(&torn, 1);
+		long first = block[0];
+		for (int i = 1; i < BLOCK_WORDS; i++)
+			if (block[i] != first)
+				atomic_fetch_add(&torn, 1);
+		xworkq_read_end(&queue);
+		atomic_fetch_add(&reads_beside, 1);
+	}
+	return NULL;
+}
+
+START_TEST(readers_never_see_a_job_half_done)
+{
+	const char *scale = getenv("XSEG_STRESS_SCALE");
+	long n = (long)(200000 * (scale ? atof(scale) : 1.0));
+	pthread_t w[2], r[2];
+	void *jobs[2];
+
+	for (int i = 0; i < 2; i++)
+		pthread_create(&r[i], NULL, block_reader, NULL);
+	for (int i = 0; i < 2; i++)
+		pthread_create(&w[i], NULL, block_writer, (void *)(uintptr_t)n);
+	for (int i = 0; i < 2; i++)
+		pthread_join(w[i], &jobs[i]);
+	atomic_store(&stop_readers, 1);
+	for (int i = 0; i < 2; i++)
+		pthread_join(r[i], NULL);
+	for (int i = 0; i < 2; i++)
+		free(jobs[i]);
+
+	ck_assert_int_eq(atomic_load(&torn), 0);
+	ck_assert_int_eq(atomic_load(&writes_done), 2 * n);
+	ck_assert_int_eq(block[0], 2 * n);
+	ck_assert_int_gt(atomic_load(&reads_beside), 0);
+	printf("readers: %ld beside the queue, %ld refused (a job ran)\n",
+	       atomic_load(&reads_beside), atomic_load(&reads_refused));
+}
+END_TEST
+
 /* ---- stress ------------------------------------------------------------- */
 
 #define THREADS	4
@@ -247,6 +395,9 @@ int main(void)
 	tcase_add_test(tc, enqueue_on_a_busy_queue_returns_and_the_runner_runs_the_job);
 	tcase_add_test_raise_signal(tc, enqueue_of_a_queued_job_aborts, SIGABRT);
 	tcase_add_test(tc, threads_enqueue_on_shared_queues_and_every_job_runs_once_in_order);
+	tcase_add_test(tc, a_reader_is_let_in_only_while_the_queue_is_idle);
+	tcase_add_test(tc, a_job_waits_for_the_reader_inside);
+	tcase_add_test(tc, readers_never_see_a_job_half_done);
 	suite_add_tcase(s, tc);
 
 	SRunner *sr = srunner_create(s);

@@ -2,12 +2,15 @@
 #include <xtypes/xworkq.h>
 
 #include <errno.h>
+#include <sched.h>
+#include <urcu/arch.h>
 #include <urcu/compiler.h>
 
 void xworkq_init(struct xworkq *q)
 {
 	__cds_wfcq_init(&q->head, &q->tail);
 	atomic_init(&q->pending, 0);
+	atomic_init(&q->readers, 0);
 }
 
 int xworkq_destroy(struct xworkq *q)
@@ -15,12 +18,38 @@ int xworkq_destroy(struct xworkq *q)
 	return atomic_load_explicit(&q->pending, memory_order_acquire) ? -EBUSY : 0;
 }
 
+/* The new runner lets the readers that came in before it finish. */
+static void wait_for_readers(struct xworkq *q)
+{
+	for (unsigned spins = 0; atomic_load_explicit(&q->readers, memory_order_seq_cst); spins++) {
+		if (spins < 256)
+			caa_cpu_relax();
+		else
+			sched_yield();   /* a reader lost its CPU mid-copy */
+	}
+}
+
+bool xworkq_read_begin(struct xworkq *q)
+{
+	atomic_fetch_add_explicit(&q->readers, 1, memory_order_seq_cst);
+	if (!atomic_load_explicit(&q->pending, memory_order_seq_cst))
+		return true;
+	atomic_fetch_sub_explicit(&q->readers, 1, memory_order_release);
+	return false;
+}
+
+void xworkq_read_end(struct xworkq *q)
+{
+	atomic_fetch_sub_explicit(&q->readers, 1, memory_order_release);
+}
+
 bool xworkq_enqueue(struct xworkq *q, struct xwork *work)
 {
 	xwork_claim(work);
 	cds_wfcq_enqueue(&q->head, &q->tail, &work->link);
-	if (atomic_fetch_add_explicit(&q->pending, 1, memory_order_acq_rel) != 0)
+	if (atomic_fetch_add_explicit(&q->pending, 1, memory_order_seq_cst) != 0)
 		return false;
+	wait_for_readers(q);
 	/* Runner: pending > 0 guarantees a linked job for each dequeue; the
 	 * blocking dequeue only waits out an enqueuer between its two stores. */
 	do {

@@ -20,6 +20,18 @@
  * keep coming; jobs must not block.  A job may enqueue on any queue,
  * including its own (that job runs after it, on the same runner).
  * No RCU registration is needed.
+ *
+ * Readers: work that only reads what the jobs write may run beside other
+ * readers, on any thread, while the queue is idle, and never beside a job.
+ * A reader counts itself in `readers`, then looks at `pending`: not 0 means
+ * a job is queued or running, so it steps back and queues its work as a
+ * job instead (it then runs in order after those jobs).  A runner, once
+ * its increment made it the runner, waits until `readers` is 0 before its
+ * first job.  Both sides store, then load the other's counter, sequentially
+ * consistent, so at least one of them sees the other: a reader never
+ * overlaps a job, and everything a finished runner's jobs wrote is visible
+ * to a reader that then finds the queue idle.  Readers must be short (a
+ * runner spins for them) and must not enqueue on the queue they read.
  */
 #ifndef XTYPES_XWORKQ_H
 #define XTYPES_XWORKQ_H
@@ -32,6 +44,7 @@ struct xworkq {
 	struct __cds_wfcq_head head;
 	struct cds_wfcq_tail tail;
 	atomic_ulong pending;
+	atomic_uint readers;   /* in xworkq_read_begin..end */
 };
 
 void xworkq_init(struct xworkq *q);
@@ -45,5 +58,15 @@ int xworkq_destroy(struct xworkq *q);
  * when another thread is running the queue and will run `work`.
  */
 bool xworkq_enqueue(struct xworkq *q, struct xwork *work);
+
+/*
+ * Begins a reader beside the queue: true when the queue is idle (then no
+ * job runs until xworkq_read_end), false when it is busy (nothing to end;
+ * queue the work as a job instead).
+ */
+bool xworkq_read_begin(struct xworkq *q);
+
+/* Ends a reader that xworkq_read_begin let in. */
+void xworkq_read_end(struct xworkq *q);
 
 #endif /* XTYPES_XWORKQ_H */

@@ -106,6 +106,12 @@ static void dispatch_object(struct cache_engine *e, struct cache_req *req)
 		ent = xcache_insert(e->index, fresh);
 	}
 	req->obj = xcache_entry_priv(ent);
+	if (req->op == X_READ) {
+		struct bucket_span sp;
+		bucket_span_of(&e->geo, req->offset, req->size, &sp);   /* checked at submit */
+		if (read_beside_queue(req->obj, req, &sp))
+			return;
+	}
 	req_set(req, REQ_QUEUED);
 	obj_enqueue(req->obj, &req->work, rw_job, req);
 }
@@ -607,6 +613,7 @@ void cache_engine_stats(struct cache_engine *e, struct cache_stats *s)
 	s->hits = atomic_load(&e->st.hits);
 	s->misses = atomic_load(&e->st.misses);
 	s->partial_hits = atomic_load(&e->st.partial_hits);
+	s->parallel_hits = atomic_load(&e->st.parallel_hits);
 	s->read_bytes = atomic_load(&e->st.read_bytes);
 	s->write_bytes = atomic_load(&e->st.write_bytes);
 	s->blocker_read_bytes = atomic_load(&e->st.blocker_read_bytes);

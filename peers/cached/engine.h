@@ -171,6 +171,7 @@ struct cache_req {
 
 struct cache_stats {
 	uint64_t hits, misses, partial_hits;
+	uint64_t parallel_hits;                 /* of hits: served beside the object's queue */
 	uint64_t read_bytes, write_bytes;       /* from clients */
 	uint64_t blocker_read_bytes, blocker_write_bytes;
 	uint64_t dirty_bytes, cached_bytes, free_bytes;

@@ -35,8 +35,11 @@
  *
  * Every function named *_job (and every step: read_step, write_*,
  * drop_step) runs on an object's work queue (one at a time per object)
- * and may touch that object's buckets and fields freely. Everything else
- * touches only atomics, the dirty list (under its mutex) and xcache.
+ * and may touch that object's buckets and fields freely. The one
+ * exception, read_beside_queue, reads an object's buckets and fields as
+ * a reader of its queue (xworkq_read_begin): only while no job of it
+ * runs, and it changes nothing of the object. Everything else touches
+ * only atomics, the dirty list (under its mutex) and xcache.
  */
 #ifndef CACHED_ENGINE_PRIVATE_H
 #define CACHED_ENGINE_PRIVATE_H
@@ -186,6 +189,7 @@ struct cache_engine {
 
 	struct {
 		_Atomic uint64_t hits, misses, partial_hits, read_bytes, write_bytes;
+		_Atomic uint64_t parallel_hits;   /* of hits: beside the object's queue */
 		_Atomic uint64_t blocker_read_bytes, blocker_write_bytes;
 		_Atomic uint64_t evictions, clean_released, flushes, flush_failures, flush_ns_total;
 		_Atomic uint64_t waits, uncached, failed, lent;
@@ -446,6 +450,7 @@ void go_through(struct cache_object *o, struct cache_req *req);
 bool load_runs(struct cache_object *o, uint32_t first, uint32_t last, bool *no_io,
 	       struct cache_req *reader);
 void read_step(struct cache_object *o, struct cache_req *req, const struct bucket_span *sp);
+bool read_beside_queue(struct cache_object *o, struct cache_req *req, const struct bucket_span *sp);
 void write_back(struct cache_object *o, struct cache_req *req, const struct bucket_span *sp);
 void write_through(struct cache_object *o, struct cache_req *req, const struct bucket_span *sp);
 void drop_step(struct cache_object *o, struct cache_req *req);

@@ -87,6 +87,39 @@ bool load_runs(struct cache_object *o, uint32_t first, uint32_t last, bool *no_i
 	return true;
 }
 
+/*
+ * A hit served beside its object's queue (issue 24: a hot object's reads
+ * run on every thread at once, not one at a time on its queue). It goes
+ * in as a reader of the queue, so only while no job of the object runs,
+ * and a job queued after it (a write, a load's end, shedding) waits until
+ * it is out; a write answered before it came is in the buckets it reads.
+ * It changes nothing of the object, so only a plain hit qualifies: every
+ * bucket readable and none on probation (a first hit takes the bucket
+ * off, a change of state: that one goes through the queue), the object
+ * not being dropped. False: the queue is busy or it is not such a hit;
+ * the read goes on the queue as before. True: answered.
+ */
+bool read_beside_queue(struct cache_object *o, struct cache_req *req, const struct bucket_span *sp)
+{
+	struct cache_engine *e = o->e;
+	if (!xworkq_read_begin(&o->wq))
+		return false;
+	bool hit = !o->deleting;
+	for (uint32_t i = sp->first; hit && i <= sp->last; i++)
+		hit = bucket_readable(o->b.state[i]) && !o->b.probation[i];
+	if (hit)
+		for (uint32_t i = sp->first; i <= sp->last; i++)
+			bucket_copy(o, i, req->offset, req->size, req->data, false);
+	xworkq_read_end(&o->wq);
+	if (!hit)
+		return false;
+	STAT_ADD(e, hits, 1);
+	STAT_ADD(e, parallel_hits, 1);
+	STAT_ADD(e, read_bytes, req->size);
+	finish(e, req, true, 0, req->size);
+	return true;
+}
+
 /* A read on its object (RUNNING): a hit is answered; a miss loads what is
  * missing and parks until the loads end, or goes through past a full pool. */
 void read_step(struct cache_object *o, struct cache_req *req, const struct bucket_span *sp)

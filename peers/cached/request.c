@@ -26,7 +26,7 @@ static const char *const state_names[REQ_STATES] = {
 
 /* req_next[from]: the states a request may go to from `from`. */
 const uint32_t req_next[REQ_STATES] = {
-	/* answered at once (PING, a bad request), or on its way */
+	/* answered at once (PING, a bad request, a hit beside the queue), or on its way */
 	[REQ_NEW]          = TO(REQ_WAIT_NODE) | TO(REQ_QUEUED) | TO(REQ_BARRIER) |
 			     TO(REQ_FORWARDED) | TO(REQ_WAIT_IO) | TO(REQ_DONE),
 	/* again when no node is free yet; DONE: the index failed otherwise */

@@ -67,7 +67,8 @@ int cached_stats_json(struct cache_engine *e, uint32_t blocker_port, int mirror_
 	cache_engine_stats(e, &s);
 	int k = snprintf(buf, len,
 		",\"blocker_port\":%u,\"policy\":\"%s\",\"hits\":%" PRIu64
-		",\"misses\":%" PRIu64 ",\"partial_hits\":%" PRIu64 ",\"read_bytes\":%" PRIu64
+		",\"misses\":%" PRIu64 ",\"partial_hits\":%" PRIu64 ",\"parallel_hits\":%" PRIu64
+		",\"read_bytes\":%" PRIu64
 		",\"write_bytes\":%" PRIu64 ",\"blocker_read_bytes\":%" PRIu64
 		",\"blocker_write_bytes\":%" PRIu64 ",\"dirty_bytes\":%" PRIu64
 		",\"cached_bytes\":%" PRIu64 ",\"free_bytes\":%" PRIu64 ",\"objects\":%" PRIu64
@@ -82,7 +83,7 @@ int cached_stats_json(struct cache_engine *e, uint32_t blocker_port, int mirror_
 		",\"recovered_bytes\":%" PRIu64 ",\"persist_dropped\":%" PRIu64
 		",\"persist_syncs\":%" PRIu64 ",\"persist_sync_avg_us\":%" PRIu64,
 		blocker_port, s.policy == CACHE_WRITEBACK ? "writeback" : "writethrough",
-		s.hits, s.misses, s.partial_hits, s.read_bytes, s.write_bytes,
+		s.hits, s.misses, s.partial_hits, s.parallel_hits, s.read_bytes, s.write_bytes,
 		s.blocker_read_bytes, s.blocker_write_bytes, s.dirty_bytes, s.cached_bytes,
 		s.free_bytes, s.objects, s.evictions, s.clean_released_bytes, s.flushes, s.flush_failures,
 		s.flush_backoff_ns / 1000000, s.flush_error ? strerror(s.flush_error) : "",

@@ -66,7 +66,7 @@ static bool runtime_field(const char *key)
 static bool counter_field(const char *key)
 {
 	static const char *const names[] = {
-		"hits", "misses", "partial_hits", "read_bytes", "write_bytes",
+		"hits", "misses", "partial_hits", "parallel_hits", "read_bytes", "write_bytes",
 		"blocker_read_bytes", "blocker_write_bytes", "evictions",
 		"clean_released_bytes", "flushes", "flush_failures", "waits", "uncached",
 		"lent", "failed", "persist_dropped", "persist_syncs",

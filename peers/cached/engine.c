@@ -322,6 +322,7 @@ static void engine_free(struct cache_engine *e)
 	pthread_mutex_destroy(&e->dirty_lock);
 	pthread_mutex_destroy(&e->backoff_lock);
 	pthread_mutex_destroy(&e->mirror_lock);
+	engine_counts_free(e);
 	free(e);
 }
 
@@ -457,6 +458,7 @@ struct cache_engine *cache_engine_create(const struct cache_config *cfg,
 	}
 	e->cfg = *cfg;
 	e->be = *backend;
+	e->id = engine_new_id();
 	if (bucket_geometry_init(&e->geo, cfg->object_size, cfg->bucket_size) < 0) {
 		*why = "bucket size must be a power of two >= 512 that divides the object size";
 		goto bad;
@@ -610,30 +612,30 @@ void cache_engine_stats(struct cache_engine *e, struct cache_stats *s)
 {
 	uint64_t bs = e->geo.bucket_size;
 	memset(s, 0, sizeof(*s));
-	s->hits = atomic_load(&e->st.hits);
-	s->misses = atomic_load(&e->st.misses);
-	s->partial_hits = atomic_load(&e->st.partial_hits);
-	s->parallel_hits = atomic_load(&e->st.parallel_hits);
-	s->read_bytes = atomic_load(&e->st.read_bytes);
-	s->write_bytes = atomic_load(&e->st.write_bytes);
-	s->blocker_read_bytes = atomic_load(&e->st.blocker_read_bytes);
-	s->blocker_write_bytes = atomic_load(&e->st.blocker_write_bytes);
+	s->hits = STAT_SUM(e, hits);
+	s->misses = STAT_SUM(e, misses);
+	s->partial_hits = STAT_SUM(e, partial_hits);
+	s->parallel_hits = STAT_SUM(e, parallel_hits);
+	s->read_bytes = STAT_SUM(e, read_bytes);
+	s->write_bytes = STAT_SUM(e, write_bytes);
+	s->blocker_read_bytes = STAT_SUM(e, blocker_read_bytes);
+	s->blocker_write_bytes = STAT_SUM(e, blocker_write_bytes);
 	s->dirty_bytes = (atomic_load(&e->totals.count[BUCKET_DIRTY]) +
 			  atomic_load(&e->totals.count[BUCKET_WRITING])) * bs;
 	s->cached_bytes = atomic_load(&e->totals.claimed) * bs;
 	s->free_bytes = (e->pool.count - e->pool.reserve - atomic_load(&e->totals.claimed)) * bs;
 	s->objects = xcache_nr_active(e->index);
-	s->evictions = atomic_load(&e->st.evictions);
-	s->clean_released_bytes = atomic_load(&e->st.clean_released);
-	s->flushes = atomic_load(&e->st.flushes);
-	s->flush_failures = atomic_load(&e->st.flush_failures);
-	s->flush_ns_total = atomic_load(&e->st.flush_ns_total);
+	s->evictions = STAT_SUM(e, evictions);
+	s->clean_released_bytes = STAT_SUM(e, clean_released);
+	s->flushes = STAT_SUM(e, flushes);
+	s->flush_failures = STAT_SUM(e, flush_failures);
+	s->flush_ns_total = STAT_SUM(e, flush_ns_total);
 	s->flush_backoff_ns = atomic_load(&e->backoff_ns);
 	s->flush_error = atomic_load(&e->flush_error);
-	s->waits = atomic_load(&e->st.waits);
-	s->uncached = atomic_load(&e->st.uncached);
-	s->lent = atomic_load(&e->st.lent);
-	s->failed = atomic_load(&e->st.failed);
+	s->waits = STAT_SUM(e, waits);
+	s->uncached = STAT_SUM(e, uncached);
+	s->lent = STAT_SUM(e, lent);
+	s->failed = STAT_SUM(e, failed);
 	s->blocker_in_flight = atomic_load(&e->bios_in_flight);
 	s->barriers_open = atomic_load(&e->barriers_open);
 	s->barrier_waiters = atomic_load(&e->barrier_waiters);

@@ -7,6 +7,7 @@
  * The files form a one-way stack (tools/check-layers), lowest first:
  *   persist.c  the persist file (--persist): slots, headers, recovery;
  *              knows nothing of the engine
+ *   counters.c the growing figures, a block per counting thread
  *   request.c  a request's states (the transition table), answering it
  *   io.c       blocker requests: taking, lending, giving back; forwarding
  *              a whole request (INFO, FLUSH) to the blocker
@@ -61,6 +62,48 @@
 #include "persist.h"
 
 #define MAX_BIOS_IN_FLIGHT  512u
+
+/*
+ * The engine's growing figures (counters.c). Each thread that counts has
+ * a block of its own per engine, written by that thread only: a relaxed
+ * load and store, no locked instruction (on a hit, a locked add right
+ * after the bucket's memcpy waited for the copy's stores to drain, and
+ * threads serving hits bounced one shared line); read by summing the
+ * blocks.
+ */
+struct engine_counts {
+	_Atomic uint64_t hits, misses, partial_hits, read_bytes, write_bytes;
+	_Atomic uint64_t parallel_hits;   /* of hits: beside the object's queue */
+	_Atomic uint64_t blocker_read_bytes, blocker_write_bytes;
+	_Atomic uint64_t evictions, clean_released, flushes, flush_failures, flush_ns_total;
+	_Atomic uint64_t waits, uncached, failed, lent;
+};
+
+struct count_block {
+	struct engine_counts c;
+	const void *thread;                /* whose: the address of a thread-local */
+	struct count_block *next;          /* the engine's list, freed with it */
+};
+
+/* The calling thread's block for engine `id` (the last one it used). */
+struct count_cache {
+	uint64_t id;
+	struct engine_counts *c;
+};
+extern _Thread_local struct count_cache tl_counts;
+
+struct cache_engine;
+struct engine_counts *engine_counts_slow(struct cache_engine *e);
+/* The sum of counter `field` (offsetof in struct engine_counts) over the blocks. */
+uint64_t engine_count_sum(struct cache_engine *e, size_t field);
+void engine_counts_free(struct cache_engine *e);
+uint64_t engine_new_id(void);
+
+static inline void count_add(_Atomic uint64_t *c, uint64_t n)
+{
+	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
+			      memory_order_relaxed);
+}
 #define FLUSH_OBJECTS_PER_TICK 32u
 /* Cold objects asked per maintenance tick to give back their clean buckets. */
 #define RECLAIM_OBJECTS_PER_TICK 8u
@@ -187,13 +230,8 @@ struct cache_engine {
 	_Atomic uint64_t retry_at_ns;      /* no background flush write before this */
 	_Atomic int flush_error;           /* of the last failed flush write; 0 after a success */
 
-	struct {
-		_Atomic uint64_t hits, misses, partial_hits, read_bytes, write_bytes;
-		_Atomic uint64_t parallel_hits;   /* of hits: beside the object's queue */
-		_Atomic uint64_t blocker_read_bytes, blocker_write_bytes;
-		_Atomic uint64_t evictions, clean_released, flushes, flush_failures, flush_ns_total;
-		_Atomic uint64_t waits, uncached, failed, lent;
-	} st;
+	uint64_t id;                       /* unique in the process: names it in counters.c */
+	_Atomic(struct count_block *) count_blocks;   /* STAT_ADD's, one per thread */
 	_Atomic uint64_t barriers_open;    /* FLUSH, policy switch, COPY: not answered yet */
 	_Atomic uint64_t barrier_waiters;  /* of those, objects still to be clean */
 
@@ -297,7 +335,14 @@ void req_init(struct cache_engine *e, struct cache_req *req);
 void finish(struct cache_engine *e, struct cache_req *req, bool served, int error,
 	    uint64_t serviced);
 
-#define STAT_ADD(e, field, n) atomic_fetch_add_explicit(&(e)->st.field, (n), memory_order_relaxed)
+static inline struct engine_counts *engine_counts(struct cache_engine *e)
+{
+	if (__builtin_expect(tl_counts.id == e->id, 1))
+		return tl_counts.c;
+	return engine_counts_slow(e);
+}
+#define STAT_ADD(e, field, n) count_add(&engine_counts(e)->field, (n))
+#define STAT_SUM(e, field) engine_count_sum((e), offsetof(struct engine_counts, field))
 /* the same, for a counter outside e->st (mst, rst) */
 #define COUNT_ADD(e, field, n) atomic_fetch_add_explicit(&(e)->field, (n), memory_order_relaxed)
 

@@ -138,7 +138,10 @@ for r in $(seq "$ROUNDS"); do
 	peer cached-cold "$BIN/cached" --segment "$SEG" --port 6 --blocker-port 1 --cache-size 1G \
 		--max-objects 4096 --write-policy writeback; cold=$pid
 	wait_bound 6
-	sleep 1   # a cached just bound holds its first requests ~0.5 s: its start, not misses
+	# cached faults its whole cache in after binding, and its first request
+	# waits for that (~1 s at 1G): one write of another object waits it out
+	"$BIN/bench-xseg" --segment "$SEG" --port 10 --target-port 6 --op write --pattern seq --prefix warm \
+		--total-size "$BS" --block-size "$BS" >/dev/null 2>&1 || echo "round $r: the warm-up write failed" >&2
 	ONCE=$COLD_TOTAL
 	A=(xrun cold-read "$r" 6 read 5 cached:$cold filed:$filed) B=(xrun hop-read "$r" 4 read 5 hop:$hop filed:$filed); pair "$r"
 	unset ONCE

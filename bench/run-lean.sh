@@ -68,9 +68,20 @@ cs_of() {
 		awk '/^(non)?voluntary_ctxt_switches/ { s += $2 } END { print s + 0 }'
 }
 
+# alive PROC:PID...: exits (the trap stops the rest) where one has died,
+# rather than let every later run wait out its requests' timeout.
+alive() {
+	local x
+	for x in "$@"; do
+		kill -0 "${x#*:}" 2>/dev/null ||
+			{ echo "${x%%:*} (pid ${x#*:}) has died: stopping" >&2; exit 1; }
+	done
+}
+
 peer() {   # name program args...: started on the peers' CPU, pid in $pid
 	local name=$1; shift
-	"${ON_PEERS[@]}" "$@" --log-level error 2> "$OUT/$name.log" & pid=$!
+	# --stop-timeout: a cache whose blocker died gives up its write-back soon
+	"${ON_PEERS[@]}" "$@" --log-level error --stop-timeout 5 2> "$OUT/$name.log" & pid=$!
 	pids+=("$pid")
 }
 
@@ -93,10 +104,11 @@ xrun() {
 	local name=$1 round=$2 port=$3 op=$4 seed=$5; shift 5
 	local procs=() x size=(--total-size "$TOTAL" --runtime "$RUNTIME")
 	[ -n "${ONCE:-}" ] && size=(--total-size "$ONCE")
+	alive "$@"
 	for x in "$@"; do procs+=("$x:$(cs_of "${x#*:}")"); done
 	"${ON_CLIENT[@]}" python3 -c "$RUSAGE" "$BIN/bench-xseg" --segment "$SEG" --port 10 \
 		--target-port "$port" --op "$op" --pattern rand --block-size "$BS" \
-		--iodepth "$DEPTH" --object-size 4M --seed "$seed" --json "${size[@]}" \
+		--iodepth "$DEPTH" --object-size 4M --seed "$seed" --timeout 10 --json "${size[@]}" \
 		> "$OUT/json" 2> "$OUT/err" ||
 		{ echo "$name (round $round): bench-xseg failed: $(tail -1 "$OUT/err")" >&2; return 1; }
 	local iops reqs
@@ -175,6 +187,7 @@ else
 		local name=$1 round=$2 uri=$3 rw=$4; shift 4
 		local procs=() x timed=(--time_based --runtime="$(awk -v r="$RUNTIME" 'BEGIN { printf "%dms", r * 1000 }')")
 		[ -n "${ONCE:-}" ] && timed=()
+		alive "$@"
 		for x in "$@"; do procs+=("$x:$(cs_of "${x#*:}")"); done
 		"${ON_CLIENT[@]}" python3 -c "$RUSAGE" fio --name=lean --ioengine=nbd --uri="$uri" \
 			--rw="$rw" --bs="$BS" --iodepth="$DEPTH" --size="$TOTAL" "${timed[@]}" --output-format=json \

@@ -12,6 +12,8 @@
 #   make bench                every benchmark, figures on stdout
 #   make figures [QUICK=1]    bench/run-figures.sh, then bench/plot into docs/figures
 #   make install PREFIX=/usr/local DESTDIR=    (make uninstall: the same files)
+#   make static               the programs (not sosd) linked statically, in
+#                             build-static/bin: they run where the libraries are missing
 
 SANITIZE ?=
 BUILD    ?= build$(if $(SANITIZE),-$(SANITIZE))
@@ -35,6 +37,24 @@ SYSTEMD_CFLAGS := $(shell pkg-config --cflags libsystemd 2>/dev/null)
 SYSTEMD_LIBS   := $(shell pkg-config --libs libsystemd 2>/dev/null)
 ifeq ($(SYSTEMD_LIBS)$(filter clean,$(MAKECMDGOALS)),)
   $(error pkg-config finds no libsystemd (peers call sd_notify): tools/install-deps installs libsystemd-dev)
+endif
+
+# STATIC=1 (set by `make static`): every program linked with -static, with
+# the static archives of liburcu and libxxhash (their -dev packages ship
+# them). librados has none: sosd is left out. libsystemd.a is used where it
+# exists; Debian ships none, and then tools/static/no_systemd.c stands in
+# for sd_notify (nothing sent: static peers cannot run as Type=notify units).
+STATIC ?=
+ifeq ($(STATIC),1)
+  LDFLAGS  += -static
+  PKG_LIBS := -Wl,--start-group $(shell pkg-config --static --libs $(PKGS)) -Wl,--end-group
+  SYSTEMD_A := $(wildcard $(shell pkg-config --variable=libdir libsystemd)/libsystemd.a)
+  ifneq ($(SYSTEMD_A),)
+    SYSTEMD_LIBS := $(shell pkg-config --static --libs libsystemd)
+  else
+    SYSTEMD_LIBS :=
+    STATIC_EXTRA_OBJ := $(BUILD)/obj/tools/static/no_systemd.o
+  endif
 endif
 
 OPT      ?= -O2 -g
@@ -80,7 +100,7 @@ LIBPEER_A  := $(BUILD)/lib/libpeer.a
 # Programs that need more than libxseg: LIBS_<name> := ...
 LIBS_sosd := -lrados
 
-.PHONY: all check run install uninstall clean bench figures fuzz
+.PHONY: all check run install uninstall clean bench figures fuzz static
 # Keep test objects: they are intermediates of a pattern rule.
 .SECONDARY:
 all: $(LIBXSEG_A) $(LIBXSEG_SO) $(LIBPEER_A) $(PROGS) $(TEST_PROGS)
@@ -112,7 +132,7 @@ $(LIBPEER_A): $(RUNTIME_OBJ)
 
 # One program per directory; all objects of that directory are linked in.
 define PROG_RULE
-$(BUILD)/bin/$(notdir $(1)): $(call obj,$(wildcard $(1)/*.c)) $(if $(filter bench/%,$(1)),$(BENCH_COMMON_OBJ)) $(LIBPEER_A) $(LIBXSEG_A)
+$(BUILD)/bin/$(notdir $(1)): $(call obj,$(wildcard $(1)/*.c)) $(if $(filter bench/%,$(1)),$(BENCH_COMMON_OBJ)) $(STATIC_EXTRA_OBJ) $(LIBPEER_A) $(LIBXSEG_A)
 	@mkdir -p $$(dir $$@)
 	@$(if $(Q),echo "  LINK  $$@")
 	$(Q)$$(CC) $$(LDFLAGS) -o $$@ $$(filter %.o,$$^) $(LIBPEER_A) $(LIBXSEG_A) $$(LIBS_$(notdir $(1))) $(SYSTEMD_LIBS) $$(LDLIBS)
@@ -156,6 +176,15 @@ fuzz: $(FUZZERS)
 
 run: all
 	BUILD=$(BUILD) tools/run-default.sh
+
+# Statically linked programs for a machine without the libraries (issue 24:
+# the benchmarks elsewhere); `file build-static/bin/*` says "statically linked".
+STATIC_PROGS := $(filter-out sosd,$(notdir $(PROG_DIRS)))
+static:
+	$(MAKE) BUILD=build-static STATIC=1 $(addprefix build-static/bin/,$(STATIC_PROGS))
+	@if [ -z "$$(pkg-config --variable=libdir libsystemd)" ] || \
+	    [ ! -f "$$(pkg-config --variable=libdir libsystemd)/libsystemd.a" ]; then \
+		echo "make static: no libsystemd.a here: sd_notify is a no-op in build-static (tools/static/no_systemd.c)"; fi
 
 bench: all
 	BUILD=$(BUILD) bench/run-benchmarks.sh
@@ -209,6 +238,6 @@ uninstall:
 	rmdir $(addprefix $(DEST)$(INCDIR)/,$(HEADER_DIRS)) 2>/dev/null || true
 
 clean:
-	rm -rf build build-address build-thread
+	rm -rf build build-address build-thread build-static
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -8,7 +8,9 @@
 # against filed alone. The same writes and reads also go through a bare hop
 # (nulld --forward in cached's place, a peer that only passes requests on):
 # the most any peer in front of filed can keep on this machine, printed
-# beside cached's ratios. HOP=0 leaves it out.
+# beside cached's ratios. HOP=0 leaves it out. LIMITED=1 adds the
+# thesis's "cached-limited" row: write-back with room for all the data but
+# --max-objects at half the workload's objects (objects, not bytes, evicted).
 #
 # Every run writes over the same objects, filled once before the first:
 # a write that grows a file costs filed the allocation of new pages, and on
@@ -57,9 +59,9 @@ print(f\"{'$label':14} {d['op']:5} {d['iops']:>9.0f} IOPS  p50 {d['lat_us_p50']:
 print(f\"{'':14} kIOPS per 5%: {s}\")"
 }
 
-start_cached() {   # policy
-	"$BIN/cached" --segment "$SEG" --port 2 --blocker-port 1 --cache-size "$CACHE" \
-		--max-objects 65536 --write-policy "$1" ${THREADS:+--threads "$THREADS"} ${CACHED_OPTS:-} \
+start_cached() {   # policy [cache-size max-objects]
+	"$BIN/cached" --segment "$SEG" --port 2 --blocker-port 1 --cache-size "${2:-$CACHE}" \
+		--max-objects "${3:-65536}" --write-policy "$1" ${THREADS:+--threads "$THREADS"} ${CACHED_OPTS:-} \
 		2> "$OUT/cached.log" & cpid=$!
 	wait_bound 2
 	"$BIN/xseg" plug --segment "$SEG" --port 1 --via 2 >/dev/null
@@ -86,6 +88,7 @@ hop_runs() {   # the same writes and reads through a bare hop
 }
 
 echo "sustained: $TOTAL of $BS random, iodepth $DEPTH, cache $((CACHE >> 20)) MiB (half), cached --threads ${THREADS:-default}"
+[ "${LIMITED:-0}" = 1 ] && echo "cached-limited: cache $((bytes >> 20)) MiB, --max-objects $((bytes / (4 << 20) / 2)) (half the $((bytes / (4 << 20))) objects)"
 "$BIN/xseg" create --segment "$SEG" --ports 16 --requests 2048 --heap 512M >/dev/null || exit 1
 "$BIN/filed" --segment "$SEG" --port 1 --dir "$DATA" --threads 2 & fpid=$!
 wait_bound 1
@@ -97,6 +100,11 @@ run filed-read read 1
 start_cached writeback
 run cached-WB write "$(seed 2)"
 stop_cached
+if [ "${LIMITED:-0}" = 1 ]; then   # a bucket per block, half the objects
+	start_cached writeback "$bytes" "$((bytes / (4 << 20) / 2))"
+	run cached-lim write "$(seed 4)"
+	stop_cached
+fi
 start_cached writethrough
 run cached-WT write "$(seed 3)"
 stop_cached
@@ -109,12 +117,16 @@ import json, sys, os
 def load(n):
     f = os.path.join(sys.argv[1], n + '.json')
     return json.loads(open(f).read().splitlines()[-1]) if os.path.exists(f) else None
-d = {n: load(n) for n in ('filed', 'filed-read', 'hop', 'hop-read', 'cached-WB', 'cached-WT', 'cached-cold')}
+d = {n: load(n) for n in ('filed', 'filed-read', 'hop', 'hop-read', 'cached-WB', 'cached-WT', 'cached-cold', 'cached-lim')}
 def ratio(a, b): return d[a]['iops'] / d[b]['iops']
 print(f"ratios to filed alone: WB writes {ratio('cached-WB','filed'):.2f}x, "
       f"WT writes {ratio('cached-WT','filed'):.2f}x, cold read misses "
       f"{ratio('cached-cold','filed-read'):.2f}x; WB's slowest 5%: "
       f"{min(d['cached-WB']['slice_iops'])/d['filed']['iops']:.2f}x filed's average")
+if d['cached-lim']:
+    print(f"cached-limited (--max-objects at half the workload's objects): WB writes "
+          f"{ratio('cached-lim','filed'):.2f}x filed alone; slowest 5%: "
+          f"{min(d['cached-lim']['slice_iops'])/d['filed']['iops']:.2f}x filed's average")
 if d['hop']:
     print(f"a bare hop (nulld --forward) keeps: writes {ratio('hop','filed'):.2f}x, "
           f"reads {ratio('hop-read','filed-read'):.2f}x; cached against the hop: "

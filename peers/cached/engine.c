@@ -616,6 +616,7 @@ void cache_engine_stats(struct cache_engine *e, struct cache_stats *s)
 	s->misses = STAT_SUM(e, misses);
 	s->partial_hits = STAT_SUM(e, partial_hits);
 	s->parallel_hits = STAT_SUM(e, parallel_hits);
+	s->prefaulted_bytes = bucket_pool_populated(&e->pool);
 	s->read_bytes = STAT_SUM(e, read_bytes);
 	s->write_bytes = STAT_SUM(e, write_bytes);
 	s->blocker_read_bytes = STAT_SUM(e, blocker_read_bytes);

@@ -175,6 +175,7 @@ struct cache_stats {
 	uint64_t read_bytes, write_bytes;       /* from clients */
 	uint64_t blocker_read_bytes, blocker_write_bytes;
 	uint64_t dirty_bytes, cached_bytes, free_bytes;
+	uint64_t prefaulted_bytes;              /* of the cache's memory, faulted in (goes on after start) */
 	uint64_t objects, evictions, flushes, flush_failures, flush_ns_total;
 	uint64_t flush_backoff_ns;              /* the flusher's pause now (0: none) */
 	int flush_error;                        /* of the last failed flush write; 0 after a success */

@@ -152,7 +152,7 @@ for r in $(seq "$ROUNDS"); do
 	wait_bound 6
 	# one write of another object first: the cold reads then time the
 	# misses, not cached's first request (which once waited for the whole
-	# cache to fault in; now only its first 64M, before it binds)
+	# cache to fault in; now only for its first 64M)
 	"$BIN/bench-xseg" --segment "$SEG" --port 10 --target-port 6 --op write --pattern seq --prefix warm \
 		--total-size "$BS" --block-size "$BS" >/dev/null 2>&1 || echo "round $r: the warm-up write failed" >&2
 	ONCE=$COLD_TOTAL

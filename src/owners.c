@@ -10,10 +10,14 @@
 #include "xseg_internal.h"
 
 /* What a dead owner held at `port`, which this process now owns. */
-static void settle_dead_owner(struct xseg *s, uint32_t port)
+/* Returns how many requests the dead owner had popped and not marked
+ * were failed back (xseg_settle_limbo). */
+static uint32_t settle_dead_owner(struct xseg *s, uint32_t port)
 {
 	xseg_reclaim_port_requests(s, port);
+	uint32_t limbo = xseg_settle_limbo(s, port);
 	atomic_store(&s->ports[port].reserved, 0);   /* reclaimed just now */
+	return limbo;
 }
 
 int xseg_bind_range(struct xseg *s, uint32_t first, uint32_t last)
@@ -104,12 +108,12 @@ int xseg_reap_port(struct xseg *s, uint32_t port, int err)
 		return 0;
 	}
 	s->bound[port] = 1;
-	settle_dead_owner(s, port);
+	uint32_t limbo = settle_dead_owner(s, port);
 	/* A dead owner's queue fails (it may have held data the route past
 	 * it lacks: a cache); what slipped into a cleanly left port's queue
 	 * goes on where the route leads now. */
-	uint32_t failed = owner ? xseg_fail_queued_requests(s, port, err)
-				: xseg_pass_on_queued_requests(s, port);
+	uint32_t failed = limbo + (owner ? xseg_fail_queued_requests(s, port, err)
+					 : xseg_pass_on_queued_requests(s, port));
 	xseg_port_ungroup(s, port);
 	xseg_port_release(s, port);
 	atomic_fetch_sub(&p->reaping, 1);

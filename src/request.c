@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "xseg_internal.h"
@@ -227,6 +228,11 @@ struct xseg_request *xseg_request_at(struct xseg *s, uint32_t index)
 	return &s->requests[index];
 }
 
+static inline uint32_t pushing_tag(uint32_t port, uint32_t state)
+{
+	return (port + 1) << 1 | (state == XS_REPLIED);
+}
+
 /*
  * Puts req on `port`'s ring and wakes the port. A push fails only when a
  * peer died half-way through an operation on that ring and left it wedged
@@ -237,15 +243,25 @@ static int deliver(struct xseg *s, struct xseg_request *req, uint32_t port,
 		   struct xseg_ring *ring, _Atomic uint64_t *counter, uint32_t state)
 {
 	uint32_t prev_holder = req->holder, prev_state = load_state(req);
+	/* Marked before the request says it is queued for `port`, cleared once
+	 * it is on the ring: a reaper tells it from one the port's dead owner
+	 * popped (xseg_settle_limbo). The tag names the port and the ring, so
+	 * a late clear cannot clear the mark of the request's next push. */
+	uint32_t tag = pushing_tag(port, state);
+	__atomic_store_n(&req->pushing, tag, __ATOMIC_RELAXED);
 	set_holder(req, port);
 	store_state(req, state);
 	xannotate_happens_before(&xseg_tsan_handoff);
 	if (!xseg_ring_push(ring, req->index)) {
 		set_holder(req, prev_holder);
 		store_state(req, prev_state);
+		__atomic_store_n(&req->pushing, 0, __ATOMIC_RELEASE);
 		return xseg_fail(EIO, "port %u's queue is wedged by a peer that died mid-push",
 				 port);
 	}
+	/* The taker may be done with it already and another push under way. */
+	__atomic_compare_exchange_n(&req->pushing, &tag, 0, false, __ATOMIC_RELEASE,
+				    __ATOMIC_RELAXED);
 	atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
 	xseg_signal_port(s, port);
 	xseg_note_contact(s, port);
@@ -502,6 +518,54 @@ uint32_t xseg_pass_on_queued_requests(struct xseg *s, uint32_t port)
  * (settle_dead_holders) so nobody waits for them forever. Requests queued
  * for the port are left for the new owner.
  */
+/*
+ * take() pops a request off a ring and only then marks it the taker's: an
+ * owner killed in between leaves it in no ring and held by nobody, still
+ * QUEUED (or REPLIED) for `port`, and its issuer waits for ever. Nobody
+ * takes from the port now, so a request that says so, whose push is done
+ * (`pushing` clear: read after the state, which the pusher stores after
+ * marking) and that is not on the port's rings (read after: a done push
+ * stays there until taken) was popped by the dead owner.
+ */
+uint32_t xseg_settle_limbo(struct xseg *s, uint32_t port)
+{
+	xannotate_happens_after(&xseg_tsan_handoff);
+	uint32_t n = 0, failed = 0;
+	uint32_t *found = malloc(s->nr_requests * sizeof(*found));
+	uint8_t *queued = calloc(s->nr_requests, 1);
+	if (!found || !queued)
+		goto out;   /* left as before: lost */
+	for (uint32_t i = 0; i < s->nr_requests; i++) {
+		struct xseg_request *r = &s->requests[i];
+		uint32_t st = load_state(r);
+		if ((st == XS_QUEUED || st == XS_REPLIED) &&
+		    __atomic_load_n(&r->holder, __ATOMIC_ACQUIRE) == port &&
+		    !__atomic_load_n(&r->pushing, __ATOMIC_ACQUIRE))
+			found[n++] = i;
+	}
+	if (!n)
+		goto out;
+	xseg_ring_mark_queued(xseg_req_ring(s, port), queued, s->nr_requests);
+	xseg_ring_mark_queued(xseg_rep_ring(s, port), queued, s->nr_requests);
+	for (uint32_t k = 0; k < n; k++) {
+		struct xseg_request *r = &s->requests[found[k]];
+		if (queued[found[k]])
+			continue;
+		if (load_state(r) == XS_QUEUED) {
+			store_state(r, XS_ACCEPTED);   /* as the dead owner took it */
+			settle_dead_holders(s, r, port);
+			failed++;
+		} else {
+			store_state(r, XS_RECEIVED);
+			settle_stale_reply(s, r, port);
+		}
+	}
+out:
+	free(found);
+	free(queued);
+	return failed;
+}
+
 void xseg_reclaim_port_requests(struct xseg *s, uint32_t port)
 {
 	struct xseg_request *r;

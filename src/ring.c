@@ -113,6 +113,19 @@ bool xseg_ring_nonempty(struct xseg_ring *r)
 	return seq_dif(w, head + 1) == 0;
 }
 
+/* A cell filled for position pos holds seq pos + 1, and cell i serves the
+ * positions i, i + capacity, ...: filled when (seq - 1) & mask is i
+ * (emptied, it holds pos + capacity: seq & mask is i). */
+void xseg_ring_mark_queued(struct xseg_ring *r, uint8_t *queued, uint32_t n)
+{
+	for (uint32_t i = 0; i < r->capacity; i++) {
+		uint64_t w = atomic_load_explicit(&r->cells[i].word, memory_order_acquire);
+		uint32_t value = (uint32_t)(w & VALUE_MASK);
+		if ((((w >> VALUE_BITS) - 1) & r->mask) == i && value < n)
+			queued[value] = 1;
+	}
+}
+
 uint32_t xseg_ring_count(struct xseg_ring *r)
 {
 	uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);

@@ -50,6 +50,10 @@ void xseg_ring_init(struct xseg_ring *r, uint32_t capacity);
 bool xseg_ring_push(struct xseg_ring *r, uint32_t value);
 bool xseg_ring_pop(struct xseg_ring *r, uint32_t *value);
 uint32_t xseg_ring_count(struct xseg_ring *r);
+/* Sets queued[v] for every value v that fills a cell of the ring (v below
+ * n), whatever head and tail say. Exact only while nobody pops; a value
+ * pushed meanwhile may or may not be seen. */
+void xseg_ring_mark_queued(struct xseg_ring *r, uint8_t *queued, uint32_t n);
 /* Also true for a value whose producer died before it moved tail on. */
 bool xseg_ring_nonempty(struct xseg_ring *r);
 
@@ -236,6 +240,12 @@ uint32_t xseg_fail_queued_requests(struct xseg *s, uint32_t port, int err);
  * cache was unplugged); the rest fail back EHOSTDOWN. Returns how many
  * failed. */
 uint32_t xseg_pass_on_queued_requests(struct xseg *s, uint32_t port);
+/* What the dead owner of `port` popped off its queues and died before
+ * marking its own (take: pop, then mark): settled as if it had (a request
+ * failed back EPIPE, a reply as received). Only while nobody takes from
+ * the port's queues (a reap or a takeover, before the new owner serves).
+ * Returns how many requests failed back. */
+uint32_t xseg_settle_limbo(struct xseg *s, uint32_t port);
 /* Requests held by a dead port's owner: fail them back or free them. */
 void xseg_reclaim_port_requests(struct xseg *s, uint32_t port);
 /* Remembers that this handle sent or replied to `port` (for reaping). */

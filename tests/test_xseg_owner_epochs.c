@@ -8,11 +8,15 @@
  */
 #include <check.h>
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "support/xseg_test_util.h"
+#include "../src/xseg_internal.h"   /* a ring popped by hand: a taker killed mid-take */
 
 #define NREQS 16
 
@@ -231,6 +235,204 @@ START_TEST(left_hop_passes_on_only_when_unplugged)
 }
 END_TEST
 
+/*
+ * A child binds `port`, tells the parent, waits for its go, pops `pops`
+ * entries off its request ring (reply ring: `replies`) by hand, as take()
+ * does before it marks them, and exits: killed between the two.
+ */
+struct limbo_child { int up[2], go[2]; pid_t pid; };
+
+static void limbo_child_start(struct limbo_child *c, uint32_t port, int pops, bool replies,
+			      uint32_t issue_to)
+{
+	ck_assert_int_eq(pipe(c->up), 0);
+	ck_assert_int_eq(pipe(c->go), 0);
+	c->pid = xt_fork(20);
+	if (c->pid == 0) {
+		struct xseg *seg;
+		uint32_t idx;
+		char ch;
+		XT_CHILD_CHECK(xseg_join(xt_name, &seg) == 0, 2, "%s", xseg_last_error());
+		XT_CHILD_CHECK(xseg_bind_port(seg, port) == 0, 3, "%s", xseg_last_error());
+		if (issue_to != XSEG_NO_PORT) {
+			struct xseg_request *r = xseg_get_request(seg, port);
+			XT_CHILD_CHECK(r && xseg_prep_target(seg, r, "object", 4096) == 0, 7, "get");
+			XT_CHILD_CHECK(xseg_submit(seg, r, port, issue_to) >= 0, 8, "submit");
+		}
+		XT_CHILD_CHECK(write(c->up[1], "b", 1) == 1, 4, "write");
+		XT_CHILD_CHECK(read(c->go[0], &ch, 1) == 1, 5, "read");
+		struct xseg_ring *ring = replies ? xseg_rep_ring(seg, port) : xseg_req_ring(seg, port);
+		for (int i = 0; i < pops; i++)
+			XT_CHILD_CHECK(xseg_ring_pop(ring, &idx), 6, "nothing queued");
+		_exit(0);
+	}
+	char ch;
+	ck_assert_int_eq(read(c->up[0], &ch, 1), 1);
+}
+
+static void limbo_child_die(struct limbo_child *c)
+{
+	ck_assert_int_eq(write(c->go[1], "g", 1), 1);
+	xt_expect_child_ok(c->pid, 10000, "taker");
+	for (int i = 0; i < 2; i++) {
+		close(c->up[i]);
+		close(c->go[i]);
+	}
+}
+
+static void expect_failed_back(uint32_t port, struct xseg_request *r, int err)
+{
+	struct xseg_request *back = NULL;
+	ck_assert_int_eq(xseg_receive(xt_seg, port, &back, 1), 1);
+	ck_assert_ptr_eq(back, r);
+	ck_assert_int_eq(back->result, XR_FAILED);
+	ck_assert_int_eq(back->error, err);
+	ck_assert_int_eq(xseg_put_request(xt_seg, back), 0);
+}
+
+/* A server (6) killed after it popped a request off its queue and before
+ * it marked it its own (libxseg's take: pop, then mark): the request is in
+ * no queue and held by nobody. The reap finds it and fails it back, and
+ * the one still queued behind it too; before, the client waited for ever
+ * (a synapsed SIGKILLed under load left cached's mirrored writes so, 1
+ * link cut in ~15). */
+START_TEST(request_popped_by_a_dying_owner_fails_back_at_the_reap)
+{
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 1), 0);
+	struct limbo_child c;
+	limbo_child_start(&c, 6, 1, false, XSEG_NO_PORT);
+	struct xseg_request *popped = issue(1, 6), *queued = issue(1, 6);
+	limbo_child_die(&c);
+	ck_assert_int_eq(xseg_reap_port(xt_seg, 6, EHOSTDOWN), 3);   /* reaped, 2 failed */
+	expect_failed_back(1, popped, EPIPE);
+	expect_failed_back(1, queued, EHOSTDOWN);
+	assert_pool_whole();
+}
+END_TEST
+
+/* The same owner death found by a new owner binding the port: the popped
+ * request fails back, the one still queued stays for the new owner. */
+START_TEST(request_popped_by_a_dying_owner_fails_back_at_a_takeover)
+{
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 1), 0);
+	struct limbo_child c;
+	limbo_child_start(&c, 6, 1, false, XSEG_NO_PORT);
+	struct xseg_request *popped = issue(1, 6), *queued = issue(1, 6);
+	limbo_child_die(&c);
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 6), 0);   /* takes the dead owner's port over */
+	expect_failed_back(1, popped, EPIPE);
+	ck_assert_ptr_eq(accept_one(6), queued);
+	queued->result = XR_SERVED;
+	ck_assert_int_ge(xseg_respond(xt_seg, queued, 6), 0);
+	struct xseg_request *back = NULL;
+	ck_assert_int_eq(xseg_receive(xt_seg, 1, &back, 1), 1);
+	ck_assert_ptr_eq(back, queued);
+	ck_assert_int_eq(back->result, XR_SERVED);
+	ck_assert_int_eq(xseg_put_request(xt_seg, back), 0);
+	assert_pool_whole();
+}
+END_TEST
+
+/* A client (6) killed after it popped the reply to its own request and
+ * before it marked it: the request goes back to the pool at the reap. */
+START_TEST(reply_popped_by_a_dying_owner_goes_back_to_the_pool)
+{
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 2), 0);
+	struct limbo_child c;
+	limbo_child_start(&c, 6, 1, true, 2);
+	struct xseg_request *r = accept_one(2);
+	r->result = XR_SERVED;
+	ck_assert_int_ge(xseg_respond(xt_seg, r, 2), 0);   /* on 6's reply queue */
+	limbo_child_die(&c);
+	ck_assert_int_ge(xseg_reap_port(xt_seg, 6, EHOSTDOWN), 1);
+	assert_pool_whole();
+}
+END_TEST
+
+/* A request marked QUEUED for the dead port but not on its queue because
+ * its push is still under way (`pushing` set: the pusher stores the state
+ * before the ring takes it) is its pusher's, not the dead owner's: the
+ * reap leaves it. Made by hand: a request submitted, popped, re-marked as
+ * a pusher has it between the two steps. */
+START_TEST(request_whose_push_is_under_way_is_left_to_its_pusher)
+{
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 1), 0);
+	struct limbo_child c;
+	limbo_child_start(&c, 6, 0, false, XSEG_NO_PORT);
+	struct xseg_request *r = issue(1, 6);
+	uint32_t idx;
+	ck_assert(xseg_ring_pop(xseg_req_ring(xt_seg, 6), &idx));
+	ck_assert_uint_eq(idx, r->index);
+	__atomic_store_n(&r->pushing, (6u + 1) << 1, __ATOMIC_RELEASE);
+	limbo_child_die(&c);
+	ck_assert_int_eq(xseg_reap_port(xt_seg, 6, EHOSTDOWN), 1);   /* reaped, none failed */
+	struct xseg_request *back = NULL;
+	ck_assert_int_eq(xseg_receive(xt_seg, 1, &back, 1), 0);
+	ck_assert_uint_eq(r->state, XS_QUEUED);
+	/* the push ends: on the (now unbound) port's queue, passed back by a reap */
+	ck_assert(xseg_ring_push(xseg_req_ring(xt_seg, 6), r->index));
+	__atomic_store_n(&r->pushing, 0, __ATOMIC_RELEASE);
+	ck_assert_int_eq(xseg_reap_port(xt_seg, 6, EHOSTDOWN), 2);
+	expect_failed_back(1, r, EHOSTDOWN);
+	assert_pool_whole();
+}
+END_TEST
+
+/* Submits to port 6 until a submit fails (the reap unbound it), never
+ * emptying the pool (an empty pool would reap 6 itself). */
+static _Atomic int submitted_to_6;
+
+static void *submit_to_6(void *arg)
+{
+	(void)arg;
+	while (atomic_load(&submitted_to_6) < NREQS - 2) {
+		struct xseg_request *r = xseg_get_request(xt_seg, 1);
+		if (!r)
+			return NULL;   /* the pool is out on 6's queue, or back unread */
+		if (xseg_prep_target(xt_seg, r, "object", 512) != 0 ||
+		    xseg_submit(xt_seg, r, 1, 6) < 0) {
+			xseg_put_request(xt_seg, r);
+			return NULL;
+		}
+		atomic_fetch_add(&submitted_to_6, 1);
+	}
+	return NULL;
+}
+
+/* A reap (and its limbo scan) beside a thread that keeps submitting to the
+ * dead port: every request comes back once, none while its push is under
+ * way (an earlier try failed back a request pushed during its scan that
+ * then stayed queued: answered twice). */
+START_TEST(reap_beside_submits_answers_each_request_once)
+{
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 1), 0);
+	for (int round = 0; round < 40; round++) {
+		struct limbo_child c;
+		limbo_child_start(&c, 6, 0, false, XSEG_NO_PORT);
+		limbo_child_die(&c);
+		atomic_store(&submitted_to_6, 0);
+		pthread_t t;
+		pthread_create(&t, NULL, submit_to_6, NULL);
+		while (atomic_load(&submitted_to_6) < round % 8)
+			sched_yield();
+		ck_assert_int_ge(xseg_reap_port(xt_seg, 6, EHOSTDOWN), 1);
+		pthread_join(t, NULL);
+		int n = atomic_load(&submitted_to_6), got = 0;
+		struct xseg_request *back[NREQS];
+		int k;
+		while ((k = xseg_receive(xt_seg, 1, back, NREQS)) > 0) {
+			for (int i = 0; i < k; i++) {
+				ck_assert_int_eq(back[i]->result, XR_FAILED);
+				ck_assert_int_eq(xseg_put_request(xt_seg, back[i]), 0);
+			}
+			got += k;
+		}
+		ck_assert_int_eq(got, n);
+		assert_pool_whole();
+	}
+}
+END_TEST
+
 static void setup(void)
 {
 	xt_setup_with(8, NREQS, 256 << 10);
@@ -249,6 +451,11 @@ int main(void)
 	tcase_add_test(tc, empty_pool_error_says_who_holds_it);
 	tcase_add_test(tc, server_reaps_the_dead_client_it_answered);
 	tcase_add_test(tc, left_hop_passes_on_only_when_unplugged);
+	tcase_add_test(tc, request_popped_by_a_dying_owner_fails_back_at_the_reap);
+	tcase_add_test(tc, request_popped_by_a_dying_owner_fails_back_at_a_takeover);
+	tcase_add_test(tc, reply_popped_by_a_dying_owner_goes_back_to_the_pool);
+	tcase_add_test(tc, request_whose_push_is_under_way_is_left_to_its_pusher);
+	tcase_add_test(tc, reap_beside_submits_answers_each_request_once);
 	suite_add_tcase(s, tc);
 	return xt_run(s);
 }

@@ -132,7 +132,7 @@ struct xseg_request {
 	struct xseg_path_hop path[XSEG_MAX_PATH];
 
 	uint32_t targetlen;       /* target name length, without the NUL */
-	uint32_t buf_pad;
+	uint32_t pushing;         /* libxseg's: a push onto a queue under way */
 	uint64_t buffer;          /* heap offset of [target\0 ... data] */
 	uint64_t bufferlen;       /* bytes allocated at buffer, 0 = no buffer */
 	uint64_t data_off;        /* offset of data within buffer */

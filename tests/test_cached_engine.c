@@ -1516,6 +1516,22 @@ static void write_done_sends_a_read(struct cache_req *r)
 	sync_done(r);
 }
 
+/* Reads a plain hit until one goes beside the queue: the answer to the
+ * request before it runs inside its job, so the queue may still be busy
+ * for a moment when the next read comes. Returns the reads it took. */
+static int read_until_beside(const char *name, uint64_t off, unsigned char *buf)
+{
+	uint64_t before = stats_now().parallel_hits;
+	for (int n = 1; n <= 100; n++) {
+		ck_assert_int_eq(do_read(name, off, BKT_SIZE, buf), 0);
+		if (stats_now().parallel_hits > before)
+			return n;
+		usleep(1000);
+	}
+	ck_abort_msg("no read of %s+%" PRIu64 " went beside its queue", name, off);
+	return 0;
+}
+
 /* A plain hit is served beside the queue; a bucket a load brought is on
  * probation, and its first hit takes it off on the queue. */
 START_TEST(plain_hits_go_beside_the_queue_first_hits_of_loads_do_not)
@@ -1525,17 +1541,17 @@ START_TEST(plain_hits_go_beside_the_queue_first_hits_of_loads_do_not)
 	fill(w, sizeof(w), 5);
 	blk_put("obj", BKT_SIZE, w, BKT_SIZE);
 	ck_assert_int_eq(do_write("obj", 0, BKT_SIZE, w), 0);
-	ck_assert_int_eq(do_read("obj", 0, BKT_SIZE, r), 0);        /* DIRTY: a plain hit */
+	int reads = read_until_beside("obj", 0, r);                 /* DIRTY: a plain hit */
 	ck_assert(!memcmp(r, w, BKT_SIZE));
 	ck_assert_uint_eq(stats_now().parallel_hits, 1);
 	ck_assert_int_eq(do_read("obj", BKT_SIZE, BKT_SIZE, r), 0); /* a miss: loaded */
-	ck_assert_int_eq(do_read("obj", BKT_SIZE, BKT_SIZE, r), 0); /* off probation, queued */
+	ck_assert_int_eq(do_read("obj", BKT_SIZE, BKT_SIZE, r), 0); /* on probation: queued */
 	ck_assert_uint_eq(stats_now().parallel_hits, 1);
-	ck_assert_int_eq(do_read("obj", BKT_SIZE, BKT_SIZE, r), 0); /* now beside */
+	reads += 2 + read_until_beside("obj", BKT_SIZE, r);         /* off it now */
 	ck_assert(!memcmp(r, w, BKT_SIZE));
 	struct cache_stats st = stats_now();
 	ck_assert_uint_eq(st.parallel_hits, 2);
-	ck_assert_uint_eq(st.hits, 3);
+	ck_assert_uint_eq(st.hits, (uint64_t)reads - 1);
 	ck_assert_uint_eq(st.misses, 1);
 
 	struct sync_req wr = { .r = { .op = X_WRITE, .name = "obj", .offset = 0, .size = BKT_SIZE,
@@ -1548,6 +1564,7 @@ START_TEST(plain_hits_go_beside_the_queue_first_hits_of_loads_do_not)
 	ck_assert_msg(!inner_done_at_submit, "a hit went beside a running job of its object");
 	ck_assert(inner_read.r.served);
 	ck_assert_uint_eq(stats_now().parallel_hits, 2);
+	ck_assert_int_eq(do_flush(), 0);   /* a dirty object stays referenced */
 	teardown();
 }
 END_TEST
@@ -1634,6 +1651,7 @@ START_TEST(readers_of_a_hot_object_see_whole_acknowledged_writes)
 		      hot_failed, hot_reads);
 	ck_assert_uint_gt(st.parallel_hits, 0);
 	ck_assert_uint_gt(st.flushes, 0);   /* reads met write-back too */
+	ck_assert_int_eq(do_flush(), 0);
 	teardown();
 }
 END_TEST

@@ -74,6 +74,9 @@
 /* How often connections are checked against --io-timeout. */
 #define TIMEOUT_SCAN_NS (250ull * 1000 * 1000)
 #define WRITE_IOVS 64
+/* WRITE payload left to read from which it is read into its buffer
+ * directly, not through the input buffer. */
+#define DIRECT_READ_MIN (16u * 1024)
 
 enum source_kind { SRC_LISTENER, SRC_CONN, SRC_WAKE };
 
@@ -889,18 +892,25 @@ static bool parse_input(struct conn *c, const char **why)
 static void conn_readable(struct conn *c)
 {
 	const char *why = NULL;
+	bool emptied = false;
 	for (;;) {
 		if (!parse_input(c, &why))
 			break;
 		pthread_mutex_lock(&c->lock);
 		bool stop = c->paused || c->disc || c->broken;
 		pthread_mutex_unlock(&c->lock);
-		if (stop)
+		/* A short read emptied the socket: another would only say
+		 * EAGAIN, a syscall per wake-up. epoll is level-triggered: it
+		 * reports what comes later. */
+		if (stop || emptied)
 			return;
-		/* A large WRITE payload goes straight into its buffer. */
+		/* A large WRITE payload goes straight into its buffer. The rest
+		 * of a small one is read with what follows it: a read of just
+		 * its bytes cost a recv per command at 4K. */
 		uint8_t *dst = c->in + c->in_len;
 		size_t room = sizeof(c->in) - c->in_len;
-		bool direct = c->filling && !c->in_len;
+		bool direct = c->filling && !c->in_len &&
+			      c->filling->req.length - c->filled >= DIRECT_READ_MIN;
 		if (direct) {
 			dst = c->filling->payload + c->filled;
 			room = c->filling->req.length - c->filled;
@@ -920,6 +930,7 @@ static void conn_readable(struct conn *c)
 			break;
 		}
 		c->last_rx_ns = xseg_now_ns();
+		emptied = (size_t)r < room;
 		if (direct) {
 			c->filled += (uint32_t)r;
 			if (c->filled == c->filling->req.length) {

@@ -7,6 +7,14 @@
  * zeros, so both read back as zeros whatever is behind vlmcd. FLUSH is one
  * X_FLUSH of the volume: vlmcd's barrier covers every write it has
  * acknowledged, from any connection. FUA sets XF_FUA on every chunk.
+ *
+ * A small command (at most DIRECT_MAX bytes, one chunk) is sent by the
+ * socket thread itself (peer_send_any): handing it to a worker cost a
+ * wake-up and a thread switch per command, more than the copy. Larger ones,
+ * and retries after an empty pool, go to the workers (peer_post). Replies
+ * come back on a worker, which queues them on the connection; they are
+ * written after its round of replies, one write for all of them
+ * (conn_send_batched).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -20,6 +28,8 @@
 #define CHUNKS_IN_FLIGHT 8u
 /* How long a command waits for the request pool or heap before failing. */
 #define RETRY_LIMIT_NS (10ull * 1000 * 1000 * 1000)
+/* Largest command the socket thread sends itself. */
+#define DIRECT_MAX (64u << 10)
 
 static struct cmd *cmd_of(struct peer_work *w)
 {
@@ -69,8 +79,9 @@ void cmd_free(struct cmd *cmd)
 	free(cmd);
 }
 
-/* Answers the client and lets go of the command. */
-static void finish(struct cmd *cmd)
+/* Answers the client and lets go of the command. t: the worker it runs
+ * on; NULL on the socket thread. */
+static void finish(struct peer_thread *t, struct cmd *cmd)
 {
 	uint32_t err = nbd_error_from_errno(cmd->error);
 	struct out_buf *ob = cmd->reply;
@@ -88,7 +99,10 @@ static void finish(struct cmd *cmd)
 		       cmd->req.length, cmd->error, cmd->stats_ns);
 	cmd->reply = NULL;
 	cmd_free(cmd);
-	conn_send(c, ob);
+	if (t)
+		conn_send_batched(c, ob, t);
+	else
+		conn_send(c, ob);
 	conn_put(c);
 }
 
@@ -98,8 +112,8 @@ static uint64_t span(const struct cmd *cmd)
 	return cmd->req.type == NBD_CMD_FLUSH ? 1 : cmd->req.length;
 }
 
-static void issue(struct peer_thread *t, struct cmd *cmd);
-static void drop_hold(struct peer_thread *t, struct cmd *cmd, int err);
+static void issue(struct peer *p, struct cmd *cmd);
+static void drop_hold(struct peer *p, struct peer_thread *t, struct cmd *cmd, int err);
 
 static void retry_issue(struct peer_thread *t, struct peer_work *w)
 {
@@ -107,16 +121,17 @@ static void retry_issue(struct peer_thread *t, struct peer_work *w)
 	pthread_mutex_lock(&cmd->lock);
 	cmd->holds++;
 	pthread_mutex_unlock(&cmd->lock);
-	issue(t, cmd);
-	drop_hold(t, cmd, 0);
+	issue(peer_of(t), cmd);
+	drop_hold(peer_of(t), t, cmd, 0);
 }
 
 /*
  * Drops a hold (a chunk out, or a thread issuing), noting err. Whoever drops
  * the last one answers the command, or, when the pool or heap ran dry with
- * chunks still to send, retries later: nobody else would.
+ * chunks still to send, retries later: nobody else would. t: the worker;
+ * NULL on the socket thread, whose retry goes to the workers.
  */
-static void drop_hold(struct peer_thread *t, struct cmd *cmd, int err)
+static void drop_hold(struct peer *p, struct peer_thread *t, struct cmd *cmd, int err)
 {
 	bool last = false;
 	pthread_mutex_lock(&cmd->lock);
@@ -126,12 +141,14 @@ static void drop_hold(struct peer_thread *t, struct cmd *cmd, int err)
 	if (!cmd->holds && !cmd->finished) {
 		if (cmd->error || cmd->issued == span(cmd))
 			last = cmd->finished = true;
-		else
+		else if (t)
 			peer_defer(t, &cmd->work, retry_issue);
+		else
+			peer_post(p, &cmd->work, retry_issue);
 	}
 	pthread_mutex_unlock(&cmd->lock);
 	if (last)
-		finish(cmd);
+		finish(t, cmd);
 }
 
 static void note_error(struct cmd *cmd, int err)
@@ -158,8 +175,8 @@ static void chunk_done(struct peer_thread *t, struct xseg_request *r, void *arg)
 	if (err)
 		note_error(cmd, err);
 	else
-		issue(t, cmd);   /* this chunk's hold keeps the command alive */
-	drop_hold(t, cmd, 0);
+		issue(peer_of(t), cmd);   /* this chunk's hold keeps the command alive */
+	drop_hold(peer_of(t), t, cmd, 0);
 }
 
 static uint32_t xseg_op_of(uint16_t type)
@@ -172,10 +189,10 @@ static uint32_t xseg_op_of(uint16_t type)
 }
 
 /* Sends chunks until CHUNKS_IN_FLIGHT are out or none is left. The caller
- * holds the command. */
-static void issue(struct peer_thread *t, struct cmd *cmd)
+ * holds the command. Any thread (the _any calls). */
+static void issue(struct peer *p, struct cmd *cmd)
 {
-	struct xseg *seg = peer_segment(peer_of(t));
+	struct xseg *seg = peer_segment(p);
 	bool is_flush = cmd->req.type == NBD_CMD_FLUSH;
 	uint64_t cap = is_flush ? 0 : cmd->req.length < nbdd_cfg.chunk_size ?
 		       cmd->req.length : nbdd_cfg.chunk_size;
@@ -187,7 +204,7 @@ static void issue(struct peer_thread *t, struct cmd *cmd)
 		pthread_mutex_unlock(&cmd->lock);
 		if (!more)
 			return;
-		struct xseg_request *r = peer_get_request(t, cmd->exp->name, cap);
+		struct xseg_request *r = peer_get_request_any(p, cmd->exp->name, cap);
 		if (!r) {
 			/* An empty pool or heap is retried by the last hold. */
 			int err = errno;
@@ -213,7 +230,7 @@ static void issue(struct peer_thread *t, struct cmd *cmd)
 		}
 		pthread_mutex_unlock(&cmd->lock);
 		if (!claimed) {
-			peer_put_request(t, r);
+			peer_put_request_any(p, r);
 			return;
 		}
 		r->op = xseg_op_of(cmd->req.type);
@@ -224,31 +241,43 @@ static void issue(struct peer_thread *t, struct cmd *cmd)
 			memcpy(xseg_get_data(seg, r), cmd->payload + start, len);
 		else if (r->op == X_WRITE)
 			memset(xseg_get_data(seg, r), 0, len);
-		int rc = peer_send(t, r, (uint32_t)nbdd_cfg.target_port, chunk_done, cmd);
+		int rc = peer_send_any(p, r, (uint32_t)nbdd_cfg.target_port, chunk_done, cmd);
 		if (rc < 0) {
 			peer_warn("export %s: cannot send to target port %" PRIu64 ": %s",
 				  cmd->exp->name, nbdd_cfg.target_port, xseg_last_error());
-			peer_put_request(t, r);
-			drop_hold(t, cmd, rc == -ENOENT ? EHOSTUNREACH : -rc);
+			peer_put_request_any(p, r);
+			/* Not the last hold: the caller's issuing hold remains. */
+			note_error(cmd, rc == -ENOENT ? EHOSTUNREACH : -rc);
+			pthread_mutex_lock(&cmd->lock);
+			cmd->holds--;
+			pthread_mutex_unlock(&cmd->lock);
 			return;
 		}
 	}
 }
 
-static void start(struct peer_thread *t, struct peer_work *w)
+/* Issues cmd under the caller's hold, then drops it. t: as drop_hold. */
+static void start_on(struct peer *p, struct peer_thread *t, struct cmd *cmd)
 {
-	struct cmd *cmd = cmd_of(w);
 	pthread_mutex_lock(&cmd->lock);
 	cmd->deadline_ns = xseg_now_ns() + RETRY_LIMIT_NS;
 	cmd->holds++;   /* the issuer's hold */
 	pthread_mutex_unlock(&cmd->lock);
-	issue(t, cmd);
-	drop_hold(t, cmd, 0);
+	issue(p, cmd);
+	drop_hold(p, t, cmd, 0);
+}
+
+static void start(struct peer_thread *t, struct peer_work *w)
+{
+	start_on(peer_of(t), t, cmd_of(w));
 }
 
 void cmd_post(struct peer *p, struct cmd *cmd)
 {
 	/* NBD commands are what nbdd serves: the runtime's figures count them */
 	cmd->stats_ns = peer_stats_begin();
-	peer_post(p, &cmd->work, start);
+	if (cmd->req.length <= DIRECT_MAX)
+		start_on(p, NULL, cmd);
+	else
+		peer_post(p, &cmd->work, start);
 }

@@ -12,9 +12,11 @@
  * target.c. Each calls the ones below by name; server.c calls up only
  * through the struct server_ops nbdd.c gives server_open.
  *
- * Threads: one socket thread owns every connection's input side; commands
- * go to the runtime's workers with peer_post; a worker queues the reply on
- * its connection and writes as much as the socket takes at once (under the
+ * Threads: one socket thread owns every connection's input side; it sends
+ * a small command's request to the target itself, a larger one goes to the
+ * runtime's workers with peer_post; the worker that takes the reply queues
+ * it on its connection, and after that round of replies writes all it
+ * queued there in one go, as much as the socket takes (under the
  * connection's lock); the socket thread writes the rest when the socket is
  * writable again.
  */
@@ -80,6 +82,9 @@ struct conn;
 /* Queues `ob` (or frees it when the connection is gone) and writes what the
  * socket takes now. Any thread. */
 void conn_send(struct conn *c, struct out_buf *ob);
+/* Queues `ob` and writes it after worker t's round of replies (peer_defer),
+ * with whatever else that round queued on c: one write for them all. */
+void conn_send_batched(struct conn *c, struct out_buf *ob, struct peer_thread *t);
 void conn_get(struct conn *c);
 void conn_put(struct conn *c);
 

@@ -2,8 +2,9 @@
  * The socket thread: accepts connections on TCP and Unix listeners, runs
  * each connection's handshake and reads its requests, all with one epoll
  * loop over non-blocking sockets. A complete request becomes a struct cmd
- * posted to the workers (cmd.c); replies come back through conn_send(),
- * which any thread may call.
+ * handed to cmd.c (cmd_post: sent from here, or posted to the workers);
+ * replies come back through conn_send(), which any thread may call, or
+ * conn_send_batched() on a worker.
  *
  * A connection is freed when its last reference goes: the socket thread
  * holds one while the socket is open, every command one until its reply is
@@ -41,6 +42,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +74,9 @@
 /* How often connections are checked against --io-timeout. */
 #define TIMEOUT_SCAN_NS (250ull * 1000 * 1000)
 #define WRITE_IOVS 64
+/* WRITE payload left to read from which it is read into its buffer
+ * directly, not through the input buffer. */
+#define DIRECT_READ_MIN (16u * 1024)
 
 enum source_kind { SRC_LISTENER, SRC_CONN, SRC_WAKE };
 
@@ -111,7 +116,9 @@ struct conn {
 	uint64_t tx_wait_ns;        /* want_out: the socket last took bytes then */
 	uint64_t inflight, inflight_bytes;   /* inflight_bytes: also in S.held_total */
 	uint64_t bytes_limit;       /* inflight_bytes that pause reading: per phase */
+	bool flush_pending;         /* flush_work is deferred on a worker */
 	struct conn *next_kick;
+	struct peer_work flush_work;   /* conn_send_batched's write */
 };
 
 struct listener {
@@ -321,6 +328,46 @@ void conn_send(struct conn *c, struct out_buf *ob)
 		flush_locked(c);
 	}
 	pthread_mutex_unlock(&c->lock);
+}
+
+static void deferred_flush(struct peer_thread *t, struct peer_work *w)
+{
+	(void)t;
+	struct conn *c = (struct conn *)((char *)w - offsetof(struct conn, flush_work));
+	pthread_mutex_lock(&c->lock);
+	c->flush_pending = false;
+	flush_locked(c);
+	pthread_mutex_unlock(&c->lock);
+	conn_put(c);   /* held while deferred */
+}
+
+/*
+ * A reply per sendmsg woke the client once per reply (fio's kernel time was
+ * mostly that wake-up). Replies a worker takes in one round are written
+ * together once the round is over: the runtime runs deferred work right
+ * after it. Only one write is pending per connection; replies other workers
+ * queue meanwhile go with it. (A reply finished by deferred work itself, a
+ * retry after an empty pool, waits for the worker's next round: up to about
+ * a millisecond when nothing else comes.)
+ */
+void conn_send_batched(struct conn *c, struct out_buf *ob, struct peer_thread *t)
+{
+	bool schedule = false;
+	pthread_mutex_lock(&c->lock);
+	if (c->dead) {
+		release_locked(c, ob);
+	} else {
+		ob->next = NULL;
+		*c->out_tail = ob;
+		c->out_tail = &ob->next;
+		schedule = !c->flush_pending;
+		c->flush_pending = true;
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (schedule) {
+		conn_get(c);
+		peer_defer(t, &c->flush_work, deferred_flush);
+	}
 }
 
 void conn_get(struct conn *c)
@@ -845,18 +892,25 @@ static bool parse_input(struct conn *c, const char **why)
 static void conn_readable(struct conn *c)
 {
 	const char *why = NULL;
+	bool emptied = false;
 	for (;;) {
 		if (!parse_input(c, &why))
 			break;
 		pthread_mutex_lock(&c->lock);
 		bool stop = c->paused || c->disc || c->broken;
 		pthread_mutex_unlock(&c->lock);
-		if (stop)
+		/* A short read emptied the socket: another would only say
+		 * EAGAIN, a syscall per wake-up. epoll is level-triggered: it
+		 * reports what comes later. */
+		if (stop || emptied)
 			return;
-		/* A large WRITE payload goes straight into its buffer. */
+		/* A large WRITE payload goes straight into its buffer. The rest
+		 * of a small one is read with what follows it: a read of just
+		 * its bytes cost a recv per command at 4K. */
 		uint8_t *dst = c->in + c->in_len;
 		size_t room = sizeof(c->in) - c->in_len;
-		bool direct = c->filling && !c->in_len;
+		bool direct = c->filling && !c->in_len &&
+			      c->filling->req.length - c->filled >= DIRECT_READ_MIN;
 		if (direct) {
 			dst = c->filling->payload + c->filled;
 			room = c->filling->req.length - c->filled;
@@ -876,6 +930,7 @@ static void conn_readable(struct conn *c)
 			break;
 		}
 		c->last_rx_ns = xseg_now_ns();
+		emptied = (size_t)r < room;
 		if (direct) {
 			c->filled += (uint32_t)r;
 			if (c->filled == c->filling->req.length) {

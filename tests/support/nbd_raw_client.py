@@ -350,6 +350,44 @@ def out_of_order(s):
     request(s, DISC, 4000, 0, 0)
 
 
+def batched_replies(s):
+    """Many small commands in one send: nbdd writes the replies a worker
+    takes in one round with one write. Each must arrive whole (a header,
+    then its READ's data, never another's bytes in between), once."""
+    handshake(s, b"vol")
+    n, size = 96, 4096
+    def pattern(i):
+        return bytes([i & 0xff, 0xa5]) * (size // 2)
+    s.sendall(b"".join(struct.pack(">IHHQQI", REQ_MAGIC, 0, WRITE, 7000 + i,
+                                   (8 << 20) + i * size, size) + pattern(i)
+                       for i in range(n)))
+    seen = set()
+    for _ in range(n):
+        error, cookie = reply(s)
+        if error or cookie in seen or not 7000 <= cookie < 7000 + n:
+            fail("batched write: error %d, cookie %d" % (error, cookie))
+        seen.add(cookie)
+    # reads mixed with zero-length ones: replies with and without data
+    reqs = []
+    for i in range(n):
+        reqs.append(struct.pack(">IHHQQI", REQ_MAGIC, 0, READ, 8000 + i,
+                                (8 << 20) + i * size, size))
+        if i % 8 == 0:
+            reqs.append(struct.pack(">IHHQQI", REQ_MAGIC, 0, FLUSH, 9000 + i, 0, 0))
+    s.sendall(b"".join(reqs))
+    seen = set()
+    for _ in range(len(reqs)):
+        error, cookie = reply(s)
+        if error or cookie in seen:
+            fail("batched read: error %d, cookie %d" % (error, cookie))
+        seen.add(cookie)
+        if 8000 <= cookie < 8000 + n and recv_exact(s, size) != pattern(cookie - 8000):
+            fail("batched read %d: wrong data (replies interleaved?)" % cookie)
+    if len(seen) != len(reqs):
+        fail("batched read: replies lost")
+    request(s, DISC, 1, 0, 0)
+
+
 def leave_in_flight(s):
     handshake(s, b"vol")
     for i in range(32):
@@ -632,6 +670,7 @@ def main():
         "bad-request-magic": bad_request_magic,
         "errors": errors,
         "out-of-order": out_of_order,
+        "batched-replies": batched_replies,
         "leave-in-flight": leave_in_flight,
         "flow-control": flow_control,
         "leave-paused": lambda s: flow_control(s, leave=True),

@@ -128,11 +128,13 @@ struct xseg_request {
 	uint32_t src_port;        /* the port that got the request */
 	uint32_t dst_port;        /* the port it was last addressed to */
 	uint32_t holder;          /* port responsible for it now */
+	uint32_t pushing;         /* libxseg's: a push onto a queue under way
+				   * (beside state and holder: one line) */
 	uint32_t path_len;        /* ports the reply must travel back through */
 	struct xseg_path_hop path[XSEG_MAX_PATH];
 
 	uint32_t targetlen;       /* target name length, without the NUL */
-	uint32_t pushing;         /* libxseg's: a push onto a queue under way */
+	uint32_t buf_pad;
 	uint64_t buffer;          /* heap offset of [target\0 ... data] */
 	uint64_t bufferlen;       /* bytes allocated at buffer, 0 = no buffer */
 	uint64_t data_off;        /* offset of data within buffer */

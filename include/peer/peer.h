@@ -137,6 +137,12 @@ struct peer_ops {
 	 * by one instead of waiting forever. A client-only peer leaves it. */
 	bool reserve_requests;
 
+	/* After the options (and after --daemon has forked), before the
+	 * segment is joined and the ports bound: slow set-up that must not
+	 * keep requests waiting on a bound port (cached faults its cache's
+	 * memory in). No segment yet. Non-zero: exit 1 (the peer logs why).
+	 * Optional. */
+	int (*prepare)(struct peer *p);
 	/* After the segment is joined and the ports bound (and after --daemon
 	 * has forked), before the workers start. Non-zero: exit 1; 2 after one
 	 * line on stderr naming an argument only the segment shows wrong (a

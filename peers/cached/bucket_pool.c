@@ -12,81 +12,76 @@
 #define MADV_POPULATE_WRITE 23   /* Linux 5.14 */
 #endif
 
-/* Faulted in at once; the rest on a thread of its own while the cache
- * serves (a 4G pool took 4.8 s, a first request waited for all of it). */
-#define POPULATE_FIRST (64ull << 20)
-#define POPULATE_CHUNK (64ull << 20)
-
-/* The rest of the pool, a chunk at a time from the top down (the low
- * slots go out first: workers fault those in themselves, and the two meet
- * once). MADV_POPULATE_WRITE faults pages in without writing them, so
- * buckets already in use keep their bytes. */
-static void *populate_rest(void *arg)
-{
-	struct bucket_pool *p = arg;
-	uint64_t bottom = atomic_load(&p->populated), top = p->map_bytes - HUGE_PAGE;
-	while (top > bottom && !atomic_load(&p->populate_stop)) {
-		uint64_t n = top - bottom < POPULATE_CHUNK ? top - bottom : POPULATE_CHUNK;
-		if (madvise(p->data + top - n, n, MADV_POPULATE_WRITE) < 0)
-			break;   /* no memory now: pages fault in when first used */
-		top -= n;
-		atomic_fetch_add(&p->populated, n);
-	}
-	return NULL;
-}
-
 /*
- * Maps the pool 2 MiB aligned, asks for huge pages and pre-faults it for
- * writing, so that a cold cache is as fast as a warm one: the first
- * POPULATE_FIRST bytes before it returns (the low slots go out first),
- * the rest on a thread (populate_rest). MAP_POPULATE would fault the pages in before the
- * madvise could ask for huge ones.
+ * Maps `bytes` 2 MiB aligned, asks for huge pages and pre-faults them for
+ * writing, so that a cold cache is as fast as a warm one. MAP_POPULATE
+ * would fault the pages in before the madvise could ask for huge ones.
  */
-static int map_pool(struct bucket_pool *p)
+int bucket_map_create(struct bucket_map *m, uint64_t bytes)
 {
-	uint64_t len = (p->bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
-	p->map_bytes = len + HUGE_PAGE;   /* room to align the start */
-	p->map = mmap(NULL, p->map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+	memset(m, 0, sizeof(*m));
+	if (!bytes)
+		return -EINVAL;
+	uint64_t len = (bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+	m->map_bytes = len + HUGE_PAGE;   /* room to align the start */
+	m->map = mmap(NULL, m->map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
 		      -1, 0);
-	if (p->map == MAP_FAILED) {
-		p->map = NULL;
-		return -1;
+	if (m->map == MAP_FAILED) {
+		m->map = NULL;
+		return -ENOMEM;
 	}
-	uintptr_t start = ((uintptr_t)p->map + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1);
-	p->data = (unsigned char *)start;
-	(void)madvise(p->data, len, MADV_HUGEPAGE);   /* a hint: 4K pages still work */
-	uint64_t first = len < POPULATE_FIRST ? len : POPULATE_FIRST;
-	if (madvise(p->data, first, MADV_POPULATE_WRITE) < 0) {
-		/* An older kernel: write each page once ourselves, all of them
-		 * now (a write beside a worker's would lose its bytes). */
+	uintptr_t start = ((uintptr_t)m->map + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1);
+	m->data = (unsigned char *)start;
+	m->bytes = bytes;
+	(void)madvise(m->data, len, MADV_HUGEPAGE);   /* a hint: 4K pages still work */
+	if (madvise(m->data, len, MADV_POPULATE_WRITE) < 0) {
+		if (errno != EINVAL) {   /* no memory for it: say so, not OOM later */
+			int err = errno;
+			bucket_map_destroy(m);
+			return -err;
+		}
+		/* An older kernel: write each page once ourselves. */
 		for (uint64_t off = 0; off < len; off += 4096)
-			((volatile unsigned char *)p->data)[off] = 0;
-		atomic_store(&p->populated, len);
-		return 0;
+			((volatile unsigned char *)m->data)[off] = 0;
 	}
-	atomic_store(&p->populated, first);
-	if (first < len && pthread_create(&p->populator, NULL, populate_rest, p) == 0)
-		p->populating = true;
 	return 0;
 }
 
-uint64_t bucket_pool_populated(struct bucket_pool *p)
+void bucket_map_destroy(struct bucket_map *m)
 {
-	uint64_t n = p->map ? atomic_load(&p->populated) : p->bytes;
-	return n < p->bytes ? n : p->bytes;   /* the mapping is whole huge pages */
+	if (m->map)
+		munmap(m->map, m->map_bytes);
+	memset(m, 0, sizeof(*m));
 }
 
 int bucket_pool_init(struct bucket_pool *p, uint32_t count, uint32_t bucket_size)
+{
+	return bucket_pool_init_mapped(p, NULL, count, bucket_size);
+}
+
+int bucket_pool_init_mapped(struct bucket_pool *p, struct bucket_map *m, uint32_t count,
+			    uint32_t bucket_size)
 {
 	memset(p, 0, sizeof(*p));
 	if (count == 0 || count == UINT32_MAX || bucket_size == 0)
 		return -EINVAL;
 	p->bytes = (uint64_t)count * bucket_size;
-	if (map_pool(p) < 0)
-		return -ENOMEM;
+	struct bucket_map made;
+	if (m && m->bytes != p->bytes)
+		return -EINVAL;
+	if (!m) {
+		if (bucket_map_create(&made, p->bytes) < 0)
+			return -ENOMEM;
+		m = &made;
+	}
+	p->map = m->map;             /* the pool's now: unmapped at destroy */
+	p->map_bytes = m->map_bytes;
+	p->data = m->data;
+	memset(m, 0, sizeof(*m));
 	p->free_stack = malloc((size_t)count * sizeof(*p->free_stack));
 	if (!p->free_stack) {
 		munmap(p->map, p->map_bytes);
+		p->map = NULL;
 		return -ENOMEM;
 	}
 	for (uint32_t i = 0; i < count; i++)
@@ -151,10 +146,6 @@ void bucket_pool_put_spare(struct bucket_pool *p, uint32_t slot)
 
 void bucket_pool_destroy(struct bucket_pool *p)
 {
-	if (p->populating) {
-		atomic_store(&p->populate_stop, true);
-		pthread_join(p->populator, NULL);
-	}
 	if (p->map)
 		munmap(p->map, p->map_bytes);
 	free(p->free_stack);

@@ -1,6 +1,6 @@
 /*
  * cached's bucket pool: `count` slots of `bucket_size` bytes in one
- * pre-faulted mapping (bucket_pool_init), handed out by slot number. The mapping asks for
+ * pre-faulted mapping, handed out by slot number. The mapping asks for
  * transparent huge pages: a cache hit lands on a random bucket of a large
  * pool, and with 4K pages each one costs a TLB miss (and on a guest with
  * shadow paging a trap to the hypervisor the first time a page is written).
@@ -17,7 +17,6 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
-#include <stdbool.h>
 #include <stdint.h>
 
 #define BUCKET_MAGAZINE 64u
@@ -42,18 +41,27 @@ struct bucket_pool {
 	 * (bucket_pool_get_spare): the normal path sees the pool as empty
 	 * before them, so a spare never fails for want of a slot. */
 	uint32_t reserve;
-	/* Pre-faulting the mapping (bucket_pool_init): bytes done, and the
-	 * thread that does the rest while the pool is in use. */
-	_Atomic uint64_t populated;
-	_Atomic bool populate_stop;
-	bool populating;
-	pthread_t populator;
 };
 
-/* Maps count * bucket_size bytes and pre-faults them: the first 64M
- * before it returns, the rest on a thread while the pool is in use
- * (bucket_pool_populated says how far). -ENOMEM / -EINVAL. */
+/* Memory for a pool, mapped and faulted in (slow for a large pool: made
+ * apart from the pool, a peer makes it before it serves). */
+struct bucket_map {
+	void *map;
+	uint64_t map_bytes;
+	unsigned char *data;       /* 2 MiB aligned, inside the mapping */
+	uint64_t bytes;
+};
+/* Maps and pre-faults `bytes`. -ENOMEM / -EINVAL. */
+int bucket_map_create(struct bucket_map *m, uint64_t bytes);
+void bucket_map_destroy(struct bucket_map *m);
+
+/* Maps and pre-faults count * bucket_size bytes. -ENOMEM / -EINVAL. */
 int bucket_pool_init(struct bucket_pool *p, uint32_t count, uint32_t bucket_size);
+/* The same on `m` (NULL: mapped here), which must hold count * bucket_size
+ * bytes; on success the pool owns its mapping (*m is emptied), on failure
+ * the caller still does. */
+int bucket_pool_init_mapped(struct bucket_pool *p, struct bucket_map *m, uint32_t count,
+			    uint32_t bucket_size);
 /* The same on memory of the caller's (a persist file's data slots: it is
  * not unmapped at destroy), leaving out the slots with used[slot] set (in
  * use already: recovered). -EINVAL / -ENOMEM. */
@@ -62,8 +70,6 @@ int bucket_pool_init_on(struct bucket_pool *p, unsigned char *data, uint32_t cou
 /* Keeps up to n free slots back for spares (at most the free ones). */
 void bucket_pool_set_reserve(struct bucket_pool *p, uint32_t n);
 void bucket_pool_destroy(struct bucket_pool *p);
-/* Bytes of the mapping faulted in so far (a caller's memory: all). */
-uint64_t bucket_pool_populated(struct bucket_pool *p);
 
 /* A free slot, or UINT32_MAX when the pool is exhausted. */
 uint32_t bucket_pool_get(struct bucket_pool *p, struct bucket_magazine *m);

@@ -512,8 +512,9 @@ struct cache_engine *cache_engine_create(const struct cache_config *cfg,
 	xwaitq_init(&e->flush_waitq, flush_budget_cond, e);
 	pthread_mutex_init(&e->backoff_lock, NULL);
 	int rc = cfg->persist_path ? persist_start(e, why)
-		 : bucket_pool_init(&e->pool, (uint32_t)(cfg->cache_size / cfg->bucket_size),
-				    cfg->bucket_size) < 0 ? -ENOMEM : 0;
+		 : bucket_pool_init_mapped(&e->pool, cfg->premapped,
+					   (uint32_t)(cfg->cache_size / cfg->bucket_size),
+					   cfg->bucket_size) < 0 ? -ENOMEM : 0;
 	if (rc) {
 		if (!cfg->persist_path)
 			*why = "cannot allocate the bucket pool";
@@ -616,7 +617,6 @@ void cache_engine_stats(struct cache_engine *e, struct cache_stats *s)
 	s->misses = STAT_SUM(e, misses);
 	s->partial_hits = STAT_SUM(e, partial_hits);
 	s->parallel_hits = STAT_SUM(e, parallel_hits);
-	s->prefaulted_bytes = bucket_pool_populated(&e->pool);
 	s->read_bytes = STAT_SUM(e, read_bytes);
 	s->write_bytes = STAT_SUM(e, write_bytes);
 	s->blocker_read_bytes = STAT_SUM(e, blocker_read_bytes);

@@ -54,6 +54,10 @@ enum persist_sync_mode { PERSIST_SYNC_FLUSH, PERSIST_SYNC_ALWAYS, PERSIST_SYNC_N
 
 struct cache_config {
 	uint64_t cache_size;        /* bytes in the bucket pool */
+	/* The pool's memory, mapped and faulted in beforehand (cache_pool_bytes
+	 * of it), taken over by a successful create; NULL: create maps it. Not
+	 * with persist_path (the pool is the file's). */
+	struct bucket_map *premapped;
 	uint32_t max_objects;
 	uint64_t object_size;
 	uint32_t bucket_size;
@@ -175,7 +179,6 @@ struct cache_stats {
 	uint64_t read_bytes, write_bytes;       /* from clients */
 	uint64_t blocker_read_bytes, blocker_write_bytes;
 	uint64_t dirty_bytes, cached_bytes, free_bytes;
-	uint64_t prefaulted_bytes;              /* of the cache's memory, faulted in (goes on after start) */
 	uint64_t objects, evictions, flushes, flush_failures, flush_ns_total;
 	uint64_t flush_backoff_ns;              /* the flusher's pause now (0: none) */
 	int flush_error;                        /* of the last failed flush write; 0 after a success */
@@ -237,6 +240,12 @@ void cache_engine_destroy(struct cache_engine *e);
 /* Starts serving `req`; req->done(req) is called exactly once, possibly
  * before this returns. The calling thread must be an RCU reader. */
 void cache_engine_submit(struct cache_engine *e, struct cache_req *req);
+
+/* The bytes of a bucket pool for cache_size (whole buckets). */
+static inline uint64_t cache_pool_bytes(uint64_t cache_size, uint32_t bucket_size)
+{
+	return bucket_size ? cache_size / bucket_size * bucket_size : 0;
+}
 
 /* The glue freed a blocker request: wake what waited for one. */
 void cache_engine_bio_freed(struct cache_engine *e);

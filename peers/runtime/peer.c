@@ -826,6 +826,8 @@ int peer_main(int argc, char **argv, const struct peer_ops *ops, void *priv)
 	}
 	p->cookie_salt = peer_make_salt();
 	p->start_ns = xseg_now_ns();
+	if (ops->prepare && ops->prepare(p) != 0)
+		goto out;   /* the peer said why */
 	if ((rc = peer_join_and_bind(p)) < 0) {
 		status = rc == -2 ? 2 : 1;
 		goto out;

@@ -316,17 +316,24 @@ static void flush_locked(struct conn *c)
 		kick(c);   /* everything answered: close it */
 }
 
+/* Queues ob for writing; false (ob let go) when the connection is dead. */
+static bool queue_locked(struct conn *c, struct out_buf *ob)
+{
+	if (c->dead) {
+		release_locked(c, ob);
+		return false;
+	}
+	ob->next = NULL;
+	*c->out_tail = ob;
+	c->out_tail = &ob->next;
+	return true;
+}
+
 void conn_send(struct conn *c, struct out_buf *ob)
 {
 	pthread_mutex_lock(&c->lock);
-	if (c->dead) {
-		release_locked(c, ob);
-	} else {
-		ob->next = NULL;
-		*c->out_tail = ob;
-		c->out_tail = &ob->next;
+	if (queue_locked(c, ob))
 		flush_locked(c);
-	}
 	pthread_mutex_unlock(&c->lock);
 }
 
@@ -354,12 +361,7 @@ void conn_send_batched(struct conn *c, struct out_buf *ob, struct peer_thread *t
 {
 	bool schedule = false;
 	pthread_mutex_lock(&c->lock);
-	if (c->dead) {
-		release_locked(c, ob);
-	} else {
-		ob->next = NULL;
-		*c->out_tail = ob;
-		c->out_tail = &ob->next;
+	if (queue_locked(c, ob)) {
 		schedule = !c->flush_pending;
 		c->flush_pending = true;
 	}

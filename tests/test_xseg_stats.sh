@@ -114,14 +114,17 @@ for w in "1\(via 3\) *filed" "2 *vlmcd" "3 *cached" "4 *nbdd" "5 *nulld"; do
 done
 
 echo "--- --watch: rates while a load runs"
+# A load for a time, not a size: on a fast host 2G to nulld was over
+# within the first of the two rounds.
 "$BIN/bench-xseg" --segment "$SEG" --port 11 --target-port 5 --op read --pattern seq \
-	--block-size 4K --iodepth 4 --total-size 2G --object-size 64M --timeout 60 \
+	--block-size 4K --iodepth 4 --total-size 64M --runtime 30 --object-size 64M --timeout 60 \
 	> /dev/null 2>&1 & load=$!
 "$BIN/xseg" stats --segment "$SEG" --watch 1 --count 2 > "$DIR/watch" || fail "--watch exited $?"
 kill "$load" 2>/dev/null; wait "$load" 2>/dev/null
 [ "$(grep -c ' port ' "$DIR/watch")" = 2 ] || fail "--count 2 did not print 2 rounds: $(cat "$DIR/watch")"
-# rows: port peer iops rd_MiB/s wr_MiB/s p99_us errors/s inflight
-awk '$1 == 5 && $2 == "nulld" && $3 > 100 && $4 > 0 && $6 > 0 { ok = 1 } END { exit !ok }' "$DIR/watch" ||
+# rows: port peer iops rd_MiB/s wr_MiB/s p99_us errors/s inflight (nulld's
+# p99 may read 0.0: it answers within a tenth of a microsecond)
+awk '$1 == 5 && $2 == "nulld" && $3 > 100 && $4 > 0 && $6 >= 0 { ok = 1 } END { exit !ok }' "$DIR/watch" ||
 	fail "--watch shows no load on nulld: $(cat "$DIR/watch")"
 
 # check_prometheus FILE: the exposition text parses; one series per

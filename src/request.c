@@ -532,8 +532,8 @@ uint32_t xseg_settle_limbo(struct xseg *s, uint32_t port)
 	xannotate_happens_after(&xseg_tsan_handoff);
 	uint32_t n = 0, failed = 0;
 	uint32_t *found = malloc(s->nr_requests * sizeof(*found));
-	uint8_t *queued = calloc(s->nr_requests, 1);
-	if (!found || !queued)
+	uint8_t *queued = NULL;
+	if (!found)
 		goto out;   /* left as before: lost */
 	for (uint32_t i = 0; i < s->nr_requests; i++) {
 		struct xseg_request *r = &s->requests[i];
@@ -543,7 +543,7 @@ uint32_t xseg_settle_limbo(struct xseg *s, uint32_t port)
 		    !__atomic_load_n(&r->pushing, __ATOMIC_ACQUIRE))
 			found[n++] = i;
 	}
-	if (!n)
+	if (!n || !(queued = calloc(s->nr_requests, 1)))
 		goto out;
 	xseg_ring_mark_queued(xseg_req_ring(s, port), queued, s->nr_requests);
 	xseg_ring_mark_queued(xseg_rep_ring(s, port), queued, s->nr_requests);

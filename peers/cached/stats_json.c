@@ -71,8 +71,7 @@ int cached_stats_json(struct cache_engine *e, uint32_t blocker_port, int mirror_
 		",\"read_bytes\":%" PRIu64
 		",\"write_bytes\":%" PRIu64 ",\"blocker_read_bytes\":%" PRIu64
 		",\"blocker_write_bytes\":%" PRIu64 ",\"dirty_bytes\":%" PRIu64
-		",\"cached_bytes\":%" PRIu64 ",\"free_bytes\":%" PRIu64
-		",\"objects\":%" PRIu64
+		",\"cached_bytes\":%" PRIu64 ",\"free_bytes\":%" PRIu64 ",\"objects\":%" PRIu64
 		",\"evictions\":%" PRIu64 ",\"clean_released_bytes\":%" PRIu64
 		",\"flushes\":%" PRIu64 ",\"flush_failures\":%" PRIu64
 		",\"flush_backoff_ms\":%" PRIu64 ",\"flush_error\":\"%s\""

@@ -9,12 +9,13 @@
 
 #include "xseg_internal.h"
 
-/* What a dead owner held at `port`, which this process now owns. */
-/* Returns how many requests the dead owner had popped and not marked
- * were failed back (xseg_settle_limbo). */
+/* What a dead owner held at `port`, which this process now owns, what it
+ * was pushing elsewhere, and what it had popped and not yet marked.
+ * Returns how many of the last were failed back (xseg_settle_limbo). */
 static uint32_t settle_dead_owner(struct xseg *s, uint32_t port)
 {
 	xseg_reclaim_port_requests(s, port);
+	xseg_resume_pushes(s, port);
 	uint32_t limbo = xseg_settle_limbo(s, port);
 	atomic_store(&s->ports[port].reserved, 0);   /* reclaimed just now */
 	return limbo;

@@ -10,6 +10,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "xseg_internal.h"
 #include "xtypes/xannotate.h"
@@ -100,6 +101,7 @@ static void release_request(struct xseg *s, struct xseg_request *req)
 {
 	free_buffer(s, req);
 	set_holder(req, XSEG_NO_PORT);
+	__atomic_store_n(&req->pushing, 0, __ATOMIC_RELAXED);
 	store_state(req, XS_FREE);
 	xannotate_happens_before(&xseg_tsan_handoff);
 	xseg_ring_push(s->free_ring, req->index);
@@ -228,44 +230,89 @@ struct xseg_request *xseg_request_at(struct xseg *s, uint32_t index)
 	return &s->requests[index];
 }
 
-static inline uint32_t pushing_tag(uint32_t port, uint32_t state)
+/*
+ * A push's tag (req->pushing), so that a death at any instruction of a
+ * push or a take leaves the request to exactly one side:
+ *   pusher port + 1 (16 bits) | REPLY (which ring) | DONE | position (40)
+ * The pusher stores it before it marks the request queued for the port,
+ * with the ring position it tries (xseg_ring_push_tagged), and sets DONE
+ * once the ring has it. A taker that pops it at that position sets DONE
+ * (CAS) before it marks the request its own. A reaper of a dead pusher
+ * finds a tag naming it, not DONE, of a request on no ring: the push
+ * never reached the ring, or its taker popped it and has not set DONE;
+ * the CAS to RESUMED decides between the two, and a request the reaper
+ * wins it pushes again at a new position (xseg_resume_pushes). The taker
+ * of the first pop then finds RESUMED or another position, and drops
+ * what it popped.
+ */
+#define PUSH_PUSHER_SHIFT XSEG_PUSH_PUSHER_SHIFT
+#define PUSH_REPLY        XSEG_PUSH_REPLY
+#define PUSH_DONE         XSEG_PUSH_DONE
+#define PUSH_RESUMED      XSEG_PUSH_RESUMED
+
+static inline uint64_t push_tag_base(uint32_t pusher, uint32_t state)
 {
-	return (port + 1) << 1 | (state == XS_REPLIED);
+	return xseg_push_tag_base(pusher, state == XS_REPLIED);
 }
 
 /*
- * Puts req on `port`'s ring and wakes the port. A push fails only when a
- * peer died half-way through an operation on that ring and left it wedged
- * (see ring.c); the request then stays with its holder, unchanged, and the
- * caller reports the error instead of losing the request.
+ * `from` puts req on `port`'s ring and wakes the port. A push fails only
+ * when the ring is full, which a pool no larger than a ring rules out; the
+ * request then stays with its holder, unchanged, and the caller reports
+ * the error instead of losing the request.
  */
-static int deliver(struct xseg *s, struct xseg_request *req, uint32_t port,
+static int deliver(struct xseg *s, struct xseg_request *req, uint32_t from, uint32_t port,
 		   struct xseg_ring *ring, _Atomic uint64_t *counter, uint32_t state)
 {
 	uint32_t prev_holder = req->holder, prev_state = load_state(req);
-	/* Marked before the request says it is queued for `port`, cleared once
-	 * it is on the ring: a reaper tells it from one the port's dead owner
-	 * popped (xseg_settle_limbo). The tag names the port and the ring, so
-	 * a late clear cannot clear the mark of the request's next push. */
-	uint32_t tag = pushing_tag(port, state);
-	__atomic_store_n(&req->pushing, tag, __ATOMIC_RELAXED);
+	uint64_t base = push_tag_base(from, state), at;
+	__atomic_store_n(&req->pushing, base | XSEG_RING_POS_MASK, __ATOMIC_RELAXED);
 	set_holder(req, port);
 	store_state(req, state);
 	xannotate_happens_before(&xseg_tsan_handoff);
-	if (!xseg_ring_push(ring, req->index)) {
+	if (!xseg_ring_push_tagged(ring, req->index, &req->pushing, base, &at)) {
 		set_holder(req, prev_holder);
 		store_state(req, prev_state);
 		__atomic_store_n(&req->pushing, 0, __ATOMIC_RELEASE);
-		return xseg_fail(EIO, "port %u's queue is wedged by a peer that died mid-push",
-				 port);
+		return xseg_fail(EIO, "port %u's queue is full", port);
 	}
-	/* The taker may be done with it already and another push under way. */
-	__atomic_compare_exchange_n(&req->pushing, &tag, 0, false, __ATOMIC_RELEASE,
+	/* The taker may have set DONE already, or be done with it and
+	 * another push under way: only this push's own tag is marked. */
+	uint64_t tag = base | at;
+	__atomic_compare_exchange_n(&req->pushing, &tag, tag | PUSH_DONE, false, __ATOMIC_RELEASE,
 				    __ATOMIC_RELAXED);
 	atomic_fetch_add_explicit(counter, 1, memory_order_relaxed);
 	xseg_signal_port(s, port);
 	xseg_note_contact(s, port);
 	return 0;
+}
+
+/* A taker's half of the push: the request it popped at `at` is its own,
+ * unless a reaper of its dead pusher took it back to push it again. */
+static bool claim_pushed(struct xseg_request *r, uint64_t at)
+{
+	uint64_t tag = __atomic_load_n(&r->pushing, __ATOMIC_ACQUIRE);
+	for (;;) {
+		if (tag == PUSH_RESUMED || !(tag >> PUSH_PUSHER_SHIFT) ||
+		    (tag & XSEG_RING_POS_MASK) != at)
+			return false;
+		if (tag & PUSH_DONE)
+			return true;
+		if (__atomic_compare_exchange_n(&r->pushing, &tag, tag | PUSH_DONE, false,
+						__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+			return true;
+	}
+}
+
+/* Pops what `ring` holds for its taker (claim_pushed), skipping copies a
+ * reaper pushed again. */
+static bool pop_pushed(struct xseg *s, struct xseg_ring *ring, uint32_t *idx)
+{
+	uint64_t at;
+	while (xseg_ring_pop_at(ring, idx, &at))
+		if (claim_pushed(&s->requests[*idx], at))
+			return true;
+	return false;
 }
 
 int xseg_submit(struct xseg *s, struct xseg_request *req, uint32_t from, uint32_t dst)
@@ -302,7 +349,8 @@ int xseg_submit(struct xseg *s, struct xseg_request *req, uint32_t from, uint32_
 	req->dst_port = dst;
 	if (!req->submit_ns)
 		req->submit_ns = xseg_now_ns();
-	rc = deliver(s, req, to, xseg_req_ring(s, to), &s->ports[to].submitted, XS_QUEUED);
+	rc = deliver(s, req, from, to, xseg_req_ring(s, to), &s->ports[to].submitted,
+		     XS_QUEUED);
 	if (rc < 0) {
 		req->path_len--;
 		return rc;
@@ -368,7 +416,7 @@ int xseg_respond(struct xseg *s, struct xseg_request *req, uint32_t from)
 	}
 	uint64_t own_cookie = req->priv;
 	req->priv = hop.cookie;
-	rc = deliver(s, req, hop.port, xseg_rep_ring(s, hop.port),
+	rc = deliver(s, req, from, hop.port, xseg_rep_ring(s, hop.port),
 		     &s->ports[hop.port].replied, XS_REPLIED);
 	if (rc < 0) {
 		req->priv = own_cookie;
@@ -422,7 +470,7 @@ static int take(struct xseg *s, uint32_t port, struct xseg_ring *ring,
 {
 	unsigned n = 0;
 	uint32_t idx;
-	while (n < max && xseg_ring_pop(ring, &idx)) {
+	while (n < max && pop_pushed(s, ring, &idx)) {
 		struct xseg_request *r = &s->requests[idx];
 		xannotate_happens_after(&xseg_tsan_handoff);
 		set_holder(r, port);
@@ -475,7 +523,7 @@ static uint32_t settle_queued(struct xseg *s, uint32_t port, int err, bool pass_
 {
 	uint32_t idx, failed = 0;
 
-	while (xseg_ring_pop(xseg_req_ring(s, port), &idx)) {
+	while (pop_pushed(s, xseg_req_ring(s, port), &idx)) {
 		struct xseg_request *r = &s->requests[idx];
 		xannotate_happens_after(&xseg_tsan_handoff);
 		set_holder(r, port);
@@ -488,8 +536,8 @@ static uint32_t settle_queued(struct xseg *s, uint32_t port, int err, bool pass_
 				      ? XSEG_NO_PORT : xseg_resolve_route(s, issuer, r->dst_port);
 			if (to != XSEG_NO_PORT && to != port &&
 			    atomic_load(&s->ports[to].owner) &&
-			    deliver(s, r, to, xseg_req_ring(s, to), &s->ports[to].submitted,
-				    XS_QUEUED) == 0)
+			    deliver(s, r, port, to, xseg_req_ring(s, to),
+				    &s->ports[to].submitted, XS_QUEUED) == 0)
 				continue;
 		}
 		r->result = XR_FAILED;
@@ -513,35 +561,51 @@ uint32_t xseg_pass_on_queued_requests(struct xseg *s, uint32_t port)
 }
 
 /*
- * Called when `port` is taken over from a dead owner. Requests the dead
- * process held at that port, and replies still queued for it, are settled
- * (settle_dead_holders) so nobody waits for them forever. Requests queued
- * for the port are left for the new owner.
- */
-/*
  * take() pops a request off a ring and only then marks it the taker's: an
  * owner killed in between leaves it in no ring and held by nobody, still
  * QUEUED (or REPLIED) for `port`, and its issuer waits for ever. Nobody
- * takes from the port now, so a request that says so, whose push is done
- * (`pushing` clear: read after the state, which the pusher stores after
- * marking) and that is not on the port's rings (read after: a done push
- * stays there until taken) was popped by the dead owner.
+ * takes from the port now, so a request that says so, whose push is over
+ * (DONE: by its pusher after the ring took it, or by the dead taker) and
+ * that is not on the port's rings (read after: a done push stays there
+ * until taken) was popped by the dead owner. A push not yet DONE is its
+ * pusher's: a live one ends it within instructions, so the scan waits for
+ * that a little; a dead one's reaper pushes it again (xseg_resume_pushes).
  */
+#define LIMBO_WAIT_US    100
+#define LIMBO_WAIT_TRIES 200   /* 20 ms */
+
+static uint32_t find_limbo(struct xseg *s, uint32_t port, uint32_t *found, bool *under_way)
+{
+	uint32_t n = 0;
+	*under_way = false;
+	for (uint32_t i = 0; i < s->nr_requests; i++) {
+		struct xseg_request *r = &s->requests[i];
+		uint32_t st = load_state(r);
+		if ((st != XS_QUEUED && st != XS_REPLIED) ||
+		    __atomic_load_n(&r->holder, __ATOMIC_ACQUIRE) != port)
+			continue;
+		uint64_t tag = __atomic_load_n(&r->pushing, __ATOMIC_ACQUIRE);
+		if (tag != PUSH_RESUMED && (tag & PUSH_DONE))
+			found[n++] = i;
+		else
+			*under_way = true;
+	}
+	return n;
+}
+
 uint32_t xseg_settle_limbo(struct xseg *s, uint32_t port)
 {
 	xannotate_happens_after(&xseg_tsan_handoff);
 	uint32_t n = 0, failed = 0;
+	bool under_way;
 	uint32_t *found = malloc(s->nr_requests * sizeof(*found));
 	uint8_t *queued = NULL;
 	if (!found)
 		goto out;   /* left as before: lost */
-	for (uint32_t i = 0; i < s->nr_requests; i++) {
-		struct xseg_request *r = &s->requests[i];
-		uint32_t st = load_state(r);
-		if ((st == XS_QUEUED || st == XS_REPLIED) &&
-		    __atomic_load_n(&r->holder, __ATOMIC_ACQUIRE) == port &&
-		    !__atomic_load_n(&r->pushing, __ATOMIC_ACQUIRE))
-			found[n++] = i;
+	for (int tries = 0; (n = find_limbo(s, port, found, &under_way)), under_way; tries++) {
+		if (tries == LIMBO_WAIT_TRIES)
+			break;
+		usleep(LIMBO_WAIT_US);
 	}
 	if (!n || !(queued = calloc(s->nr_requests, 1)))
 		goto out;
@@ -566,6 +630,40 @@ out:
 	return failed;
 }
 
+/*
+ * The dead owner of `port` may have died inside a push (deliver): the tag
+ * names the port as pusher and is not DONE. If the ring holds the request,
+ * its taker will have it. If not, either the push never reached the ring
+ * or a taker popped it and has not claimed it yet; whoever of the reaper
+ * and that taker changes the tag first has it (claim_pushed), and the
+ * reaper pushes what it won again, as the dead owner meant to.
+ */
+uint32_t xseg_resume_pushes(struct xseg *s, uint32_t port)
+{
+	xannotate_happens_after(&xseg_tsan_handoff);
+	uint32_t resumed = 0;
+	for (uint32_t i = 0; i < s->nr_requests; i++) {
+		struct xseg_request *r = &s->requests[i];
+		uint64_t tag = __atomic_load_n(&r->pushing, __ATOMIC_ACQUIRE);
+		if (tag == PUSH_RESUMED || tag >> PUSH_PUSHER_SHIFT != port + 1u || (tag & PUSH_DONE))
+			continue;
+		uint32_t to = __atomic_load_n(&r->holder, __ATOMIC_ACQUIRE);
+		if (to >= s->nr_ports)
+			continue;
+		bool reply = tag & PUSH_REPLY;
+		struct xseg_ring *ring = reply ? xseg_rep_ring(s, to) : xseg_req_ring(s, to);
+		if (xseg_ring_holds(ring, i) ||
+		    !__atomic_compare_exchange_n(&r->pushing, &tag, PUSH_RESUMED, false,
+						 __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+			continue;
+		if (deliver(s, r, port, to, ring,
+			    reply ? &s->ports[to].replied : &s->ports[to].submitted,
+			    reply ? XS_REPLIED : XS_QUEUED) == 0)
+			resumed++;
+	}
+	return resumed;
+}
+
 void xseg_reclaim_port_requests(struct xseg *s, uint32_t port)
 {
 	struct xseg_request *r;
@@ -575,7 +673,7 @@ void xseg_reclaim_port_requests(struct xseg *s, uint32_t port)
 	xannotate_happens_after(&xseg_tsan_handoff);
 	/* A queued reply is settled as if the dead owner had received it: a
 	 * forwarded request still owes its issuer an answer. */
-	while (xseg_ring_pop(xseg_rep_ring(s, port), &idx)) {
+	while (pop_pushed(s, xseg_rep_ring(s, port), &idx)) {
 		r = &s->requests[idx];
 		set_holder(r, port);
 		store_state(r, XS_RECEIVED);

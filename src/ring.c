@@ -56,7 +56,11 @@ static inline void step_past(_Atomic uint64_t *counter, uint64_t pos)
 						memory_order_relaxed);
 }
 
-bool xseg_ring_push(struct xseg_ring *r, uint32_t value)
+/* Fills the cell at tail. Before each try at a position, stores tag_base |
+ * position in *tag (when tag is not NULL): the cell's CAS publishes it, so
+ * whoever pops the value sees the position it was pushed at. */
+static inline bool push(struct xseg_ring *r, uint32_t value, uint64_t *tag, uint64_t tag_base,
+			uint64_t *at)
 {
 	if (value > VALUE_MASK)
 		return false;
@@ -66,9 +70,13 @@ bool xseg_ring_push(struct xseg_ring *r, uint32_t value)
 		uint64_t w = atomic_load_explicit(c, memory_order_acquire);
 		int64_t dif = seq_dif(w, pos);
 		if (dif == 0) {
+			if (tag)
+				__atomic_store_n(tag, tag_base | (pos & XSEG_RING_POS_MASK),
+						 __ATOMIC_RELAXED);
 			if (atomic_compare_exchange_strong_explicit(c, &w, cell_word(pos + 1, value),
 					memory_order_release, memory_order_relaxed)) {
 				step_past(&r->tail, pos);
+				*at = pos & XSEG_RING_POS_MASK;
 				return true;
 			}
 		} else if (dif == 1) {
@@ -80,7 +88,19 @@ bool xseg_ring_push(struct xseg_ring *r, uint32_t value)
 	}
 }
 
-bool xseg_ring_pop(struct xseg_ring *r, uint32_t *value)
+bool xseg_ring_push(struct xseg_ring *r, uint32_t value)
+{
+	uint64_t at;
+	return push(r, value, NULL, 0, &at);
+}
+
+bool xseg_ring_push_tagged(struct xseg_ring *r, uint32_t value, uint64_t *tag,
+			   uint64_t tag_base, uint64_t *at)
+{
+	return push(r, value, tag, tag_base, at);
+}
+
+bool xseg_ring_pop_at(struct xseg_ring *r, uint32_t *value, uint64_t *at)
 {
 	for (;;) {
 		uint64_t pos = atomic_load_explicit(&r->head, memory_order_acquire);
@@ -93,6 +113,7 @@ bool xseg_ring_pop(struct xseg_ring *r, uint32_t *value)
 					memory_order_acq_rel, memory_order_relaxed)) {
 				step_past(&r->head, pos);
 				*value = (uint32_t)(w & VALUE_MASK);
+				*at = pos & XSEG_RING_POS_MASK;
 				return true;
 			}
 		} else if (dif == -1) {
@@ -102,6 +123,12 @@ bool xseg_ring_pop(struct xseg_ring *r, uint32_t *value)
 		}
 		/* else head moved on meanwhile: look again */
 	}
+}
+
+bool xseg_ring_pop(struct xseg_ring *r, uint32_t *value)
+{
+	uint64_t at;
+	return xseg_ring_pop_at(r, value, &at);
 }
 
 bool xseg_ring_nonempty(struct xseg_ring *r)
@@ -124,6 +151,16 @@ void xseg_ring_mark_queued(struct xseg_ring *r, uint8_t *queued, uint32_t n)
 		if ((((w >> VALUE_BITS) - 1) & r->mask) == i && value < n)
 			queued[value] = 1;
 	}
+}
+
+bool xseg_ring_holds(struct xseg_ring *r, uint32_t value)
+{
+	for (uint32_t i = 0; i < r->capacity; i++) {
+		uint64_t w = atomic_load_explicit(&r->cells[i].word, memory_order_acquire);
+		if ((((w >> VALUE_BITS) - 1) & r->mask) == i && (w & VALUE_MASK) == value)
+			return true;
+	}
+	return false;
 }
 
 uint32_t xseg_ring_count(struct xseg_ring *r)

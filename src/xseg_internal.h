@@ -49,6 +49,15 @@ size_t xseg_ring_bytes(uint32_t capacity);
 void xseg_ring_init(struct xseg_ring *r, uint32_t capacity);
 bool xseg_ring_push(struct xseg_ring *r, uint32_t value);
 bool xseg_ring_pop(struct xseg_ring *r, uint32_t *value);
+/* Positions as the cells count them (40 bits): a value pushed at position
+ * p is popped at p. push_tagged stores tag_base | p in *tag before it
+ * fills the cell at p (request.c: a push's tag says where it went). */
+#define XSEG_RING_POS_MASK ((1ull << 40) - 1)
+bool xseg_ring_push_tagged(struct xseg_ring *r, uint32_t value, uint64_t *tag,
+			   uint64_t tag_base, uint64_t *at);
+bool xseg_ring_pop_at(struct xseg_ring *r, uint32_t *value, uint64_t *at);
+/* Whether a cell holds value (exact only while nobody pushes or pops it). */
+bool xseg_ring_holds(struct xseg_ring *r, uint32_t value);
 uint32_t xseg_ring_count(struct xseg_ring *r);
 /* Sets queued[v] for every value v that fills a cell of the ring (v below
  * n), whatever head and tail say. Exact only while nobody pops; a value
@@ -246,6 +255,19 @@ uint32_t xseg_pass_on_queued_requests(struct xseg *s, uint32_t port);
  * the port's queues (a reap or a takeover, before the new owner serves).
  * Returns how many requests failed back. */
 uint32_t xseg_settle_limbo(struct xseg *s, uint32_t port);
+/* A push's tag, req->pushing (request.c says how it is used):
+ * pusher port + 1 (16 bits) | REPLY | DONE | ring position (40 bits). */
+#define XSEG_PUSH_PUSHER_SHIFT 48
+#define XSEG_PUSH_REPLY        (1ull << 47)
+#define XSEG_PUSH_DONE         (1ull << 46)
+#define XSEG_PUSH_RESUMED      UINT64_MAX
+static inline uint64_t xseg_push_tag_base(uint32_t pusher, bool reply)
+{
+	return (uint64_t)(pusher + 1) << XSEG_PUSH_PUSHER_SHIFT | (reply ? XSEG_PUSH_REPLY : 0);
+}
+/* What the dead owner of `port` was pushing onto a queue when it died and
+ * no queue has: pushed again (request.c). Returns how many. */
+uint32_t xseg_resume_pushes(struct xseg *s, uint32_t port);
 /* Requests held by a dead port's owner: fail them back or free them. */
 void xseg_reclaim_port_requests(struct xseg *s, uint32_t port);
 /* Remembers that this handle sent or replied to `port` (for reaping). */

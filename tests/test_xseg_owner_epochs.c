@@ -350,10 +350,11 @@ START_TEST(reply_popped_by_a_dying_owner_goes_back_to_the_pool)
 END_TEST
 
 /* A request marked QUEUED for the dead port but not on its queue because
- * its push is still under way (`pushing` set: the pusher stores the state
- * before the ring takes it) is its pusher's, not the dead owner's: the
- * reap leaves it. Made by hand: a request submitted, popped, re-marked as
- * a pusher has it between the two steps. */
+ * its push is still under way (its tag not DONE: the pusher stores the
+ * state before the ring takes it) is its pusher's, not the dead owner's:
+ * the reap leaves it (after waiting a little for the push to end). Made by
+ * hand: a request submitted, popped, re-marked as a pusher has it between
+ * the two steps. */
 START_TEST(request_whose_push_is_under_way_is_left_to_its_pusher)
 {
 	ck_assert_int_eq(xseg_bind_port(xt_seg, 1), 0);
@@ -363,17 +364,129 @@ START_TEST(request_whose_push_is_under_way_is_left_to_its_pusher)
 	uint32_t idx;
 	ck_assert(xseg_ring_pop(xseg_req_ring(xt_seg, 6), &idx));
 	ck_assert_uint_eq(idx, r->index);
-	__atomic_store_n(&r->pushing, (6u + 1) << 1, __ATOMIC_RELEASE);
+	uint64_t base = xseg_push_tag_base(1, false), at;
+	__atomic_store_n(&r->pushing, base, __ATOMIC_RELEASE);
 	limbo_child_die(&c);
 	ck_assert_int_eq(xseg_reap_port(xt_seg, 6, EHOSTDOWN), 1);   /* reaped, none failed */
 	struct xseg_request *back = NULL;
 	ck_assert_int_eq(xseg_receive(xt_seg, 1, &back, 1), 0);
 	ck_assert_uint_eq(r->state, XS_QUEUED);
 	/* the push ends: on the (now unbound) port's queue, passed back by a reap */
-	ck_assert(xseg_ring_push(xseg_req_ring(xt_seg, 6), r->index));
-	__atomic_store_n(&r->pushing, 0, __ATOMIC_RELEASE);
+	ck_assert(xseg_ring_push_tagged(xseg_req_ring(xt_seg, 6), r->index, &r->pushing, base, &at));
+	__atomic_or_fetch(&r->pushing, XSEG_PUSH_DONE, __ATOMIC_RELEASE);
 	ck_assert_int_eq(xseg_reap_port(xt_seg, 6, EHOSTDOWN), 2);
 	expect_failed_back(1, r, EHOSTDOWN);
+	assert_pool_whole();
+}
+END_TEST
+
+/*
+ * A server (6) that accepts one request and answers it, then waits to be
+ * told to exit. Between the two the test makes by hand what a server
+ * killed inside its reply's push leaves (deliver: tag, state, ring, DONE).
+ */
+static void answering_child_start(struct limbo_child *c, uint32_t port)
+{
+	ck_assert_int_eq(pipe(c->up), 0);
+	ck_assert_int_eq(pipe(c->go), 0);
+	c->pid = xt_fork(20);
+	if (c->pid == 0) {
+		struct xseg *seg;
+		struct xseg_request *r = NULL;
+		char ch;
+		XT_CHILD_CHECK(xseg_join(xt_name, &seg) == 0, 2, "%s", xseg_last_error());
+		XT_CHILD_CHECK(xseg_bind_port(seg, port) == 0, 3, "%s", xseg_last_error());
+		XT_CHILD_CHECK(write(c->up[1], "b", 1) == 1, 4, "write");
+		XT_CHILD_CHECK(read(c->go[0], &ch, 1) == 1, 5, "read");
+		XT_CHILD_CHECK(xseg_accept(seg, port, &r, 1) == 1, 6, "nothing queued");
+		r->result = XR_SERVED;
+		r->serviced = r->size;
+		XT_CHILD_CHECK(xseg_respond(seg, r, port) >= 0, 7, "%s", xseg_last_error());
+		XT_CHILD_CHECK(write(c->up[1], "r", 1) == 1, 8, "write");
+		XT_CHILD_CHECK(read(c->go[0], &ch, 1) == 1, 9, "read");
+		_exit(0);
+	}
+	char ch;
+	ck_assert_int_eq(read(c->up[0], &ch, 1), 1);
+}
+
+static void answering_child_answer(struct limbo_child *c)
+{
+	char ch;
+	ck_assert_int_eq(write(c->go[1], "g", 1), 1);
+	ck_assert_int_eq(read(c->up[0], &ch, 1), 1);
+}
+
+static void expect_served(uint32_t port, struct xseg_request *r)
+{
+	struct xseg_request *back = NULL;
+	ck_assert_int_eq(xseg_receive(xt_seg, port, &back, 1), 1);
+	ck_assert_ptr_eq(back, r);
+	ck_assert_int_eq(back->result, XR_SERVED);
+	ck_assert_int_eq(xseg_receive(xt_seg, port, &back, 1), 0);   /* once */
+	ck_assert_int_eq(xseg_put_request(xt_seg, r), 0);
+}
+
+/* A server killed inside its reply's push, after it marked the reply for
+ * the client and before the client's queue took it: the reply was in no
+ * queue and the client waited for ever (a cached SIGKILLed under load,
+ * its writer hung; CI, test_cached_persist_kill). The reap pushes it on. */
+START_TEST(reply_whose_responder_died_before_the_queue_took_it_arrives_at_the_reap)
+{
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 1), 0);
+	struct limbo_child c;
+	answering_child_start(&c, 6);
+	struct xseg_request *r = issue(1, 6);
+	answering_child_answer(&c);
+	uint32_t idx;
+	ck_assert(xseg_ring_pop(xseg_rep_ring(xt_seg, 1), &idx));   /* never reached it */
+	ck_assert_uint_eq(idx, r->index);
+	ck_assert_uint_eq(r->state, XS_REPLIED);
+	__atomic_store_n(&r->pushing, xseg_push_tag_base(6, true), __ATOMIC_RELEASE);
+	limbo_child_die(&c);
+	ck_assert_int_eq(xseg_reap_port(xt_seg, 6, EHOSTDOWN), 1);
+	expect_served(1, r);
+	assert_pool_whole();
+}
+END_TEST
+
+/* Killed after the client's queue took the reply and before the push said
+ * DONE: the reply is there, and the reap must not push it a second time. */
+START_TEST(reply_whose_responder_died_after_the_queue_took_it_arrives_once)
+{
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 1), 0);
+	struct limbo_child c;
+	answering_child_start(&c, 6);
+	struct xseg_request *r = issue(1, 6);
+	answering_child_answer(&c);
+	__atomic_and_fetch(&r->pushing, ~XSEG_PUSH_DONE, __ATOMIC_RELEASE);
+	limbo_child_die(&c);
+	ck_assert_int_eq(xseg_reap_port(xt_seg, 6, EHOSTDOWN), 1);
+	expect_served(1, r);
+	assert_pool_whole();
+}
+END_TEST
+
+/* The client popped that reply and had not yet claimed it (take: pop,
+ * claim, mark) when the reaper found it on no queue: the reaper wins and
+ * pushes it again, and the copy the client popped is not handed over. */
+START_TEST(reply_resumed_by_the_reaper_is_taken_once)
+{
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 1), 0);
+	struct limbo_child c;
+	answering_child_start(&c, 6);
+	struct xseg_request *r = issue(1, 6);
+	answering_child_answer(&c);
+	__atomic_and_fetch(&r->pushing, ~XSEG_PUSH_DONE, __ATOMIC_RELEASE);
+	uint64_t first = r->pushing & XSEG_RING_POS_MASK, at;
+	uint32_t idx;
+	ck_assert(xseg_ring_pop_at(xseg_rep_ring(xt_seg, 1), &idx, &at));   /* the client, mid-take */
+	ck_assert_uint_eq(at, first);
+	limbo_child_die(&c);
+	ck_assert_int_eq(xseg_reap_port(xt_seg, 6, EHOSTDOWN), 1);
+	ck_assert_uint_ne(r->pushing & XSEG_RING_POS_MASK, first);   /* pushed again elsewhere */
+	ck_assert_uint_eq(r->pushing >> XSEG_PUSH_PUSHER_SHIFT, 6 + 1);
+	expect_served(1, r);
 	assert_pool_whole();
 }
 END_TEST
@@ -455,6 +568,9 @@ int main(void)
 	tcase_add_test(tc, request_popped_by_a_dying_owner_fails_back_at_a_takeover);
 	tcase_add_test(tc, reply_popped_by_a_dying_owner_goes_back_to_the_pool);
 	tcase_add_test(tc, request_whose_push_is_under_way_is_left_to_its_pusher);
+	tcase_add_test(tc, reply_whose_responder_died_before_the_queue_took_it_arrives_at_the_reap);
+	tcase_add_test(tc, reply_whose_responder_died_after_the_queue_took_it_arrives_once);
+	tcase_add_test(tc, reply_resumed_by_the_reaper_is_taken_once);
 	tcase_add_test(tc, reap_beside_submits_answers_each_request_once);
 	suite_add_tcase(s, tc);
 	return xt_run(s);

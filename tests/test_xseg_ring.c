@@ -117,6 +117,28 @@ START_TEST(values_fit_24_bits)
 }
 END_TEST
 
+/* A tagged push tells its position before it fills the cell, and the pop
+ * of that value says the same position, lap after lap; holds() sees a
+ * value only while a cell has it. */
+START_TEST(tagged_push_and_pop_agree_on_the_position)
+{
+	struct xseg_ring *r = new_ring(4);
+	uint64_t tag = 0, at_push, at_pop;
+	uint32_t v;
+	for (uint32_t i = 0; i < 11; i++) {
+		ck_assert(xseg_ring_push_tagged(r, 5 + i, &tag, 7ull << 48, &at_push));
+		ck_assert_uint_eq(tag, 7ull << 48 | at_push);
+		ck_assert_uint_eq(at_push, i);
+		ck_assert(xseg_ring_holds(r, 5 + i));
+		ck_assert(xseg_ring_pop_at(r, &v, &at_pop));
+		ck_assert_uint_eq(v, 5 + i);
+		ck_assert_uint_eq(at_pop, at_push);
+		ck_assert(!xseg_ring_holds(r, 5 + i));
+	}
+	free(r);
+}
+END_TEST
+
 /* Many threads pass a fixed set of tokens around two rings whose capacity
  * equals the number of tokens: no push ever fails, nothing is lost. */
 #define TOKENS 64
@@ -185,6 +207,7 @@ int main(void)
 	tcase_add_test(tc, producer_killed_after_its_cell);
 	tcase_add_test(tc, consumer_killed_after_its_cell);
 	tcase_add_test(tc, values_fit_24_bits);
+	tcase_add_test(tc, tagged_push_and_pop_agree_on_the_position);
 	tcase_add_test(tc, tokens_survive_contention);
 	suite_add_tcase(s, tc);
 	return xt_run(s);

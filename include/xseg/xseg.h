@@ -128,9 +128,11 @@ struct xseg_request {
 	uint32_t src_port;        /* the port that got the request */
 	uint32_t dst_port;        /* the port it was last addressed to */
 	uint32_t holder;          /* port responsible for it now */
-	uint32_t pushing;         /* libxseg's: a push onto a queue under way
-				   * (beside state and holder: one line) */
+	uint64_t pushing;         /* libxseg's: its last push onto a queue, by
+				   * whom, where, done or not (request.c;
+				   * beside state and holder: one line) */
 	uint32_t path_len;        /* ports the reply must travel back through */
+	uint32_t path_pad;
 	struct xseg_path_hop path[XSEG_MAX_PATH];
 
 	uint32_t targetlen;       /* target name length, without the NUL */

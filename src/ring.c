@@ -79,8 +79,10 @@ static inline bool push(struct xseg_ring *r, uint32_t value, uint64_t *tag, uint
 				*at = pos & XSEG_RING_POS_MASK;
 				return true;
 			}
-		} else if (dif == 1) {
-			step_past(&r->tail, pos);   /* filled; its producer did not move on */
+		} else if (dif == 1 || dif == (int64_t)r->capacity) {
+			/* filled (and maybe popped already); its producer did not
+			 * move on */
+			step_past(&r->tail, pos);
 		} else if (dif < 0) {
 			return false;   /* the value of one lap ago is still there: full */
 		}
@@ -134,7 +136,9 @@ bool xseg_ring_pop(struct xseg_ring *r, uint32_t *value)
 bool xseg_ring_nonempty(struct xseg_ring *r)
 {
 	uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
-	if (atomic_load_explicit(&r->tail, memory_order_acquire) != head)
+	/* (head passes tail when a producer died before it moved tail and its
+	 * value was popped: empty then, until the next push moves tail on) */
+	if (atomic_load_explicit(&r->tail, memory_order_acquire) > head)
 		return true;
 	uint64_t w = atomic_load_explicit(&r->cells[head & r->mask].word, memory_order_acquire);
 	return seq_dif(w, head + 1) == 0;

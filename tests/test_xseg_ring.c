@@ -73,6 +73,15 @@ START_TEST(producer_killed_after_its_cell)
 	ck_assert(atomic_compare_exchange_strong(&r->cells[2].word, &e2, word(3, 9)));
 	ck_assert(xseg_ring_pop(r, &v));
 	ck_assert_uint_eq(v, 9);
+	/* ... and then the next push moves tail past the popped cell (it
+	 * looked again for ever: a server SIGKILLed in its reply's push hung
+	 * the next reply to that client) */
+	ck_assert(!xseg_ring_nonempty(r));
+	ck_assert(xseg_ring_push(r, 10));
+	ck_assert_uint_eq(atomic_load(&r->tail), 4);
+	ck_assert(xseg_ring_pop(r, &v));
+	ck_assert_uint_eq(v, 10);
+	ck_assert(!xseg_ring_pop(r, &v));
 	free(r);
 }
 END_TEST

@@ -249,6 +249,9 @@ struct xseg_request *xseg_request_at(struct xseg *s, uint32_t index)
 #define PUSH_REPLY        XSEG_PUSH_REPLY
 #define PUSH_DONE         XSEG_PUSH_DONE
 #define PUSH_RESUMED      XSEG_PUSH_RESUMED
+#define PUSH_SAVED        XSEG_PUSH_SAVED
+#define PUSH_PATH_SHIFT   XSEG_PUSH_PATH_SHIFT
+#define PUSH_PATH_MASK    XSEG_PUSH_PATH_MASK
 
 static inline uint64_t push_tag_base(uint32_t pusher, uint32_t state)
 {
@@ -262,10 +265,11 @@ static inline uint64_t push_tag_base(uint32_t pusher, uint32_t state)
  * the error instead of losing the request.
  */
 static int deliver(struct xseg *s, struct xseg_request *req, uint32_t from, uint32_t port,
-		   struct xseg_ring *ring, _Atomic uint64_t *counter, uint32_t state)
+		   struct xseg_ring *ring, _Atomic uint64_t *counter, uint32_t state,
+		   uint64_t saved)
 {
 	uint32_t prev_holder = req->holder, prev_state = load_state(req);
-	uint64_t base = push_tag_base(from, state), at;
+	uint64_t base = push_tag_base(from, state) | saved, at;
 	__atomic_store_n(&req->pushing, base | XSEG_RING_POS_MASK, __ATOMIC_RELAXED);
 	set_holder(req, port);
 	store_state(req, state);
@@ -350,7 +354,7 @@ int xseg_submit(struct xseg *s, struct xseg_request *req, uint32_t from, uint32_
 	if (!req->submit_ns)
 		req->submit_ns = xseg_now_ns();
 	rc = deliver(s, req, from, to, xseg_req_ring(s, to), &s->ports[to].submitted,
-		     XS_QUEUED);
+		     XS_QUEUED, 0);
 	if (rc < 0) {
 		req->path_len--;
 		return rc;
@@ -389,6 +393,12 @@ int xseg_respond(struct xseg *s, struct xseg_request *req, uint32_t from)
 				 req->index, req->holder, from);
 	if (req->path_len == 0 || req->path_len > XSEG_MAX_PATH)
 		return xseg_fail(EINVAL, "respond: request %u has no return path", req->index);
+	/* Before the path is shortened: a death from here until the request
+	 * is marked for the next hop leaves it with us, and the reaper puts
+	 * the path back (xseg_reclaim_port_requests). */
+	uint64_t saved = PUSH_SAVED | (uint64_t)req->path_len << PUSH_PATH_SHIFT;
+	__atomic_store_n(&req->pushing, push_tag_base(from, XS_REPLIED) | saved | XSEG_RING_POS_MASK,
+			 __ATOMIC_RELAXED);
 	struct xseg_path_hop hop = req->path[--req->path_len];
 	if (hop.port >= s->nr_ports) {
 		req->path_len++;
@@ -417,7 +427,7 @@ int xseg_respond(struct xseg *s, struct xseg_request *req, uint32_t from)
 	uint64_t own_cookie = req->priv;
 	req->priv = hop.cookie;
 	rc = deliver(s, req, from, hop.port, xseg_rep_ring(s, hop.port),
-		     &s->ports[hop.port].replied, XS_REPLIED);
+		     &s->ports[hop.port].replied, XS_REPLIED, saved);
 	if (rc < 0) {
 		req->priv = own_cookie;
 		req->path_len++;
@@ -537,7 +547,7 @@ static uint32_t settle_queued(struct xseg *s, uint32_t port, int err, bool pass_
 			if (to != XSEG_NO_PORT && to != port &&
 			    atomic_load(&s->ports[to].owner) &&
 			    deliver(s, r, port, to, xseg_req_ring(s, to),
-				    &s->ports[to].submitted, XS_QUEUED) == 0)
+				    &s->ports[to].submitted, XS_QUEUED, 0) == 0)
 				continue;
 		}
 		r->result = XR_FAILED;
@@ -658,7 +668,8 @@ uint32_t xseg_resume_pushes(struct xseg *s, uint32_t port)
 			continue;
 		if (deliver(s, r, port, to, ring,
 			    reply ? &s->ports[to].replied : &s->ports[to].submitted,
-			    reply ? XS_REPLIED : XS_QUEUED) == 0)
+			    reply ? XS_REPLIED : XS_QUEUED,
+			    tag & (PUSH_SAVED | PUSH_PATH_MASK << PUSH_PATH_SHIFT)) == 0)
 			resumed++;
 	}
 	return resumed;
@@ -684,7 +695,14 @@ void xseg_reclaim_port_requests(struct xseg *s, uint32_t port)
 		if (__atomic_load_n(&r->holder, __ATOMIC_ACQUIRE) != port)
 			continue;
 		uint32_t st = load_state(r);
-		if (st == XS_ALLOCATED || st == XS_RECEIVED || st == XS_ACCEPTED)
-			settle_dead_holders(s, r, port);
+		if (st != XS_ALLOCATED && st != XS_RECEIVED && st != XS_ACCEPTED)
+			continue;
+		/* Died answering it, before it marked it for the next hop: the
+		 * return path as it was before the answer began. */
+		uint64_t tag = __atomic_load_n(&r->pushing, __ATOMIC_ACQUIRE);
+		if (tag != PUSH_RESUMED && tag >> PUSH_PUSHER_SHIFT == port + 1u &&
+		    (tag & (PUSH_SAVED | PUSH_DONE)) == PUSH_SAVED)
+			r->path_len = (uint32_t)(tag >> PUSH_PATH_SHIFT & PUSH_PATH_MASK);
+		settle_dead_holders(s, r, port);
 	}
 }

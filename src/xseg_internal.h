@@ -256,10 +256,14 @@ uint32_t xseg_pass_on_queued_requests(struct xseg *s, uint32_t port);
  * Returns how many requests failed back. */
 uint32_t xseg_settle_limbo(struct xseg *s, uint32_t port);
 /* A push's tag, req->pushing (request.c says how it is used):
- * pusher port + 1 (16 bits) | REPLY | DONE | ring position (40 bits). */
+ * pusher port + 1 (16 bits) | REPLY | DONE | SAVED | a reply's return path
+ * length before the responder shortened it (5 bits) | ring position (40). */
 #define XSEG_PUSH_PUSHER_SHIFT 48
 #define XSEG_PUSH_REPLY        (1ull << 47)
 #define XSEG_PUSH_DONE         (1ull << 46)
+#define XSEG_PUSH_SAVED        (1ull << 45)
+#define XSEG_PUSH_PATH_SHIFT   40
+#define XSEG_PUSH_PATH_MASK    0x1full
 #define XSEG_PUSH_RESUMED      UINT64_MAX
 static inline uint64_t xseg_push_tag_base(uint32_t pusher, bool reply)
 {

@@ -491,6 +491,32 @@ START_TEST(reply_resumed_by_the_reaper_is_taken_once)
 }
 END_TEST
 
+/* A server killed inside its answer after it shortened the request's
+ * return path and before it marked it for the client: the reap puts the
+ * path back and fails the request back (before, the reaper's answer found
+ * no return path and the request went to the pool: the client waited for
+ * ever). Made by hand: accepted, then the answer's first steps. */
+START_TEST(request_whose_server_died_inside_its_answer_fails_back)
+{
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 1), 0);
+	struct limbo_child c;
+	limbo_child_start(&c, 6, 0, false, XSEG_NO_PORT);
+	struct xseg_request *r = issue(1, 6);
+	uint32_t idx;
+	ck_assert(xseg_ring_pop(xseg_req_ring(xt_seg, 6), &idx));
+	ck_assert_uint_eq(idx, r->index);
+	__atomic_store_n(&r->state, XS_ACCEPTED, __ATOMIC_RELEASE);   /* the server's take */
+	ck_assert_uint_eq(r->path_len, 1);
+	__atomic_store_n(&r->pushing, xseg_push_tag_base(6, true) | XSEG_PUSH_SAVED |
+			 1ull << XSEG_PUSH_PATH_SHIFT, __ATOMIC_RELEASE);
+	r->path_len = 0;
+	limbo_child_die(&c);
+	ck_assert_int_eq(xseg_reap_port(xt_seg, 6, EHOSTDOWN), 1);
+	expect_failed_back(1, r, EPIPE);
+	assert_pool_whole();
+}
+END_TEST
+
 /* Submits to port 6 until a submit fails (the reap unbound it), never
  * emptying the pool (an empty pool would reap 6 itself). */
 static _Atomic int submitted_to_6;
@@ -571,6 +597,7 @@ int main(void)
 	tcase_add_test(tc, reply_whose_responder_died_before_the_queue_took_it_arrives_at_the_reap);
 	tcase_add_test(tc, reply_whose_responder_died_after_the_queue_took_it_arrives_once);
 	tcase_add_test(tc, reply_resumed_by_the_reaper_is_taken_once);
+	tcase_add_test(tc, request_whose_server_died_inside_its_answer_fails_back);
 	tcase_add_test(tc, reap_beside_submits_answers_each_request_once);
 	suite_add_tcase(s, tc);
 	return xt_run(s);

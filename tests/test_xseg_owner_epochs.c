@@ -349,6 +349,17 @@ START_TEST(reply_popped_by_a_dying_owner_goes_back_to_the_pool)
 }
 END_TEST
 
+/* Submitted from `from` to `to`, then popped off to's queue by hand: a
+ * taker between its pop and its mark, or a pusher before its ring. */
+static struct xseg_request *issue_and_pop_by_hand(uint32_t from, uint32_t to)
+{
+	struct xseg_request *r = issue(from, to);
+	uint32_t idx;
+	ck_assert(xseg_ring_pop(xseg_req_ring(xt_seg, to), &idx));
+	ck_assert_uint_eq(idx, r->index);
+	return r;
+}
+
 /* A request marked QUEUED for the dead port but not on its queue because
  * its push is still under way (its tag not DONE: the pusher stores the
  * state before the ring takes it) is its pusher's, not the dead owner's:
@@ -360,10 +371,7 @@ START_TEST(request_whose_push_is_under_way_is_left_to_its_pusher)
 	ck_assert_int_eq(xseg_bind_port(xt_seg, 1), 0);
 	struct limbo_child c;
 	limbo_child_start(&c, 6, 0, false, XSEG_NO_PORT);
-	struct xseg_request *r = issue(1, 6);
-	uint32_t idx;
-	ck_assert(xseg_ring_pop(xseg_req_ring(xt_seg, 6), &idx));
-	ck_assert_uint_eq(idx, r->index);
+	struct xseg_request *r = issue_and_pop_by_hand(1, 6);
 	uint64_t base = xseg_push_tag_base(1, false), at;
 	__atomic_store_n(&r->pushing, base, __ATOMIC_RELEASE);
 	limbo_child_die(&c);
@@ -501,10 +509,7 @@ START_TEST(request_whose_server_died_inside_its_answer_fails_back)
 	ck_assert_int_eq(xseg_bind_port(xt_seg, 1), 0);
 	struct limbo_child c;
 	limbo_child_start(&c, 6, 0, false, XSEG_NO_PORT);
-	struct xseg_request *r = issue(1, 6);
-	uint32_t idx;
-	ck_assert(xseg_ring_pop(xseg_req_ring(xt_seg, 6), &idx));
-	ck_assert_uint_eq(idx, r->index);
+	struct xseg_request *r = issue_and_pop_by_hand(1, 6);
 	__atomic_store_n(&r->state, XS_ACCEPTED, __ATOMIC_RELEASE);   /* the server's take */
 	ck_assert_uint_eq(r->path_len, 1);
 	__atomic_store_n(&r->pushing, xseg_push_tag_base(6, true) | XSEG_PUSH_SAVED |

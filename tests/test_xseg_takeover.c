@@ -651,14 +651,21 @@ END_TEST
 
 /* A server that does nothing but take and answer: most of its time is in
  * libxseg's accept and respond, where a kill lands. */
-static void bare_server(const char *name, int ready_fd)
+/* A child's segment with `port` bound, the parent told so. */
+static struct xseg *bound_child(const char *name, uint32_t port, int ready_fd)
 {
 	struct xseg *seg;
+	XT_CHILD_CHECK(xseg_join(name, &seg) == 0, 2, "%s", xseg_last_error());
+	XT_CHILD_CHECK(xseg_bind_port(seg, port) == 0, 3, "%s", xseg_last_error());
+	XT_CHILD_CHECK(write(ready_fd, "r", 1) == 1, 4, "write");
+	return seg;
+}
+
+static void bare_server(const char *name, int ready_fd)
+{
+	struct xseg *seg = bound_child(name, MT_SERVER, ready_fd);
 	struct xseg_request *reqs[MT_DEPTH];
 
-	XT_CHILD_CHECK(xseg_join(name, &seg) == 0, 2, "%s", xseg_last_error());
-	XT_CHILD_CHECK(xseg_bind_port(seg, MT_SERVER) == 0, 3, "%s", xseg_last_error());
-	XT_CHILD_CHECK(write(ready_fd, "r", 1) == 1, 4, "write");
 	for (;;) {
 		int n = xseg_accept(seg, MT_SERVER, reqs, MT_DEPTH);
 		XT_CHILD_CHECK(n >= 0, 5, "%s", xseg_last_error());
@@ -679,12 +686,9 @@ enum { MT_FORWARDER = 2 };
  * replies back: its time is in accept, forward, receive and respond. */
 static void bare_forwarder(const char *name, int ready_fd)
 {
-	struct xseg *seg;
+	struct xseg *seg = bound_child(name, MT_FORWARDER, ready_fd);
 	struct xseg_request *reqs[MT_DEPTH];
 
-	XT_CHILD_CHECK(xseg_join(name, &seg) == 0, 2, "%s", xseg_last_error());
-	XT_CHILD_CHECK(xseg_bind_port(seg, MT_FORWARDER) == 0, 3, "%s", xseg_last_error());
-	XT_CHILD_CHECK(write(ready_fd, "r", 1) == 1, 4, "write");
 	for (;;) {
 		int n = xseg_accept(seg, MT_FORWARDER, reqs, MT_DEPTH);
 		XT_CHILD_CHECK(n >= 0, 5, "%s", xseg_last_error());

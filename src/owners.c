@@ -57,6 +57,25 @@ int xseg_bind_port(struct xseg *s, uint32_t port)
 	return xseg_bind_range(s, port, port);
 }
 
+/* The owner died; or the port is unbound and a request or a reply slipped
+ * into its queues in the instant its owner left or was reaped. */
+static bool needs_reap(struct xseg *s, uint32_t port, uint64_t owner)
+{
+	if (owner)
+		return xseg_owner_pid(owner) != xseg_self_pid() && !xseg_owner_alive(owner);
+	return xseg_ring_nonempty(xseg_req_ring(s, port)) ||
+	       xseg_ring_nonempty(xseg_rep_ring(s, port));
+}
+
+/* Our release of `port` is done: what a pusher that saw it owned put on
+ * its queues since is settled now (see settle_if_released). */
+static void settle_slipped(struct xseg *s, uint32_t port)
+{
+	xseg_full_fence();
+	if (!atomic_load(&s->ports[port].owner) && needs_reap(s, port, 0))
+		xseg_reap_port(s, port, EHOSTDOWN);
+}
+
 int xseg_leave_port(struct xseg *s, uint32_t port)
 {
 	if (!xseg_port_valid(s, port))
@@ -74,17 +93,8 @@ int xseg_leave_port(struct xseg *s, uint32_t port)
 	xseg_port_release(s, port);
 	s->bound[port] = 0;
 	pthread_mutex_unlock(&s->bind_lock);
+	settle_slipped(s, port);
 	return 0;
-}
-
-/* The owner died; or the port is unbound and a request or a reply slipped
- * into its queues in the instant its owner left or was reaped. */
-static bool needs_reap(struct xseg *s, uint32_t port, uint64_t owner)
-{
-	if (owner)
-		return xseg_owner_pid(owner) != xseg_self_pid() && !xseg_owner_alive(owner);
-	return xseg_ring_nonempty(xseg_req_ring(s, port)) ||
-	       xseg_ring_nonempty(xseg_rep_ring(s, port));
 }
 
 int xseg_reap_port(struct xseg *s, uint32_t port, int err)
@@ -120,7 +130,39 @@ int xseg_reap_port(struct xseg *s, uint32_t port, int err)
 	atomic_fetch_sub(&p->reaping, 1);
 	s->bound[port] = 0;
 	pthread_mutex_unlock(&s->bind_lock);
+	settle_slipped(s, port);
 	return 1 + (int)failed;
+}
+
+/*
+ * A push that saw the port owned (by its old owner, or by us reaping it)
+ * can land after the queue was emptied and the port released: on an
+ * unbound port, where nobody takes it. Both sides look after their own
+ * step (Dekker's order, a full fence each): the one that released looks
+ * at the queues (settle_slipped, above), the pusher at the owner (here),
+ * so at least one of them sees the request and reaps the port again,
+ * which passes it on where the route leads or fails it back.
+ */
+static int settle_if_released(struct xseg *s, int to)
+{
+	if (to >= 0 && !atomic_load(&s->ports[to].owner))   /* after deliver's fence */
+		xseg_reap_port(s, (uint32_t)to, EHOSTDOWN);
+	return to;
+}
+
+int xseg_submit(struct xseg *s, struct xseg_request *req, uint32_t from, uint32_t dst)
+{
+	return settle_if_released(s, xseg_push_request(s, req, from, dst));
+}
+
+int xseg_forward(struct xseg *s, struct xseg_request *req, uint32_t from, uint32_t dst)
+{
+	return xseg_submit(s, req, from, dst);
+}
+
+int xseg_respond(struct xseg *s, struct xseg_request *req, uint32_t from)
+{
+	return settle_if_released(s, xseg_push_reply(s, req, from));
 }
 
 int xseg_reap_dead_peers(struct xseg *s)

@@ -319,7 +319,7 @@ static bool pop_pushed(struct xseg *s, struct xseg_ring *ring, uint32_t *idx)
 	return false;
 }
 
-int xseg_submit(struct xseg *s, struct xseg_request *req, uint32_t from, uint32_t dst)
+int xseg_push_request(struct xseg *s, struct xseg_request *req, uint32_t from, uint32_t dst)
 {
 	int rc = check_held(s, req, "submit");
 	if (rc < 0)
@@ -362,11 +362,6 @@ int xseg_submit(struct xseg *s, struct xseg_request *req, uint32_t from, uint32_
 	return (int)to;
 }
 
-int xseg_forward(struct xseg *s, struct xseg_request *req, uint32_t from, uint32_t dst)
-{
-	return xseg_submit(s, req, from, dst);
-}
-
 /* Is the owner that passed the request on at `hop` still the port's? */
 static bool hop_current(struct xseg *s, const struct xseg_path_hop *hop)
 {
@@ -380,7 +375,7 @@ static void count_dropped(struct xseg *s, uint32_t port)
 	atomic_fetch_add_explicit(&s->ports[port].dropped_replies, 1, memory_order_relaxed);
 }
 
-int xseg_respond(struct xseg *s, struct xseg_request *req, uint32_t from)
+int xseg_push_reply(struct xseg *s, struct xseg_request *req, uint32_t from)
 {
 	int rc = check_held(s, req, "respond");
 	if (rc < 0)
@@ -447,7 +442,7 @@ static void settle_dead_holders(struct xseg *s, struct xseg_request *r, uint32_t
 	if (owes_reply(r, load_state(r))) {
 		r->result = XR_FAILED;
 		r->error = EPIPE;
-		if (xseg_respond(s, r, port) >= 0)
+		if (xseg_push_reply(s, r, port) >= 0)
 			return;
 	}
 	release_request(s, r);
@@ -553,7 +548,7 @@ static uint32_t settle_queued(struct xseg *s, uint32_t port, int err, bool pass_
 		r->result = XR_FAILED;
 		r->error = err;
 		r->serviced = 0;
-		if (xseg_respond(s, r, port) < 0)
+		if (xseg_push_reply(s, r, port) < 0)
 			release_request(s, r);
 		failed++;
 	}

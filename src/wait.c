@@ -32,17 +32,7 @@
 
 #include "xseg_internal.h"
 
-/* A full barrier. ThreadSanitizer does not model fences (gcc refuses them
- * under -fsanitize=thread); there a seq_cst RMW stands in for it. */
-static inline void full_fence(void)
-{
-#ifdef __SANITIZE_THREAD__
-	static _Atomic uint32_t fence_word;
-	atomic_fetch_add(&fence_word, 0);
-#else
-	atomic_thread_fence(memory_order_seq_cst);
-#endif
-}
+_Atomic uint32_t xseg_fence_word;   /* xseg_full_fence under TSan */
 
 static long futex(_Atomic uint32_t *word, int op, uint32_t val, const struct timespec *ts)
 {
@@ -55,7 +45,7 @@ void xseg_signal_port(struct xseg *s, uint32_t port)
 					       memory_order_relaxed);
 	struct xseg_port_shm *l = &s->ports[leader < s->nr_ports ? leader : port];
 
-	full_fence();
+	xseg_full_fence();
 	if (atomic_load_explicit(&l->waiters, memory_order_relaxed) &&
 	    !atomic_exchange(&l->wake_pending, 1)) {
 		atomic_fetch_add(&l->wake_seq, 1);
@@ -126,7 +116,7 @@ int xseg_wait_on(struct xseg *s, uint32_t port, uint64_t timeout_ns,
 	atomic_exchange(&l->wake_pending, 0);
 	/* Orders the increment before the queue checks below, pairing with the
 	 * signaller's fence between its push and its read of waiters. */
-	full_fence();
+	xseg_full_fence();
 	uint32_t seq = atomic_load(&l->wake_seq);
 	if (!has_work(s, leader, ready, arg))
 		futex(&l->wake_seq, FUTEX_WAIT, seq, tsp);
@@ -136,7 +126,7 @@ int xseg_wait_on(struct xseg *s, uint32_t port, uint64_t timeout_ns,
 	uint32_t w = atomic_load(&l->waiters);
 	while (w && !atomic_compare_exchange_weak(&l->waiters, &w, w - 1))
 		;
-	full_fence();
+	xseg_full_fence();
 	return has_work(s, leader, ready, arg);
 }
 

@@ -24,6 +24,19 @@
 #define XSEG_LAYOUT_VERSION  ((uint32_t)XSEG_VERSION_LAYOUT)   /* include/xseg/version.h */
 #define XSEG_CACHELINE       64u
 
+/* A full barrier. ThreadSanitizer does not model fences (gcc refuses them
+ * under -fsanitize=thread); there a seq_cst RMW of one word (wait.c)
+ * stands in for it. */
+extern _Atomic uint32_t xseg_fence_word;
+static inline void xseg_full_fence(void)
+{
+#ifdef __SANITIZE_THREAD__
+	atomic_fetch_add(&xseg_fence_word, 0);
+#else
+	atomic_thread_fence(memory_order_seq_cst);
+#endif
+}
+
 /* ---- lock-free bounded MPMC ring of request indexes (ring.c) -------------
  * Each cell is one word, a sequence number that says whose turn it is and
  * the value: a producer fills and a consumer empties a cell with one CAS,
@@ -241,6 +254,11 @@ void xseg_port_ungroup(struct xseg *s, uint32_t port);
 bool xseg_route_reaches(struct xseg *s, uint32_t dst, uint32_t port);
 
 /* request.c: the pool, and settling what a port leaves behind. */
+/* xseg_submit and xseg_respond without owners.c's look at a destination
+ * released meanwhile (for the settling below, which runs under the
+ * bind lock). Return the port the request went to, or -errno. */
+int xseg_push_request(struct xseg *s, struct xseg_request *req, uint32_t from, uint32_t dst);
+int xseg_push_reply(struct xseg *s, struct xseg_request *req, uint32_t from);
 struct xseg_request *xseg_pool_take(struct xseg *s, uint32_t src);  /* NULL: empty */
 int xseg_pool_explain_empty(struct xseg *s, uint32_t src);         /* -ENOBUFS */
 uint32_t xseg_fail_queued_requests(struct xseg *s, uint32_t port, int err);

@@ -561,10 +561,9 @@ START_TEST(reap_beside_submits_answers_each_request_once)
 			sched_yield();
 		ck_assert_int_ge(xseg_reap_port(xt_seg, 6, EHOSTDOWN), 1);
 		pthread_join(t, NULL);
-		/* A submit that found the port still owned (by the reaper) may
-		 * land after the reaper emptied its queue: on the unbound port,
-		 * for the next reap (as a client's next poll does). */
-		ck_assert_int_ge(xseg_reap_port(xt_seg, 6, EHOSTDOWN), 0);
+		/* (A submit that found the port still owned, by the reaper, and
+		 * landed after the reaper emptied its queue, is settled by
+		 * whichever of the two looked last: no further reap here.) */
 		int n = atomic_load(&submitted_to_6), got = 0;
 		struct xseg_request *back[NREQS];
 		int k;

@@ -231,7 +231,11 @@ int xseg_leave_port(struct xseg *seg, uint32_t port);
  * (ENOENT) instead of waiting for a peer that is gone. Returns 0 when the
  * owner is alive or the port unbound (nothing done), else 1 + the number of
  * queued requests failed. A request submitted in the instant of the reap
- * slips into the unbound port's queue: the next call fails it too.
+ * (its submitter saw the port still owned) can land in the unbound port's
+ * queue after the reap emptied it: the reaper, once it has released the
+ * port, or the submitter, once its push is done, sees it (whichever looks
+ * last) and reaps the port again, which passes it on where the route
+ * leads or fails it back. The same holds for xseg_leave_port.
  */
 int xseg_reap_port(struct xseg *seg, uint32_t port, int err);
 

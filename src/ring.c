@@ -147,12 +147,17 @@ bool xseg_ring_nonempty(struct xseg_ring *r)
 /* A cell filled for position pos holds seq pos + 1, and cell i serves the
  * positions i, i + capacity, ...: filled when (seq - 1) & mask is i
  * (emptied, it holds pos + capacity: seq & mask is i). */
+static inline bool cell_filled(const struct xseg_ring *r, uint32_t i, uint64_t w)
+{
+	return (((w >> VALUE_BITS) - 1) & r->mask) == i;
+}
+
 void xseg_ring_mark_queued(struct xseg_ring *r, uint8_t *queued, uint32_t n)
 {
 	for (uint32_t i = 0; i < r->capacity; i++) {
 		uint64_t w = atomic_load_explicit(&r->cells[i].word, memory_order_acquire);
 		uint32_t value = (uint32_t)(w & VALUE_MASK);
-		if ((((w >> VALUE_BITS) - 1) & r->mask) == i && value < n)
+		if (cell_filled(r, i, w) && value < n)
 			queued[value] = 1;
 	}
 }
@@ -161,7 +166,7 @@ bool xseg_ring_holds(struct xseg_ring *r, uint32_t value)
 {
 	for (uint32_t i = 0; i < r->capacity; i++) {
 		uint64_t w = atomic_load_explicit(&r->cells[i].word, memory_order_acquire);
-		if ((((w >> VALUE_BITS) - 1) & r->mask) == i && (w & VALUE_MASK) == value)
+		if (cell_filled(r, i, w) && (w & VALUE_MASK) == value)
 			return true;
 	}
 	return false;

@@ -435,26 +435,40 @@ static void expect_served(uint32_t port, struct xseg_request *r)
 	ck_assert_int_eq(xseg_put_request(xt_seg, r), 0);
 }
 
+/* Port 1 issues a request to a child on 6, which answers it (its push
+ * done): the three cases below then undo a step of that push by hand. */
+static struct xseg_request *answered_by_a_child(struct limbo_child *c)
+{
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 1), 0);
+	answering_child_start(c, 6);
+	struct xseg_request *r = issue(1, 6);
+	answering_child_answer(c);
+	return r;
+}
+
+/* The child dies; its reap leaves the reply with port 1, once. */
+static void child_dies_and_the_reply_arrives(struct limbo_child *c, struct xseg_request *r)
+{
+	limbo_child_die(c);
+	ck_assert_int_eq(xseg_reap_port(xt_seg, 6, EHOSTDOWN), 1);
+	expect_served(1, r);
+	assert_pool_whole();
+}
+
 /* A server killed inside its reply's push, after it marked the reply for
  * the client and before the client's queue took it: the reply was in no
  * queue and the client waited for ever (a cached SIGKILLed under load,
  * its writer hung; CI, test_cached_persist_kill). The reap pushes it on. */
 START_TEST(reply_whose_responder_died_before_the_queue_took_it_arrives_at_the_reap)
 {
-	ck_assert_int_eq(xseg_bind_port(xt_seg, 1), 0);
 	struct limbo_child c;
-	answering_child_start(&c, 6);
-	struct xseg_request *r = issue(1, 6);
-	answering_child_answer(&c);
+	struct xseg_request *r = answered_by_a_child(&c);
 	uint32_t idx;
 	ck_assert(xseg_ring_pop(xseg_rep_ring(xt_seg, 1), &idx));   /* never reached it */
 	ck_assert_uint_eq(idx, r->index);
 	ck_assert_uint_eq(r->state, XS_REPLIED);
 	__atomic_store_n(&r->pushing, xseg_push_tag_base(6, true), __ATOMIC_RELEASE);
-	limbo_child_die(&c);
-	ck_assert_int_eq(xseg_reap_port(xt_seg, 6, EHOSTDOWN), 1);
-	expect_served(1, r);
-	assert_pool_whole();
+	child_dies_and_the_reply_arrives(&c, r);
 }
 END_TEST
 
@@ -462,16 +476,10 @@ END_TEST
  * DONE: the reply is there, and the reap must not push it a second time. */
 START_TEST(reply_whose_responder_died_after_the_queue_took_it_arrives_once)
 {
-	ck_assert_int_eq(xseg_bind_port(xt_seg, 1), 0);
 	struct limbo_child c;
-	answering_child_start(&c, 6);
-	struct xseg_request *r = issue(1, 6);
-	answering_child_answer(&c);
+	struct xseg_request *r = answered_by_a_child(&c);
 	__atomic_and_fetch(&r->pushing, ~XSEG_PUSH_DONE, __ATOMIC_RELEASE);
-	limbo_child_die(&c);
-	ck_assert_int_eq(xseg_reap_port(xt_seg, 6, EHOSTDOWN), 1);
-	expect_served(1, r);
-	assert_pool_whole();
+	child_dies_and_the_reply_arrives(&c, r);
 }
 END_TEST
 
@@ -480,11 +488,8 @@ END_TEST
  * pushes it again, and the copy the client popped is not handed over. */
 START_TEST(reply_resumed_by_the_reaper_is_taken_once)
 {
-	ck_assert_int_eq(xseg_bind_port(xt_seg, 1), 0);
 	struct limbo_child c;
-	answering_child_start(&c, 6);
-	struct xseg_request *r = issue(1, 6);
-	answering_child_answer(&c);
+	struct xseg_request *r = answered_by_a_child(&c);
 	__atomic_and_fetch(&r->pushing, ~XSEG_PUSH_DONE, __ATOMIC_RELEASE);
 	uint64_t first = r->pushing & XSEG_RING_POS_MASK, at;
 	uint32_t idx;

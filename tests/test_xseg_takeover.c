@@ -541,6 +541,40 @@ static int mt_collect(struct mt_state *st)
 	return n;
 }
 
+/* The client's side: port MT_CLIENT bound, requests to `to` (0: the
+ * server's port), a pipe for the victim's "ready". */
+static void mt_init(struct mt_state *st, uint32_t to, int ready[2])
+{
+	memset(st, 0, sizeof(*st));
+	st->to = to;
+	xt_bitmap_init(&st->answered, 64ull << 20);
+	ck_assert_int_eq(pipe(ready), 0);
+	ck_assert_int_eq(xseg_bind_port(xt_seg, MT_CLIENT), 0);
+}
+
+/* Forks a victim and waits until it serves. */
+static pid_t mt_start_victim(void (*victim)(const char *, int), int ready[2])
+{
+	pid_t pid = xt_fork(50);
+	if (pid == 0)
+		victim(xt_name, ready[1]);
+	wait_byte(ready[0], 'r');
+	return pid;
+}
+
+/* Keeps depth MT_DEPTH going until `until` requests are answered. */
+static void mt_traffic_until(struct mt_state *st, uint64_t until, int round)
+{
+	uint64_t t0 = xseg_now_ns();
+	while (st->answered_n < until) {
+		while (st->inflight < MT_DEPTH)
+			mt_issue(st);
+		if (!mt_collect(st))
+			xseg_poll(xt_seg, MT_CLIENT, 20000, 100000000ull);
+		XT_ASSERT(xseg_now_ns() - t0 < 20000000000ull, "round %d stalled", round);
+	}
+}
+
 START_TEST(killed_mid_traffic_repeatedly)
 {
 	const int rounds = (int)xt_scaled(10, 3);
@@ -550,29 +584,15 @@ START_TEST(killed_mid_traffic_repeatedly)
 
 	serving = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	ck_assert(serving != MAP_FAILED);
-	memset(&st, 0, sizeof(st));
-	xt_bitmap_init(&st.answered, 64ull << 20);
-	ck_assert_int_eq(pipe(ready), 0);
-	ck_assert_int_eq(xseg_bind_port(xt_seg, MT_CLIENT), 0);
+	mt_init(&st, 0, ready);
 
 	for (int round = 0; round < rounds; round++) {
-		pid_t pid = xt_fork(50);
-		if (pid == 0)
-			busy_server(xt_name, ready[1]);
-		wait_byte(ready[0], 'r');
+		pid_t pid = mt_start_victim(busy_server, ready);
 
 		/* Traffic for a random number of replies, then the kill lands
 		 * while requests are in flight. */
 		seed = seed * 1103515245u + 12345u;
-		uint64_t until = st.answered_n + 2000 + (seed >> 8) % 20000;
-		uint64_t t0 = xseg_now_ns();
-		while (st.answered_n < until) {
-			while (st.inflight < MT_DEPTH)
-				mt_issue(&st);
-			if (!mt_collect(&st))
-				xseg_poll(xt_seg, MT_CLIENT, 20000, 100000000ull);
-			XT_ASSERT(xseg_now_ns() - t0 < 20000000000ull, "round %d stalled", round);
-		}
+		mt_traffic_until(&st, st.answered_n + 2000 + (seed >> 8) % 20000, round);
 		while (st.inflight < MT_DEPTH)
 			mt_issue(&st);
 		uint64_t delay = xseg_now_ns() + (seed >> 4) % 100000;
@@ -623,7 +643,7 @@ START_TEST(killed_mid_traffic_repeatedly)
 			reqs[i]->error = ECANCELED;
 			ck_assert_int_eq(xseg_respond(xt_seg, reqs[i], MT_SERVER), MT_CLIENT);
 		}
-		t0 = xseg_now_ns();
+		uint64_t t0 = xseg_now_ns();
 		while (st.inflight > 0) {
 			mt_collect(&st);
 			ck_assert_msg(xseg_now_ns() - t0 < 5000000000ull,
@@ -718,25 +738,11 @@ static void kill_inside_calls(void (*victim)(const char *, int), uint32_t port, 
 	unsigned seed = (unsigned)getpid();
 	int ready[2];
 
-	memset(&st, 0, sizeof(st));
-	st.to = port;
-	xt_bitmap_init(&st.answered, 64ull << 20);
-	ck_assert_int_eq(pipe(ready), 0);
-	ck_assert_int_eq(xseg_bind_port(xt_seg, MT_CLIENT), 0);
+	mt_init(&st, port, ready);
 	for (int round = 0; round < rounds; round++) {
-		pid_t pid = xt_fork(50);
-		if (pid == 0)
-			victim(xt_name, ready[1]);
-		wait_byte(ready[0], 'r');
+		pid_t pid = mt_start_victim(victim, ready);
 		seed = seed * 1103515245u + 12345u;
-		uint64_t until = st.answered_n + 500 + (seed >> 8) % 5000, t0 = xseg_now_ns();
-		while (st.answered_n < until) {
-			while (st.inflight < MT_DEPTH)
-				mt_issue(&st);
-			if (!mt_collect(&st))
-				xseg_poll(xt_seg, MT_CLIENT, 20000, 100000000ull);
-			XT_ASSERT(xseg_now_ns() - t0 < 20000000000ull, "round %d stalled", round);
-		}
+		mt_traffic_until(&st, st.answered_n + 500 + (seed >> 8) % 5000, round);
 		/* The kill comes from aside while the traffic goes on at full
 		 * speed, so that it finds the victim busy. */
 		pid_t killer = fork();
@@ -747,7 +753,7 @@ static void kill_inside_calls(void (*victim)(const char *, int), uint32_t port, 
 			_exit(0);
 		}
 		int wst;
-		t0 = xseg_now_ns();
+		uint64_t t0 = xseg_now_ns();
 		while (waitpid(pid, &wst, WNOHANG) == 0) {
 			while (st.inflight < MT_DEPTH)
 				mt_issue(&st);

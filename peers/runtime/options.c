@@ -20,6 +20,7 @@ enum {
 	OPT_PIDFILE,
 	OPT_SPIN_US,
 	OPT_STOP_TIMEOUT,
+	OPT_YIELD,
 	OPT_HELP,
 	OPT_VERSION,
 };
@@ -33,6 +34,7 @@ static const struct option common_options[] = {
 	{ "pidfile", required_argument, NULL, OPT_PIDFILE },
 	{ "spin-us", required_argument, NULL, OPT_SPIN_US },
 	{ "stop-timeout", required_argument, NULL, OPT_STOP_TIMEOUT },
+	{ "yield", required_argument, NULL, OPT_YIELD },
 	{ "help", no_argument, NULL, OPT_HELP },
 	{ "version", no_argument, NULL, OPT_VERSION },
 };
@@ -88,6 +90,10 @@ static void usage(const struct peer_ops *ops)
 	       "  --stop-timeout S     on SIGTERM, wait at most S seconds for each step of\n"
 	       "                       the stop: a cache in front, the peer's drain, the\n"
 	       "                       requests in flight (default 30)\n"
+	       "  --yield auto|never   auto (default): while the peer waits on another (a\n"
+	       "                       request of its own is out) and its CPU is shared,\n"
+	       "                       give the CPU up after each round of work; never:\n"
+	       "                       keep it\n"
 	       "  -h, --help           this text\n"
 	       "  --version            the version and segment layout\n",
 	       ops->default_threads ? ops->default_threads : 1,
@@ -161,6 +167,11 @@ static int common_option(struct peer_config *c, int val, const char *arg)
 		if (peer_arg_uint("--spin-us", arg, 0, 10000000, &v) < 0)
 			return -1;
 		c->spin_ns = v * 1000;
+		return 0;
+	case OPT_YIELD:
+		if (strcmp(arg, "auto") && strcmp(arg, "never"))
+			return peer_arg_error("--yield", arg, "is not auto or never");
+		c->never_yield = !strcmp(arg, "never");
 		return 0;
 	case OPT_STOP_TIMEOUT:
 		if (peer_arg_uint("--stop-timeout", arg, 1, 86400, &v) < 0)

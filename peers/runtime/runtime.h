@@ -24,6 +24,7 @@ struct peer_config {
 	const char *pidfile;
 	uint64_t spin_ns;
 	unsigned stop_timeout_s;
+	bool never_yield;   /* --yield never (peer.c: yield_if_cpu_shared) */
 };
 
 /* The context of one send or forward, in the slot of the request's pool
@@ -42,6 +43,11 @@ struct peer_thread {
 	void *priv;
 	struct peer_work *deferred;       /* LIFO of work put off */
 	struct xseg_request *batch[PEER_BATCH];
+	/* yield_if_cpu_shared: whether this thread's CPU was shared when it
+	 * last looked (its involuntary switches then), rounds of work counted. */
+	bool cpu_shared;
+	long switches_seen;
+	unsigned rounds_of_work;
 };
 
 struct peer {

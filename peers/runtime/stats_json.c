@@ -58,12 +58,12 @@ static void put_counts(struct out *o, const struct peer_stats_sum *s)
 	    ",\"bytes_read\":%" PRIu64 ",\"bytes_written\":%" PRIu64
 	    ",\"errors\":%" PRIu64 ",\"errors_read\":%" PRIu64 ",\"errors_write\":%" PRIu64
 	    ",\"errors_other\":%" PRIu64 ",\"in_flight\":%" PRIu64
-	    ",\"sent\":%" PRIu64 ",\"sent_failed\":%" PRIu64,
+	    ",\"sent\":%" PRIu64 ",\"sent_failed\":%" PRIu64 ",\"cpu_yields\":%" PRIu64,
 	    reqs, s->requests[PEER_STATS_READ], s->requests[PEER_STATS_WRITE],
 	    s->requests[PEER_STATS_OTHER], s->bytes[PEER_STATS_READ], s->bytes[PEER_STATS_WRITE],
 	    errs, s->errors[PEER_STATS_READ], s->errors[PEER_STATS_WRITE],
 	    s->errors[PEER_STATS_OTHER], s->begun > s->done + 1 ? s->begun - s->done - 1 : 0,
-	    s->sent, s->sent_failed);
+	    s->sent, s->sent_failed, s->cpu_yields);
 }
 
 /* The non-empty buckets in ns, lowest first. Ticks may be shorter than a

@@ -7,7 +7,7 @@
 # over the rounds of the ratio within each round (filed alone, or nulld,
 # the reference), for never and auto, and the median IOPS; then the
 # cpu_yields each peer reported.
-#   ROUNDS (7)  RUNTIME (0.7)  TOTAL (64M)  TMPDIR (/dev/shm)
+#   ROUNDS (7)  RUNTIME (0.7)  TOTAL (64M)  DEPTH (16)  TMPDIR (/dev/shm)
 #   ROUNDS=7 bench/run-yield-ab.sh
 set -u
 cd "$(dirname "$0")/.."
@@ -16,12 +16,12 @@ BIN=${BIN:-$PWD/${BUILD:-build}/bin}
 export TMPDIR=${TMPDIR:-/dev/shm}
 SEG=yield-$$
 DATA=$(mktemp -d)
-ROUNDS=${ROUNDS:-7} RUNTIME=${RUNTIME:-0.7} TOTAL=${TOTAL:-64M}
+ROUNDS=${ROUNDS:-7} RUNTIME=${RUNTIME:-0.7} TOTAL=${TOTAL:-64M} DEPTH=${DEPTH:-16}
 pids=()
 trap bench_cleanup EXIT
 trap 'exit 130' INT TERM
 
-echo "--yield never vs auto: 4K random, depth 16, ${RUNTIME}s runs over $TOTAL, $ROUNDS rounds"
+echo "--yield never vs auto: 4K random, depth $DEPTH, ${RUNTIME}s runs over $TOTAL, $ROUNDS rounds"
 echo "$(date -u '+%F %T UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) CPUs"
 "$BIN/xseg" create --segment "$SEG" --ports 16 --requests 2048 --heap 512M >/dev/null || exit 1
 peer() {   # port program args...
@@ -47,7 +47,7 @@ run() {   # port op seed [once]: prints the IOPS
 	local size=(--total-size "$TOTAL" --runtime "$RUNTIME")
 	[ $# = 4 ] && size=(--total-size "$TOTAL")
 	"$BIN/bench-xseg" --segment "$SEG" --port 12 --target-port "$1" --op "$2" --pattern rand \
-		--block-size 4K --iodepth 16 --object-size 4M --seed "$3" --timeout 10 --json \
+		--block-size 4K --iodepth "$DEPTH" --object-size 4M --seed "$3" --timeout 10 --json \
 		"${size[@]}" | tail -1 | sed -n 's/.*"iops": *\([0-9.]*\).*/\1/p'
 }
 # filed's objects written once (later writes overwrite), the hits loaded

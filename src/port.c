@@ -59,12 +59,17 @@ int xseg_port_take(struct xseg *s, uint32_t port, bool reaper)
 		}
 		if (xseg_owner_pid(cur) == xseg_self_pid())
 			return xseg_fail(EBUSY, "port %u is already bound by this process", port);
-		if (!reaper && atomic_load(&p->reaping) && reap_waits++ < 10000) {
-			usleep(100);   /* a reap lasts microseconds */
+		bool alive = xseg_owner_alive(cur);
+		/* A live owner while a reap is announced is the reaper, for
+		 * microseconds. A dead one we take over now: a live reaper then
+		 * finds us its owner and does nothing, and a count left by a
+		 * reaper killed mid-reap would otherwise cost every bind 1 s. */
+		if (!reaper && alive && atomic_load(&p->reaping) && reap_waits++ < 10000) {
+			usleep(100);
 			cur = atomic_load(&p->owner);
 			continue;
 		}
-		if (xseg_owner_alive(cur))
+		if (alive)
 			return xseg_fail(EBUSY, "port %u is bound by live pid %d", port,
 					 (int)xseg_owner_pid(cur));
 		if (atomic_compare_exchange_strong(&p->owner, &cur, me)) {

@@ -527,6 +527,32 @@ START_TEST(request_whose_server_died_inside_its_answer_fails_back)
 }
 END_TEST
 
+/* A reaper killed between announcing its reap and ending it leaves the
+ * port's reaping count up for good: a bind taking over a dead owner's port
+ * must not wait on it (it waited 1 s, every bind, for ever). */
+START_TEST(bind_after_a_reaper_died_mid_reap_does_not_wait)
+{
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 1), 0);
+	struct limbo_child c;
+	limbo_child_start(&c, 6, 0, false, XSEG_NO_PORT);
+	struct xseg_request *queued = issue(1, 6);
+	limbo_child_die(&c);
+	atomic_fetch_add(&xt_seg->ports[6].reaping, 1);   /* the dead reaper's count */
+	uint64_t t0 = xseg_now_ns();
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 6), 0);   /* takes the dead owner's port over */
+	uint64_t took = xseg_now_ns() - t0;
+	ck_assert_msg(took < 500000000ull, "the bind waited %llu ms", (unsigned long long)(took / 1000000));
+	struct xseg_request *got[2];
+	ck_assert_int_eq(xseg_accept(xt_seg, 6, got, 2), 1);   /* the queue is the heir's */
+	ck_assert_ptr_eq(got[0], queued);
+	got[0]->result = XR_SERVED;
+	ck_assert_int_ge(xseg_respond(xt_seg, got[0], 6), 0);
+	expect_served(1, queued);
+	atomic_fetch_sub(&xt_seg->ports[6].reaping, 1);
+	assert_pool_whole();
+}
+END_TEST
+
 /* Submits to port 6 until a submit fails (the reap unbound it), never
  * emptying the pool (an empty pool would reap 6 itself). */
 static _Atomic int submitted_to_6;
@@ -612,6 +638,7 @@ int main(void)
 	tcase_add_test(tc, reply_resumed_by_the_reaper_is_taken_once);
 	tcase_add_test(tc, request_whose_server_died_inside_its_answer_fails_back);
 	tcase_add_test(tc, reap_beside_submits_answers_each_request_once);
+	tcase_add_test(tc, bind_after_a_reaper_died_mid_reap_does_not_wait);
 	suite_add_tcase(s, tc);
 	return xt_run(s);
 }

@@ -9,14 +9,16 @@
 # Knobs: NBDD (nbdd binaries to compare, space-separated, e.g.
 # "/tmp/nbdd.orig build/bin/nbdd"; default $BIN/nbdd), ROUNDS (3), RUNTIME
 # (seconds per fio run, 5), SIZE (volume and RAM disk, 64M), CACHE
-# (cached's size, 256M), DEPTH (16). filed keeps its data under $TMPDIR
-# (tmpfs by default). Skips (exit 0) with a message when nbdkit is missing.
+# (cached's size, 256M), DEPTH (16), BLOCKER (cached; nulld: vlmcd's blocker
+# is nulld instead of cached and filed, so what is left is nbdd and
+# vlmcd's own cost). filed keeps its data under $TMPDIR (tmpfs by default).
+# Skips (exit 0) with a message when nbdkit is missing.
 set -u
 cd "$(dirname "$0")/.."
 BIN=${BIN:-$PWD/${BUILD:-build}/bin}
 export TMPDIR=${TMPDIR:-/dev/shm}
 NBDD=${NBDD:-$BIN/nbdd} ROUNDS=${ROUNDS:-3} RUNTIME=${RUNTIME:-5}
-SIZE=${SIZE:-64M} CACHE=${CACHE:-256M} DEPTH=${DEPTH:-16}
+SIZE=${SIZE:-64M} CACHE=${CACHE:-256M} DEPTH=${DEPTH:-16} BLOCKER=${BLOCKER:-cached}
 SEG=nbdd-vs-nbdkit-$$
 DATA=$(mktemp -d)
 SOCK=$DATA/nbd.sock
@@ -29,13 +31,18 @@ command -v nbdkit > /dev/null || { echo "nbdkit is missing (tools/install-deps):
 
 wait_sock() { for _ in $(seq 200); do [ -S "$SOCK" ] && return; sleep 0.05; done; exit 1; }
 
-# filed, cached (write-back) and vlmcd on a fresh segment.
+# filed, cached (write-back) and vlmcd on a fresh segment (BLOCKER=nulld:
+# nulld where cached is).
 start_path() {
 	"$BIN/xseg" create --segment "$SEG" --ports 16 --requests 2048 --heap 512M >/dev/null || exit 1
-	"$BIN/filed" --segment "$SEG" --port 1 --dir "$DATA/objects" --threads 2 & pids+=($!)
-	wait_bound 1
-	"$BIN/cached" --segment "$SEG" --port 3 --blocker-port 1 --cache-size "$CACHE" \
-		--write-policy writeback & pids+=($!)
+	if [ "$BLOCKER" = nulld ]; then
+		"$BIN/nulld" --segment "$SEG" --port 3 & pids+=($!)
+	else
+		"$BIN/filed" --segment "$SEG" --port 1 --dir "$DATA/objects" --threads 2 & pids+=($!)
+		wait_bound 1
+		"$BIN/cached" --segment "$SEG" --port 3 --blocker-port 1 --cache-size "$CACHE" \
+			--write-policy writeback & pids+=($!)
+	fi
 	wait_bound 3
 	"$BIN/vlmcd" --segment "$SEG" --port 2 --blocker-port 3 --volume vol:$SIZE & pids+=($!)
 	wait_bound 2
@@ -88,7 +95,7 @@ measure() {   # $1: name
 RES=$DATA/results
 mkdir -p "$RES"
 names=()
-echo "# fio nbd engine, unix socket, bs=4k iodepth=$DEPTH, ${RUNTIME}s each, $SIZE; $(uptime | sed 's/.*load/load/')"
+echo "# fio nbd engine, unix socket, bs=4k iodepth=$DEPTH, ${RUNTIME}s each, $SIZE, vlmcd's blocker $BLOCKER; $(uptime | sed 's/.*load/load/')"
 for round in $(seq "$ROUNDS"); do
 	echo "round $round"
 	k=0

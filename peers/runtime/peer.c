@@ -1,7 +1,8 @@
 /*
- * The peer runtime: peer_main, the worker threads, answering, sending and
- * forwarding with a callback on the reply, deferred work and the graceful
- * stop. See include/peer/peer.h for the contract.
+ * The peer runtime: peer_main, the worker threads (requests.c answers and
+ * sends, work.c runs deferred and posted work), parking and helpers, the
+ * maintenance thread and the graceful stop. See include/peer/peer.h for
+ * the contract.
  */
 #define _GNU_SOURCE   /* RUSAGE_THREAD */
 #include <errno.h>
@@ -18,7 +19,6 @@
 #include "counters.h"
 #include "runtime.h"
 #include "stats_json.h"
-#include "xtypes/xannotate.h"
 
 /* How long an idle worker sleeps before it looks at the stop flag again. */
 #define IDLE_WAIT_NS   (100ull * 1000 * 1000)
@@ -43,305 +43,6 @@ void peer_stop(struct peer *p)
 {
 	atomic_store(&p->stop, 1);
 	peer_unpark_workers(p);
-}
-
-/* ---- answering ---------------------------------------------------------------- */
-
-/* Inlined into the answering calls: nulld's figure is this path. */
-static inline __attribute__((always_inline)) void respond(struct peer *p,
-							  struct xseg_request *req)
-{
-	/* Counted first: once answered, the request is no longer ours. */
-	struct peer_stats_block *b = peer_stats_block();
-	if (b && req->index < p->nr_requests) {
-		uint64_t lat = peer_stats_ticks() -
-			atomic_load_explicit(&p->accept_tick[req->index], memory_order_relaxed);
-		peer_stats_done(b, req->op, req->result == XR_SERVED, req->serviced,
-				(int64_t)lat > 0 ? lat : 0);
-	}
-	int rc = xseg_respond(p->seg, req, req->holder);
-	if (rc < 0) {
-		peer_error("cannot answer request %u (%s): %s", req->index,
-			   xseg_op_name(req->op), xseg_last_error());
-		/* A request we never accepted is the caller's bug, not an
-		 * answer; a wedged reply queue (EIO) loses it for good. */
-		if (rc != -EIO)
-			return;
-	}
-	atomic_fetch_sub(&p->accepted, 1);
-}
-
-void peer_respond(struct peer_thread *t, struct xseg_request *req)
-{
-	respond(t->peer, req);
-}
-
-void peer_answer(struct peer *p, struct xseg_request *req, int err)
-{
-	if (err) {
-		req->result = XR_FAILED;
-		req->error = err > 0 ? err : EIO;
-		req->serviced = 0;
-	} else {
-		req->result = XR_SERVED;
-		req->error = 0;
-	}
-	respond(p, req);
-}
-
-void peer_complete(struct peer_thread *t, struct xseg_request *req)
-{
-	req->result = XR_SERVED;
-	req->error = 0;
-	respond(t->peer, req);
-}
-
-void peer_fail(struct peer_thread *t, struct xseg_request *req, int err)
-{
-	peer_answer(t->peer, req, err > 0 ? err : EIO);
-}
-
-void *peer_reply_data(struct peer_thread *t, struct xseg_request *req, uint64_t len)
-{
-	struct xseg *seg = t->peer->seg;
-	char name[XSEG_MAX_TARGETLEN + 1];
-	uint32_t tl = req->targetlen;
-	char *target = xseg_get_target(seg, req);
-
-	if (target && req->datalen >= len)
-		return xseg_get_data(seg, req);
-	if (!target || tl > XSEG_MAX_TARGETLEN)
-		tl = 0;
-	if (tl)
-		memcpy(name, target, tl);
-	if (xseg_prep_request(seg, req, tl, len) < 0) {
-		errno = ENOMEM;
-		return NULL;
-	}
-	if (tl)
-		memcpy(xseg_get_target(seg, req), name, tl);
-	return xseg_get_data(seg, req);
-}
-
-/* ---- the peer's own requests ---------------------------------------------------- */
-
-struct xseg_request *peer_get_request(struct peer_thread *t, const char *target,
-				      uint64_t datalen)
-{
-	return peer_get_request_any(t->peer, target, datalen);
-}
-
-struct xseg_request *peer_get_request_any(struct peer *p, const char *target,
-					  uint64_t datalen)
-{
-	struct xseg_request *req = p->reserve ? xseg_reserve_get(p->reserve)
-					      : xseg_get_request(p->seg, p->cfg.port_first);
-	if (!req)
-		return NULL;   /* errno set: ENOBUFS when the pool is empty */
-	int rc = target ? xseg_prep_target(p->seg, req, target, datalen)
-			: xseg_prep_request(p->seg, req, 0, datalen);
-	if (rc < 0) {
-		peer_put_request_any(p, req);
-		errno = -rc;
-		return NULL;
-	}
-	return req;
-}
-
-void peer_put_request(struct peer_thread *t, struct xseg_request *req)
-{
-	peer_put_request_any(t->peer, req);
-}
-
-void peer_put_request_any(struct peer *p, struct xseg_request *req)
-{
-	int rc = p->reserve ? xseg_reserve_put(p->reserve, req) : xseg_put_request(p->seg, req);
-	if (rc < 0)
-		peer_error("cannot put request %u back: %s", req->index, xseg_last_error());
-}
-
-static uint64_t cookie_of(struct peer *p, uint32_t index)
-{
-	return p->cookie_salt << 32 | index;
-}
-
-static int submit_with(struct peer *p, struct xseg_request *req, uint32_t dst,
-		       peer_reply_fn cb, void *arg, bool forward)
-{
-	if (!req || !cb || req->index >= p->nr_requests)
-		return -EINVAL;
-	struct peer_slot *slot = &p->slots[req->index];
-	if (atomic_load(&slot->armed)) {
-		peer_error("request %u is sent twice", req->index);
-		return -EBUSY;
-	}
-	uint64_t old_priv = req->priv;
-	slot->cb = cb;
-	slot->arg = arg;
-	slot->forward = forward;
-	req->priv = cookie_of(p, req->index);
-	atomic_fetch_add(&p->outstanding, 1);
-	atomic_store_explicit(&slot->armed, 1, memory_order_release);
-	int rc = xseg_submit(p->seg, req, req->holder, dst);
-	if (rc < 0) {
-		atomic_store(&slot->armed, 0);
-		atomic_fetch_sub(&p->outstanding, 1);
-		req->priv = old_priv;
-		peer_debug("%s of request %u to port %u failed: %s",
-			   forward ? "forward" : "send", req->index, dst, xseg_last_error());
-		return rc;
-	}
-	struct peer_stats_block *b = peer_stats_block();
-	if (b)
-		peer_stats_add(&b->sent, 1);
-	return 0;
-}
-
-int peer_send(struct peer_thread *t, struct xseg_request *req, uint32_t dst,
-	      peer_reply_fn cb, void *arg)
-{
-	return submit_with(t->peer, req, dst, cb, arg, false);
-}
-
-int peer_send_any(struct peer *p, struct xseg_request *req, uint32_t dst,
-		  peer_reply_fn cb, void *arg)
-{
-	return submit_with(p, req, dst, cb, arg, false);
-}
-
-int peer_forward(struct peer_thread *t, struct xseg_request *req, uint32_t dst,
-		 peer_reply_fn cb, void *arg)
-{
-	return submit_with(t->peer, req, dst, cb, arg, true);
-}
-
-int peer_forward_any(struct peer *p, struct xseg_request *req, uint32_t dst,
-		     peer_reply_fn cb, void *arg)
-{
-	return submit_with(p, req, dst, cb, arg, true);
-}
-
-/*
- * A reply came back. Its cookie names the slot of its send; one that does
- * not (a reply to a previous incarnation of this peer, or a corrupted one)
- * is settled: answered FAILED if someone upstream waits, otherwise put.
- */
-static void on_reply(struct peer_thread *t, struct xseg_request *req)
-{
-	struct peer *p = t->peer;
-	uint64_t c = req->priv;
-	uint32_t idx = (uint32_t)c;
-
-	if ((c >> 32) == p->cookie_salt && idx == req->index && idx < p->nr_requests) {
-		struct peer_slot *slot = &p->slots[idx];
-		uint32_t one = 1;
-		if (atomic_compare_exchange_strong_explicit(&slot->armed, &one, 0,
-							    memory_order_acq_rel,
-							    memory_order_acquire)) {
-			if (req->result != XR_SERVED) {
-				struct peer_stats_block *b = peer_stats_block();
-				if (b)
-					peer_stats_add(&b->sent_failed, 1);
-			}
-			slot->cb(t, req, slot->arg);
-			atomic_fetch_sub(&p->outstanding, 1);
-			return;
-		}
-	}
-	peer_warn("reply for request %u (%s) that is not ours (cookie %#" PRIx64 "): settled",
-		  req->index, xseg_op_name(req->op), c);
-	if (req->path_len > 0) {
-		req->result = XR_FAILED;
-		req->error = EPIPE;
-		req->serviced = 0;
-		if (xseg_respond(p->seg, req, req->holder) < 0)
-			peer_error("cannot settle request %u: %s", req->index, xseg_last_error());
-	} else if (xseg_put_request(p->seg, req) < 0) {
-		peer_error("cannot settle request %u: %s", req->index, xseg_last_error());
-	}
-}
-
-/* ---- deferred work -------------------------------------------------------------- */
-
-void peer_defer(struct peer_thread *t, struct peer_work *w, peer_work_fn fn)
-{
-	w->fn = fn;
-	w->next = t->deferred;
-	t->deferred = w;
-	atomic_fetch_add(&t->peer->deferred, 1);
-}
-
-static void run_deferred(struct peer_thread *t)
-{
-	struct peer_work *list = NULL, *w = t->deferred;
-	t->deferred = NULL;
-	while (w) {   /* oldest first */
-		struct peer_work *next = w->next;
-		w->next = list;
-		list = w;
-		w = next;
-	}
-	while (list) {
-		w = list;
-		list = list->next;
-		w->next = NULL;
-		w->fn(t, w);
-		atomic_fetch_sub(&t->peer->deferred, 1);
-	}
-}
-
-/* ---- work posted from other threads ------------------------------------------------ */
-
-void peer_post(struct peer *p, struct peer_work *w, peer_work_fn fn)
-{
-	w->fn = fn;
-	cds_wfcq_node_init(&w->post_node);
-	atomic_fetch_add(&p->deferred, 1);
-	/* TSan does not see liburcu's ordering: model the hand-over. */
-	xannotate_happens_before(w);
-	cds_wfcq_enqueue(&p->post_head, &p->post_tail, &w->post_node);
-	xseg_signal(p->seg, p->cfg.port_first);
-	/* Parked workers do not watch the port. (The fence orders the enqueue
-	 * before the load: a worker that parks after it sees the work.) */
-	atomic_thread_fence(memory_order_seq_cst);
-	if (atomic_load(&p->parked)) {
-		pthread_mutex_lock(&p->park_lock);
-		pthread_cond_signal(&p->park_cond);
-		pthread_mutex_unlock(&p->park_lock);
-	}
-}
-
-/* Also the idle workers' spin check: nothing counted (peer_post counts
- * before it queues, and signals after), nothing to look for in the queue. */
-static bool posted_ready(void *arg)
-{
-	struct peer *p = arg;
-	return atomic_load_explicit(&p->deferred, memory_order_acquire) &&
-	       !cds_wfcq_empty(&p->post_head, &p->post_tail);
-}
-
-/* Takes everything posted so far (one worker at a time) and runs it here. */
-static bool run_posted(struct peer_thread *t)
-{
-	struct peer *p = t->peer;
-	struct __cds_wfcq_head head;
-	struct cds_wfcq_tail tail;
-	struct cds_wfcq_node *node, *next;
-	bool ran = false;
-
-	if (!posted_ready(p) || pthread_mutex_trylock(&p->post_drain) != 0)
-		return false;
-	__cds_wfcq_init(&head, &tail);
-	__cds_wfcq_splice_blocking(&head, &tail, &p->post_head, &p->post_tail);
-	pthread_mutex_unlock(&p->post_drain);
-	__cds_wfcq_for_each_blocking_safe(&head, &tail, node, next) {
-		struct peer_work *w = caa_container_of(node, struct peer_work, post_node);
-		xannotate_happens_after(w);
-		w->fn(t, w);   /* may free or post w again */
-		atomic_fetch_sub(&p->deferred, 1);
-		ran = true;
-	}
-	return ran;
 }
 
 /* ---- workers ---------------------------------------------------------------------- */
@@ -501,7 +202,7 @@ static int serve_ports(struct peer_thread *t, bool stopping, enum look_for_repli
 			continue;
 		n = xseg_receive(p->seg, port, t->batch, PEER_BATCH);
 		for (int i = 0; i < n; i++)
-			on_reply(t, t->batch[i]);
+			peer_on_reply(t, t->batch[i]);
 		if (n > 0)
 			work += n;
 	}
@@ -537,7 +238,7 @@ static void park(struct peer *p)
 	clock_gettime(CLOCK_MONOTONIC, &until);
 	until.tv_sec += 1;
 	pthread_mutex_lock(&p->park_lock);
-	while (atomic_load(&p->parked) && !posted_ready(p)) {
+	while (atomic_load(&p->parked) && !peer_posted_ready(p)) {
 		if (pthread_cond_timedwait(&p->park_cond, &p->park_lock, &until) == ETIMEDOUT)
 			break;
 	}
@@ -613,8 +314,8 @@ static void *worker(void *arg)
 				       polled ? REPLIES_IF_IDLE : REPLIES_IF_SENT);
 		polled = false;
 		if (t->deferred)
-			run_deferred(t);
-		if (run_posted(t))
+			peer_run_deferred(t);
+		if (peer_run_posted(t))
 			work++;
 		if (stopping && !t->deferred && drained(p))
 			break;
@@ -629,12 +330,12 @@ static void *worker(void *arg)
 			nanosleep(&ts, NULL);
 		} else if (t->deferred) {
 			xseg_poll_until(p->seg, p->cfg.port_first, 0, RETRY_WAIT_NS,
-					posted_ready, p);
+					peer_posted_ready, p);
 		} else if (atomic_load(&p->parked)) {
 			park(p);
 		} else {
 			xseg_poll_until(p->seg, p->cfg.port_first, p->cfg.spin_ns,
-					IDLE_WAIT_NS, posted_ready, p);
+					IDLE_WAIT_NS, peer_posted_ready, p);
 		}
 		polled = true;
 	}

@@ -95,6 +95,16 @@ struct peer {
 	pthread_cond_t park_cond;
 };
 
+/* requests.c: a reply to one of our sends or forwards (its callback). */
+void peer_on_reply(struct peer_thread *t, struct xseg_request *req);
+
+/* work.c: the thread's deferred work, oldest first; the posted work (one
+ * worker at a time: false when none, or another drains it); whether work
+ * is posted (also the idle workers' spin check, arg the peer). */
+void peer_run_deferred(struct peer_thread *t);
+bool peer_run_posted(struct peer_thread *t);
+bool peer_posted_ready(void *arg);
+
 /* options.c */
 int peer_parse_args(struct peer *p, int argc, char **argv);
 

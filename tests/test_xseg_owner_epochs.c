@@ -280,6 +280,26 @@ static void limbo_child_die(struct limbo_child *c)
 	}
 }
 
+static void expect_served(uint32_t port, struct xseg_request *r)
+{
+	struct xseg_request *back = NULL;
+	ck_assert_int_eq(xseg_receive(xt_seg, port, &back, 1), 1);
+	ck_assert_ptr_eq(back, r);
+	ck_assert_int_eq(back->result, XR_SERVED);
+	ck_assert_int_eq(xseg_receive(xt_seg, port, &back, 1), 0);   /* once */
+	ck_assert_int_eq(xseg_put_request(xt_seg, r), 0);
+}
+
+/* The heir of port 6 finds `queued` on its queue and serves it: port 1
+ * gets it back served, once. */
+static void heir_serves(struct xseg_request *queued)
+{
+	ck_assert_ptr_eq(accept_one(6), queued);
+	queued->result = XR_SERVED;
+	ck_assert_int_ge(xseg_respond(xt_seg, queued, 6), 0);
+	expect_served(1, queued);
+}
+
 static void expect_failed_back(uint32_t port, struct xseg_request *r, int err)
 {
 	struct xseg_request *back = NULL;
@@ -321,14 +341,7 @@ START_TEST(request_popped_by_a_dying_owner_fails_back_at_a_takeover)
 	limbo_child_die(&c);
 	ck_assert_int_eq(xseg_bind_port(xt_seg, 6), 0);   /* takes the dead owner's port over */
 	expect_failed_back(1, popped, EPIPE);
-	ck_assert_ptr_eq(accept_one(6), queued);
-	queued->result = XR_SERVED;
-	ck_assert_int_ge(xseg_respond(xt_seg, queued, 6), 0);
-	struct xseg_request *back = NULL;
-	ck_assert_int_eq(xseg_receive(xt_seg, 1, &back, 1), 1);
-	ck_assert_ptr_eq(back, queued);
-	ck_assert_int_eq(back->result, XR_SERVED);
-	ck_assert_int_eq(xseg_put_request(xt_seg, back), 0);
+	heir_serves(queued);
 	assert_pool_whole();
 }
 END_TEST
@@ -423,16 +436,6 @@ static void answering_child_answer(struct limbo_child *c)
 	char ch;
 	ck_assert_int_eq(write(c->go[1], "g", 1), 1);
 	ck_assert_int_eq(read(c->up[0], &ch, 1), 1);
-}
-
-static void expect_served(uint32_t port, struct xseg_request *r)
-{
-	struct xseg_request *back = NULL;
-	ck_assert_int_eq(xseg_receive(xt_seg, port, &back, 1), 1);
-	ck_assert_ptr_eq(back, r);
-	ck_assert_int_eq(back->result, XR_SERVED);
-	ck_assert_int_eq(xseg_receive(xt_seg, port, &back, 1), 0);   /* once */
-	ck_assert_int_eq(xseg_put_request(xt_seg, r), 0);
 }
 
 /* Port 1 issues a request to a child on 6, which answers it (its push
@@ -542,12 +545,7 @@ START_TEST(bind_after_a_reaper_died_mid_reap_does_not_wait)
 	ck_assert_int_eq(xseg_bind_port(xt_seg, 6), 0);   /* takes the dead owner's port over */
 	uint64_t took = xseg_now_ns() - t0;
 	ck_assert_msg(took < 500000000ull, "the bind waited %llu ms", (unsigned long long)(took / 1000000));
-	struct xseg_request *got[2];
-	ck_assert_int_eq(xseg_accept(xt_seg, 6, got, 2), 1);   /* the queue is the heir's */
-	ck_assert_ptr_eq(got[0], queued);
-	got[0]->result = XR_SERVED;
-	ck_assert_int_ge(xseg_respond(xt_seg, got[0], 6), 0);
-	expect_served(1, queued);
+	heir_serves(queued);   /* the queue is the heir's */
 	atomic_fetch_sub(&xt_seg->ports[6].reaping, 1);
 	assert_pool_whole();
 }

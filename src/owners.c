@@ -67,13 +67,20 @@ static bool needs_reap(struct xseg *s, uint32_t port, uint64_t owner)
 	       xseg_ring_nonempty(xseg_rep_ring(s, port));
 }
 
+/* Reaps `port` again when it is unbound (the reap itself looks whether
+ * anything is queued there). See settle_if_released below. */
+static void reap_if_unbound(struct xseg *s, uint32_t port)
+{
+	if (!atomic_load(&s->ports[port].owner))
+		xseg_reap_port(s, port, EHOSTDOWN);
+}
+
 /* Our release of `port` is done: what a pusher that saw it owned put on
  * its queues since is settled now (see settle_if_released). */
 static void settle_slipped(struct xseg *s, uint32_t port)
 {
 	xseg_full_fence();
-	if (!atomic_load(&s->ports[port].owner) && needs_reap(s, port, 0))
-		xseg_reap_port(s, port, EHOSTDOWN);
+	reap_if_unbound(s, port);
 }
 
 int xseg_leave_port(struct xseg *s, uint32_t port)
@@ -145,8 +152,8 @@ int xseg_reap_port(struct xseg *s, uint32_t port, int err)
  */
 static int settle_if_released(struct xseg *s, int to)
 {
-	if (to >= 0 && !atomic_load(&s->ports[to].owner))   /* after deliver's fence */
-		xseg_reap_port(s, (uint32_t)to, EHOSTDOWN);
+	if (to >= 0)
+		reap_if_unbound(s, (uint32_t)to);   /* after deliver's fence */
 	return to;
 }
 

@@ -8,6 +8,8 @@
 # issue asks for: 8 threads / 1 thread at depth 64 (aim >= 5x).
 # Made for a machine with cores to spare (16); on 2 vCPUs it says little.
 #   THREADS ("1 2 4 8")  DEPTHS ("1 4 16 64")  CLIENTS ("1 4 7")
+#   LANES (8): cached and nulld bind port 2 with --lanes LANES (ports 2..),
+#              so each client queues on a lane of its own; 1: one queue
 #   RUNTIME (1)  WS (16M: each client's working set)  BS (4K)
 #   BIN=$PWD/build-static/bin bench/run-thread-scaling.sh
 set -u
@@ -18,11 +20,12 @@ export TMPDIR=${TMPDIR:-/dev/shm}
 SEG=thread-scaling-$$
 DATA=$(mktemp -d)
 THREADS=${THREADS:-"1 2 4 8"} DEPTHS=${DEPTHS:-"1 4 16 64"} CLIENTS=${CLIENTS:-"1 4 7"}
-RUNTIME=${RUNTIME:-1} WS=${WS:-16M} BS=${BS:-4K}
+RUNTIME=${RUNTIME:-1} WS=${WS:-16M} BS=${BS:-4K} LANES=${LANES:-8}
+lanes=(); [ "$LANES" -gt 1 ] && lanes=(--lanes "$LANES")
 pids=()
 trap bench_cleanup EXIT
 
-# clients N DEPTH OP PORT [--runtime S]: N bench-xseg at once (ports 10..),
+# clients N DEPTH OP PORT [--runtime S]: N bench-xseg at once (ports 10+LANES..),
 # client i over seed 100+i's objects; prints "IOPS p99_us" (IOPS summed,
 # the worst client's p99), or exits naming the client that failed.
 clients() {
@@ -56,15 +59,15 @@ stop_last() {   # the peer started last, stopped and waited for
 
 maxc=0; for c in $CLIENTS; do [ "$c" -gt "$maxc" ] && maxc=$c; done
 deepest=0; for d in $DEPTHS; do [ "$d" -gt "$deepest" ] && deepest=$d; done
-echo "thread scaling (issue 24): $BS random, runs of ${RUNTIME}s over $WS a client, clients $CLIENTS"
+echo "thread scaling (issue 24): $BS random, runs of ${RUNTIME}s over $WS a client, clients $CLIENTS, lanes $LANES"
 echo "$(date -u '+%F %T UTC'), $(nproc) CPUs ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)), load average $(cut -d' ' -f1-3 /proc/loadavg)"
-"$BIN/xseg" create --segment "$SEG" --ports $((16 + maxc)) --requests 4096 --heap 1G >/dev/null || exit 1
+"$BIN/xseg" create --segment "$SEG" --ports $((16 + LANES + maxc)) --requests 4096 --heap 1G >/dev/null || exit 1
 start filed 1 "$BIN/filed" --dir "$DATA" --threads 2
 
 declare -A iops
 for t in $THREADS; do
 	start cached 2 "$BIN/cached" --blocker-port 1 --cache-size 2G --max-objects 4096 \
-		--write-policy writeback --threads "$t"
+		--write-policy writeback --threads "$t" "${lanes[@]}"
 	clients "$maxc" 16 write 2 >/dev/null   # every later request a hit
 	for c in $CLIENTS; do
 		for d in $DEPTHS; do
@@ -77,10 +80,10 @@ for t in $THREADS; do
 		done
 	done
 	stop_last
-	start nulld 3 "$BIN/nulld" --threads "$t"
+	start nulld 2 "$BIN/nulld" --threads "$t" "${lanes[@]}"
 	for c in $CLIENTS; do
 		for op in write read; do
-			read -r n p99 < <(clients "$c" "$deepest" "$op" 3 --runtime "$RUNTIME") || exit 1
+			read -r n p99 < <(clients "$c" "$deepest" "$op" 2 --runtime "$RUNTIME") || exit 1
 			iops[nulld,$t,$c,$deepest,$op]=$n
 			printf 'nulld  threads %d  clients %d  depth %2d  %-5s %9.0f IOPS  p99 %8.1f us\n' \
 				"$t" "$c" "$deepest" "$op" "$n" "$p99"

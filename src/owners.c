@@ -21,7 +21,7 @@ static uint32_t settle_dead_owner(struct xseg *s, uint32_t port)
 	return limbo;
 }
 
-int xseg_bind_range(struct xseg *s, uint32_t first, uint32_t last)
+static int bind_group(struct xseg *s, uint32_t first, uint32_t last, bool lanes)
 {
 	int rc = 0;
 
@@ -47,9 +47,21 @@ int xseg_bind_range(struct xseg *s, uint32_t first, uint32_t last)
 		}
 	} else {
 		xseg_port_set_group(s, first, last);
+		if (lanes)
+			xseg_port_set_lanes(s, first, last);
 	}
 	pthread_mutex_unlock(&s->bind_lock);
 	return rc;
+}
+
+int xseg_bind_range(struct xseg *s, uint32_t first, uint32_t last)
+{
+	return bind_group(s, first, last, false);
+}
+
+int xseg_bind_lanes(struct xseg *s, uint32_t first, uint32_t last)
+{
+	return bind_group(s, first, last, true);
 }
 
 int xseg_bind_port(struct xseg *s, uint32_t port)

@@ -345,6 +345,7 @@ int xseg_push_request(struct xseg *s, struct xseg_request *req, uint32_t from, u
 					 to, dirty, dst, to);
 		return xseg_fail(ENOENT, "submit: nobody has bound port %u", dst);
 	}
+	to = xseg_lane_for(s, to, from);
 	req->path[req->path_len].port = from;
 	req->path[req->path_len].epoch =
 		atomic_load_explicit(&s->ports[from].epoch, memory_order_relaxed);

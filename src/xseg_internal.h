@@ -154,6 +154,10 @@ struct xseg_port_shm {
 	/* Bumped by every bind and every release: a return-path hop records
 	 * it, so a reply outlives no owner (request.c). */
 	_Atomic uint32_t epoch;
+	/* Set on a group's leader bound as lanes (xseg_bind_lanes): the
+	 * group's size; a submit to the leader goes to the submitter's lane.
+	 * 0: a group of ports that are not lanes of one service. */
+	_Atomic uint32_t lanes;
 	/* Bytes of acknowledged data the port's cache holds that the port
 	 * behind it lacks (its owner publishes it; xseg.h: fail closed). Kept
 	 * across leave and reap: an unbound port that still says so is never
@@ -247,7 +251,12 @@ int xseg_wait_on(struct xseg *s, uint32_t port, uint64_t timeout_ns,
 bool xseg_port_owned_here(struct xseg *s, uint32_t port);
 int xseg_port_take(struct xseg *s, uint32_t port, bool reaper);
 void xseg_port_release(struct xseg *s, uint32_t port);
+/* Also ends lanes on `first` (xseg_port_set_lanes marks them again). */
 void xseg_port_set_group(struct xseg *s, uint32_t first, uint32_t last);
+void xseg_port_set_lanes(struct xseg *s, uint32_t first, uint32_t last);
+/* Where a push to `to` from `from` goes: `to`, or, when `to` leads lanes,
+ * the lane of `from` (to + from % lanes) while its owner is the leader's. */
+uint32_t xseg_lane_for(struct xseg *s, uint32_t to, uint32_t from);
 /* Takes `port` out of its group (the rest stay groups of their own). */
 void xseg_port_ungroup(struct xseg *s, uint32_t port);
 /* Whether a next hop of dst's chain is `port`, bound or not. */

@@ -226,6 +226,9 @@ struct xseg *peer_segment(struct peer *p);
 uint32_t peer_port(struct peer *p);
 /* The bound range [first, last]. */
 uint32_t peer_port_last(struct peer *p);
+/* With --lanes, how many: ports first..last are lanes of the first port
+ * (one service, queues split by client); else 1. */
+unsigned peer_lanes(struct peer *p);
 unsigned peer_nr_threads(struct peer *p);
 const char *peer_name(struct peer *p);
 /* True once a stop began. */

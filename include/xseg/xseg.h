@@ -214,6 +214,16 @@ int xseg_bind_port(struct xseg *seg, uint32_t port);
 int xseg_bind_range(struct xseg *seg, uint32_t first, uint32_t last);
 
 /*
+ * Binds [first, last] as one group of lanes: `first` is the service's
+ * port, and a request submitted to it (or routed to it) from port P is
+ * queued on lane first + P % (last - first + 1), so that many clients and
+ * many worker threads share no one queue. Each submitter keeps one lane
+ * (its requests stay in order). Replies go back as always. A lane left
+ * or taken over apart from `first` is not used any more.
+ */
+int xseg_bind_lanes(struct xseg *seg, uint32_t first, uint32_t last);
+
+/*
  * Gives the port up, settling everything the port still has: requests
  * queued on it are failed back to their issuers with EHOSTDOWN, requests it
  * holds or owes a reply to are failed back (EPIPE) or put back in the pool,

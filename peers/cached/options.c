@@ -174,18 +174,24 @@ int cached_check_options(struct peer *p)
 		fprintf(stderr, "cached: --blocker-port and --cache-size are required (see --help)\n");
 		return -1;
 	}
-	if (peer_port_last(p) != O.port) {
-		fprintf(stderr, "cached: --port %u-%u: cached serves one port\n", O.port,
-			peer_port_last(p));
+	if (peer_port_last(p) != O.port && peer_lanes(p) == 1) {
+		fprintf(stderr, "cached: --port %u-%u: cached serves one port (--lanes splits "
+			"its queue)\n", O.port, peer_port_last(p));
 		return -1;
 	}
-	if (O.port == O.blocker_port) {
-		fprintf(stderr, "cached: --port and --blocker-port are both %u\n", O.port);
+	uint32_t last = peer_port_last(p);
+	if (O.blocker_port >= O.port && O.blocker_port <= last) {
+		if (O.blocker_port == O.port)
+			fprintf(stderr, "cached: --port and --blocker-port are both %u\n", O.port);
+		else
+			fprintf(stderr, "cached: --blocker-port %u is one of --port %u's lanes "
+				"(%u-%u)\n", O.blocker_port, O.port, O.port, last);
 		return -1;
 	}
-	if (O.cfg.mirror && (O.mirror_port == O.port || O.mirror_port == O.blocker_port)) {
+	bool mirror_own = O.mirror_port >= O.port && O.mirror_port <= last;
+	if (O.cfg.mirror && (mirror_own || O.mirror_port == O.blocker_port)) {
 		fprintf(stderr, "cached: --mirror-port %u is the cache's %s port\n", O.mirror_port,
-			O.mirror_port == O.port ? "own" : "blocker");
+			mirror_own ? "own" : "blocker");
 		return -1;
 	}
 	if (O.cfg.mirror && O.cfg.replica) {

@@ -21,6 +21,7 @@ enum {
 	OPT_SPIN_US,
 	OPT_STOP_TIMEOUT,
 	OPT_YIELD,
+	OPT_LANES,
 	OPT_HELP,
 	OPT_VERSION,
 };
@@ -35,12 +36,14 @@ static const struct option common_options[] = {
 	{ "spin-us", required_argument, NULL, OPT_SPIN_US },
 	{ "stop-timeout", required_argument, NULL, OPT_STOP_TIMEOUT },
 	{ "yield", required_argument, NULL, OPT_YIELD },
+	{ "lanes", required_argument, NULL, OPT_LANES },
 	{ "help", no_argument, NULL, OPT_HELP },
 	{ "version", no_argument, NULL, OPT_VERSION },
 };
 #define NR_COMMON (sizeof(common_options) / sizeof(common_options[0]))
 
 #define MAX_THREADS 256u
+#define MAX_LANES 64u
 
 int peer_arg_error(const char *opt, const char *value, const char *why)
 {
@@ -82,6 +85,9 @@ static void usage(const struct peer_ops *ops)
 	printf("\ncommon options:\n"
 	       "  --segment NAME       segment to join (POSIX shared memory name)\n"
 	       "  --port N | A-B       port, or range of ports bound as one group\n"
+	       "  --lanes N            bind ports N..N+LANES-1 behind --port N as lanes of\n"
+	       "                       it: each client's requests queue on a lane of its\n"
+	       "                       own (for many clients and threads; default 1)\n"
 	       "  --threads N          worker threads (default %u)\n"
 	       "  --log-level LEVEL    error, warn, info or debug (default warn)\n"
 	       "  --daemon             run in the background once serving\n"
@@ -173,6 +179,11 @@ static int common_option(struct peer_config *c, int val, const char *arg)
 			return peer_arg_error("--yield", arg, "is not auto or never");
 		c->never_yield = !strcmp(arg, "never");
 		return 0;
+	case OPT_LANES:
+		if (peer_arg_uint("--lanes", arg, 1, MAX_LANES, &v) < 0)
+			return -1;
+		c->lanes = (unsigned)v;
+		return 0;
 	case OPT_STOP_TIMEOUT:
 		if (peer_arg_uint("--stop-timeout", arg, 1, 86400, &v) < 0)
 			return -1;
@@ -251,6 +262,19 @@ int peer_parse_args(struct peer *p, int argc, char **argv)
 	if (!c->have_port) {
 		fprintf(stderr, "%s: --port is required (see --help)\n", ops->name);
 		return 2;
+	}
+	if (c->lanes > 1) {
+		if (c->port_last != c->port_first) {
+			fprintf(stderr, "%s: --lanes %u: needs --port N, not the range %u-%u\n",
+				ops->name, c->lanes, c->port_first, c->port_last);
+			return 2;
+		}
+		if (c->port_first + c->lanes > XSEG_MAX_PORTS) {
+			fprintf(stderr, "%s: --lanes %u: --port %u's lanes would end past port %u\n",
+				ops->name, c->lanes, c->port_first, XSEG_MAX_PORTS - 1);
+			return 2;
+		}
+		c->port_last = c->port_first + c->lanes - 1;
 	}
 	if (ops->check_options && ops->check_options(p) != 0)
 		return 2;

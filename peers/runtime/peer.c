@@ -31,6 +31,7 @@ void *peer_priv(struct peer *p) { return p->priv; }
 struct xseg *peer_segment(struct peer *p) { return p->seg; }
 uint32_t peer_port(struct peer *p) { return p->cfg.port_first; }
 uint32_t peer_port_last(struct peer *p) { return p->cfg.port_last; }
+unsigned peer_lanes(struct peer *p) { return p->cfg.lanes > 1 ? p->cfg.lanes : 1; }
 unsigned peer_nr_threads(struct peer *p) { return p->cfg.threads; }
 const char *peer_name(struct peer *p) { return p->ops->name; }
 bool peer_stopping(struct peer *p) { return atomic_load(&p->stop) != 0; }
@@ -177,35 +178,62 @@ enum look_for_replies {
 	REPLIES_IF_SENT,   /* when a send is out */
 };
 
-/* One pass over the bound ports: accepts (unless stopping) and takes
- * replies; returns how many of both. */
+/* Accepts (unless stopping) and takes replies on one port; returns how
+ * many of both. */
+static int serve_port(struct peer_thread *t, uint32_t port, bool stopping,
+		      enum look_for_replies look, unsigned batch)
+{
+	struct peer *p = t->peer;
+	int work = 0, n = 0;
+
+	if (!stopping) {
+		n = accept_batch(t, port, batch);
+		if (n > 0)
+			work += n;
+		/* More may be queued: a sleeping sibling can take it.
+		 * (A burst wakes one thread; each passes it on.) */
+		if (n == (int)batch && p->cfg.threads > 1)
+			xseg_signal(p->seg, port);
+	}
+	if (look != REPLIES_ALWAYS && (look == REPLIES_IF_SENT || n > 0) &&
+	    !atomic_load_explicit(&p->outstanding, memory_order_relaxed))
+		return work;
+	n = xseg_receive(p->seg, port, t->batch, PEER_BATCH);
+	for (int i = 0; i < n; i++)
+		peer_on_reply(t, t->batch[i]);
+	if (n > 0)
+		work += n;
+	return work;
+}
+
+/*
+ * One pass over the bound ports: accepts (unless stopping) and takes
+ * replies; returns how many of both. A worker first serves its own ports
+ * of the range (the i-th port is worker i % threads's; with more workers
+ * than ports, worker w's is port w % ports), and the others only in a
+ * round where its own gave nothing. So with lanes each lane has a worker
+ * that serves it first, and busy workers do not meet on each other's
+ * rings; every port still has a worker that always looks at it.
+ */
 static int serve_ports(struct peer_thread *t, bool stopping, enum look_for_replies look)
 {
 	struct peer *p = t->peer;
 	unsigned batch = p->ops->accept_batch && p->ops->accept_batch < PEER_BATCH ?
 			 p->ops->accept_batch : PEER_BATCH;
+	uint32_t first = p->cfg.port_first, nports = p->cfg.port_last - first + 1;
+	unsigned threads = p->cfg.threads ? p->cfg.threads : 1;
+	uint32_t home = t->index % (nports < threads ? nports : threads);
 	int work = 0;
 
-	for (uint32_t port = p->cfg.port_first; port <= p->cfg.port_last; port++) {
-		int n = 0;
-		if (!stopping) {
-			n = accept_batch(t, port, batch);
-			if (n > 0)
-				work += n;
-			/* More may be queued: a sleeping sibling can take it.
-			 * (A burst wakes one thread; each passes it on.) */
-			if (n == (int)batch && p->cfg.threads > 1)
-				xseg_signal(p->seg, port);
-		}
-		if (look != REPLIES_ALWAYS && (look == REPLIES_IF_SENT || n > 0) &&
-		    !atomic_load_explicit(&p->outstanding, memory_order_relaxed))
-			continue;
-		n = xseg_receive(p->seg, port, t->batch, PEER_BATCH);
-		for (int i = 0; i < n; i++)
-			peer_on_reply(t, t->batch[i]);
-		if (n > 0)
-			work += n;
-	}
+	if (nports == 1)
+		return serve_port(t, first, stopping, look, batch);
+	for (uint32_t i = home; i < nports; i += threads)
+		work += serve_port(t, first + i, stopping, look, batch);
+	if (work)
+		return work;
+	for (uint32_t i = 0; i < nports; i++)
+		if (!(nports >= threads ? i % threads == home : i == home))
+			work += serve_port(t, first + i, stopping, look, batch);
 	return work;
 }
 

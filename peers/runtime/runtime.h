@@ -25,6 +25,7 @@ struct peer_config {
 	uint64_t spin_ns;
 	unsigned stop_timeout_s;
 	bool never_yield;   /* --yield never (peer.c: yield_if_cpu_shared) */
+	unsigned lanes;     /* --lanes: port_first..port_last bound as lanes */
 };
 
 /* The context of one send or forward, in the slot of the request's pool

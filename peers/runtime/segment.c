@@ -57,8 +57,9 @@ int peer_join_and_bind(struct peer *p)
 		return rc == -ENOENT || rc == -EINVAL || rc == -ENAMETOOLONG ? -2 : -1;
 	}
 	if (xseg_segment_info(p->seg, &si) < 0 || p->cfg.port_last >= si.nr_ports) {
-		peer_error("--port %u-%u: segment '%s' has ports 0..%u", p->cfg.port_first,
-			   p->cfg.port_last, p->cfg.segment, si.nr_ports - 1);
+		peer_error("--port %u-%u%s: segment '%s' has ports 0..%u", p->cfg.port_first,
+			   p->cfg.port_last, p->cfg.lanes > 1 ? " (with its lanes)" : "",
+			   p->cfg.segment, si.nr_ports - 1);
 		return -2;
 	}
 	p->nr_requests = si.nr_requests;
@@ -69,7 +70,8 @@ int peer_join_and_bind(struct peer *p)
 		peer_error("out of memory for %u request slots", si.nr_requests);
 		return -1;
 	}
-	if (xseg_bind_range(p->seg, p->cfg.port_first, p->cfg.port_last) < 0) {
+	if ((p->cfg.lanes > 1 ? xseg_bind_lanes : xseg_bind_range)(p->seg, p->cfg.port_first,
+								    p->cfg.port_last) < 0) {
 		peer_error("cannot bind --port %u-%u: %s", p->cfg.port_first, p->cfg.port_last,
 			   xseg_last_error());
 		return -1;

@@ -308,6 +308,18 @@ static void yield_if_cpu_shared(struct peer_thread *t)
 		peer_stats_add(&b->cpu_yields, 1);
 }
 
+__thread struct peer_thread *peer_current_worker;
+
+/* One write of the shared count per round, not one per answer: with many
+ * workers, that line was taken in turn by each of them per request. */
+static void take_off_answered(struct peer_thread *t)
+{
+	if (t->answered) {
+		atomic_fetch_sub(&t->peer->accepted, t->answered);
+		t->answered = 0;
+	}
+}
+
 static void *worker(void *arg)
 {
 	struct peer_thread *t = arg;
@@ -321,6 +333,7 @@ static void *worker(void *arg)
 		atomic_fetch_sub(&p->running, 1);
 		return NULL;
 	}
+	peer_current_worker = t;
 	/*
 	 * A peer with no send out has no reply coming, so it skips the receive
 	 * (nulld's figure: an empty receive per request was a good part of
@@ -345,6 +358,7 @@ static void *worker(void *arg)
 			peer_run_deferred(t);
 		if (peer_run_posted(t))
 			work++;
+		take_off_answered(t);
 		if (stopping && !t->deferred && drained(p))
 			break;
 		if (work) {
@@ -369,6 +383,8 @@ static void *worker(void *arg)
 	}
 	if (ops->thread_fini)
 		ops->thread_fini(t);
+	take_off_answered(t);
+	peer_current_worker = NULL;
 	atomic_fetch_sub(&p->running, 1);
 	return NULL;
 }

@@ -34,7 +34,11 @@ static inline __attribute__((always_inline)) void respond(struct peer *p,
 		if (rc != -EIO)
 			return;
 	}
-	atomic_fetch_sub(&p->accepted, 1);
+	struct peer_thread *w = peer_current_worker;
+	if (w && w->peer == p)
+		w->answered++;   /* taken off at the end of its round (peer.c) */
+	else
+		atomic_fetch_sub(&p->accepted, 1);
 }
 
 void peer_respond(struct peer_thread *t, struct xseg_request *req)

@@ -49,7 +49,13 @@ struct peer_thread {
 	bool cpu_shared;
 	long switches_seen;
 	unsigned rounds_of_work;
+	/* Requests this worker answered since the end of its last round: taken
+	 * off peer.accepted once a round (requests.c), not one by one. */
+	uint64_t answered;
 };
+
+/* The worker running on this thread (NULL on any other thread). */
+extern __thread struct peer_thread *peer_current_worker;
 
 struct peer {
 	const struct peer_ops *ops;

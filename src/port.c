@@ -241,9 +241,21 @@ uint32_t xseg_get_next_hop(struct xseg *s, uint32_t port)
 	return atomic_load(&s->ports[port].next_hop);
 }
 
+uint32_t xseg_lane_leader(struct xseg *s, uint32_t port)
+{
+	if (port >= s->nr_ports)
+		return port;
+	uint32_t leader = atomic_load_explicit(&s->ports[port].group_leader, memory_order_relaxed);
+	if (leader >= port)
+		return port;
+	uint32_t lanes = atomic_load_explicit(&s->ports[leader].lanes, memory_order_relaxed);
+	return port - leader < lanes ? leader : port;
+}
+
 bool xseg_route_reaches(struct xseg *s, uint32_t dst, uint32_t port)
 {
 	uint32_t cur = dst;
+	port = xseg_lane_leader(s, port);
 	for (uint32_t steps = 0; steps < XSEG_MAX_PATH && cur < s->nr_ports; steps++) {
 		cur = atomic_load_explicit(&s->ports[cur].next_hop, memory_order_acquire);
 		if (cur == port)
@@ -266,6 +278,9 @@ uint32_t xseg_resolve_route(struct xseg *s, uint32_t from, uint32_t dst)
 
 	if (!xseg_port_valid(s, dst))
 		return XSEG_NO_PORT;
+	/* A lane stands where its service does (a cache with lanes forwards
+	 * from the lane a request came in on, and must reach what is behind). */
+	from = xseg_lane_leader(s, from);
 	chain[n++] = dst;
 	while (n <= XSEG_MAX_PATH) {
 		uint32_t next = atomic_load_explicit(&s->ports[cur].next_hop, memory_order_acquire);

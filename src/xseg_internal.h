@@ -257,9 +257,12 @@ void xseg_port_set_lanes(struct xseg *s, uint32_t first, uint32_t last);
 /* Where a push to `to` from `from` goes: `to`, or, when `to` leads lanes,
  * the lane of `from` (to + from % lanes) while its owner is the leader's. */
 uint32_t xseg_lane_for(struct xseg *s, uint32_t to, uint32_t from);
+/* The service port that `port` is a lane of, or `port` itself. */
+uint32_t xseg_lane_leader(struct xseg *s, uint32_t port);
 /* Takes `port` out of its group (the rest stay groups of their own). */
 void xseg_port_ungroup(struct xseg *s, uint32_t port);
-/* Whether a next hop of dst's chain is `port`, bound or not. */
+/* Whether a next hop of dst's chain is `port` (or the service it is a lane
+ * of), bound or not. */
 bool xseg_route_reaches(struct xseg *s, uint32_t dst, uint32_t port);
 
 /* request.c: the pool, and settling what a port leaves behind. */

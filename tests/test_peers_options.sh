@@ -19,6 +19,22 @@ for daemon in "" --daemon; do
 		--volume v:1M $daemon
 done
 
+echo "--- --lanes"
+bad_arg "0" "$BIN/nulld" --segment "$SEG" --port 2 --lanes 0
+bad_arg "65" "$BIN/nulld" --segment "$SEG" --port 2 --lanes 65
+bad_arg "2-3" "$BIN/nulld" --segment "$SEG" --port 2-3 --lanes 2
+bad_arg "--port 6-9 (with its lanes)" "$BIN/nulld" --segment "$SEG" --port 6 --lanes 4
+bad_arg "--blocker-port 4" "$BIN/cached" --segment "$SEG" --port 3 --lanes 2 --blocker-port 4 \
+	--cache-size 1M
+# Bound: the lanes are the peer's.
+"$BIN/nulld" --segment "$SEG" --port 4 --lanes 3 2> "$DIR/nulld.log" & npid=$!; pids+=($npid)
+wait_bound 4
+for p in 5 6; do
+	"$BIN/xseg" info --segment "$SEG" --json | grep -q "\"port\":$p,\"owner\":$npid," ||
+		fail "lane $p is not nulld's"
+done
+kill -TERM "$npid"; wait "$npid" || fail "nulld with lanes did not stop cleanly"
+
 echo "--- --daemon lets go of its caller"
 { "$BIN/filed" --segment "$SEG" --port 1 --dir "$DIR/d" --daemon --pidfile "$DIR/filed.pid" 2>&1
   echo "exit $?"; } | { timeout 20 cat > "$DIR/dout"; echo $? > "$DIR/drc"; }

@@ -1060,6 +1060,67 @@ START_TEST(group_survives_leaving_a_port)
 }
 END_TEST
 
+/* Serves what lane `port` has queued (expecting `n`) and puts each back
+ * from its issuer's port (path[0]). */
+static void serve_lane(uint32_t port, int n)
+{
+	struct xseg_request *got[NREQS], *back;
+	ck_assert_int_eq(xseg_accept(xt_seg, port, got, NREQS), n);
+	for (int i = 0; i < n; i++) {
+		uint32_t issuer = got[i]->path[0].port;
+		ck_assert_int_eq(xseg_respond(xt_seg, got[i], port), (int)issuer);
+		ck_assert_int_eq(xseg_receive(xt_seg, issuer, &back, 1), 1);
+		ck_assert_int_eq(xseg_put_request(xt_seg, back), 0);
+	}
+}
+
+/* Lanes: each submitter gets its own lane of the service; a lane forwards
+ * to what is behind the service; leaving a lane ends the lanes; a plain
+ * range is not lanes. */
+START_TEST(lanes_split_submitters_and_route_as_their_service)
+{
+	for (uint32_t c = 0; c < 4; c++)
+		ck_assert_int_eq(xseg_bind_port(xt_seg, c), 0);
+	ck_assert_int_eq(xseg_bind_lanes(xt_seg, 4, 7), 0);
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 9), 0);
+	for (uint32_t c = 0; c < 4; c++)
+		ck_assert_int_eq(xseg_submit(xt_seg, get(c), c, 4), (int)(4 + c));
+	for (uint32_t c = 0; c < 4; c++) {
+		ck_assert_int_eq(xseg_has_work(xt_seg, 4 + c), 1);
+		serve_lane(4 + c, 1);
+	}
+
+	/* The service in front of 9 (a cache plugged in): a client's request
+	 * to 9 reaches its lane, and the lane's forward goes on to 9. */
+	ck_assert_int_eq(xseg_set_next_hop(xt_seg, 9, 4), 0);
+	ck_assert_int_eq(xseg_submit(xt_seg, get(2), 2, 9), 6);
+	struct xseg_request *r, *back;
+	ck_assert_int_eq(xseg_accept(xt_seg, 6, &r, 1), 1);
+	ck_assert_int_eq(xseg_forward(xt_seg, r, 6, 9), 9);
+	ck_assert_int_eq(xseg_accept(xt_seg, 9, &r, 1), 1);
+	ck_assert_int_eq(xseg_respond(xt_seg, r, 9), 6);
+	ck_assert_int_eq(xseg_receive(xt_seg, 6, &r, 1), 1);
+	ck_assert_int_eq(xseg_respond(xt_seg, r, 6), 2);
+	ck_assert_int_eq(xseg_receive(xt_seg, 2, &back, 1), 1);
+	ck_assert_int_eq(xseg_put_request(xt_seg, back), 0);
+	/* A lane's own request to 9 goes to 9 too. */
+	ck_assert_int_eq(xseg_submit(xt_seg, get(5), 5, 9), 9);
+	drain_and_put(9, 5);
+	ck_assert_int_eq(xseg_clear_next_hop(xt_seg, 9), 0);
+
+	/* Leaving a lane ends the lanes: everything goes to the first port. */
+	ck_assert_int_eq(xseg_leave_port(xt_seg, 6), 0);
+	for (uint32_t c = 0; c < 4; c++)
+		ck_assert_int_eq(xseg_submit(xt_seg, get(c), c, 4), 4);
+	serve_lane(4, 4);
+	/* A range bound as one group is not lanes. */
+	ck_assert_int_eq(xseg_bind_range(xt_seg, 10, 13), 0);
+	ck_assert_int_eq(xseg_submit(xt_seg, get(3), 3, 10), 10);
+	serve_lane(10, 1);
+	ck_assert_uint_eq(xt_free_requests(xt_seg), NREQS);
+}
+END_TEST
+
 static void setup_default(void)
 {
 	xt_setup_with(NPORTS, NREQS, HEAP);
@@ -1113,6 +1174,7 @@ static Suite *requests_suite(void)
 	tcase_add_test(tc, poll_woken_by_submit_from_other_thread);
 	tcase_add_test(tc, group_wait_covers_range);
 	tcase_add_test(tc, group_survives_leaving_a_port);
+	tcase_add_test(tc, lanes_split_submitters_and_route_as_their_service);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -65,30 +65,29 @@ echo "$(date -u '+%F %T UTC'), $(nproc) CPUs ($(sed -n 's/^model name[[:space:]]
 start filed 1 "$BIN/filed" --dir "$DATA" --threads 2
 
 declare -A iops
+# measure WHO THREADS DEPTHS: every client count and op at those depths
+# against port 2, one line each, IOPS kept in iops[WHO,T,C,D,OP].
+measure() {
+	local who=$1 t=$2 c d op n p99; shift 2
+	for c in $CLIENTS; do
+		for d in "$@"; do
+			for op in write read; do
+				read -r n p99 < <(clients "$c" "$d" "$op" 2 --runtime "$RUNTIME") || exit 1
+				iops[$who,$t,$c,$d,$op]=$n
+				printf '%-6s threads %d  clients %d  depth %2d  %-5s %9.0f IOPS  p99 %8.1f us\n' \
+					"$who" "$t" "$c" "$d" "$op" "$n" "$p99"
+			done
+		done
+	done
+}
 for t in $THREADS; do
 	start cached 2 "$BIN/cached" --blocker-port 1 --cache-size 2G --max-objects 4096 \
 		--write-policy writeback --threads "$t" "${lanes[@]}"
 	clients "$maxc" 16 write 2 >/dev/null   # every later request a hit
-	for c in $CLIENTS; do
-		for d in $DEPTHS; do
-			for op in write read; do
-				read -r n p99 < <(clients "$c" "$d" "$op" 2 --runtime "$RUNTIME") || exit 1
-				iops[cached,$t,$c,$d,$op]=$n
-				printf 'cached threads %d  clients %d  depth %2d  %-5s %9.0f IOPS  p99 %8.1f us\n' \
-					"$t" "$c" "$d" "$op" "$n" "$p99"
-			done
-		done
-	done
+	measure cached "$t" $DEPTHS
 	stop_last
 	start nulld 2 "$BIN/nulld" --threads "$t" "${lanes[@]}"
-	for c in $CLIENTS; do
-		for op in write read; do
-			read -r n p99 < <(clients "$c" "$deepest" "$op" 2 --runtime "$RUNTIME") || exit 1
-			iops[nulld,$t,$c,$deepest,$op]=$n
-			printf 'nulld  threads %d  clients %d  depth %2d  %-5s %9.0f IOPS  p99 %8.1f us\n' \
-				"$t" "$c" "$deepest" "$op" "$n" "$p99"
-		done
-	done
+	measure nulld "$t" "$deepest"
 	stop_last
 done
 

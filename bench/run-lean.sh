@@ -26,6 +26,7 @@
 #   PIN (0)     1: bench-xseg and fio on CPU $PIN_CLIENT (0), every peer
 #               and nbdkit on CPU $PIN_PEERS (1), with taskset
 #   NBD (1)     0 leaves the fio/nbdkit row out
+#   CACHED_THREADS (cached's default): every cached's --threads
 #   TMPDIR (/dev/shm): filed's objects
 #   ROUNDS=3 PIN=1 bench/run-lean.sh
 set -u
@@ -37,6 +38,7 @@ SEG=lean-$$
 DATA=$(mktemp -d)
 OUT=$DATA/out
 mkdir -p "$OUT"
+cthreads=(); [ -n "${CACHED_THREADS:-}" ] && cthreads=(--threads "$CACHED_THREADS")
 ROUNDS=${ROUNDS:-3} TOTAL=${TOTAL:-64M} COLD_TOTAL=${COLD_TOTAL:-256M} RUNTIME=${RUNTIME:-0.5} BS=${BS:-4K} DEPTH=${DEPTH:-16}
 PIN=${PIN:-0} PIN_CLIENT=${PIN_CLIENT:-0} PIN_PEERS=${PIN_PEERS:-1} NBD=${NBD:-1}
 pids=()
@@ -125,9 +127,9 @@ echo "$(date -u '+%F %T UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg), $(
 peer filed "$BIN/filed" --segment "$SEG" --port 1 --dir "$DATA/objects" --threads 2; filed=$pid
 peer nulld "$BIN/nulld" --segment "$SEG" --port 3 --threads 2; nulld=$pid
 peer hop "$BIN/nulld" --segment "$SEG" --port 4 --forward 1; hop=$pid
-peer cached-wb "$BIN/cached" --segment "$SEG" --port 2 --blocker-port 1 --cache-size 1G \
+peer cached-wb "$BIN/cached" "${cthreads[@]}" --segment "$SEG" --port 2 --blocker-port 1 --cache-size 1G \
 	--max-objects 4096 --write-policy writeback; wb=$pid
-peer cached-wt "$BIN/cached" --segment "$SEG" --port 5 --blocker-port 1 --cache-size 1G \
+peer cached-wt "$BIN/cached" "${cthreads[@]}" --segment "$SEG" --port 5 --blocker-port 1 --cache-size 1G \
 	--max-objects 4096 --write-policy writethrough; wt=$pid
 for p in 1 2 3 4 5; do wait_bound $p; done
 npeers=${#pids[@]}
@@ -147,7 +149,7 @@ for r in $(seq "$ROUNDS"); do
 	A=(xrun hop-write "$r" 4 write 5 hop:$hop filed:$filed) B=(xrun filed-write "$r" 1 write 5 filed:$filed); pair "$r"
 	A=(xrun wt-write "$r" 5 write 5 cached:$wt filed:$filed) B=(xrun hop-write2 "$r" 4 write 5 hop:$hop filed:$filed); pair "$r"
 	# a fresh, empty cache: every read a miss over what filed has (seed 5)
-	peer cached-cold "$BIN/cached" --segment "$SEG" --port 6 --blocker-port 1 --cache-size 1G \
+	peer cached-cold "$BIN/cached" "${cthreads[@]}" --segment "$SEG" --port 6 --blocker-port 1 --cache-size 1G \
 		--max-objects 4096 --write-policy writeback; cold=$pid
 	wait_bound 6
 	# one write of another object first: the cold reads then time the
@@ -173,7 +175,7 @@ elif ! { command -v fio >/dev/null && fio --enghelp 2>/dev/null | grep -qw nbd; 
 else
 	NBD_ROW=1
 	SOCK=$DATA/nbdd.sock KSOCK=$DATA/nbdkit.sock
-	peer cached-nbd "$BIN/cached" --segment "$SEG" --port 7 --blocker-port 1 --cache-size 1G \
+	peer cached-nbd "$BIN/cached" "${cthreads[@]}" --segment "$SEG" --port 7 --blocker-port 1 --cache-size 1G \
 		--max-objects 4096 --write-policy writeback; cnbd=$pid
 	wait_bound 7
 	peer vlmcd "$BIN/vlmcd" --segment "$SEG" --port 8 --blocker-port 7 --volume "vol:$TOTAL"; vlmcd=$pid

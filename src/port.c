@@ -210,6 +210,15 @@ int xseg_set_next_hop(struct xseg *s, uint32_t port, uint32_t next)
 		return xseg_fail(EINVAL, "route: next hop %u out of range", next);
 	if (next == port)
 		return xseg_fail(ELOOP, "route: port %u cannot be its own next hop", port);
+	/* Routes name services: a lane in a chain would route a cache's own
+	 * requests back to itself (the chain would not hold its service). */
+	uint32_t lead = xseg_lane_leader(s, next);
+	if (lead != next)
+		return xseg_fail(EINVAL, "route: next hop %u is a lane of port %u: route via %u",
+				 next, lead, lead);
+	if ((lead = xseg_lane_leader(s, port)) != port)
+		return xseg_fail(EINVAL, "route: port %u is a lane of port %u: route port %u",
+				 port, lead, lead);
 	/* Refuse a cycle: walking on from `next` must not come back to `port`. */
 	uint32_t cur = next;
 	for (uint32_t steps = 0; steps < XSEG_MAX_PATH; steps++) {
@@ -232,6 +241,14 @@ int xseg_clear_next_hop(struct xseg *s, uint32_t port)
 		return xseg_fail(EINVAL, "route: port %u out of range", port);
 	atomic_store(&s->ports[port].next_hop, XSEG_NO_PORT);
 	return 0;
+}
+
+unsigned xseg_port_lanes(struct xseg *s, uint32_t port)
+{
+	if (!xseg_port_valid(s, port))
+		return 0;
+	uint32_t lanes = atomic_load_explicit(&s->ports[port].lanes, memory_order_relaxed);
+	return lanes > 1 && lanes <= s->nr_ports - port ? lanes : 0;
 }
 
 uint32_t xseg_get_next_hop(struct xseg *s, uint32_t port)

@@ -33,6 +33,10 @@ for p in 5 6; do
 	"$BIN/xseg" info --segment "$SEG" --json | grep -q "\"port\":$p,\"owner\":$npid," ||
 		fail "lane $p is not nulld's"
 done
+"$BIN/xseg" info --segment "$SEG" --json | grep -q '"port":4,[^}]*"lanes":3}' ||
+	fail "xseg info does not say port 4 leads 3 lanes: $("$BIN/xseg" info --segment "$SEG" --json)"
+expect_exit 1 "$BIN/xseg" route --segment "$SEG" --port 1 --next 5
+grep -q "lane of port 4" "$DIR/err" || fail "routing via a lane: $(cat "$DIR/err")"
 kill -TERM "$npid"; wait "$npid" || fail "nulld with lanes did not stop cleanly"
 
 echo "--- --daemon lets go of its caller"

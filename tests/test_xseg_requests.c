@@ -1090,7 +1090,13 @@ START_TEST(lanes_split_submitters_and_route_as_their_service)
 		serve_lane(4 + c, 1);
 	}
 
-	/* The service in front of 9 (a cache plugged in): a client's request
+	ck_assert_uint_eq(xseg_port_lanes(xt_seg, 4), 4);
+	ck_assert_uint_eq(xseg_port_lanes(xt_seg, 5), 0);
+	/* A route names the service, not one of its lanes. */
+	ck_assert_int_eq(xseg_set_next_hop(xt_seg, 9, 5), -EINVAL);
+	ck_assert_msg(strstr(xseg_last_error(), "lane of port 4"), "%s", xseg_last_error());
+	ck_assert_int_eq(xseg_set_next_hop(xt_seg, 5, 9), -EINVAL);
+		/* The service in front of 9 (a cache plugged in): a client's request
 	 * to 9 reaches its lane, and the lane's forward goes on to 9. */
 	ck_assert_int_eq(xseg_set_next_hop(xt_seg, 9, 4), 0);
 	ck_assert_int_eq(xseg_submit(xt_seg, get(2), 2, 9), 6);
@@ -1110,6 +1116,7 @@ START_TEST(lanes_split_submitters_and_route_as_their_service)
 
 	/* Leaving a lane ends the lanes: everything goes to the first port. */
 	ck_assert_int_eq(xseg_leave_port(xt_seg, 6), 0);
+	ck_assert_uint_eq(xseg_port_lanes(xt_seg, 4), 0);
 	for (uint32_t c = 0; c < 4; c++)
 		ck_assert_int_eq(xseg_submit(xt_seg, get(c), c, 4), 4);
 	serve_lane(4, 4);

@@ -222,6 +222,8 @@ int xseg_bind_range(struct xseg *seg, uint32_t first, uint32_t last);
  * or taken over apart from `first` is not used any more.
  */
 int xseg_bind_lanes(struct xseg *seg, uint32_t first, uint32_t last);
+/* How many lanes `port` leads (its own among them), or 0 when it leads none. */
+unsigned xseg_port_lanes(struct xseg *seg, uint32_t port);
 
 /*
  * Gives the port up, settling everything the port still has: requests
@@ -308,7 +310,8 @@ int xseg_port_give_up_dirty(struct xseg *seg, uint32_t port, uint64_t *bytes);
 /*
  * Requests submitted to `port` are delivered to `next` instead; next's own
  * requests for `port` (and those of anything behind it) reach `port`. Chains
- * are allowed; a route that would close a cycle fails with -ELOOP.
+ * are allowed; a route that would close a cycle fails with -ELOOP, one from
+ * or to a lane (not its first port) with -EINVAL.
  */
 int xseg_set_next_hop(struct xseg *seg, uint32_t port, uint32_t next);
 int xseg_clear_next_hop(struct xseg *seg, uint32_t port);

@@ -283,9 +283,9 @@ static int cmd_info(struct args *a)
 		printf("heap: %" PRIu64 " of %" PRIu64 " bytes used in %" PRIu64
 		       " buffers, largest free block %" PRIu64 "\n",
 		       si.heap_used, si.heap_size, si.heap_allocs, si.heap_free_largest);
-		printf("%6s %8s %6s %6s %8s %8s %8s %12s %12s %8s %12s\n", "port", "owner", "alive",
-		       "next", "queued", "replies", "waiters", "submitted", "replied", "dropped",
-		       "dirty");
+		printf("%6s %8s %6s %6s %8s %8s %8s %12s %12s %8s %12s %6s\n", "port", "owner",
+		       "alive", "next", "queued", "replies", "waiters", "submitted", "replied",
+		       "dropped", "dirty", "lanes");
 	}
 	bool first = true;
 	for (uint32_t p = 0; p < si.nr_ports; p++) {
@@ -302,19 +302,22 @@ static int cmd_info(struct args *a)
 			printf(",\"request_depth\":%u,\"reply_depth\":%u,\"waiters\":%u,"
 			       "\"submitted\":%" PRIu64 ",\"replied\":%" PRIu64 ",\"reserved\":%u,"
 			       "\"epoch\":%u,\"dropped_replies\":%" PRIu64
-			       ",\"dirty_bytes\":%" PRIu64 ",\"given_up_bytes\":%" PRIu64 "}",
+			       ",\"dirty_bytes\":%" PRIu64 ",\"given_up_bytes\":%" PRIu64
+			       ",\"lanes\":%u}",
 			       pi.request_depth, pi.reply_depth, pi.waiters, pi.submitted, pi.replied,
 			       pi.reserved, pi.epoch, pi.dropped_replies, pi.dirty_bytes,
-			       pi.given_up_bytes);
+			       pi.given_up_bytes, xseg_port_lanes(seg, p));
 		} else {
-			char next[16] = "-";
+			char next[16] = "-", lanes[16] = "-";
 			if (pi.next_hop != XSEG_NO_PORT)
 				snprintf(next, sizeof(next), "%u", pi.next_hop);
+			if (xseg_port_lanes(seg, p))
+				snprintf(lanes, sizeof(lanes), "%u", xseg_port_lanes(seg, p));
 			printf("%6u %8d %6s %6s %8u %8u %8u %12" PRIu64 " %12" PRIu64 " %8" PRIu64
-			       " %12" PRIu64 "\n",
+			       " %12" PRIu64 " %6s\n",
 			       p, (int)pi.owner, pi.owner ? (pi.owner_alive ? "yes" : "DEAD") : "-", next,
 			       pi.request_depth, pi.reply_depth, pi.waiters, pi.submitted, pi.replied,
-			       pi.dropped_replies, pi.dirty_bytes);
+			       pi.dropped_replies, pi.dirty_bytes, lanes);
 		}
 		first = false;
 	}

@@ -266,8 +266,9 @@ void *peer_reply_data(struct peer_thread *t, struct xseg_request *req, uint64_t 
 /* ---- the peer's own requests -------------------------------------------- */
 
 /*
- * A request from the pool for peer_port() (or from the peer's reserve when
- * the pool is empty, see peer_ops.reserve_requests), with a buffer for
+ * A request from the pool for peer_port() (with --lanes, for the calling
+ * worker's own lane; from the peer's reserve when the pool is empty, see
+ * peer_ops.reserve_requests), with a buffer for
  * `target` and `datalen` bytes of data. NULL with errno: ENOBUFS (pool
  * empty) or ENOMEM
  * (heap full) are transient, retry later (peer_defer); ENAMETOOLONG/EINVAL

@@ -95,17 +95,14 @@ void *peer_reply_data(struct peer_thread *t, struct xseg_request *req, uint64_t 
 
 /* ---- the peer's own requests ---------------------------------------------------- */
 
-struct xseg_request *peer_get_request(struct peer_thread *t, const char *target,
-				      uint64_t datalen)
+/* Takes a request for `src` from the pool (when it is empty, from the
+ * reserve of the first port, when the peer keeps one) and preps it. */
+static struct xseg_request *get_request_from(struct peer *p, uint32_t src, const char *target,
+					     uint64_t datalen)
 {
-	return peer_get_request_any(t->peer, target, datalen);
-}
-
-struct xseg_request *peer_get_request_any(struct peer *p, const char *target,
-					  uint64_t datalen)
-{
-	struct xseg_request *req = p->reserve ? xseg_reserve_get(p->reserve)
-					      : xseg_get_request(p->seg, p->cfg.port_first);
+	struct xseg_request *req = xseg_get_request(p->seg, src);
+	if (!req && errno == ENOBUFS && p->reserve)
+		req = xseg_reserve_get(p->reserve);
 	if (!req)
 		return NULL;   /* errno set: ENOBUFS when the pool is empty */
 	int rc = target ? xseg_prep_target(p->seg, req, target, datalen)
@@ -116,6 +113,25 @@ struct xseg_request *peer_get_request_any(struct peer *p, const char *target,
 		return NULL;
 	}
 	return req;
+}
+
+/* With lanes, a worker's own requests leave from its own lane: the peer
+ * behind (itself with lanes) then sees each worker as a client of its own,
+ * and the replies come back to the lane that worker serves first. */
+struct xseg_request *peer_get_request(struct peer_thread *t, const char *target,
+				      uint64_t datalen)
+{
+	struct peer *p = t->peer;
+	uint32_t src = p->cfg.port_first;
+	if (p->cfg.lanes > 1 && t->index < p->cfg.threads)
+		src += t->index % p->cfg.lanes;
+	return get_request_from(p, src, target, datalen);
+}
+
+struct xseg_request *peer_get_request_any(struct peer *p, const char *target,
+					  uint64_t datalen)
+{
+	return get_request_from(p, p->cfg.port_first, target, datalen);
 }
 
 void peer_put_request(struct peer_thread *t, struct xseg_request *req)

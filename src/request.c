@@ -171,6 +171,8 @@ int xseg_prep_request(struct xseg *s, struct xseg_request *req,
 		return xseg_fail(ENAMETOOLONG, "prep request: target length %u over %u",
 				 targetlen, XSEG_MAX_TARGETLEN);
 	uint64_t data_off = ((uint64_t)targetlen + 1 + 7) & ~7ull;
+	if (data_off < XSEG_TARGET_ROOM)
+		data_off = XSEG_TARGET_ROOM;   /* room to rename the target in place */
 	if (datalen > s->hdr->heap_size - data_off)
 		return xseg_fail(ENOMEM, "prep request: %llu data bytes cannot fit a heap of %llu",
 				 (unsigned long long)datalen,

@@ -206,9 +206,11 @@ START_TEST(info_reply_heap_full)
 	int n = 0;
 	bool full = false;
 	while (!full && n < 64 && (held[n] = xseg_get_request(xt_seg, 0)) != NULL) {
-		uint64_t size = 64u << 10;   /* down to 248: 256 bytes with the NUL */
+		/* down to 256 - XSEG_TARGET_ROOM: the smallest block, 256 bytes,
+		 * with the data's offset */
+		uint64_t min = 256 - XSEG_TARGET_ROOM, size = 64u << 10;
 		while (size && xseg_prep_request(xt_seg, held[n], 0, size) < 0)
-			size = size == 248 ? 0 : size / 2 > 248 ? size / 2 : 248;
+			size = size == min ? 0 : size / 2 > min ? size / 2 : min;
 		full = !size;
 		n++;
 	}

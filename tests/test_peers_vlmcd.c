@@ -643,6 +643,7 @@ START_TEST(follows_routes)
 	struct xseg_request *p = blocker_accept(CACHE, TIMEOUT);
 	ck_assert_msg(p != NULL, "the part did not reach the port in front");
 	ck_assert_str_eq(xseg_get_target(seg, p), "vol_0000000000000000");
+	ck_assert_uint_eq(p->offset, 10);
 	/* the "cache" passes it on to the blocker behind it */
 	ck_assert_int_eq(xseg_forward(seg, p, CACHE, BLOCKER), (int)BLOCKER);
 	struct xseg_request *q = blocker_accept(BLOCKER, TIMEOUT);
@@ -656,6 +657,12 @@ START_TEST(follows_routes)
 	ck_assert_int_ge(xseg_respond(seg, back, CACHE), 0);
 	ck_assert_ptr_eq(pt_receive(seg, CLIENT, TIMEOUT), req);
 	ck_assert_uint_eq(req->result, XR_SERVED);
+	/* Within one object the client's own request went on, renamed (the
+	 * blocker saw the object's offset); it comes back under its name. */
+	ck_assert_ptr_eq(p, req);
+	ck_assert_str_eq(xseg_get_target(seg, req), "vol");
+	ck_assert_uint_eq(req->targetlen, 3);
+	ck_assert_uint_eq(req->offset, 10);
 	xseg_put_request(seg, req);
 	ck_assert_int_eq(xseg_clear_next_hop(seg, BLOCKER), 0);
 }

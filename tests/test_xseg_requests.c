@@ -430,17 +430,18 @@ START_TEST(heap_exhaustion_and_recovery)
 	int n = 0;
 
 	ck_assert_int_eq(xseg_bind_port(xt_seg, 0), 0);
-	/* 4000 + 8 bytes round to 4K blocks: 16 fit in 64K. */
+	/* The data after XSEG_TARGET_ROOM fills a 4K block: 16 fit in 64K. */
+	const uint64_t len = 4096 - XSEG_TARGET_ROOM;
 	for (;;) {
 		r[n] = get(0);
-		int rc = xseg_prep_target(xt_seg, r[n], "obj", 4000);
+		int rc = xseg_prep_target(xt_seg, r[n], "obj", len);
 		if (rc < 0) {
 			ck_assert_int_eq(rc, -ENOMEM);
 			ck_assert_msg(strstr(xseg_last_error(), "heap"), "error: %s",
 				      xseg_last_error());
 			break;
 		}
-		memset(xseg_get_data(xt_seg, r[n]), n, 4000);
+		memset(xseg_get_data(xt_seg, r[n]), n, len);
 		n++;
 		ck_assert_int_lt(n, NREQS);
 	}
@@ -452,7 +453,7 @@ START_TEST(heap_exhaustion_and_recovery)
 	/* No buffer overlaps another. */
 	for (int i = 0; i < n; i++) {
 		unsigned char *d = xseg_get_data(xt_seg, r[i]);
-		for (int k = 0; k < 4000; k++)
+		for (int k = 0; k < (int)len; k++)
 			ck_assert_uint_eq(d[k], (unsigned char)i);
 	}
 	/* Even a tiny buffer fails now, and the failure costs nothing. */
@@ -460,10 +461,10 @@ START_TEST(heap_exhaustion_and_recovery)
 	ck_assert_uint_eq(r[n]->bufferlen, 0);
 	/* Free one: exactly that much fits again. */
 	ck_assert_int_eq(xseg_put_request(xt_seg, r[3]), 0);
-	ck_assert_int_eq(xseg_prep_target(xt_seg, r[n], "obj", 4000), 0);
+	ck_assert_int_eq(xseg_prep_target(xt_seg, r[n], "obj", len), 0);
 	ck_assert_int_eq(xseg_put_request(xt_seg, r[n]), 0);
 	r[n] = get(0);
-	ck_assert_int_eq(xseg_prep_target(xt_seg, r[n], "obj", 4097), -ENOMEM);
+	ck_assert_int_eq(xseg_prep_target(xt_seg, r[n], "obj", len + 1), -ENOMEM);
 	ck_assert_int_eq(xseg_put_request(xt_seg, r[n]), 0);
 	for (int i = 0; i < n; i++)
 		if (i != 3)
@@ -471,7 +472,7 @@ START_TEST(heap_exhaustion_and_recovery)
 	assert_heap_empty();
 	/* The whole heap, in one buffer, after all that. */
 	r[0] = get(0);
-	ck_assert_int_eq(xseg_prep_request(xt_seg, r[0], 0, HEAP - 8), 0);
+	ck_assert_int_eq(xseg_prep_request(xt_seg, r[0], 0, HEAP - XSEG_TARGET_ROOM), 0);
 	heap_state(&used, NULL, &largest);
 	ck_assert_uint_eq(used, HEAP);
 	ck_assert_int_eq(xseg_put_request(xt_seg, r[0]), 0);
@@ -499,8 +500,9 @@ START_TEST(heap_buddy_merging)
 				ck_assert_int_eq(xseg_put_request(xt_seg, r[n]), 0);
 				break;
 			}
-			/* The block is the smallest power of two >= 256 that holds it. */
-			uint64_t need = 8 + len, blk = 256;
+			/* The block is the smallest power of two >= 256 that holds it
+			 * (a short target: the data at XSEG_TARGET_ROOM). */
+			uint64_t need = XSEG_TARGET_ROOM + len, blk = 256;
 			while (blk < need)
 				blk <<= 1;
 			ck_assert_uint_eq(r[n]->bufferlen, blk);

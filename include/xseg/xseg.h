@@ -37,6 +37,10 @@ extern "C" {
 /* ---- limits and constants ------------------------------------------- */
 
 #define XSEG_MAX_TARGETLEN   255u        /* bytes, without the NUL */
+/* A request's data starts at least this far into its buffer, so that a
+ * forwarder can rename the target in place (vlmcd: a volume's name to an
+ * object's) with up to XSEG_TARGET_ROOM - 1 bytes. */
+#define XSEG_TARGET_ROOM     128u
 #define XSEG_MAX_PATH        16u         /* ports a request may pass through */
 #define XSEG_MAX_PORTS       65534u
 #define XSEG_MAX_REQUESTS    (1u << 20)
@@ -362,6 +366,8 @@ void xseg_reserve_destroy(struct xseg_reserve *r);
 /*
  * Gives the request a buffer for a target of `targetlen` bytes (plus NUL) and
  * `datalen` bytes of data, reusing the current one when it is large enough.
+ * The data starts at XSEG_TARGET_ROOM or past the target, whichever is
+ * further (data_off).
  * -ENAMETOOLONG, -ENOMEM (heap full) or -EINVAL.
  */
 int xseg_prep_request(struct xseg *seg, struct xseg_request *req,

@@ -15,6 +15,13 @@
  * INFO answers the volume's configured size; INFO with no target, the
  * list of volumes and their sizes (what nbdd exports).
  *
+ * A READ or WRITE within one object whose buffer has room for the object's
+ * name before its data (libxseg leaves XSEG_TARGET_ROOM) is not copied: the
+ * client's own request is renamed in place, its offset made the object's,
+ * and forwarded (peer_forward); its reply gets the volume's name and offset
+ * back before it is answered. Each request in flight here keeps what it
+ * needs for that in a slot of its own (by pool index).
+ *
  * Everything goes to --blocker-port through the runtime's peer_send, so a
  * cache can be routed in between (xseg plug) without vlmcd knowing. When
  * the request pool or the heap is empty, the rest of a split is retried
@@ -70,7 +77,24 @@ struct job {
 	struct part parts[];
 };
 
+/* A client's request forwarded under its object's name (by pool index). */
+struct renamed {
+	struct volume *vol;
+	uint64_t offset;            /* the client's, in the volume */
+	uint64_t object;
+};
+
+/* Figures per worker (a line each: no line shared between workers). */
+struct figures {
+	_Alignas(64) _Atomic uint64_t renamed;   /* forwarded under the object's name */
+	_Atomic uint64_t split;                   /* served in parts, copied */
+};
+
 static struct {
+	struct figures *figures;    /* one per worker */
+	unsigned nr_figures;
+	struct renamed *renamed;    /* one per request of the pool */
+	uint32_t nr_requests;
 	struct volume **volumes;
 	unsigned nr_volumes;
 	uint64_t object_size;
@@ -223,6 +247,14 @@ static void job_put(struct peer_thread *t, struct job *job)
 		start_flush(t, next);
 }
 
+/* An acknowledged write: the next FLUSH must reach this object. */
+static void mark_written(struct volume *v, uint64_t object)
+{
+	pthread_mutex_lock(&v->lock);
+	v->dirty[object / 64] |= 1ull << (object % 64);
+	pthread_mutex_unlock(&v->lock);
+}
+
 static void part_done(struct peer_thread *t, struct xseg_request *r, void *arg)
 {
 	struct part *part = arg;
@@ -240,13 +272,8 @@ static void part_done(struct peer_thread *t, struct xseg_request *r, void *arg)
 		if (job->op == X_READ)
 			memcpy((char *)xseg_get_data(seg, job->req) + part->buf_off,
 			       xseg_get_data(seg, r), part->size);
-		else {
-			/* Acknowledged: the next FLUSH must reach this object. */
-			struct volume *v = job->vol;
-			pthread_mutex_lock(&v->lock);
-			v->dirty[part->object / 64] |= 1ull << (part->object % 64);
-			pthread_mutex_unlock(&v->lock);
-		}
+		else
+			mark_written(job->vol, part->object);
 		atomic_fetch_add(&job->serviced, part->size);
 	}
 	peer_put_request(t, r);
@@ -330,6 +357,84 @@ static struct job *new_job(struct xseg_request *req, struct volume *v, uint64_t 
 	return job;
 }
 
+/* Counts on the worker's own line (relaxed: only it writes there). */
+static void count(struct peer_thread *t, bool renamed)
+{
+	unsigned i = peer_thread_index(t);
+	if (i >= V.nr_figures)
+		i = V.nr_figures - 1;   /* a helper thread: shares the last line */
+	_Atomic uint64_t *c = renamed ? &V.figures[i].renamed : &V.figures[i].split;
+	atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
+}
+
+/* Gives a renamed request its volume's name and offset back. */
+static void restore_name(struct xseg *seg, struct xseg_request *req, const struct renamed *rn)
+{
+	char *target = xseg_get_target(seg, req);
+	memcpy(target, rn->vol->name, rn->vol->len);
+	target[rn->vol->len] = '\0';
+	req->targetlen = rn->vol->len;
+	req->offset = rn->offset;
+}
+
+/* The reply to a renamed request: answered under the volume's name. */
+static void renamed_done(struct peer_thread *t, struct xseg_request *req, void *arg)
+{
+	struct renamed *rn = arg;
+	struct xseg *seg = peer_segment(peer_of(t));
+	uint64_t object = rn->object;
+
+	restore_name(seg, req, rn);
+	if (req->result != XR_SERVED) {
+		peer_fail(t, req, req->result == XR_FAILED ? req->error : EIO);
+		return;
+	}
+	if (req->serviced != req->size) {
+		peer_warn("object %s_%016" PRIx64 ": %s served %" PRIu64 " of %" PRIu64 " bytes",
+			  rn->vol->name, object, xseg_op_name(req->op), req->serviced, req->size);
+		peer_fail(t, req, EIO);
+		return;
+	}
+	if (req->op == X_WRITE)
+		mark_written(rn->vol, object);
+	peer_complete(t, req);
+}
+
+/*
+ * A request within one object whose buffer has room for the object's name
+ * before its data: renamed in place and forwarded. False when it does not
+ * fit (the caller splits and copies); true once it is the blocker's, or
+ * answered (the blocker could not be reached).
+ */
+static bool forward_renamed(struct peer_thread *t, struct xseg_request *req, struct volume *v,
+			    uint64_t object)
+{
+	if (req->index >= V.nr_requests || v->len + 17u >= req->data_off)
+		return false;
+	struct xseg *seg = peer_segment(peer_of(t));
+	struct renamed *rn = &V.renamed[req->index];
+	rn->vol = v;
+	rn->offset = req->offset;
+	rn->object = object;
+	object_name(xseg_get_target(seg, req), v, object);
+	req->targetlen = v->len + 17u;
+	req->offset -= object * V.object_size;
+	count(t, true);
+	int rc = peer_forward(t, req, (uint32_t)V.blocker_port, renamed_done, rn);
+	if (rc < 0) {
+		restore_name(seg, req, rn);
+		static _Atomic int64_t last;
+		static _Atomic uint64_t skipped;
+		uint64_t quiet;
+		if (peer_log_once_a_second(&last, &skipped, &quiet))
+			peer_warn("volume %s: cannot forward to blocker port %" PRIu64 ": %s "
+				  "(%" PRIu64 " more such since the last word)", v->name,
+				  V.blocker_port, xseg_last_error(), quiet);
+		peer_fail(t, req, rc == -ENOENT ? EHOSTUNREACH : -rc);
+	}
+	return true;
+}
+
 static void serve_rw(struct peer_thread *t, struct xseg_request *req, struct volume *v)
 {
 	if (req->size > req->datalen || req->offset > v->size || req->size > v->size - req->offset) {
@@ -346,6 +451,9 @@ static void serve_rw(struct peer_thread *t, struct xseg_request *req, struct vol
 	}
 	uint64_t first = req->offset / V.object_size;
 	uint64_t last = (req->offset + req->size - 1) / V.object_size;
+	if (first == last && forward_renamed(t, req, v, first))
+		return;
+	count(t, false);
 	struct job *job = new_job(req, v, last - first + 1);
 	if (!job) {
 		peer_fail(t, req, ENOMEM);
@@ -486,7 +594,24 @@ static void on_request(struct peer_thread *t, struct xseg_request *req)
 
 static int init(struct peer *p)
 {
-	(void)p;
+	struct xseg_segment_info si;
+	if (xseg_segment_info(peer_segment(p), &si) < 0) {
+		peer_error("segment info: %s", xseg_last_error());
+		return -1;
+	}
+	V.renamed = calloc(si.nr_requests, sizeof(*V.renamed));
+	if (!V.renamed) {
+		peer_error("out of memory for %u request slots", si.nr_requests);
+		return -1;
+	}
+	V.nr_requests = si.nr_requests;
+	V.nr_figures = peer_nr_threads(p) + 1;   /* the workers, and one for other threads */
+	V.figures = aligned_alloc(64, V.nr_figures * sizeof(*V.figures));
+	if (!V.figures) {
+		peer_error("out of memory for %u threads' figures", V.nr_figures);
+		return -1;
+	}
+	memset(V.figures, 0, V.nr_figures * sizeof(*V.figures));
 	for (unsigned i = 0; i < V.nr_volumes; i++) {
 		struct volume *v = V.volumes[i];
 		v->nr_objects = (v->size + V.object_size - 1) / V.object_size;
@@ -511,7 +636,24 @@ static void fini(struct peer *p)
 	}
 	free(V.volumes);
 	V.volumes = NULL;
+	free(V.renamed);
+	V.renamed = NULL;
+	free(V.figures);
+	V.figures = NULL;
 	V.nr_volumes = 0;
+}
+
+/* vlmcd's own figures in `xseg stats`: requests forwarded under their
+ * object's name (no copy), and requests served in parts (copied). */
+static int stats_fields(struct peer *p, char *buf, size_t len)
+{
+	(void)p;
+	uint64_t renamed = 0, split = 0;
+	for (unsigned i = 0; i < V.nr_figures; i++) {
+		renamed += atomic_load_explicit(&V.figures[i].renamed, memory_order_relaxed);
+		split += atomic_load_explicit(&V.figures[i].split, memory_order_relaxed);
+	}
+	return snprintf(buf, len, ",\"renamed\":%" PRIu64 ",\"split\":%" PRIu64, renamed, split);
 }
 
 static const struct peer_ops vlmcd_ops = {
@@ -528,6 +670,7 @@ static const struct peer_ops vlmcd_ops = {
 	.reserve_requests = true,   /* object requests while clients hold the pool */
 	.init = init,
 	.on_request = on_request,
+	.stats = stats_fields,
 	.fini = fini,
 };
 

@@ -260,6 +260,30 @@ static inline uint64_t push_tag_base(uint32_t pusher, uint32_t state)
 	return xseg_push_tag_base(pusher, state == XS_REPLIED);
 }
 
+/* Whether a live tag (not RESUMED) names `port` as its pusher. */
+static inline bool pushed_by(uint64_t tag, uint32_t port)
+{
+	return tag != PUSH_RESUMED && tag >> PUSH_PUSHER_SHIFT == port + 1u;
+}
+
+/* An answer's tag keeps the return path's length from before the answer
+ * shortened it (PUSH_SAVED), for a reaper to put back. */
+static inline uint64_t saved_path(uint32_t path_len)
+{
+	return PUSH_SAVED | (uint64_t)path_len << PUSH_PATH_SHIFT;
+}
+
+/* The saved-path bits of a tag, to carry into a resumed push. */
+static inline uint64_t saved_path_bits(uint64_t tag)
+{
+	return tag & (PUSH_SAVED | PUSH_PATH_MASK << PUSH_PATH_SHIFT);
+}
+
+static inline uint32_t saved_path_len(uint64_t tag)
+{
+	return (uint32_t)(tag >> PUSH_PATH_SHIFT & PUSH_PATH_MASK);
+}
+
 /*
  * `from` puts req on `port`'s ring and wakes the port. A push fails only
  * when the ring is full, which a pool no larger than a ring rules out; the
@@ -394,7 +418,7 @@ int xseg_push_reply(struct xseg *s, struct xseg_request *req, uint32_t from)
 	/* Before the path is shortened: a death from here until the request
 	 * is marked for the next hop leaves it with us, and the reaper puts
 	 * the path back (xseg_reclaim_port_requests). */
-	uint64_t saved = PUSH_SAVED | (uint64_t)req->path_len << PUSH_PATH_SHIFT;
+	uint64_t saved = saved_path(req->path_len);
 	__atomic_store_n(&req->pushing, push_tag_base(from, XS_REPLIED) | saved | XSEG_RING_POS_MASK,
 			 __ATOMIC_RELAXED);
 	struct xseg_path_hop hop = req->path[--req->path_len];
@@ -653,7 +677,7 @@ uint32_t xseg_resume_pushes(struct xseg *s, uint32_t port)
 	for (uint32_t i = 0; i < s->nr_requests; i++) {
 		struct xseg_request *r = &s->requests[i];
 		uint64_t tag = __atomic_load_n(&r->pushing, __ATOMIC_ACQUIRE);
-		if (tag == PUSH_RESUMED || tag >> PUSH_PUSHER_SHIFT != port + 1u || (tag & PUSH_DONE))
+		if (!pushed_by(tag, port) || (tag & PUSH_DONE))
 			continue;
 		uint32_t to = __atomic_load_n(&r->holder, __ATOMIC_ACQUIRE);
 		if (to >= s->nr_ports)
@@ -667,7 +691,7 @@ uint32_t xseg_resume_pushes(struct xseg *s, uint32_t port)
 		if (deliver(s, r, port, to, ring,
 			    reply ? &s->ports[to].replied : &s->ports[to].submitted,
 			    reply ? XS_REPLIED : XS_QUEUED,
-			    tag & (PUSH_SAVED | PUSH_PATH_MASK << PUSH_PATH_SHIFT)) == 0)
+			    saved_path_bits(tag)) == 0)
 			resumed++;
 	}
 	return resumed;
@@ -698,9 +722,8 @@ void xseg_reclaim_port_requests(struct xseg *s, uint32_t port)
 		/* Died answering it, before it marked it for the next hop: the
 		 * return path as it was before the answer began. */
 		uint64_t tag = __atomic_load_n(&r->pushing, __ATOMIC_ACQUIRE);
-		if (tag != PUSH_RESUMED && tag >> PUSH_PUSHER_SHIFT == port + 1u &&
-		    (tag & (PUSH_SAVED | PUSH_DONE)) == PUSH_SAVED)
-			r->path_len = (uint32_t)(tag >> PUSH_PATH_SHIFT & PUSH_PATH_MASK);
+		if (pushed_by(tag, port) && (tag & (PUSH_SAVED | PUSH_DONE)) == PUSH_SAVED)
+			r->path_len = saved_path_len(tag);
 		settle_dead_holders(s, r, port);
 	}
 }

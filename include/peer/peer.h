@@ -24,8 +24,9 @@
  *     request's callback must answer it (or forward it again).
  *   - A call that fails (negative return) leaves the request with the caller.
  *
- * Threads. Worker threads accept requests in batches on every bound port and
- * receive replies in batches; callbacks run on any worker thread (a reply
+ * Threads. Worker threads accept requests in batches on every bound port
+ * (each its own ports of the range first, the others when its own are idle)
+ * and receive replies in batches; callbacks run on any worker thread (a reply
  * may arrive on another thread than the one that sent the request), so state
  * shared between requests needs the peer's own locking. A callback must not
  * block for long except for the peer's own I/O (filed does pread/pwrite on

@@ -458,9 +458,15 @@ enum { MT_CLIENT = 0, MT_SERVER = 1, MT_DEPTH = 16 };
  * serves: with accepted requests in hand, more queued, its scratch request
  * perhaps held, mostly outside libxseg's calls (kills inside them are the
  * next test's).
- * `serving` (shared memory) tells the parent when, and for how long.
+ * `serving` (shared memory) tells the parent when, and for how long; the
+ * parent sets `hold` when it wants to kill, and the server's next batch
+ * then lasts until the kill (a second at most): the kill lands inside a
+ * batch however the two processes are scheduled (with a window of a few
+ * hundred microseconds, a loaded machine could keep the parent off its
+ * CPU through every one: "server never busy").
  */
 static _Atomic uint64_t *serving;    /* end of the current batch, or 0 */
+static _Atomic uint64_t *hold;       /* set: the next batch waits for the kill */
 
 static void busy_server(const char *name, int ready_fd)
 {
@@ -480,6 +486,8 @@ static void busy_server(const char *name, int ready_fd)
 		}
 		/* Some "work" per batch, with the accepted requests in hand. */
 		uint64_t until = xseg_now_ns() + 30000 + (n_served % 8 == 0) * 300000;
+		if (atomic_exchange(hold, 0))
+			until = xseg_now_ns() + 1000000000ull;
 		atomic_store(serving, until);
 		while (xseg_now_ns() < until)
 			;
@@ -584,6 +592,7 @@ START_TEST(killed_mid_traffic_repeatedly)
 
 	serving = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	ck_assert(serving != MAP_FAILED);
+	hold = serving + 1;
 	mt_init(&st, 0, ready);
 
 	for (int round = 0; round < rounds; round++) {
@@ -598,7 +607,8 @@ START_TEST(killed_mid_traffic_repeatedly)
 		uint64_t delay = xseg_now_ns() + (seed >> 4) % 100000;
 		while (xseg_now_ns() < delay)
 			;
-		/* Catch it serving; the long batches leave ample time. */
+		/* Catch it serving: its next batch waits for the kill. */
+		atomic_store(hold, 1);
 		uint64_t t1 = xseg_now_ns();
 		for (;;) {
 			/* Well inside a batch: the kill lands long before its end. */
@@ -611,6 +621,7 @@ START_TEST(killed_mid_traffic_repeatedly)
 			XT_ASSERT(xseg_now_ns() - t1 < 10000000000ull, "server never busy");
 		}
 		ck_assert_int_eq(kill(pid, SIGKILL), 0);
+		atomic_store(hold, 0);   /* (caught in another long batch: not for the next) */
 
 		/* The survivor is not blocked: it goes on issuing to the dead
 		 * port and takes whatever replies were already on their way. */

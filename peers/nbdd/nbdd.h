@@ -2,15 +2,19 @@
  * nbdd's modules and what they share:
  *   nbdd.c    options, exports, the peer_ops, main
  *   target.c  asking the target port for its volumes at start (init)
- *   server.c  the socket thread: listeners, connections, handshake, reading
- *             requests, writing replies (epoll, non-blocking)
+ *   server.c  the socket thread: listeners, connections, the handshake's
+ *             phases, reading requests (epoll, non-blocking)
+ *   handshake.c  the handshake's options
+ *   conn.c    a connection's output (replies written from any thread),
+ *             its buffers against the limits, its references
  *   cmd.c     one NBD command on the worker threads: requests to the
  *             target port in chunks, the reply handed back to its connection
  *   proto.c   the wire format (pure functions)
  *
- * Layers, top down: nbdd.c -> cmd.c -> server.c -> proto.c, and nbdd.c ->
- * target.c. Each calls the ones below by name; server.c calls up only
- * through the struct server_ops nbdd.c gives server_open.
+ * Layers, top down: nbdd.c -> cmd.c -> server.c -> handshake.c -> conn.c
+ * -> proto.c, and nbdd.c -> target.c. Each calls the ones below by name;
+ * server.c and handshake.c call up only through the struct server_ops
+ * nbdd.c gives server_open.
  *
  * Threads: one socket thread owns every connection's input side; it sends
  * a small command's request to the target itself, a larger one goes to the
@@ -67,6 +71,8 @@ uint16_t nbdd_transmission_flags(void);
 
 /* ---- output: what a connection sends ---------------------------------------------- */
 
+/* ---- a connection's output (conn.c) ------------------------------------------------ */
+
 /* A block of bytes queued on a connection. `charge` is what it counts
  * against the connection's in-flight limit (a command's reply: 1). */
 struct out_buf {
@@ -122,7 +128,7 @@ void cmd_post(struct peer *p, struct cmd *cmd);
 
 /* What the socket thread calls up into: nbdd.c's exports and cmd.c's
  * commands. server.c never names a function of the files above it; they
- * call it by name (conn_send, conn_put, out_buf_new, server_*). */
+ * call it (server_*) and conn.c (conn_send, conn_put, out_buf_new) by name. */
 struct server_ops {
 	/* The export called `name` (len bytes, not empty); NULL: none. */
 	const struct nbd_export *(*find_export)(const uint8_t *name, uint32_t len);

@@ -1,10 +1,11 @@
 /*
  * The socket thread: accepts connections on TCP and Unix listeners, runs
- * each connection's handshake and reads its requests, all with one epoll
- * loop over non-blocking sockets. A complete request becomes a struct cmd
- * handed to cmd.c (cmd_post: sent from here, or posted to the workers);
- * replies come back through conn_send(), which any thread may call, or
- * conn_send_batched() on a worker.
+ * each connection's handshake (the options: handshake.c) and reads its
+ * requests, all with one epoll loop over non-blocking sockets. A complete
+ * request becomes a struct cmd handed to cmd.c (cmd_post: sent from here,
+ * or posted to the workers); replies come back through conn.c's
+ * conn_send(), which any thread may call, or conn_send_batched() on a
+ * worker.
  *
  * A connection is freed when its last reference goes: the socket thread
  * holds one while the socket is open, every command one until its reply is
@@ -55,9 +56,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "conn.h"
+#include "handshake.h"
 #include "nbdd.h"
 
-#define IN_BUF_SIZE (64u * 1024)
 /* A connection stopped for memory whose socket takes no byte for this
  * long is closed (--max-client-buffer). */
 #define BUFFER_STALL_NS (1000ull * 1000 * 1000)
@@ -73,53 +75,9 @@
 #define ACCEPT_LOG_NS (1000ull * 1000 * 1000)
 /* How often connections are checked against --io-timeout. */
 #define TIMEOUT_SCAN_NS (250ull * 1000 * 1000)
-#define WRITE_IOVS 64
 /* WRITE payload left to read from which it is read into its buffer
  * directly, not through the input buffer. */
 #define DIRECT_READ_MIN (16u * 1024)
-
-enum source_kind { SRC_LISTENER, SRC_CONN, SRC_WAKE };
-
-enum phase { PH_CLIENT_FLAGS, PH_OPTIONS, PH_TRANSMISSION };
-
-struct conn {
-	enum source_kind kind;      /* first: epoll's data.ptr names a source */
-	int fd;
-	atomic_uint refs;
-	char peer_name[64];         /* for log lines */
-
-	/* The socket thread's own. */
-	struct conn *prev, *next;   /* open connections, then closed ones */
-	bool closed;
-	enum phase phase;
-	uint32_t client_flags;
-	const struct nbd_export *exp;
-	uint8_t in[IN_BUF_SIZE];
-	size_t in_len;
-	struct cmd *filling;        /* WRITE whose payload is being read */
-	uint32_t filled;
-	uint64_t discard;           /* payload bytes of a refused WRITE to skip */
-	uint64_t last_rx_ns;        /* last bytes read, or when waiting began */
-
-	/* Shared: under lock. */
-	pthread_mutex_t lock;
-	struct out_buf *out_head, **out_tail;
-	uint32_t out_off;           /* bytes of out_head already written */
-	bool dead;                  /* closed: output is dropped */
-	bool broken;                /* a write failed: the socket thread closes it */
-	bool want_out;              /* waiting for EPOLLOUT */
-	bool paused;                /* too much in flight: not reading */
-	bool paused_memory;         /* ... for --max-client-buffer or --max-buffer-total */
-	bool waits_total;           /* ... for --max-buffer-total: S.total_waiters counts it */
-	bool disc;                  /* DISC (or ABORT): close once drained */
-	bool kicked;                /* on the socket thread's kick list */
-	uint64_t tx_wait_ns;        /* want_out: the socket last took bytes then */
-	uint64_t inflight, inflight_bytes;   /* inflight_bytes: also in S.held_total */
-	uint64_t bytes_limit;       /* inflight_bytes that pause reading: per phase */
-	bool flush_pending;         /* flush_work is deferred on a worker */
-	struct conn *next_kick;
-	struct peer_work flush_work;   /* conn_send_batched's write */
-};
 
 struct listener {
 	enum source_kind kind;
@@ -134,7 +92,6 @@ static struct {
 	/* The layers above (cmd.c, nbdd.c), given to server_open: this file
 	 * calls up only through them, never by name. */
 	const struct server_ops *up;
-	int epfd, wakefd;
 	enum source_kind wake_kind;
 	struct listener listeners[MAX_LISTENERS];
 	unsigned nr_listeners;
@@ -145,269 +102,14 @@ static struct {
 	pthread_t thread;
 	bool started;
 	atomic_int stop;
-	pthread_mutex_t kick_lock;
-	struct conn *kicks;             /* connections the socket thread must look at */
 	uint64_t accept_log_ns;         /* no accept error logged before then */
 	uint64_t next_timeout_scan_ns;
 	unsigned accept_errors;         /* failed accepts not logged yet */
-	/* Buffers held for every connection (their inflight_bytes). */
-	atomic_uint_fast64_t held_total;
-	atomic_uint total_waiters;      /* connections with waits_total */
-	atomic_bool total_released;     /* held_total fell with waiters: look at them */
 	uint64_t total_log_ns;          /* no --max-buffer-total line before then */
 	/* Figures (socket thread): connections closed holding replies their
 	 * client does not read; times a connection waited for the total. */
 	uint64_t buffer_closes, total_waits;
-} S = { .epfd = -1, .wakefd = -1, .wake_kind = SRC_WAKE,
-	.kick_lock = PTHREAD_MUTEX_INITIALIZER };
-
-/* ---- output ----------------------------------------------------------------------- */
-
-struct out_buf *out_buf_new(uint32_t len)
-{
-	struct out_buf *ob = malloc(sizeof(*ob) + len);
-	if (ob) {
-		ob->next = NULL;
-		ob->len = len;
-		ob->charge = 0;
-		ob->charge_bytes = 0;
-	}
-	return ob;
-}
-
-static bool drained_locked(const struct conn *c)
-{
-	return !c->inflight && !c->out_head;
-}
-
-/* Asks the socket thread to look at c (resume reading, close). */
-static void kick(struct conn *c)
-{
-	pthread_mutex_lock(&S.kick_lock);
-	if (!c->kicked) {
-		c->kicked = true;
-		conn_get(c);
-		c->next_kick = S.kicks;
-		S.kicks = c;
-	}
-	pthread_mutex_unlock(&S.kick_lock);
-	uint64_t one = 1;
-	if (write(S.wakefd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-		peer_warn("cannot wake the socket thread: %s", strerror(errno));
-}
-
-static void update_events_locked(struct conn *c)
-{
-	if (c->dead)
-		return;
-	struct epoll_event ev = { .data.ptr = c };
-	ev.events = (c->paused || c->disc ? 0 : EPOLLIN) | (c->want_out ? EPOLLOUT : 0);
-	if (epoll_ctl(S.epfd, EPOLL_CTL_MOD, c->fd, &ev) < 0)
-		peer_warn("%s: epoll: %s", c->peer_name, strerror(errno));
-}
-
-/* DISC or ABORT: stop reading now. Bytes the client sends after it would
- * otherwise keep the level-triggered EPOLLIN firing while the replies
- * drain, each round reading nothing (a core spun). Lock held. */
-static void set_disc_locked(struct conn *c)
-{
-	c->disc = true;
-	update_events_locked(c);
-}
-
-/* Buffer bytes a connection holds (lock held), counted in the total too. */
-static void hold_locked(struct conn *c, uint64_t bytes)
-{
-	c->inflight_bytes += bytes;
-	atomic_fetch_add(&S.held_total, bytes);
-}
-
-static void unhold_locked(struct conn *c, uint64_t bytes)
-{
-	c->inflight_bytes -= bytes;
-	uint64_t total = atomic_fetch_sub(&S.held_total, bytes) - bytes;
-	if (bytes && atomic_load(&S.total_waiters) && total < nbdd_cfg.max_buffer_total) {
-		/* Others wait for this memory: the socket thread looks. */
-		atomic_store(&S.total_released, true);
-		uint64_t one = 1;
-		if (write(S.wakefd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-			peer_warn("cannot wake the socket thread: %s", strerror(errno));
-	}
-}
-
-/* Reading c again (lock held): it is no longer stopped, for any reason. */
-static void unpause_locked(struct conn *c)
-{
-	c->paused = c->paused_memory = false;
-	if (c->waits_total) {
-		c->waits_total = false;
-		atomic_fetch_sub(&S.total_waiters, 1);
-	}
-}
-
-/* Takes a written or dropped buffer off the books (lock held). */
-static void release_locked(struct conn *c, struct out_buf *ob)
-{
-	c->inflight -= ob->charge;
-	unhold_locked(c, ob->charge_bytes);
-	free(ob);
-	/* Resume at half the limits, not at the first reply written. */
-	if (c->paused && c->inflight <= nbdd_cfg.max_inflight / 2 &&
-	    c->inflight_bytes <= c->bytes_limit / 2) {
-		unpause_locked(c);
-		kick(c);   /* bytes may wait in its input buffer */
-	}
-}
-
-/* Writes what the socket takes now (lock held). */
-static void flush_locked(struct conn *c)
-{
-	while (c->out_head && !c->dead && !c->broken) {
-		struct iovec iov[WRITE_IOVS];
-		int n = 0;
-		uint32_t off = c->out_off;
-		for (struct out_buf *ob = c->out_head; ob && n < WRITE_IOVS; ob = ob->next) {
-			iov[n].iov_base = ob->data + off;
-			iov[n].iov_len = ob->len - off;
-			off = 0;
-			n++;
-		}
-		struct msghdr msg = { .msg_iov = iov, .msg_iovlen = (size_t)n };
-		ssize_t w = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno == EAGAIN || errno == EWOULDBLOCK) {
-				if (!c->want_out) {
-					c->want_out = true;
-					c->tx_wait_ns = xseg_now_ns();
-					update_events_locked(c);
-				}
-				return;
-			}
-			peer_info("%s: write: %s", c->peer_name, strerror(errno));
-			c->broken = true;
-			kick(c);
-			return;
-		}
-		if (c->want_out)
-			c->tx_wait_ns = xseg_now_ns();   /* slow, not stalled */
-		size_t left = (size_t)w;
-		while (left) {
-			struct out_buf *ob = c->out_head;
-			size_t rest = ob->len - c->out_off;
-			if (left < rest) {
-				c->out_off += (uint32_t)left;
-				break;
-			}
-			left -= rest;
-			c->out_off = 0;
-			c->out_head = ob->next;
-			if (!c->out_head)
-				c->out_tail = &c->out_head;
-			release_locked(c, ob);
-		}
-	}
-	if (c->want_out && !c->out_head) {
-		c->want_out = false;
-		update_events_locked(c);
-	}
-	if (c->disc && drained_locked(c))
-		kick(c);   /* everything answered: close it */
-}
-
-/* Queues ob for writing; false (ob let go) when the connection is dead. */
-static bool queue_locked(struct conn *c, struct out_buf *ob)
-{
-	if (c->dead) {
-		release_locked(c, ob);
-		return false;
-	}
-	ob->next = NULL;
-	*c->out_tail = ob;
-	c->out_tail = &ob->next;
-	return true;
-}
-
-void conn_send(struct conn *c, struct out_buf *ob)
-{
-	pthread_mutex_lock(&c->lock);
-	if (queue_locked(c, ob))
-		flush_locked(c);
-	pthread_mutex_unlock(&c->lock);
-}
-
-static void deferred_flush(struct peer_thread *t, struct peer_work *w)
-{
-	(void)t;
-	struct conn *c = (struct conn *)((char *)w - offsetof(struct conn, flush_work));
-	pthread_mutex_lock(&c->lock);
-	c->flush_pending = false;
-	flush_locked(c);
-	pthread_mutex_unlock(&c->lock);
-	conn_put(c);   /* held while deferred */
-}
-
-/*
- * A reply per sendmsg woke the client once per reply (fio's kernel time was
- * mostly that wake-up). Replies a worker takes in one round are written
- * together once the round is over: the runtime runs deferred work right
- * after it. Only one write is pending per connection; replies other workers
- * queue meanwhile go with it. (A reply finished by deferred work itself, a
- * retry after an empty pool, waits for the worker's next round: up to about
- * a millisecond when nothing else comes.)
- */
-void conn_send_batched(struct conn *c, struct out_buf *ob, struct peer_thread *t)
-{
-	bool schedule = false;
-	pthread_mutex_lock(&c->lock);
-	if (queue_locked(c, ob)) {
-		schedule = !c->flush_pending;
-		c->flush_pending = true;
-	}
-	pthread_mutex_unlock(&c->lock);
-	if (schedule) {
-		conn_get(c);
-		peer_defer(t, &c->flush_work, deferred_flush);
-	}
-}
-
-void conn_get(struct conn *c)
-{
-	atomic_fetch_add(&c->refs, 1);
-}
-
-void conn_put(struct conn *c)
-{
-	if (atomic_fetch_sub(&c->refs, 1) != 1)
-		return;
-	close(c->fd);
-	pthread_mutex_destroy(&c->lock);
-	free(c);
-}
-
-/* Queues bytes the socket thread makes (handshake replies, early errors);
- * they count against the connection's byte limit until written. */
-static void send_bytes(struct conn *c, const void *data, uint32_t len, uint32_t charge)
-{
-	struct out_buf *ob = out_buf_new(len);
-	if (!ob) {
-		peer_warn("%s: out of memory for a reply: closing", c->peer_name);
-		pthread_mutex_lock(&c->lock);
-		c->broken = true;
-		pthread_mutex_unlock(&c->lock);
-		kick(c);
-		return;
-	}
-	memcpy(ob->data, data, len);
-	ob->charge = charge;
-	ob->charge_bytes = len;
-	pthread_mutex_lock(&c->lock);
-	c->inflight += charge;
-	hold_locked(c, len);
-	pthread_mutex_unlock(&c->lock);
-	conn_send(c, ob);
-}
+} S = { .wake_kind = SRC_WAKE };
 
 /* Watches l unless it rests after an error or nbdd has all the
  * connections it may. */
@@ -417,7 +119,7 @@ static void update_listener(struct listener *l)
 	if (on == l->watched || l->fd < 0)   /* fd < 0: closed on stop */
 		return;
 	struct epoll_event ev = { .events = on ? EPOLLIN : 0, .data.ptr = l };
-	if (epoll_ctl(S.epfd, EPOLL_CTL_MOD, l->fd, &ev) < 0)
+	if (epoll_ctl(H.epfd, EPOLL_CTL_MOD, l->fd, &ev) < 0)
 		peer_warn("%s: epoll: %s", l->name, strerror(errno));
 	else
 		l->watched = on;
@@ -444,23 +146,23 @@ static void count_conn(int delta)
 static void conn_close(struct conn *c, const char *why)
 {
 	peer_info("%s: closed: %s", c->peer_name, why);
-	epoll_ctl(S.epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	epoll_ctl(H.epfd, EPOLL_CTL_DEL, c->fd, NULL);
 	shutdown(c->fd, SHUT_RDWR);
 	pthread_mutex_lock(&c->lock);
 	c->dead = true;
 	while (c->out_head) {
 		struct out_buf *ob = c->out_head;
 		c->out_head = ob->next;
-		release_locked(c, ob);
+		conn_release_locked(c, ob);
 	}
 	c->out_tail = &c->out_head;
 	if (c->filling) {
 		c->inflight -= c->filling->reply->charge;
-		unhold_locked(c, c->filling->reply->charge_bytes);
+		conn_unhold_locked(c, c->filling->reply->charge_bytes);
 	}
 	if (c->waits_total) {
 		c->waits_total = false;
-		atomic_fetch_sub(&S.total_waiters, 1);
+		atomic_fetch_sub(&H.total_waiters, 1);
 	}
 	pthread_mutex_unlock(&c->lock);
 	if (c->filling) {
@@ -574,7 +276,7 @@ static void accept_one(struct listener *l)
 	if (!c->peer_name[0])
 		snprintf(c->peer_name, sizeof(c->peer_name), "unix client fd %d", fd);
 	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = c };
-	if (epoll_ctl(S.epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+	if (epoll_ctl(H.epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
 		peer_warn("%s: epoll: %s", c->peer_name, strerror(errno));
 		conn_put(c);
 		return;
@@ -587,121 +289,7 @@ static void accept_one(struct listener *l)
 	peer_info("%s: connected", c->peer_name);
 	uint8_t hello[NBD_HELLO_LEN];
 	nbd_encode_hello(hello);
-	send_bytes(c, hello, sizeof(hello), 0);
-}
-
-/* ---- handshake ------------------------------------------------------------------------ */
-
-static void option_reply(struct conn *c, uint32_t option, uint32_t type, const void *data,
-			 uint32_t len)
-{
-	uint8_t buf[NBD_OPTION_REPLY_LEN + 64];
-	if (len > sizeof(buf) - NBD_OPTION_REPLY_LEN)
-		len = 0;   /* never: our replies are small */
-	nbd_encode_option_reply(buf, option, type, len);
-	if (len)
-		memcpy(buf + NBD_OPTION_REPLY_LEN, data, len);
-	send_bytes(c, buf, NBD_OPTION_REPLY_LEN + len, 0);
-}
-
-static void list_exports(struct conn *c)
-{
-	for (unsigned i = 0; i < nbdd_cfg.nr_exports; i++) {
-		const struct nbd_export *e = &nbdd_cfg.exports[i];
-		uint32_t len = 4 + e->name_len;
-		uint8_t *buf = malloc(NBD_OPTION_REPLY_LEN + len);
-		if (!buf)
-			break;
-		nbd_encode_option_reply(buf, NBD_OPT_LIST, NBD_REP_SERVER, len);
-		uint8_t *p = buf + NBD_OPTION_REPLY_LEN;
-		p[0] = (uint8_t)(e->name_len >> 24), p[1] = (uint8_t)(e->name_len >> 16);
-		p[2] = (uint8_t)(e->name_len >> 8), p[3] = (uint8_t)e->name_len;
-		memcpy(p + 4, e->name, e->name_len);
-		send_bytes(c, buf, NBD_OPTION_REPLY_LEN + len, 0);
-		free(buf);
-	}
-	option_reply(c, NBD_OPT_LIST, NBD_REP_ACK, NULL, 0);
-}
-
-/* An empty name asks for the default export: the first one. */
-static const struct nbd_export *lookup(const uint8_t *name, uint32_t len)
-{
-	if (!len)
-		return nbdd_cfg.nr_exports ? &nbdd_cfg.exports[0] : NULL;
-	return S.up->find_export(name, len);
-}
-
-static void start_transmission(struct conn *c, const struct nbd_export *e)
-{
-	c->exp = e;
-	c->phase = PH_TRANSMISSION;
-	pthread_mutex_lock(&c->lock);
-	c->bytes_limit = nbdd_cfg.max_client_buffer;
-	pthread_mutex_unlock(&c->lock);
-	peer_info("%s: serving export %s", c->peer_name, e->name);
-}
-
-static void info_or_go(struct conn *c, uint32_t option, const uint8_t *data, uint32_t len)
-{
-	struct nbd_export_query q;
-	if (nbd_decode_export_query(data, len, &q) < 0) {
-		option_reply(c, option, NBD_REP_ERR_INVALID, NULL, 0);
-		return;
-	}
-	const struct nbd_export *e = lookup(q.name, q.name_len);
-	if (!e) {
-		peer_info("%s: unknown export '%.*s'", c->peer_name, (int)(q.name_len > 64 ? 64 : q.name_len),
-			  (const char *)q.name);
-		option_reply(c, option, NBD_REP_ERR_UNKNOWN, NULL, 0);
-		return;
-	}
-	uint8_t info[NBD_INFO_BLOCK_SIZE_LEN];
-	nbd_encode_info_export(info, e->size, S.up->transmission_flags());
-	option_reply(c, option, NBD_REP_INFO, info, NBD_INFO_EXPORT_LEN);
-	/* Any alignment works (vlmcd takes byte ranges); the maximum bounds
-	 * READ and WRITE. Sent even when not asked: clients ignore it then. */
-	nbd_encode_info_block_size(info, 1, 4096, (uint32_t)nbdd_cfg.max_request);
-	option_reply(c, option, NBD_REP_INFO, info, NBD_INFO_BLOCK_SIZE_LEN);
-	option_reply(c, option, NBD_REP_ACK, NULL, 0);
-	if (option == NBD_OPT_GO)
-		start_transmission(c, e);
-}
-
-/* Returns false when the connection must close. */
-static bool handle_option(struct conn *c, const struct nbd_option *opt, const uint8_t *data)
-{
-	switch (opt->option) {
-	case NBD_OPT_EXPORT_NAME: {
-		const struct nbd_export *e = lookup(data, opt->length);
-		if (!e)
-			return false;   /* the spec: no error reply to this option */
-		uint8_t buf[NBD_EXPORT_NAME_REPLY_LEN];
-		size_t n = nbd_encode_export_name_reply(buf, e->size, S.up->transmission_flags(),
-							c->client_flags & NBD_FLAG_NO_ZEROES);
-		send_bytes(c, buf, (uint32_t)n, 0);
-		start_transmission(c, e);
-		return true;
-	}
-	case NBD_OPT_ABORT:
-		option_reply(c, opt->option, NBD_REP_ACK, NULL, 0);
-		pthread_mutex_lock(&c->lock);
-		set_disc_locked(c);
-		pthread_mutex_unlock(&c->lock);
-		return true;
-	case NBD_OPT_LIST:
-		if (opt->length)
-			option_reply(c, opt->option, NBD_REP_ERR_INVALID, NULL, 0);
-		else
-			list_exports(c);
-		return true;
-	case NBD_OPT_INFO:
-	case NBD_OPT_GO:
-		info_or_go(c, opt->option, data, opt->length);
-		return true;
-	}
-	/* STARTTLS, STRUCTURED_REPLY, meta contexts, ...: simple replies only. */
-	option_reply(c, opt->option, NBD_REP_ERR_UNSUP, NULL, 0);
-	return true;
+	conn_send_bytes(c, hello, sizeof(hello), 0);
 }
 
 /* ---- transmission ------------------------------------------------------------------------ */
@@ -710,7 +298,7 @@ static void reply_now(struct conn *c, uint64_t cookie, uint32_t error)
 {
 	uint8_t buf[NBD_SIMPLE_REPLY_LEN];
 	nbd_encode_simple_reply(buf, error, cookie);
-	send_bytes(c, buf, sizeof(buf), 1);
+	conn_send_bytes(c, buf, sizeof(buf), 1);
 }
 
 /* A new command: accounted, then filled (WRITE) or posted. False: close. */
@@ -726,7 +314,7 @@ static bool start_cmd(struct conn *c, const struct nbd_request *req)
 	}
 	pthread_mutex_lock(&c->lock);
 	c->inflight += cmd->reply->charge;
-	hold_locked(c, cmd->reply->charge_bytes);
+	conn_hold_locked(c, cmd->reply->charge_bytes);
 	pthread_mutex_unlock(&c->lock);
 	if (cmd->payload) {
 		c->filling = cmd;
@@ -750,11 +338,11 @@ static bool handle_request(struct conn *c, const struct nbd_request *req)
 	}
 	if (req->type == NBD_CMD_DISC) {
 		pthread_mutex_lock(&c->lock);
-		set_disc_locked(c);
-		bool now = drained_locked(c);
+		conn_set_disc_locked(c);
+		bool now = conn_drained_locked(c);
 		pthread_mutex_unlock(&c->lock);
 		if (now)
-			kick(c);
+			conn_kick(c);
 		return true;
 	}
 	if (req->type != NBD_CMD_FLUSH && !req->length) {
@@ -784,13 +372,13 @@ static void note_total_wait(uint64_t total)
  */
 static bool admit(struct conn *c, uint64_t bytes)
 {
-	uint64_t total = atomic_load(&S.held_total);
+	uint64_t total = atomic_load(&H.held_total);
 	if (!bytes || total < nbdd_cfg.max_buffer_total)
 		return true;
 	pthread_mutex_lock(&c->lock);
 	c->paused = c->paused_memory = c->waits_total = true;
-	atomic_fetch_add(&S.total_waiters, 1);
-	update_events_locked(c);
+	atomic_fetch_add(&H.total_waiters, 1);
+	conn_update_events_locked(c);
 	pthread_mutex_unlock(&c->lock);
 	note_total_wait(total);
 	return false;
@@ -818,7 +406,7 @@ static bool parse_input(struct conn *c, const char **why)
 			c->paused = stop = true;
 			c->paused_memory = c->phase == PH_TRANSMISSION &&
 					   c->inflight_bytes >= c->bytes_limit;
-			update_events_locked(c);
+			conn_update_events_locked(c);
 			peer_debug("%s: not reading: %" PRIu64 " commands, %" PRIu64 " bytes unanswered",
 				   c->peer_name, c->inflight, c->inflight_bytes);
 		}
@@ -860,7 +448,7 @@ static bool parse_input(struct conn *c, const char **why)
 				if (avail - (size_t)n < opt.length) {
 					n = 0;   /* its data is not all here yet */
 				} else {
-					if (!handle_option(c, &opt, b + n)) {
+					if (!handshake_option(c, S.up, &opt, b + n)) {
 						*why = "unknown export in NBD_OPT_EXPORT_NAME";
 						return false;
 					}
@@ -953,9 +541,9 @@ static void conn_kicked(struct conn *c)
 	if (c->closed)
 		return;
 	pthread_mutex_lock(&c->lock);
-	bool dead = c->dead, broken = c->broken, done = c->disc && drained_locked(c);
+	bool dead = c->dead, broken = c->broken, done = c->disc && conn_drained_locked(c);
 	if (!dead && !broken && !done)
-		update_events_locked(c);
+		conn_update_events_locked(c);
 	pthread_mutex_unlock(&c->lock);
 	if (dead)
 		return;
@@ -970,14 +558,14 @@ static void conn_kicked(struct conn *c)
 static void run_kicks(void)
 {
 	uint64_t count;
-	if (read(S.wakefd, &count, sizeof(count)) < 0 && errno != EAGAIN)
+	if (read(H.wakefd, &count, sizeof(count)) < 0 && errno != EAGAIN)
 		peer_warn("wake-up read: %s", strerror(errno));
-	pthread_mutex_lock(&S.kick_lock);
-	struct conn *list = S.kicks;
-	S.kicks = NULL;
+	pthread_mutex_lock(&H.kick_lock);
+	struct conn *list = H.kicks;
+	H.kicks = NULL;
 	for (struct conn *c = list; c; c = c->next_kick)
 		c->kicked = false;
-	pthread_mutex_unlock(&S.kick_lock);
+	pthread_mutex_unlock(&H.kick_lock);
 	while (list) {
 		struct conn *c = list;
 		list = c->next_kick;
@@ -994,14 +582,14 @@ static void run_kicks(void)
  */
 static void resume_total_waiters(void)
 {
-	for (struct conn *c = S.conns, *next; c && atomic_load(&S.total_waiters); c = next) {
+	for (struct conn *c = S.conns, *next; c && atomic_load(&H.total_waiters); c = next) {
 		next = c->next;   /* conn_readable may close c */
 		pthread_mutex_lock(&c->lock);
 		bool go = c->waits_total && !c->dead &&
-			  atomic_load(&S.held_total) < nbdd_cfg.max_buffer_total;
+			  atomic_load(&H.held_total) < nbdd_cfg.max_buffer_total;
 		if (go) {
-			unpause_locked(c);
-			update_events_locked(c);
+			conn_unpause_locked(c);
+			conn_update_events_locked(c);
 		}
 		pthread_mutex_unlock(&c->lock);
 		if (go)
@@ -1077,7 +665,7 @@ static void *server_loop(void *arg)
 	(void)arg;
 	struct epoll_event events[64];
 	while (!atomic_load(&S.stop)) {
-		int n = epoll_wait(S.epfd, events, 64, resume_listeners(200));
+		int n = epoll_wait(H.epfd, events, 64, resume_listeners(200));
 		if (n < 0 && errno != EINTR) {
 			peer_error("epoll_wait: %s", strerror(errno));
 			break;
@@ -1095,7 +683,7 @@ static void *server_loop(void *arg)
 				uint32_t e = events[i].events;
 				if (e & EPOLLOUT) {
 					pthread_mutex_lock(&c->lock);
-					flush_locked(c);
+					conn_flush_locked(c);
 					pthread_mutex_unlock(&c->lock);
 				}
 				/* Input first: a Unix client that writes and closes
@@ -1106,7 +694,7 @@ static void *server_loop(void *arg)
 					conn_close(c, "connection reset");
 			}
 		}
-		if (atomic_exchange(&S.total_released, false))
+		if (atomic_exchange(&H.total_released, false))
 			resume_total_waiters();
 		expire_stalled();
 		free_zombies();
@@ -1133,7 +721,7 @@ static int add_listener(int fd, const char *name)
 	l->fd = fd;
 	snprintf(l->name, sizeof(l->name), "%s", name);
 	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = l };
-	if (listen(fd, 64) < 0 || epoll_ctl(S.epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+	if (listen(fd, 64) < 0 || epoll_ctl(H.epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
 		peer_error("cannot listen on %s: %s", name, strerror(errno));
 		return -1;
 	}
@@ -1216,10 +804,10 @@ int server_open(struct peer *p, const struct server_ops *ops)
 {
 	S.peer = p;
 	S.up = ops;
-	S.epfd = epoll_create1(EPOLL_CLOEXEC);
-	S.wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	H.epfd = epoll_create1(EPOLL_CLOEXEC);
+	H.wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &S.wake_kind };
-	if (S.epfd < 0 || S.wakefd < 0 || epoll_ctl(S.epfd, EPOLL_CTL_ADD, S.wakefd, &ev) < 0) {
+	if (H.epfd < 0 || H.wakefd < 0 || epoll_ctl(H.epfd, EPOLL_CTL_ADD, H.wakefd, &ev) < 0) {
 		peer_error("epoll/eventfd: %s", strerror(errno));
 		return -1;
 	}
@@ -1248,7 +836,7 @@ void server_stop(void)
 		return;
 	atomic_store(&S.stop, 1);
 	uint64_t one = 1;
-	if (write(S.wakefd, &one, sizeof(one)) < 0)
+	if (write(H.wakefd, &one, sizeof(one)) < 0)
 		peer_warn("cannot wake the socket thread: %s", strerror(errno));
 	pthread_join(S.thread, NULL);
 	S.started = false;
@@ -1258,9 +846,9 @@ void server_close(void)
 {
 	server_stop();
 	/* Kicks queued by the last replies hold references. */
-	while (S.kicks) {
-		struct conn *c = S.kicks;
-		S.kicks = c->next_kick;
+	while (H.kicks) {
+		struct conn *c = H.kicks;
+		H.kicks = c->next_kick;
 		conn_put(c);
 	}
 	for (unsigned i = 0; i < S.nr_listeners; i++)
@@ -1273,9 +861,9 @@ void server_close(void)
 		peer_warn("connections closed holding replies they did not read "
 			  "(--max-client-buffer): %" PRIu64 "; waits for --max-buffer-total: %" PRIu64,
 			  S.buffer_closes, S.total_waits);
-	if (S.wakefd >= 0)
-		close(S.wakefd);
-	if (S.epfd >= 0)
-		close(S.epfd);
-	S.wakefd = S.epfd = -1;
+	if (H.wakefd >= 0)
+		close(H.wakefd);
+	if (H.epfd >= 0)
+		close(H.epfd);
+	H.wakefd = H.epfd = -1;
 }

@@ -1,0 +1,271 @@
+/*
+ * A connection's output and lifetime: replies queued under the
+ * connection's lock and written from any thread (conn_send), or after a
+ * worker's round together with the others it queued (conn_send_batched);
+ * the buffers each connection holds, counted against its limits and the
+ * total; waking the socket thread (server.c) to look at a connection;
+ * references (the socket thread's, one per command). Calls nothing of
+ * server.c: what both touch is in conn.h.
+ */
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "conn.h"
+#include "nbdd.h"
+
+#define WRITE_IOVS 64
+
+struct conn_hub H = { .epfd = -1, .wakefd = -1, .kick_lock = PTHREAD_MUTEX_INITIALIZER };
+
+struct out_buf *out_buf_new(uint32_t len)
+{
+	struct out_buf *ob = malloc(sizeof(*ob) + len);
+	if (ob) {
+		ob->next = NULL;
+		ob->len = len;
+		ob->charge = 0;
+		ob->charge_bytes = 0;
+	}
+	return ob;
+}
+
+bool conn_drained_locked(const struct conn *c)
+{
+	return !c->inflight && !c->out_head;
+}
+
+/* Asks the socket thread to look at c (resume reading, close). */
+void conn_kick(struct conn *c)
+{
+	pthread_mutex_lock(&H.kick_lock);
+	if (!c->kicked) {
+		c->kicked = true;
+		conn_get(c);
+		c->next_kick = H.kicks;
+		H.kicks = c;
+	}
+	pthread_mutex_unlock(&H.kick_lock);
+	uint64_t one = 1;
+	if (write(H.wakefd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		peer_warn("cannot wake the socket thread: %s", strerror(errno));
+}
+
+void conn_update_events_locked(struct conn *c)
+{
+	if (c->dead)
+		return;
+	struct epoll_event ev = { .data.ptr = c };
+	ev.events = (c->paused || c->disc ? 0 : EPOLLIN) | (c->want_out ? EPOLLOUT : 0);
+	if (epoll_ctl(H.epfd, EPOLL_CTL_MOD, c->fd, &ev) < 0)
+		peer_warn("%s: epoll: %s", c->peer_name, strerror(errno));
+}
+
+/* DISC or ABORT: stop reading now. Bytes the client sends after it would
+ * otherwise keep the level-triggered EPOLLIN firing while the replies
+ * drain, each round reading nothing (a core spun). Lock held. */
+void conn_set_disc_locked(struct conn *c)
+{
+	c->disc = true;
+	conn_update_events_locked(c);
+}
+
+/* Buffer bytes a connection holds (lock held), counted in the total too. */
+void conn_hold_locked(struct conn *c, uint64_t bytes)
+{
+	c->inflight_bytes += bytes;
+	atomic_fetch_add(&H.held_total, bytes);
+}
+
+void conn_unhold_locked(struct conn *c, uint64_t bytes)
+{
+	c->inflight_bytes -= bytes;
+	uint64_t total = atomic_fetch_sub(&H.held_total, bytes) - bytes;
+	if (bytes && atomic_load(&H.total_waiters) && total < nbdd_cfg.max_buffer_total) {
+		/* Others wait for this memory: the socket thread looks. */
+		atomic_store(&H.total_released, true);
+		uint64_t one = 1;
+		if (write(H.wakefd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+			peer_warn("cannot wake the socket thread: %s", strerror(errno));
+	}
+}
+
+/* Reading c again (lock held): it is no longer stopped, for any reason. */
+void conn_unpause_locked(struct conn *c)
+{
+	c->paused = c->paused_memory = false;
+	if (c->waits_total) {
+		c->waits_total = false;
+		atomic_fetch_sub(&H.total_waiters, 1);
+	}
+}
+
+/* Takes a written or dropped buffer off the books (lock held). */
+void conn_release_locked(struct conn *c, struct out_buf *ob)
+{
+	c->inflight -= ob->charge;
+	conn_unhold_locked(c, ob->charge_bytes);
+	free(ob);
+	/* Resume at half the limits, not at the first reply written. */
+	if (c->paused && c->inflight <= nbdd_cfg.max_inflight / 2 &&
+	    c->inflight_bytes <= c->bytes_limit / 2) {
+		conn_unpause_locked(c);
+		conn_kick(c);   /* bytes may wait in its input buffer */
+	}
+}
+
+/* Writes what the socket takes now (lock held). */
+void conn_flush_locked(struct conn *c)
+{
+	while (c->out_head && !c->dead && !c->broken) {
+		struct iovec iov[WRITE_IOVS];
+		int n = 0;
+		uint32_t off = c->out_off;
+		for (struct out_buf *ob = c->out_head; ob && n < WRITE_IOVS; ob = ob->next) {
+			iov[n].iov_base = ob->data + off;
+			iov[n].iov_len = ob->len - off;
+			off = 0;
+			n++;
+		}
+		struct msghdr msg = { .msg_iov = iov, .msg_iovlen = (size_t)n };
+		ssize_t w = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK) {
+				if (!c->want_out) {
+					c->want_out = true;
+					c->tx_wait_ns = xseg_now_ns();
+					conn_update_events_locked(c);
+				}
+				return;
+			}
+			peer_info("%s: write: %s", c->peer_name, strerror(errno));
+			c->broken = true;
+			conn_kick(c);
+			return;
+		}
+		if (c->want_out)
+			c->tx_wait_ns = xseg_now_ns();   /* slow, not stalled */
+		size_t left = (size_t)w;
+		while (left) {
+			struct out_buf *ob = c->out_head;
+			size_t rest = ob->len - c->out_off;
+			if (left < rest) {
+				c->out_off += (uint32_t)left;
+				break;
+			}
+			left -= rest;
+			c->out_off = 0;
+			c->out_head = ob->next;
+			if (!c->out_head)
+				c->out_tail = &c->out_head;
+			conn_release_locked(c, ob);
+		}
+	}
+	if (c->want_out && !c->out_head) {
+		c->want_out = false;
+		conn_update_events_locked(c);
+	}
+	if (c->disc && conn_drained_locked(c))
+		conn_kick(c);   /* everything answered: close it */
+}
+
+/* Queues ob for writing; false (ob let go) when the connection is dead. */
+static bool conn_queue_locked(struct conn *c, struct out_buf *ob)
+{
+	if (c->dead) {
+		conn_release_locked(c, ob);
+		return false;
+	}
+	ob->next = NULL;
+	*c->out_tail = ob;
+	c->out_tail = &ob->next;
+	return true;
+}
+
+void conn_send(struct conn *c, struct out_buf *ob)
+{
+	pthread_mutex_lock(&c->lock);
+	if (conn_queue_locked(c, ob))
+		conn_flush_locked(c);
+	pthread_mutex_unlock(&c->lock);
+}
+
+static void deferred_flush(struct peer_thread *t, struct peer_work *w)
+{
+	(void)t;
+	struct conn *c = (struct conn *)((char *)w - offsetof(struct conn, flush_work));
+	pthread_mutex_lock(&c->lock);
+	c->flush_pending = false;
+	conn_flush_locked(c);
+	pthread_mutex_unlock(&c->lock);
+	conn_put(c);   /* held while deferred */
+}
+
+/*
+ * A reply per sendmsg woke the client once per reply (fio's kernel time was
+ * mostly that wake-up). Replies a worker takes in one round are written
+ * together once the round is over: the runtime runs deferred work right
+ * after it. Only one write is pending per connection; replies other workers
+ * queue meanwhile go with it. (A reply finished by deferred work itself, a
+ * retry after an empty pool, waits for the worker's next round: up to about
+ * a millisecond when nothing else comes.)
+ */
+void conn_send_batched(struct conn *c, struct out_buf *ob, struct peer_thread *t)
+{
+	bool schedule = false;
+	pthread_mutex_lock(&c->lock);
+	if (conn_queue_locked(c, ob)) {
+		schedule = !c->flush_pending;
+		c->flush_pending = true;
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (schedule) {
+		conn_get(c);
+		peer_defer(t, &c->flush_work, deferred_flush);
+	}
+}
+
+void conn_get(struct conn *c)
+{
+	atomic_fetch_add(&c->refs, 1);
+}
+
+void conn_put(struct conn *c)
+{
+	if (atomic_fetch_sub(&c->refs, 1) != 1)
+		return;
+	close(c->fd);
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+}
+
+/* Queues bytes the socket thread makes (handshake replies, early errors);
+ * they count against the connection's byte limit until written. */
+void conn_send_bytes(struct conn *c, const void *data, uint32_t len, uint32_t charge)
+{
+	struct out_buf *ob = out_buf_new(len);
+	if (!ob) {
+		peer_warn("%s: out of memory for a reply: closing", c->peer_name);
+		pthread_mutex_lock(&c->lock);
+		c->broken = true;
+		pthread_mutex_unlock(&c->lock);
+		conn_kick(c);
+		return;
+	}
+	memcpy(ob->data, data, len);
+	ob->charge = charge;
+	ob->charge_bytes = len;
+	pthread_mutex_lock(&c->lock);
+	c->inflight += charge;
+	conn_hold_locked(c, len);
+	pthread_mutex_unlock(&c->lock);
+	conn_send(c, ob);
+}
+

@@ -4,6 +4,11 @@
  * when they queue frames. Sockets are non-blocking; a socket that cannot
  * take more is watched for EPOLLOUT, never retried in a loop.
  *
+ * Here: accepting (--allow, --max-connections), connecting to --remote
+ * with backoff, the loop (spinning while traffic flows, the periodic
+ * expiry and sweep), start and stop. A connection's reading and writing
+ * are conn.c's:
+ *
  * Reading (rx.c): a 64-byte header is decoded (wire.c) before anything is
  * allocated; a request's body is then reserved from --max-inflight-bytes
  * (budget.c) and goes into a buffer of exactly its size. A header that
@@ -15,8 +20,8 @@
  * Writing: frames are taken from a connection's queues in batches (small
  * and large frames alternate) and written with writev.
  *
- * This is the socket layer: it calls the files below it (frame.c, rx.c,
- * slots.c, wire.c, wake.c) by name and the ones above it (inbound.c,
+ * This is the socket layer: it calls the files below it (conn.c, frame.c,
+ * rx.c, slots.c, wire.c, wake.c) by name and the ones above it (inbound.c,
  * outbound.c, limits.c) only through the net_ops given to net_start.
  */
 #define _GNU_SOURCE   /* accept4 */
@@ -34,13 +39,9 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "conn.h"
 #include "synapsed.h"
 
-#define READ_BUDGET      (1u << 20)     /* bytes per connection per turn */
-#define WRITE_BATCH      (1u << 20)     /* bytes taken from the queues at once */
-#define WRITE_IOV        64
-#define BACKOFF_MIN_NS   (100ull * 1000 * 1000)
-#define BACKOFF_MAX_NS   (2ull * 1000 * 1000 * 1000)
 #define SWEEP_NS         (50ull * 1000 * 1000)
 #define QUIT_FLUSH_NS    (2ull * 1000 * 1000 * 1000)
 /* While traffic flowed in the last BUSY_NS, look for events --net-spin-us,
@@ -52,21 +53,7 @@
 #define TAG_WAKE         (1ull << 32)   /* epoll tags past every connection index */
 #define TAG_LISTEN       ((1ull << 32) + 1)
 
-static int epfd = -1, listen_fd = -1;
-/* The layers above (inbound.c, outbound.c, limits.c), given to net_start:
- * this file calls up only through them, never by name. */
-static const struct net_ops *up;
-
-/* wlock held. */
-static void set_events(struct conn *c, uint32_t ci, uint32_t events)
-{
-	if (c->events == events)
-		return;
-	struct epoll_event ev = { .events = events, .data.u64 = ci };
-	if (epoll_ctl(epfd, EPOLL_CTL_MOD, c->fd, &ev) < 0)
-		peer_error("epoll_ctl on connection %s: %s", c->peer, strerror(errno));
-	c->events = events;
-}
+static int listen_fd = -1;
 
 static void tune_socket(int fd)
 {
@@ -83,413 +70,12 @@ static void tune_socket(int fd)
 	setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof(user_timeout));
 }
 
-/* ---- closing ------------------------------------------------------------ */
-
-static void free_list(struct frame *f)
-{
-	while (f) {
-		struct frame *next = f->next;
-		frame_free(f);
-		f = next;
-	}
-}
-
-/* Keeps the request frames of q (the remote link's, sent on the next
- * connection) and frees the replies (their requester lost them). */
-static void keep_requests(struct frame_queue *q)
-{
-	struct frame *f, *all = q->head;
-	frame_queue_init(q);
-	while ((f = all)) {
-		all = f->next;
-		if (f->slot_id)
-			frame_queue_push(q, f);
-		else
-			frame_free(f);
-	}
-}
-
-void conn_close(uint32_t ci, const char *why, int err)
-{
-	struct conn *c = &S.conns[ci];
-	uint64_t now = xseg_now_ns();
-
-	if (c->fd >= 0 && (ci != REMOTE_CONN || !c->connecting || !c->warned_down))
-		peer_log(err == ESHUTDOWN ? PEER_LOG_INFO : PEER_LOG_WARN,
-			 "connection %s closed: %s", c->peer, why);
-	pthread_mutex_lock(&c->wlock);
-	if (c->fd >= 0) {
-		epoll_ctl(epfd, EPOLL_CTL_DEL, c->fd, NULL);
-		close(c->fd);
-	}
-	c->fd = -1;
-	c->events = 0;
-	c->writable = false;
-	c->write_err = 0;
-	c->read_paused = false;
-	free_list(c->writing);
-	c->writing = NULL;
-	pthread_mutex_unlock(&c->wlock);
-	if (c->rx.in_body && !c->body_direct) {   /* a request's data area stays with it */
-		if (c->body_owner)
-			up->request_abandon(c->body_owner);
-		else
-			free(c->rx.body);
-	}
-	rx_init(&c->rx, c->rx.buf);
-	c->body_direct = false;
-	c->body_owner = NULL;
-	c->frame_since_ns = 0;
-
-	pthread_mutex_lock(&S.lock);
-	uint32_t old_gen = c->gen;
-	c->gen++;
-	c->up = false;
-	c->incoming = 0;
-	c->incoming_bytes = 0;
-	if (ci == REMOTE_CONN) {
-		keep_requests(&c->small);
-		keep_requests(&c->large);
-	} else {
-		frame_queue_free(&c->small);
-		frame_queue_free(&c->large);
-	}
-	pthread_mutex_unlock(&S.lock);
-	up->conn_closed(ci, old_gen, err);
-
-	if (ci == REMOTE_CONN) {
-		c->connecting = false;
-		c->warned_down = true;
-		c->retry_at_ns = now + c->backoff_ns;
-		c->backoff_ns = c->backoff_ns * 2 < BACKOFF_MAX_NS ? c->backoff_ns * 2 : BACKOFF_MAX_NS;
-	} else {
-		free(c->rx.buf);
-		c->rx.buf = NULL;
-		c->used = false;
-	}
-}
-
-/* ---- writing ------------------------------------------------------------- */
-
-/* Takes queued frames into c->writing; request frames of slots that are
- * no longer QUEUED (timed out) are dropped, the others become SENT. */
-static void take_frames(struct conn *c, uint32_t ci)
-{
-	struct frame **tail = &c->writing;
-	size_t bytes = 0;
-	unsigned n = 0;
-
-	while (*tail) {
-		bytes += (*tail)->len - (*tail)->done;
-		tail = &(*tail)->next;
-		n++;
-	}
-	pthread_mutex_lock(&S.lock);
-	while (n < WRITE_IOV && bytes < WRITE_BATCH) {
-		struct frame *f = conn_next_frame_locked(c);
-		if (!f)
-			break;
-		if (f->slot_id) {
-			struct slot *s = slots_lookup(&S.slots, f->slot_id);
-			if (!s || s->state != SLOT_QUEUED) {
-				frame_free(f);
-				continue;
-			}
-			s->state = SLOT_SENT;
-			s->conn = ci;
-			s->conn_gen = c->gen;
-		}
-		*tail = f;
-		tail = &f->next;
-		bytes += f->len;
-		n++;
-	}
-	pthread_mutex_unlock(&S.lock);
-}
-
-/* Writes what it can (wlock held); on a failure the connection is left
- * for the network thread to close. */
-static void conn_write_locked(struct conn *c, uint32_t ci)
-{
-	while (c->writable) {
-		take_frames(c, ci);
-		if (!c->writing)
-			break;
-		struct iovec iov[WRITE_IOV];
-		int n = 0;
-		for (struct frame *f = c->writing; f && n < WRITE_IOV; f = f->next, n++) {
-			iov[n].iov_base = f->bytes + f->done;
-			iov[n].iov_len = f->len - f->done;
-		}
-		ssize_t w = writev(c->fd, iov, n);
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno == EAGAIN || errno == EWOULDBLOCK) {
-				set_events(c, ci, (c->read_paused ? 0 : EPOLLIN) | EPOLLOUT);
-				return;
-			}
-			c->writable = false;
-			c->write_err = errno;
-			net_wake();
-			return;
-		}
-		size_t left = (size_t)w;
-		while (c->writing && left >= c->writing->len - c->writing->done) {
-			struct frame *f = c->writing;
-			left -= f->len - f->done;
-			c->writing = f->next;
-			frame_free(f);
-		}
-		if (c->writing)
-			c->writing->done += left;
-	}
-	set_events(c, ci, c->read_paused ? 0 : EPOLLIN);
-}
-
-static bool has_queued(struct conn *c)
-{
-	pthread_mutex_lock(&S.lock);
-	bool any = c->small.head || c->large.head;
-	pthread_mutex_unlock(&S.lock);
-	return any;
-}
-
-void conn_kick(uint32_t ci)
-{
-	struct conn *c = &S.conns[ci];
-	for (;;) {
-		/* Busy: the holder looks at the queues again after unlocking. */
-		if (pthread_mutex_trylock(&c->wlock) != 0)
-			return;
-		bool can = c->writable && !(c->events & EPOLLOUT);
-		if (can)
-			conn_write_locked(c, ci);
-		pthread_mutex_unlock(&c->wlock);
-		if (!can || !has_queued(c))
-			return;
-	}
-}
-
-bool conn_write_now(uint32_t ci, uint32_t gen, const struct iovec *iov, int n, uint32_t idx)
-{
-	struct conn *c = &S.conns[ci];
-	if (pthread_mutex_trylock(&c->wlock) != 0)
-		return false;
-	bool ok = c->writable && !(c->events & EPOLLOUT) && !c->writing;
-	if (ok) {
-		pthread_mutex_lock(&S.lock);
-		ok = c->gen == gen && c->up && !c->small.head && !c->large.head;
-		if (ok && idx != SLOT_NONE) {
-			/* before the first byte: the reply may come at once */
-			struct slot *s = &S.slots.slots[idx];
-			s->state = SLOT_SENT;
-			s->conn = ci;
-			s->conn_gen = gen;
-			slots_link(&S.slots, idx);
-		}
-		pthread_mutex_unlock(&S.lock);
-	}
-	if (!ok) {
-		pthread_mutex_unlock(&c->wlock);
-		return false;
-	}
-	size_t total = 0, done;
-	for (int i = 0; i < n; i++)
-		total += iov[i].iov_len;
-	ssize_t w;
-	do
-		w = writev(c->fd, iov, n);
-	while (w < 0 && errno == EINTR);
-	if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
-		/* the close fails the request: it is SENT on this connection */
-		c->writable = false;
-		c->write_err = errno;
-		net_wake();
-	} else if ((done = w < 0 ? 0 : (size_t)w) < total) {
-		struct frame *f = frame_alloc(total - done);
-		if (!f) {
-			c->writable = false;
-			c->write_err = ENOMEM;
-			net_wake();
-		} else {
-			size_t at = 0;
-			if (idx == SLOT_NONE)
-				frame_charge(f);   /* a reply: held until written */
-			for (int i = 0; i < n; i++) {
-				size_t skip = done > iov[i].iov_len ? iov[i].iov_len : done;
-				memcpy(f->bytes + at, (const char *)iov[i].iov_base + skip,
-				       iov[i].iov_len - skip);
-				at += iov[i].iov_len - skip;
-				done -= skip;
-			}
-			c->writing = f;
-			set_events(c, ci, (c->read_paused ? 0 : EPOLLIN) | EPOLLOUT);
-		}
-	}
-	pthread_mutex_unlock(&c->wlock);
-	/* a frame queued while we wrote found the lock taken: ours to write */
-	conn_kick(ci);
-	return true;
-}
-
-/* The socket can take more (EPOLLOUT). */
-static void conn_writable(struct conn *c, uint32_t ci)
-{
-	pthread_mutex_lock(&c->wlock);
-	conn_write_locked(c, ci);
-	pthread_mutex_unlock(&c->wlock);
-	conn_kick(ci);
-}
-
-/* ---- reading --------------------------------------------------------------- */
-
-static uint32_t conn_index(const struct conn *c)
-{
-	return (uint32_t)(c - S.conns);
-}
-
-/* rx: a header arrived; where its body goes (see rx.h). */
-static int on_header(void *ctx, const struct wire_header *h, uint8_t **body)
-{
-	struct conn *c = ctx;
-	uint32_t ci = conn_index(c);
-	const char *why = "out of memory";
-
-	c->body_owner = NULL;
-	c->body_direct = false;
-	if (h->kind == WIRE_REQUEST) {
-		int rc = up->request_header(c, ci, h, body, &c->body_owner, &why);
-		if (rc < 0) {
-			conn_close(ci, why, ECONNRESET);
-			return RX_DROP;
-		}
-		return rc ? RX_TAKE : RX_WAIT;
-	}
-	uint8_t *direct = NULL;
-	if (up->reply_header(c, ci, h, &direct) < 0) {
-		conn_close(ci, "reply to a request not in flight (logged above)", ECONNRESET);
-		return RX_DROP;
-	}
-	size_t len = h->target_len + h->data_len;
-	c->body_direct = direct != NULL;
-	*body = direct ? direct : malloc(len ? len : 1);
-	if (!*body) {
-		conn_close(ci, "out of memory", ECONNRESET);
-		return RX_DROP;
-	}
-	return RX_TAKE;
-}
-
-/* rx: the body is in. */
-static void on_body(void *ctx, const struct wire_header *h, uint8_t *body)
-{
-	struct conn *c = ctx;
-	c->frame_since_ns = 0;   /* the next frame's clock starts at its first byte */
-	c->frames_done++;
-	if (h->kind == WIRE_REQUEST) {
-		up->request_done(c->body_owner);
-	} else if (c->body_direct) {
-		up->reply_received(h);
-	} else {
-		if (h->target_len)   /* replies need no target: skip it */
-			memmove(body, body + h->target_len, h->data_len);
-		up->reply_done(c, conn_index(c), h, body, h->data_len);
-	}
-	c->body_direct = false;
-	c->body_owner = NULL;
-}
-
-static const struct rx_ops conn_rx_ops = { .header = on_header, .body_done = on_body };
-
-/* Stops or resumes reading c while a header waits for room. */
-static void set_paused(struct conn *c, uint32_t ci, bool paused)
-{
-	if (c->read_paused == paused)
-		return;
-	pthread_mutex_lock(&c->wlock);
-	c->read_paused = paused;
-	set_events(c, ci, paused ? c->events & ~(uint32_t)EPOLLIN : c->events | EPOLLIN);
-	pthread_mutex_unlock(&c->wlock);
-}
-
-/* Reads and dispatches frames; 0, or -1 when the connection closed. */
-static int conn_read(struct conn *c, uint32_t ci)
-{
-	size_t budget = READ_BUDGET;
-	bool got = false;
-	int64_t bad = 0;
-
-	for (;;) {
-		int st = rx_dispatch(&c->rx, &conn_rx_ops, c, &bad);
-		if (st == RX_GONE)
-			return -1;
-		if (st == RX_BAD) {
-			char why[96];
-			snprintf(why, sizeof(why), "bad frame: %s", wire_error_name(bad));
-			conn_close(ci, why, ECONNRESET);
-			return -1;
-		}
-		set_paused(c, ci, st == RX_WAITING);
-		if (st == RX_WAITING || !budget)
-			break;
-		uint8_t *dst;
-		size_t room;
-		bool direct = rx_space(&c->rx, &dst, &room);
-		if (room > budget)
-			room = budget;
-		ssize_t r = read(c->fd, dst, room);
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno == EAGAIN || errno == EWOULDBLOCK)
-				break;
-			conn_close(ci, strerror(errno), errno == ETIMEDOUT ? ETIMEDOUT : ECONNRESET);
-			return -1;
-		}
-		if (r == 0) {
-			conn_close(ci, rx_mid_frame(&c->rx) ? "closed by the peer in the middle of "
-				   "a frame" : "closed by the peer", ECONNRESET);
-			return -1;
-		}
-		got = true;
-		budget -= (size_t)r;
-		rx_advance(&c->rx, (size_t)r, direct, &conn_rx_ops, c);
-	}
-	/* A frame's clock runs from its first byte while we read; time spent
-	 * waiting for room is ours, not the sender's. */
-	uint64_t now = xseg_now_ns();
-	if (got)
-		c->idle_since_ns = now;
-	if (c->read_paused || !rx_mid_frame(&c->rx))
-		c->frame_since_ns = 0;
-	else if (!c->frame_since_ns)
-		c->frame_since_ns = now;
-	return 0;
-}
-
-bool conn_owes_nothing(struct conn *c)
-{
-	pthread_mutex_lock(&c->wlock);
-	bool writing = c->writing != NULL;
-	pthread_mutex_unlock(&c->wlock);
-	pthread_mutex_lock(&S.lock);
-	bool busy = writing || c->incoming || c->small.head || c->large.head;
-	pthread_mutex_unlock(&S.lock);
-	return !busy;
-}
-
-bool conn_idle(struct conn *c)
-{
-	return !rx_mid_frame(&c->rx) && !c->read_paused && conn_owes_nothing(c);
-}
-
 /* ---- connections ------------------------------------------------------------ */
 
 static int add_fd(int fd, uint64_t tag, uint32_t events)
 {
 	struct epoll_event ev = { .events = events, .data.u64 = tag };
-	return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
+	return epoll_ctl(conn_epfd, EPOLL_CTL_ADD, fd, &ev);
 }
 
 static void conn_up(struct conn *c)
@@ -525,7 +111,7 @@ static void accept_all(void)
 		uint32_t ci = 1;
 		while (ci < S.nr_conns && S.conns[ci].used)
 			ci++;
-		if (ci == S.nr_conns && !(ci = up->evict())) {
+		if (ci == S.nr_conns && !(ci = conn_up_ops->evict())) {
 			S.counts.refused_full++;
 			peer_warn("connection from %s refused: %u connections open (--max-connections), "
 				  "none idle or waiting (refusals so far: %" PRIu64 ")", who, S.max_conns,
@@ -566,7 +152,7 @@ static void accept_all(void)
 static void remote_unreachable(int err)
 {
 	atomic_store(&S.remote_down, err > 0 ? err : ECONNREFUSED);
-	up->fail_queued(err > 0 ? err : ECONNREFUSED);
+	conn_up_ops->fail_queued(err > 0 ? err : ECONNREFUSED);
 }
 
 static void remote_connect(uint64_t now)
@@ -632,7 +218,7 @@ static void remote_connected(void)
 	peer_info("connected to %s", c->peer);
 	pthread_mutex_lock(&c->wlock);
 	c->writable = true;
-	set_events(c, REMOTE_CONN, EPOLLIN);
+	conn_set_events(c, REMOTE_CONN, EPOLLIN);
 	pthread_mutex_unlock(&c->wlock);
 	conn_kick(REMOTE_CONN);
 }
@@ -662,7 +248,7 @@ static bool anything_queued(void)
 {
 	for (uint32_t ci = 0; ci < S.nr_conns; ci++)
 		if (S.conns[ci].fd >= 0 && !S.conns[ci].connecting &&
-		    (has_queued(&S.conns[ci]) || S.conns[ci].writing))
+		    (conn_has_queued(&S.conns[ci]) || S.conns[ci].writing))
 			return true;
 	return false;
 }
@@ -705,7 +291,7 @@ static int wait_events(struct epoll_event *evs, int max, uint64_t now, uint64_t 
 				peer_unpark_workers(S.peer);
 			}
 			int took = help ? peer_helper_poll(S.net_helper) : 0;
-			n = epoll_wait(epfd, evs, max, 0);
+			n = epoll_wait(conn_epfd, evs, max, 0);
 			if (n != 0)
 				break;
 			now = xseg_now_ns();
@@ -721,7 +307,7 @@ static int wait_events(struct epoll_event *evs, int max, uint64_t now, uint64_t 
 	if (n == 0) {
 		/* about to sleep: the workers watch the ports again */
 		peer_unpark_workers(S.peer);
-		n = epoll_wait(epfd, evs, max, (int)(SWEEP_NS / 1000000));
+		n = epoll_wait(conn_epfd, evs, max, (int)(SWEEP_NS / 1000000));
 	}
 	if (n > 0)
 		*last_event = xseg_now_ns();
@@ -745,10 +331,10 @@ static void *net_loop(void *arg)
 				break;
 		}
 		if (now >= next_sweep) {
-			up->expire(now);
+			conn_up_ops->expire(now);
 			/* Frames stopped half way (a reply read into its request is
 			 * out of the requests' timeouts' reach) and idle clients. */
-			up->sweep(now);
+			conn_up_ops->sweep(now);
 			next_sweep = now + SWEEP_NS;
 		}
 		if (S.have_remote && !atomic_load(&S.quit)) {
@@ -807,10 +393,10 @@ static void *net_loop(void *arg)
 
 int net_start(const struct net_ops *ops)
 {
-	up = ops;
-	epfd = epoll_create1(EPOLL_CLOEXEC);
+	conn_up_ops = ops;
+	conn_epfd = epoll_create1(EPOLL_CLOEXEC);
 	S.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (epfd < 0 || S.wake_fd < 0 || add_fd(S.wake_fd, TAG_WAKE, EPOLLIN) < 0) {
+	if (conn_epfd < 0 || S.wake_fd < 0 || add_fd(S.wake_fd, TAG_WAKE, EPOLLIN) < 0) {
 		peer_error("epoll/eventfd: %s", strerror(errno));
 		return -1;
 	}
@@ -887,15 +473,15 @@ void net_stop(void)
 		pthread_mutex_destroy(&c->wlock);
 	}
 	if (S.conns)
-		up->report();
+		conn_up_ops->report();
 	free(S.conns);
 	S.conns = NULL;
 	S.nr_conns = 0;
 	if (listen_fd >= 0)
 		close(listen_fd);
-	if (epfd >= 0)
-		close(epfd);
+	if (conn_epfd >= 0)
+		close(conn_epfd);
 	if (S.wake_fd >= 0)
 		close(S.wake_fd);
-	listen_fd = epfd = S.wake_fd = -1;
+	listen_fd = conn_epfd = S.wake_fd = -1;
 }

@@ -172,9 +172,9 @@ struct frame *conn_next_frame_locked(struct conn *c);
 /* A reply frame with no data, for a request that failed here. */
 struct frame *frame_failed_reply(const struct wire_header *req, int err);
 
-/* net.c: the socket layer. It calls the layers above only through the
- * net_ops synapsed.c gives net_start; they call it by name. Every hook is
- * called on the network thread. */
+/* net.c and conn.c: the socket layer. It calls the layers above only
+ * through the net_ops synapsed.c gives net_start; they call it by name.
+ * Every hook is called on the network thread. */
 struct net_ops {
 	/* inbound.c: request frames from the network */
 	/* A request header arrived. 1: *body is the buffer for its body
@@ -220,13 +220,13 @@ struct net_ops {
 };
 /* Opens the sockets and starts the network thread; `ops` must outlive it. */
 int net_start(const struct net_ops *ops);
-/* Closes connection ci, logging `why` (network thread). */
+void net_stop(void);
+/* conn.c: closes connection ci, logging `why` (network thread). */
 void conn_close(uint32_t ci, const char *why, int err);
 /* No request from c out, no reply to write to it. */
 bool conn_owes_nothing(struct conn *c);
 /* Nothing under way on c: that, and no partial frame, not waiting for room. */
 bool conn_idle(struct conn *c);
-void net_stop(void);
 /* Writes connection ci's queued frames now if nobody else is writing;
  * any thread. */
 void conn_kick(uint32_t ci);

@@ -35,6 +35,22 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# json FILE FIELD: FIELD of the JSON object on FILE's last line (bench-xseg --json).
+json() { tail -1 "$1" | python3 -c "import json,sys; print(json.load(sys.stdin)[sys.argv[1]])" "$2"; }
+
+# peer_stat PORT FIELD: a figure of the peer serving PORT (xseg stats --json).
+peer_stat() {
+	"$BIN/xseg" stats --segment "$SEG" --port "$1" --json |
+		python3 -c "import json,sys; print(json.load(sys.stdin)[sys.argv[1]])" "$2"
+}
+
+# port_info PORT FIELD: PORT's FIELD in xseg info --json --all (None: null).
+port_info() {
+	"$BIN/xseg" info --segment "$SEG" --json --all | python3 -c "
+import json,sys
+print([p for p in json.load(sys.stdin)['port_list'] if p['port']==int(sys.argv[1])][0][sys.argv[2]])" "$1" "$2"
+}
+
 # Waits until someone has bound port $1 (10 s at most).
 wait_bound() {
 	for _ in $(seq 200); do

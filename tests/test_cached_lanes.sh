@@ -15,21 +15,6 @@ SEG_PREFIX=cached-lanes
 . "$(dirname "$0")/lib.sh"
 
 WS=4M
-json() { tail -1 "$1" | python3 -c "import json,sys; d=json.load(sys.stdin); print(d['$2'])"; }
-stat3() {   # stat3 FIELD: cached's statistic
-	"$BIN/xseg" stats --segment "$SEG" --port 3 --json |
-		python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])"
-}
-submitted() {   # submitted PORT: requests queued on it so far
-	"$BIN/xseg" info --segment "$SEG" --json --all | python3 -c "
-import json,sys
-print([p for p in json.load(sys.stdin)['port_list'] if p['port']==$1][0]['submitted'])"
-}
-owner() {
-	"$BIN/xseg" info --segment "$SEG" --json --all | python3 -c "
-import json,sys
-print([p for p in json.load(sys.stdin)['port_list'] if p['port']==$1][0]['owner'])"
-}
 bench() {   # bench OP SEED FROM OUT: seed's objects, from port FROM to port 1
 	"$BIN/bench-xseg" --segment "$SEG" --port "$3" --target-port 1 --op "$1" --pattern rand \
 		--total-size $WS --block-size 4K --object-size 1M --iodepth 8 --seed "$2" \
@@ -79,7 +64,7 @@ read_back() {   # read_back WHERE SEED...: every acknowledged write reads back
 }
 wait_dirty() {
 	for _ in $(seq 400); do
-		[ "$(stat3 dirty_bytes 2>/dev/null || echo 0)" -gt 0 ] && return 0
+		[ "$(peer_stat 3 dirty_bytes 2>/dev/null || echo 0)" -gt 0 ] && return 0
 		sleep 0.01
 	done
 	fail "$1: cached never held dirty data"
@@ -96,21 +81,21 @@ start_cached() {   # start_cached LOG
 "$BIN/filed" --segment "$SEG" --port 1 --dir "$DIR/data" 2> "$DIR/filed.log" & pids+=($!)
 wait_bound 1
 start_cached cached0.log
-for p in 4 5 6; do [ "$(owner $p)" = "$cpid" ] || fail "lane $p is not cached's"; done
+for p in 4 5 6; do [ "$(port_info $p owner)" = "$cpid" ] || fail "lane $p is not cached's"; done
 "$BIN/xseg" plug --segment "$SEG" --port 1 --via 3 || fail "plug"
 
 # 1. SIGKILL with dirty data, restart on the persist file with the lanes.
 writers 1 2 3 4
 wait_dirty "kill"
 for p in 3 4 5 6; do
-	for _ in $(seq 200); do [ "$(submitted $p)" -gt 0 ] && break; sleep 0.01; done
-	[ "$(submitted $p)" -gt 0 ] || fail "lane $p took no request: the writers were not spread"
+	for _ in $(seq 200); do [ "$(port_info $p submitted)" -gt 0 ] && break; sleep 0.01; done
+	[ "$(port_info $p submitted)" -gt 0 ] || fail "lane $p took no request: the writers were not spread"
 done
 sleep "0.$((RANDOM % 3))$((RANDOM % 10))"
 kill -KILL "$cpid"; wait "$cpid" 2>/dev/null
 start_cached cached1.log
 end_writers 1 2 3 4
-for p in 4 5 6; do [ "$(owner $p)" = "$cpid" ] || fail "the restart did not take lane $p over"; done
+for p in 4 5 6; do [ "$(port_info $p owner)" = "$cpid" ] || fail "the restart did not take lane $p over"; done
 grep -q "persist: .*recovered [1-9][0-9]* dirty bytes" "$DIR/cached1.log" ||
 	fail "the restarted cached recovered nothing: $(grep persist "$DIR/cached1.log")"
 read_back "after the kill, through the restarted cached" 1 2 3 4
@@ -123,9 +108,7 @@ kill -TERM "$cpid"; wait "$cpid"; rc=$?
 [ $rc = 0 ] || fail "cached's stop exited $rc"
 sleep 0.2   # a pass or so straight to filed
 end_writers 5 6 7 8
-[ "$("$BIN/xseg" info --segment "$SEG" --json --all | python3 -c "
-import json,sys
-print([p for p in json.load(sys.stdin)['port_list'] if p['port']==1][0]['next_hop'])")" = None ] ||
+[ "$(port_info 1 next_hop)" = None ] ||
 	fail "port 1 is still routed through the stopped cache"
 read_back "filed alone, after the stop" 1 2 3 4 5 6 7 8
 echo "every acknowledged write through four lanes survived a SIGKILL and a stop: ok"

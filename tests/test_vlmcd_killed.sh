@@ -15,11 +15,6 @@ SEG_PREFIX=vlmcd-killed
 . "$(dirname "$0")/lib.sh"
 
 VOL=8M ROUNDS=3 BLOCKS=2048
-json() { tail -1 "$1" | python3 -c "import json,sys; d=json.load(sys.stdin); print(d['$2'])"; }
-stat2() {   # stat2 FIELD: vlmcd's figure
-	"$BIN/xseg" stats --segment "$SEG" --port 2 --json |
-		python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])"
-}
 bench() {   # bench OP ROUND OUT [extra...]
 	local op=$1 k=$2 out=$3; shift 3
 	"$BIN/bench-xseg" --segment "$SEG" --port 10 --target-port 2 --volume "v$k" --op "$op" \
@@ -53,10 +48,10 @@ for k in $(seq $ROUNDS); do
 	# that finds vlmcd gone.
 	bench write "$k" "$DIR/w$k.out" --runtime 60 & wpid=$!
 	for _ in $(seq 400); do
-		[ "$(stat2 renamed 2>/dev/null || echo 0)" -gt $((2 * BLOCKS)) ] && break
+		[ "$(peer_stat 2 renamed 2>/dev/null || echo 0)" -gt $((2 * BLOCKS)) ] && break
 		sleep 0.01
 	done
-	[ "$(stat2 renamed)" -gt $((2 * BLOCKS)) ] || fail "round $k: vlmcd renamed too few writes"
+	[ "$(peer_stat 2 renamed)" -gt $((2 * BLOCKS)) ] || fail "round $k: vlmcd renamed too few writes"
 	sleep "0.$((RANDOM % 2))$((RANDOM % 10))"
 	kill -KILL "$vpid"; wait "$vpid" 2>/dev/null
 	wait "$wpid"; rc=$?
@@ -86,9 +81,9 @@ for j in $(seq $ROUNDS); do
 done
 
 # A request across two objects is split and copied, as before.
-before=$(stat2 split)
+before=$(peer_stat 2 split)
 "$BIN/bench-xseg" --segment "$SEG" --port 10 --target-port 2 --volume v1 --op read \
 	--pattern seq --total-size 3M --block-size 1536K --object-size 3M --iodepth 1 --seed 1 --json \
 	> "$DIR/split.out" 2> "$DIR/split.err" || true
-[ "$(stat2 split)" -gt "$before" ] || fail "a request across two objects was not split"
-echo "renamed $(stat2 renamed), split $(stat2 split); every acknowledged write survived $ROUNDS SIGKILLs of vlmcd: ok"
+[ "$(peer_stat 2 split)" -gt "$before" ] || fail "a request across two objects was not split"
+echo "renamed $(peer_stat 2 renamed), split $(peer_stat 2 split); every acknowledged write survived $ROUNDS SIGKILLs of vlmcd: ok"

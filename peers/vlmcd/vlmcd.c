@@ -80,8 +80,7 @@ struct job {
 /* A client's request forwarded under its object's name (by pool index). */
 struct renamed {
 	struct volume *vol;
-	uint64_t offset;            /* the client's, in the volume */
-	uint64_t object;
+	uint64_t offset;            /* the client's, in the volume (names the object) */
 };
 
 /* Figures per worker (a line each: no line shared between workers). */
@@ -202,9 +201,34 @@ static int check_options(struct peer *p)
 
 /* ---- jobs ------------------------------------------------------------------------ */
 
+/* An object's name: the volume's, '_' and 16 hex digits of its index. */
+#define OBJECT_SUFFIX_LEN 17u
+
+static uint32_t object_name_len(const struct volume *v)
+{
+	return v->len + OBJECT_SUFFIX_LEN;
+}
+
 static void object_name(char *out, const struct volume *v, uint64_t index)
 {
 	snprintf(out, XSEG_MAX_TARGETLEN + 1, "%s_%016" PRIx64, v->name, index);
+}
+
+/*
+ * 0 when the blocker served all of what was asked of an object, else the
+ * error to answer with (a short reply is logged, naming the object).
+ */
+static int reply_error(const struct xseg_request *r, const struct volume *v, uint64_t object,
+		       uint32_t op, uint64_t size)
+{
+	if (r->result != XR_SERVED)
+		return r->result == XR_FAILED ? r->error : EIO;
+	if (op != X_FLUSH && r->serviced != size) {
+		peer_warn("object %s_%016" PRIx64 ": %s served %" PRIu64 " of %" PRIu64 " bytes",
+			  v->name, object, xseg_op_name(op), r->serviced, size);
+		return EIO;
+	}
+	return 0;
 }
 
 static void set_error(struct job *job, int err)
@@ -261,13 +285,9 @@ static void part_done(struct peer_thread *t, struct xseg_request *r, void *arg)
 	struct job *job = part->job;
 	struct xseg *seg = peer_segment(peer_of(t));
 
-	if (r->result != XR_SERVED) {
-		set_error(job, r->result == XR_FAILED ? r->error : EIO);
-	} else if (job->op != X_FLUSH && r->serviced != part->size) {
-		peer_warn("object %s_%016" PRIx64 ": %s served %" PRIu64 " of %" PRIu64 " bytes",
-			  job->vol->name, part->object, xseg_op_name(job->op), r->serviced,
-			  part->size);
-		set_error(job, EIO);
+	int err = reply_error(r, job->vol, part->object, job->op, part->size);
+	if (err) {
+		set_error(job, err);
 	} else if (job->op == X_READ || job->op == X_WRITE) {
 		if (job->op == X_READ)
 			memcpy((char *)xseg_get_data(seg, job->req) + part->buf_off,
@@ -382,17 +402,12 @@ static void renamed_done(struct peer_thread *t, struct xseg_request *req, void *
 {
 	struct renamed *rn = arg;
 	struct xseg *seg = peer_segment(peer_of(t));
-	uint64_t object = rn->object;
+	uint64_t object = rn->offset / V.object_size;
 
 	restore_name(seg, req, rn);
-	if (req->result != XR_SERVED) {
-		peer_fail(t, req, req->result == XR_FAILED ? req->error : EIO);
-		return;
-	}
-	if (req->serviced != req->size) {
-		peer_warn("object %s_%016" PRIx64 ": %s served %" PRIu64 " of %" PRIu64 " bytes",
-			  rn->vol->name, object, xseg_op_name(req->op), req->serviced, req->size);
-		peer_fail(t, req, EIO);
+	int err = reply_error(req, rn->vol, object, req->op, req->size);
+	if (err) {
+		peer_fail(t, req, err);
 		return;
 	}
 	if (req->op == X_WRITE)
@@ -409,15 +424,14 @@ static void renamed_done(struct peer_thread *t, struct xseg_request *req, void *
 static bool forward_renamed(struct peer_thread *t, struct xseg_request *req, struct volume *v,
 			    uint64_t object)
 {
-	if (req->index >= V.nr_requests || v->len + 17u >= req->data_off)
+	if (req->index >= V.nr_requests || object_name_len(v) >= req->data_off)
 		return false;
 	struct xseg *seg = peer_segment(peer_of(t));
 	struct renamed *rn = &V.renamed[req->index];
 	rn->vol = v;
 	rn->offset = req->offset;
-	rn->object = object;
 	object_name(xseg_get_target(seg, req), v, object);
-	req->targetlen = v->len + 17u;
+	req->targetlen = object_name_len(v);
 	req->offset -= object * V.object_size;
 	count(t, true);
 	int rc = peer_forward(t, req, (uint32_t)V.blocker_port, renamed_done, rn);

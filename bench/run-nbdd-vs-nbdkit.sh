@@ -11,7 +11,8 @@
 # (seconds per fio run, 5), SIZE (volume and RAM disk, 64M), CACHE
 # (cached's size, 256M), DEPTH (16), BLOCKER (cached; nulld: vlmcd's blocker
 # is nulld instead of cached and filed, so what is left is nbdd and
-# vlmcd's own cost). filed keeps its data under $TMPDIR (tmpfs by default).
+# vlmcd's own cost), JOBS (fio jobs, one connection each, 1; IOPS are
+# their sum). filed keeps its data under $TMPDIR (tmpfs by default).
 # Skips (exit 0) with a message when nbdkit is missing.
 set -u
 cd "$(dirname "$0")/.."
@@ -19,6 +20,7 @@ BIN=${BIN:-$PWD/${BUILD:-build}/bin}
 export TMPDIR=${TMPDIR:-/dev/shm}
 NBDD=${NBDD:-$BIN/nbdd} ROUNDS=${ROUNDS:-3} RUNTIME=${RUNTIME:-5}
 SIZE=${SIZE:-64M} CACHE=${CACHE:-256M} DEPTH=${DEPTH:-16} BLOCKER=${BLOCKER:-cached}
+JOBS=${JOBS:-1}
 SEG=nbdd-vs-nbdkit-$$
 DATA=$(mktemp -d)
 SOCK=$DATA/nbd.sock
@@ -57,7 +59,8 @@ stop_all() {
 
 # One fio run on $SOCK; prints IOPS.
 job() {   # $1: write (fill) | randwrite | randread
-	local opts=(--rw=$1 --bs=4k --iodepth=$DEPTH --time_based --runtime=$RUNTIME)
+	local opts=(--rw=$1 --bs=4k --iodepth=$DEPTH --time_based --runtime=$RUNTIME
+		--numjobs=$JOBS --group_reporting)
 	[ "$1" = write ] && opts=(--rw=write --bs=1M --iodepth=4)
 	fio --name=nbd --ioengine=nbd --uri="nbd+unix:///vol?socket=$SOCK" --size=$SIZE \
 		"${opts[@]}" --output-format=json 2>/dev/null |
@@ -95,7 +98,7 @@ measure() {   # $1: name
 RES=$DATA/results
 mkdir -p "$RES"
 names=()
-echo "# fio nbd engine, unix socket, bs=4k iodepth=$DEPTH, ${RUNTIME}s each, $SIZE, vlmcd's blocker $BLOCKER; $(uptime | sed 's/.*load/load/')"
+echo "# fio nbd engine, unix socket, bs=4k iodepth=$DEPTH, $JOBS job(s), ${RUNTIME}s each, $SIZE, vlmcd's blocker $BLOCKER; $(uptime | sed 's/.*load/load/')"
 for round in $(seq "$ROUNDS"); do
 	echo "round $round"
 	k=0

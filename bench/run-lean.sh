@@ -27,6 +27,8 @@
 #               and nbdkit on CPU $PIN_PEERS (1), with taskset
 #   NBD (1)     0 leaves the fio/nbdkit row out
 #   CACHED_THREADS (cached's default): every cached's --threads
+#   CACHED_LANES (1): every cached's --lanes (the caches then move to
+#               ports 16 and up, each with a range of its own)
 #   TMPDIR (/dev/shm): filed's objects
 #   ROUNDS=3 PIN=1 bench/run-lean.sh
 set -u
@@ -39,6 +41,13 @@ DATA=$(mktemp -d)
 OUT=$DATA/out
 mkdir -p "$OUT"
 cthreads=(); [ -n "${CACHED_THREADS:-}" ] && cthreads=(--threads "$CACHED_THREADS")
+# The caches' ports (write-back, write-through, cold): with lanes, each
+# needs a range of its own, past the others.
+LANES=${CACHED_LANES:-1} wbp=2 wtp=5 coldp=6 nports=16
+if [ "$LANES" -gt 1 ]; then
+	cthreads+=(--lanes "$LANES")
+	wbp=16 wtp=$((16 + LANES)) coldp=$((16 + 2 * LANES)) nports=$((16 + 3 * LANES))
+fi
 ROUNDS=${ROUNDS:-3} TOTAL=${TOTAL:-64M} COLD_TOTAL=${COLD_TOTAL:-256M} RUNTIME=${RUNTIME:-0.5} BS=${BS:-4K} DEPTH=${DEPTH:-16}
 PIN=${PIN:-0} PIN_CLIENT=${PIN_CLIENT:-0} PIN_PEERS=${PIN_PEERS:-1} NBD=${NBD:-1}
 pids=()
@@ -123,42 +132,42 @@ xrun() {
 echo "lean path (issue 24): $BS random, depth $DEPTH, runs of ${RUNTIME}s over $TOTAL (cold misses: one pass over $COLD_TOTAL), $ROUNDS rounds, $mode"
 echo "$(date -u '+%F %T UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) CPUs"
 
-"$BIN/xseg" create --segment "$SEG" --ports 16 --requests 2048 --heap 512M >/dev/null || exit 1
+"$BIN/xseg" create --segment "$SEG" --ports "$nports" --requests 2048 --heap 512M >/dev/null || exit 1
 peer filed "$BIN/filed" --segment "$SEG" --port 1 --dir "$DATA/objects" --threads 2; filed=$pid
 peer nulld "$BIN/nulld" --segment "$SEG" --port 3 --threads 2; nulld=$pid
 peer hop "$BIN/nulld" --segment "$SEG" --port 4 --forward 1; hop=$pid
-peer cached-wb "$BIN/cached" "${cthreads[@]}" --segment "$SEG" --port 2 --blocker-port 1 --cache-size 1G \
+peer cached-wb "$BIN/cached" "${cthreads[@]}" --segment "$SEG" --port $wbp --blocker-port 1 --cache-size 1G \
 	--max-objects 4096 --write-policy writeback; wb=$pid
-peer cached-wt "$BIN/cached" "${cthreads[@]}" --segment "$SEG" --port 5 --blocker-port 1 --cache-size 1G \
+peer cached-wt "$BIN/cached" "${cthreads[@]}" --segment "$SEG" --port $wtp --blocker-port 1 --cache-size 1G \
 	--max-objects 4096 --write-policy writethrough; wt=$pid
-for p in 1 2 3 4 5; do wait_bound $p; done
+for p in 1 $wbp 3 4 $wtp; do wait_bound $p; done
 npeers=${#pids[@]}
 
 # The first passes: seed 1's blocks into the write-back cache (the hits),
 # seed 5's objects into filed (every later write there overwrites: a
 # write that grows a file pays the allocation of its pages).
-ONCE=$TOTAL xrun fill-wb 0 2 write 1 || exit 1
+ONCE=$TOTAL xrun fill-wb 0 $wbp write 1 || exit 1
 ONCE=$COLD_TOTAL xrun fill-filed 0 1 write 5 || exit 1
 
 pair() {   # round: run $a then $b, or $b then $a on even rounds
 	if (( $1 % 2 )); then "${A[@]}"; "${B[@]}"; else "${B[@]}"; "${A[@]}"; fi
 }
 for r in $(seq "$ROUNDS"); do
-	A=(xrun wb-write "$r" 2 write 1 cached:$wb) B=(xrun nulld-write "$r" 3 write 7 nulld:$nulld); pair "$r"
-	A=(xrun wb-read "$r" 2 read 1 cached:$wb) B=(xrun nulld-read "$r" 3 read 7 nulld:$nulld); pair "$r"
+	A=(xrun wb-write "$r" $wbp write 1 cached:$wb) B=(xrun nulld-write "$r" 3 write 7 nulld:$nulld); pair "$r"
+	A=(xrun wb-read "$r" $wbp read 1 cached:$wb) B=(xrun nulld-read "$r" 3 read 7 nulld:$nulld); pair "$r"
 	A=(xrun hop-write "$r" 4 write 5 hop:$hop filed:$filed) B=(xrun filed-write "$r" 1 write 5 filed:$filed); pair "$r"
-	A=(xrun wt-write "$r" 5 write 5 cached:$wt filed:$filed) B=(xrun hop-write2 "$r" 4 write 5 hop:$hop filed:$filed); pair "$r"
+	A=(xrun wt-write "$r" $wtp write 5 cached:$wt filed:$filed) B=(xrun hop-write2 "$r" 4 write 5 hop:$hop filed:$filed); pair "$r"
 	# a fresh, empty cache: every read a miss over what filed has (seed 5)
-	peer cached-cold "$BIN/cached" "${cthreads[@]}" --segment "$SEG" --port 6 --blocker-port 1 --cache-size 1G \
+	peer cached-cold "$BIN/cached" "${cthreads[@]}" --segment "$SEG" --port $coldp --blocker-port 1 --cache-size 1G \
 		--max-objects 4096 --write-policy writeback; cold=$pid
-	wait_bound 6
+	wait_bound $coldp
 	# one write of another object first: the cold reads then time the
 	# misses, not cached's first request (which once waited for the whole
 	# cache to fault in; now only for its first 64M)
-	"$BIN/bench-xseg" --segment "$SEG" --port 10 --target-port 6 --op write --pattern seq --prefix warm \
+	"$BIN/bench-xseg" --segment "$SEG" --port 10 --target-port $coldp --op write --pattern seq --prefix warm \
 		--total-size "$BS" --block-size "$BS" >/dev/null 2>&1 || echo "round $r: the warm-up write failed" >&2
 	ONCE=$COLD_TOTAL
-	A=(xrun cold-read "$r" 6 read 5 cached:$cold filed:$filed) B=(xrun hop-read "$r" 4 read 5 hop:$hop filed:$filed); pair "$r"
+	A=(xrun cold-read "$r" $coldp read 5 cached:$cold filed:$filed) B=(xrun hop-read "$r" 4 read 5 hop:$hop filed:$filed); pair "$r"
 	unset ONCE
 	kill -TERM "$cold"; wait "$cold" 2>/dev/null
 	pids=("${pids[@]:0:npeers}")

@@ -12,7 +12,8 @@
 # (cached's size, 256M), DEPTH (16), BLOCKER (cached; nulld: vlmcd's blocker
 # is nulld instead of cached and filed, so what is left is nbdd and
 # vlmcd's own cost), JOBS (fio jobs, one connection each, 1; IOPS are
-# their sum). filed keeps its data under $TMPDIR (tmpfs by default).
+# their sum), NBDD_ARGS, VLMCD_ARGS, CACHED_ARGS (more options for
+# those peers, e.g. "--threads 4"). filed keeps its data under $TMPDIR (tmpfs by default).
 # Skips (exit 0) with a message when nbdkit is missing.
 set -u
 cd "$(dirname "$0")/.."
@@ -43,10 +44,10 @@ start_path() {
 		"$BIN/filed" --segment "$SEG" --port 1 --dir "$DATA/objects" --threads 2 & pids+=($!)
 		wait_bound 1
 		"$BIN/cached" --segment "$SEG" --port 3 --blocker-port 1 --cache-size "$CACHE" \
-			--write-policy writeback & pids+=($!)
+			--write-policy writeback ${CACHED_ARGS:-} & pids+=($!)
 	fi
 	wait_bound 3
-	"$BIN/vlmcd" --segment "$SEG" --port 2 --blocker-port 3 --volume vol:$SIZE & pids+=($!)
+	"$BIN/vlmcd" --segment "$SEG" --port 2 --blocker-port 3 --volume vol:$SIZE ${VLMCD_ARGS:-} & pids+=($!)
 	wait_bound 2
 }
 
@@ -107,7 +108,7 @@ for round in $(seq "$ROUNDS"); do
 		name="nbdd$k:$(basename "$nbdd")"
 		[ "$round" = 1 ] && names+=("$name")
 		start_path
-		"$nbdd" --segment "$SEG" --port 4 --target-port 2 --unix "$SOCK" & pids+=($!)
+		"$nbdd" --segment "$SEG" --port 4 --target-port 2 --unix "$SOCK" ${NBDD_ARGS:-} & pids+=($!)
 		wait_sock
 		srv="${pids[*]}"
 		measure "$name"

@@ -60,8 +60,10 @@ wait_bound 3
 wait_bound 2
 TCP=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 SOCK=$DIR/nbd.sock
+# two socket threads: clients are handed from the first to the second
 "$BIN/nbdd" --segment "$SEG" --port 4 --target-port 2 --volume vol:64M --volume small:1M \
-	--unix "$SOCK" --listen "127.0.0.1:$TCP" 2> "$DIR/nbdd.log" & nbdd_pid=$!
+	--unix "$SOCK" --listen "127.0.0.1:$TCP" --socket-threads 2 --log-level info \
+	2> "$DIR/nbdd.log" & nbdd_pid=$!
 pids+=($nbdd_pid)
 wait_bound 4
 for _ in $(seq 100); do [ -S "$SOCK" ] && break; sleep 0.05; done
@@ -151,8 +153,10 @@ wait_fds $nbdd_pid $fd0 "after the raw clients left"
 # closes; idle between requests, not. --max-connections 2: a third client
 # waits until one closes.
 echo "--- nbdd --io-timeout 1 --max-connections 2"
+# three socket threads: the limit counts the connections of all of them
 "$BIN/nbdd" --segment "$SEG" --port 6 --target-port 2 --volume vol:64M --io-timeout 1 \
-	--max-connections 2 --unix "$DIR/short.sock" 2> "$DIR/nbdd-short.log" & short_pid=$!
+	--max-connections 2 --socket-threads 3 --unix "$DIR/short.sock" 2> "$DIR/nbdd-short.log" &
+short_pid=$!
 pids+=($short_pid)
 wait_bound 6
 for _ in $(seq 100); do [ -S "$DIR/short.sock" ] && break; sleep 0.05; done
@@ -194,6 +198,7 @@ $T fio --name=w --rw=randwrite --do_verify=0 "${fjob[@]}" > "$DIR/fio.w" 2>&1 ||
 $T fio --name=w --rw=randread "${fjob[@]}" > "$DIR/fio.r" 2>&1 ||
 	{ tail -20 "$DIR/fio.r"; fail "fio randread with verify"; }
 grep -q "err= 0" "$DIR/fio.w" && grep -q "err= 0" "$DIR/fio.r" || fail "fio counted errors"
+grep -q "connected (socket thread 1)" "$DIR/nbdd.log" || fail "nbdd's second socket thread got no client"
 grep -qE "read: IOPS=" "$DIR/fio.r" || { cat "$DIR/fio.r"; fail "fio verify read nothing"; }
 # ... and that verification is live: 16 bytes changed inside one block
 # the second job wrote make the same randread fail

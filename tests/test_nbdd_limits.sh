@@ -104,7 +104,7 @@ grep -q "closed holding replies they did not read (--max-client-buffer): 5" "$DI
 
 # malloc's part: 24M held, not 3 x 16M
 echo "--- the same with --max-client-buffer 16M --max-buffer-total 24M: the total holds"
-start_nbdd 5 total --max-client-buffer 16M --max-buffer-total 24M
+start_nbdd 5 total --max-client-buffer 16M --max-buffer-total 24M --socket-threads 3
 $T $RAW "$DIR/total.sock" non-readers --clients 3 $(bounds 168 36) --pid $nbdd_pid \
 	--log "$DIR/total.log" || fail "raw client: non-readers under --max-buffer-total"
 grep -q "past --max-buffer-total" "$DIR/total.log" || fail "waiting for the total not logged"

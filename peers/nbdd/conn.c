@@ -21,7 +21,14 @@
 
 #define WRITE_IOVS 64
 
-struct conn_hub H = { .epfd = -1, .wakefd = -1, .kick_lock = PTHREAD_MUTEX_INITIALIZER };
+struct conn_hub H;
+
+void loop_wake(struct loop *L)
+{
+	uint64_t one = 1;
+	if (write(L->wakefd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		peer_warn("cannot wake socket thread %u: %s", L->index, strerror(errno));
+}
 
 struct out_buf *out_buf_new(uint32_t len)
 {
@@ -40,20 +47,19 @@ bool conn_drained_locked(const struct conn *c)
 	return !c->inflight && !c->out_head;
 }
 
-/* Asks the socket thread to look at c (resume reading, close). */
+/* Asks c's socket thread to look at it (resume reading, close). */
 void conn_kick(struct conn *c)
 {
-	pthread_mutex_lock(&H.kick_lock);
+	struct loop *L = c->loop;
+	pthread_mutex_lock(&L->kick_lock);
 	if (!c->kicked) {
 		c->kicked = true;
 		conn_get(c);
-		c->next_kick = H.kicks;
-		H.kicks = c;
+		c->next_kick = L->kicks;
+		L->kicks = c;
 	}
-	pthread_mutex_unlock(&H.kick_lock);
-	uint64_t one = 1;
-	if (write(H.wakefd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-		peer_warn("cannot wake the socket thread: %s", strerror(errno));
+	pthread_mutex_unlock(&L->kick_lock);
+	loop_wake(L);
 }
 
 void conn_update_events_locked(struct conn *c)
@@ -62,7 +68,7 @@ void conn_update_events_locked(struct conn *c)
 		return;
 	struct epoll_event ev = { .data.ptr = c };
 	ev.events = (c->paused || c->disc ? 0 : EPOLLIN) | (c->want_out ? EPOLLOUT : 0);
-	if (epoll_ctl(H.epfd, EPOLL_CTL_MOD, c->fd, &ev) < 0)
+	if (epoll_ctl(c->loop->epfd, EPOLL_CTL_MOD, c->fd, &ev) < 0)
 		peer_warn("%s: epoll: %s", c->peer_name, strerror(errno));
 }
 
@@ -87,11 +93,11 @@ void conn_unhold_locked(struct conn *c, uint64_t bytes)
 	c->inflight_bytes -= bytes;
 	uint64_t total = atomic_fetch_sub(&H.held_total, bytes) - bytes;
 	if (bytes && atomic_load(&H.total_waiters) && total < nbdd_cfg.max_buffer_total) {
-		/* Others wait for this memory: the socket thread looks. */
-		atomic_store(&H.total_released, true);
-		uint64_t one = 1;
-		if (write(H.wakefd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-			peer_warn("cannot wake the socket thread: %s", strerror(errno));
+		/* Others wait for this memory, on any socket thread: each looks. */
+		for (unsigned i = 0; i < H.nr_loops; i++) {
+			atomic_store(&H.loops[i].total_released, true);
+			loop_wake(&H.loops[i]);
+		}
 	}
 }
 

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "nbdd.h"
 #include "peer/addr.h"
@@ -170,6 +171,7 @@ enum {
 	OPT_TARGET_PORT = 1, OPT_LISTEN, OPT_UNIX, OPT_VOLUME, OPT_VOLUMES_FILE,
 	OPT_MAX_REQUEST, OPT_CHUNK_SIZE, OPT_MAX_INFLIGHT, OPT_IO_TIMEOUT, OPT_MAX_CONNECTIONS,
 	OPT_SOCKET_MODE, OPT_MAX_CLIENT_BUFFER, OPT_MAX_BUFFER_TOTAL, OPT_TARGET_TIMEOUT,
+	OPT_SOCKET_THREADS,
 };
 
 static const struct option nbdd_options[] = {
@@ -187,6 +189,7 @@ static const struct option nbdd_options[] = {
 	{ "max-client-buffer", required_argument, NULL, OPT_MAX_CLIENT_BUFFER },
 	{ "max-buffer-total", required_argument, NULL, OPT_MAX_BUFFER_TOTAL },
 	{ "target-timeout", required_argument, NULL, OPT_TARGET_TIMEOUT },
+	{ "socket-threads", required_argument, NULL, OPT_SOCKET_THREADS },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -217,6 +220,10 @@ static const char nbdd_usage[] =
 "                         is closed (default 32M)\n"
 "  --max-buffer-total S   the same for all clients together: past it every\n"
 "                         client waits (default 256M, at least the above)\n"
+"  --socket-threads N     threads that read the clients' requests, each its\n"
+"                         own clients for good (1..64; default a quarter of\n"
+"                         the CPUs, 1 to 4): one serves a client as fast\n"
+"                         as many; more let many clients go faster\n"
 "Clients: qemu-io -f raw nbd://HOST:PORT/NAME, nbd+unix:///NAME?socket=PATH.\n";
 
 /* --socket-mode: octal digits only (no sign, no 0o), at most 0777. */
@@ -268,6 +275,8 @@ static int parse_option(struct peer *p, int val, const char *arg)
 				     &nbdd_cfg.max_client_buffer);
 	case OPT_TARGET_TIMEOUT:
 		return peer_arg_uint("--target-timeout", arg, 1, 86400, &nbdd_cfg.target_timeout);
+	case OPT_SOCKET_THREADS:
+		return peer_arg_uint("--socket-threads", arg, 1, 64, &nbdd_cfg.socket_threads);
 	case OPT_MAX_BUFFER_TOTAL:
 		max_buffer_total_arg = arg;
 		return peer_arg_size("--max-buffer-total", arg, 64u << 10, 1ull << 40,
@@ -293,6 +302,11 @@ static int check_options(struct peer *p)
 					      "is less than --max-client-buffer");
 		/* Only the client's was raised: the total follows it. */
 		nbdd_cfg.max_buffer_total = nbdd_cfg.max_client_buffer;
+	}
+	if (!nbdd_cfg.socket_threads) {
+		/* Beside them run the workers, vlmcd, cached and the clients. */
+		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+		nbdd_cfg.socket_threads = cpus >= 16 ? 4 : cpus >= 4 ? (uint64_t)cpus / 4 : 1;
 	}
 	return 0;
 }

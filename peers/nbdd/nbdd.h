@@ -62,6 +62,7 @@ struct nbdd_config {
 	uint64_t max_connections;     /* open at once; then the listeners rest */
 	uint64_t max_client_buffer;   /* READ/WRITE buffers held for one connection */
 	uint64_t max_buffer_total;    /* ... for all of them together */
+	uint64_t socket_threads;      /* threads reading the connections (0 until chosen) */
 };
 
 extern struct nbdd_config nbdd_cfg;
@@ -144,10 +145,10 @@ struct server_ops {
 /* Opens the listeners: 0, or -1 after logging which address failed. `ops`
  * must outlive the socket thread. */
 int server_open(struct peer *p, const struct server_ops *ops);
-/* Starts the socket thread. */
+/* Starts the socket threads. */
 int server_start(void);
-/* Stops it: no more connections or requests; returns once it has ended, so
- * nothing is posted afterwards. */
+/* Stops them: no more connections or requests; returns once they have
+ * ended, so nothing is posted afterwards. */
 void server_stop(void);
 /* Frees what is left (after the workers ended). */
 void server_close(void);

@@ -46,6 +46,10 @@ grep -q "'1s'" "$DIR/err" || fail "bad --io-timeout not named"
 expect_exit 2 "$BIN/nbdd" --segment "$SEG" --port 4 --target-port 2 --volume v:1M --unix "$DIR/s" \
 	--max-connections 0
 grep -q "'0'" "$DIR/err" || fail "bad --max-connections not named"
+for bad in 0 65 two; do
+	bad_arg "$bad" "$BIN/nbdd" --segment "$SEG" --port 4 --target-port 2 --volume v:1M \
+		--unix "$DIR/s" --socket-threads "$bad"
+done
 
 echo "--- the path: nbdd -> vlmcd -> cached -> filed"
 # Pool and heap sized for nbdcopy's 4 connections x 64 requests on every hop.

@@ -15,13 +15,6 @@ SEG_PREFIX=cached-closed
 . "$(dirname "$0")/lib.sh"
 
 VOL=16M
-json() { tail -1 "$1" | python3 -c "import json,sys; d=json.load(sys.stdin); print(d['$2'])"; }
-port_json() {   # port field
-	"$BIN/xseg" info --segment "$SEG" --json --all |
-		python3 -c "import json,sys; print([p for p in json.load(sys.stdin)['port_list'] if p['port']==$1][0]['$2'])"
-}
-dirty() { "$BIN/xseg" stats --segment "$SEG" --port 3 --json |
-	python3 -c "import json,sys; print(json.load(sys.stdin)['dirty_bytes'])"; }
 bench() {   # OP SEED OUT [extra...]
 	local op=$1 seed=$2 out=$3; shift 3
 	"$BIN/bench-xseg" --segment "$SEG" --port 10 --target-port 2 --volume vol --op "$op" \
@@ -49,9 +42,9 @@ start_cached writeback cached.log
 wait_bound 3
 "$BIN/xseg" plug --segment "$SEG" --port 1 --via 3 || fail "plug"
 bench write 2 "$DIR/w1.out" || fail "writes through cached: $(tail -2 "$DIR/w1.out.err")"
-d=$(dirty)
+d=$(peer_stat 3 dirty_bytes)
 [ "$d" -gt 0 ] || fail "nothing dirty in the cache: the test would prove nothing"
-[ "$(port_json 3 dirty_bytes)" -gt 0 ] || fail "cached did not publish its dirty data on its port"
+[ "$(port_info 3 dirty_bytes)" -gt 0 ] || fail "cached did not publish its dirty data on its port"
 echo "cached holds $d dirty bytes"
 
 echo "--- cached SIGKILLed: the path fails, never serves the old data"
@@ -78,7 +71,7 @@ bench read 2 "$DIR/r2.out"
 echo "--- unplug --force gives the data up, saying how much"
 expect_exit 0 "$BIN/xseg" unplug --segment "$SEG" --via 3 --force
 grep -q "gave up [1-9][0-9]* dirty bytes" "$DIR/err" || fail "unplug --force: $(cat "$DIR/err")"
-[ "$(port_json 3 dirty_bytes)" = 0 ] || fail "the dead cache's port still says dirty"
+[ "$(port_info 3 dirty_bytes)" = 0 ] || fail "the dead cache's port still says dirty"
 bench read 1 "$DIR/r3.out" || fail "the path without the cache: $(tail -2 "$DIR/r3.out.err")"
 echo "filed serves its (older) data again after the operator gave the rest up"
 
@@ -87,7 +80,7 @@ start_cached writeback cached2.log --stop-timeout 2
 wait_bound 3
 "$BIN/xseg" plug --segment "$SEG" --port 1 --via 3 || fail "plug again"
 bench write 3 "$DIR/w2.out" || fail "writes through the second cached"
-[ "$(dirty)" -gt 0 ] || fail "nothing dirty before the stop"
+[ "$(peer_stat 3 dirty_bytes)" -gt 0 ] || fail "nothing dirty before the stop"
 kill -STOP "$fpid"
 kill -TERM "$cpid"
 for _ in $(seq 200); do kill -0 "$cpid" 2>/dev/null || break; sleep 0.1; done
@@ -95,7 +88,7 @@ kill -0 "$cpid" 2>/dev/null && fail "cached did not give up within 20 s (--stop-
 wait "$cpid"; rc=$?
 kill -CONT "$fpid"
 [ $rc -ne 0 ] || fail "cached exited 0 without writing its data back"
-[ "$(port_json 3 dirty_bytes)" -gt 0 ] || fail "cached gave up but left its port saying clean"
+[ "$(port_info 3 dirty_bytes)" -gt 0 ] || fail "cached gave up but left its port saying clean"
 bench read 3 "$DIR/r4.out"
 [ "$(json "$DIR/r4.out" corrupted)" = 0 ] || fail "older data served after the stop gave up"
 [ "$(json "$DIR/r4.out" failed)" -gt 0 ] || fail "reads went around the cache that gave up"
@@ -106,13 +99,13 @@ start_cached writeback cached4.log --persist "$DIR/gu.pf"
 wait_bound 3
 "$BIN/xseg" plug --segment "$SEG" --port 1 --via 3 || fail "plug the persist cache"
 bench write 5 "$DIR/w5.out" || fail "writes through the persist cache"
-[ "$(dirty)" -gt 0 ] || fail "nothing dirty in the persist cache: the test would prove nothing"
+[ "$(peer_stat 3 dirty_bytes)" -gt 0 ] || fail "nothing dirty in the persist cache: the test would prove nothing"
 kill -KILL "$cpid"; wait "$cpid" 2>/dev/null
 held=$("$BIN/cached" --persist-inspect "$DIR/gu.pf" --json |
 	python3 -c "import json,sys; print(json.load(sys.stdin)['dirty_bytes'])")
 [ "$held" -gt 0 ] || fail "the persist file holds no dirty data"
 expect_exit 0 "$BIN/xseg" unplug --segment "$SEG" --via 3 --force
-[ "$(port_json 3 given_up_bytes)" -gt 0 ] || fail "the port does not count what was given up"
+[ "$(port_info 3 given_up_bytes)" -gt 0 ] || fail "the port does not count what was given up"
 bench write 6 "$DIR/w6.out" || fail "newer writes straight to filed"
 expect_exit 1 timeout 20 "$BIN/cached" --segment "$SEG" --port 3 --blocker-port 1 \
 	--cache-size 64M --object-size 1M --dirty-high 100 --dirty-low 100 --persist "$DIR/gu.pf"
@@ -138,11 +131,11 @@ wait_bound 3
 "$BIN/xseg" plug --segment "$SEG" --port 1 --via 3 || fail "plug a write-through cache"
 bench write 4 "$DIR/w3.out" || fail "writes through the write-through cache"
 # marked while its writes were under way, clear within 100 ms after
-for _ in $(seq 50); do [ "$(port_json 3 dirty_bytes)" = 0 ] && break; sleep 0.05; done
-[ "$(port_json 3 dirty_bytes)" = 0 ] || fail "an idle write-through cache still says dirty"
+for _ in $(seq 50); do [ "$(port_info 3 dirty_bytes)" = 0 ] && break; sleep 0.05; done
+[ "$(port_info 3 dirty_bytes)" = 0 ] || fail "an idle write-through cache still says dirty"
 kill -KILL "$cpid"; wait "$cpid" 2>/dev/null
 for _ in $(seq 50); do
-	[ "$(port_json 3 owner)" = 0 ] && break   # reaped by a peer that wrote to it
+	[ "$(port_info 3 owner)" = 0 ] && break   # reaped by a peer that wrote to it
 	bench read 4 "$DIR/r5.out" >/dev/null 2>&1
 	sleep 0.1
 done

@@ -59,8 +59,7 @@ pids+=($dpid)
 "$BIN/xseg" plug --segment "$SEG" --port 1 --via 3 || fail "xseg plug through the daemon"
 "$BIN/xreq" --segment "$SEG" --port 5 --target-port 1 --op write --target obj \
 	--size 8192 --data daemon > /dev/null || fail "a write through the plugged daemon failed"
-dirty=$("$BIN/xseg" stats --segment "$SEG" --port 3 --json |
-	python3 -c 'import json, sys; print(json.load(sys.stdin)["dirty_bytes"])')
+dirty=$(peer_stat 3 dirty_bytes)
 [ "$dirty" -gt 0 ] || fail "the write left nothing dirty in the cache (write-back)"
 kill -TERM "$dpid"
 for _ in $(seq 100); do kill -0 "$dpid" 2>/dev/null || break; sleep 0.1; done

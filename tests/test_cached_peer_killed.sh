@@ -11,7 +11,6 @@ SEG_PREFIX=cached-killed
 . "$(dirname "$0")/lib.sh"
 
 VOL=64M
-json() { tail -1 "$1" | python3 -c "import json,sys; d=json.load(sys.stdin); print(d['$2'])"; }
 # wait_count PORT FIELD N: until port PORT's FIELD (submitted: requests
 # delivered to it; replied: replies delivered to it) reaches N.
 wait_count() {

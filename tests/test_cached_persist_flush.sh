@@ -16,15 +16,10 @@ SEG_PREFIX=cached-persist-flush
 
 VOL=8M
 PF="$DIR/cache.pf"
-json() { tail -1 "$1" | python3 -c "import json,sys; d=json.load(sys.stdin); print(d['$2'])"; }
 inspect() {   # inspect FIELD: from a second process reading the file
 	"$BIN/cached" --persist-inspect "$PF" --json > "$DIR/inspect.json" ||
 		fail "cached --persist-inspect failed"
 	python3 -c "import json,sys; print(json.load(open('$DIR/inspect.json')).get('$1', 'none'))"
-}
-stat3() {
-	"$BIN/xseg" stats --segment "$SEG" --port 3 --json |
-		python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])"
 }
 bench() {   # bench OP OUT [extra...]
 	local op=$1 out=$2; shift 2
@@ -58,7 +53,7 @@ wait_bound 3
 echo "--- verified write-back load"
 bench write "$DIR/w.out" || fail "the writes failed: $(tail -3 "$DIR/w.out.err")"
 [ "$(json "$DIR/w.out" failed)" = 0 ] || fail "some writes failed"
-d=$(stat3 dirty_bytes)
+d=$(peer_stat 3 dirty_bytes)
 [ "$d" -gt 0 ] || fail "cached holds no dirty data: the test would prove nothing"
 # stats names the volume the dirty data belongs to (vlmcd's vol_<index> objects)
 "$BIN/xseg" stats --segment "$SEG" --port 3 --json | python3 -c "
@@ -91,9 +86,9 @@ if [ "$dirty" != none ]; then
 		fail "the FLUSH was answered with pages of the file not on the device: $(cat "$DIR/inspect.json")"
 	echo "after the FLUSH: every page of the file is on the device"
 fi
-[ "$(stat3 dirty_bytes)" = "$d" ] || fail "the FLUSH wrote back to filed instead of syncing the file"
+[ "$(peer_stat 3 dirty_bytes)" = "$d" ] || fail "the FLUSH wrote back to filed instead of syncing the file"
 [ "$(inspect dirty_bytes)" = "$d" ] || fail "the file lost dirty data in the FLUSH"
-[ "$(stat3 persist_syncs)" -ge 1 ] || fail "persist_syncs did not move"
+[ "$(peer_stat 3 persist_syncs)" -ge 1 ] || fail "persist_syncs did not move"
 
 echo "--- SIGTERM: written back, the file clean and unlocked"
 kill -TERM "$cpid"

@@ -16,11 +16,6 @@ SEG_PREFIX=cached-persist-kill
 
 VOL=8M
 ROUNDS=5
-json() { tail -1 "$1" | python3 -c "import json,sys; d=json.load(sys.stdin); print(d['$2'])"; }
-stat3() {   # stat3 FIELD: cached's statistic
-	"$BIN/xseg" stats --segment "$SEG" --port 3 --json |
-		python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])"
-}
 bench() {   # bench OP ROUND OUT [extra...]
 	local op=$1 k=$2 out=$3; shift 3
 	"$BIN/bench-xseg" --segment "$SEG" --port 10 --target-port 2 --volume "v$k" --op "$op" \
@@ -62,10 +57,10 @@ for k in $(seq $ROUNDS); do
 	writer "$k" & bpid=$!
 	# The kill must find dirty data, or the round proves nothing.
 	for _ in $(seq 400); do
-		[ "$(stat3 dirty_bytes 2>/dev/null || echo 0)" -gt 0 ] && break
+		[ "$(peer_stat 3 dirty_bytes 2>/dev/null || echo 0)" -gt 0 ] && break
 		sleep 0.01
 	done
-	[ "$(stat3 dirty_bytes)" -gt 0 ] || fail "round $k: cached never held dirty data"
+	[ "$(peer_stat 3 dirty_bytes)" -gt 0 ] || fail "round $k: cached never held dirty data"
 	sleep "0.$((RANDOM % 3))$((RANDOM % 10))"
 	# ... inside a pass (bench-xseg holds port 10), not between two
 	"$BIN/xseg" info --segment "$SEG" --json | grep -Eq '"port":10,"owner":[1-9]' ||
@@ -95,7 +90,7 @@ sys.exit(0 if p['dirty_bytes'] > 0 else 1)" || fail "round $k: the dead cache's 
 		fail "round $k: a read racing the recovery returned $c wrong blocks"
 	echo "round $k: a read during the restart: $(json "$DIR/race$k.out" failed) failed, $c wrong"
 	# The port is bound before the recovery; the requests wait for it.
-	[ "$(stat3 recoveries)" = 1 ] || fail "round $k: recoveries is not 1"
+	[ "$(peer_stat 3 recoveries)" = 1 ] || fail "round $k: recoveries is not 1"
 	grep -q "left marked dirty .* recovered from" "$DIR/cached$k.log" ||
 		fail "round $k: the restarted cached did not say it took the marked port over"
 	grep -q "persist: .*recovered [1-9][0-9]* dirty bytes" "$DIR/cached$k.log" ||
@@ -116,14 +111,14 @@ sys.exit(0 if p['dirty_bytes'] > 0 else 1)" || fail "round $k: the dead cache's 
 done
 
 # The data was only in the cache file (nothing was written back on its own).
-d=$(stat3 dirty_bytes)
+d=$(peer_stat 3 dirty_bytes)
 [ "$d" -gt 0 ] || fail "no dirty data in the cache after the last restart"
-[ "$(stat3 persist_dirty_bytes)" = "$d" ] || fail "persist_dirty_bytes differs from dirty_bytes"
+[ "$(peer_stat 3 persist_dirty_bytes)" = "$d" ] || fail "persist_dirty_bytes differs from dirty_bytes"
 echo "$d dirty bytes in the persist file before unplug"
 
 "$BIN/xseg" unplug --segment "$SEG" --via 3 || fail "unplug"
-[ "$(stat3 dirty_bytes)" = 0 ] || fail "dirty data left after unplug"
-[ "$(stat3 persist_dirty_bytes)" = 0 ] || fail "the persist file still holds dirty data after unplug"
+[ "$(peer_stat 3 dirty_bytes)" = 0 ] || fail "dirty data left after unplug"
+[ "$(peer_stat 3 persist_dirty_bytes)" = 0 ] || fail "the persist file still holds dirty data after unplug"
 for j in $(seq $ROUNDS); do
 	bench read "$j" "$DIR/f$j.out"
 	[ "$(json "$DIR/f$j.out" failed)" = 0 ] || fail "reading round $j from filed failed"

@@ -13,11 +13,6 @@ SEG_PREFIX=path-stop
 
 slow=1; [ -n "${SANITIZE:-}" ] && slow=4
 VOL=256M TOTAL=${PATH_STOP_TOTAL:-128M}
-json() { tail -1 "$1" | python3 -c "import json,sys; d=json.load(sys.stdin); print(d['$2'])"; }
-stat3() {
-	"$BIN/xseg" stats --segment "$SEG" --port 3 --json |
-		python3 -c "import json,sys; print(json.load(sys.stdin)['$1'])"
-}
 bench() {   # bench OP SEED OUT
 	"$BIN/bench-xseg" --segment "$SEG" --port 10 --target-port 2 --volume vol --op "$1" \
 		--pattern rand --total-size "$TOTAL" --block-size 64K --iodepth 16 --seed "$2" \
@@ -52,7 +47,7 @@ for sig in INT TERM; do
 	rm -f "$DIR/status"
 	start_path
 	bench write $seed "$DIR/w.out" || fail "writes through the path failed: $(cat "$DIR/w.out.err")"
-	dirty=$(stat3 dirty_bytes)
+	dirty=$(peer_stat 3 dirty_bytes)
 	echo "cached holds $dirty dirty bytes"
 	[ "$dirty" -ge $((100 << 20)) ] || fail "only $dirty bytes dirty: the stop would prove nothing"
 	t0=$(date +%s.%N)

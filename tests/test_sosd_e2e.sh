@@ -61,8 +61,7 @@ echo "--- write-back (cache larger than the workload), OSD restarted during writ
 start_cached writeback
 bench wb write rand --total-size 32M --block-size 16K --iodepth 16 --seed 2
 bench wb read rand --total-size 32M --block-size 4K --iodepth 16 --seed 2
-dirty=$("$BIN/xseg" stats --segment "$SEG" --port 3 --json |
-	python3 -c 'import json,sys; print(json.load(sys.stdin)["dirty_bytes"])')
+dirty=$(peer_stat 3 dirty_bytes)
 [ "$dirty" -gt 0 ] || fail "write-back held nothing dirty"
 "$BIN/xseg" route --segment "$SEG" --port 1 --clear   # off the path; SIGTERM writes back
 "$MICRO_CEPH" osd-stop "$CEPH_DIR" 2>> "$DIR/micro-ceph.log" || fail "osd-stop"

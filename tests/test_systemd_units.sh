@@ -101,8 +101,7 @@ bench() {
 		> "$DIR/bench.log" 2>&1 || { cat "$DIR/bench.log"; fail "bench-xseg $* failed"; }
 }
 bench --op write --pattern rand
-dirty=$("$BIN/xseg" stats --segment "$SEG" --port 3 --json |
-	python3 -c 'import json,sys; print(json.load(sys.stdin)["dirty_bytes"])') ||
+dirty=$(peer_stat 3 dirty_bytes) ||
 	fail "xseg stats of cached"
 echo "cached holds $dirty dirty bytes"
 

@@ -18,7 +18,6 @@ SEG_PREFIX=gone-owners
 
 # Sanitizer builds run slower: time limits scale.
 slow=1; [ -n "${SANITIZE:-}" ] && slow=3
-json() { tail -1 "$1" | python3 -c "import json,sys; d=json.load(sys.stdin); print(d['$2'])"; }
 info() {   # info EXPR: a Python expression over `xseg info --json` (as j)
 	"$BIN/xseg" info --segment "$SEG" --json |
 		python3 -c 'import json,sys; j=json.load(sys.stdin); print(eval(sys.argv[1]))' "$1"

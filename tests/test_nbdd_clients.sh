@@ -72,6 +72,15 @@ pids+=($nbdd_pid)
 wait_bound 4
 for _ in $(seq 100); do [ -S "$SOCK" ] && break; sleep 0.05; done
 URI="nbd+unix:///vol?socket=$SOCK"
+# threads named for top -H and perf: the runtime's workers, the socket threads
+for _ in $(seq 100); do
+	names=" $(cat /proc/$nbdd_pid/task/*/comm | sort | tr '\n' ' ')"
+	[[ "$names" == *" nbdd-sock1 "* && "$names" == *" nbdd-w1 "* ]] && break
+	sleep 0.02
+done
+for want in nbdd nbdd-sock0 nbdd-sock1 nbdd-w0 nbdd-w1; do
+	[[ "$names" == *" $want "* ]] || fail "no thread of nbdd is named $want:$names"
+done
 nfds() { ls "/proc/$1/fd" | wc -l; }
 fd0=$(nfds $nbdd_pid)   # nbdd's own files: every connection's fd must go again
 # wait_fds PID N WHEN: waits until PID is back to N files open (10 s at most)

@@ -66,6 +66,7 @@
 #define PEER_PEER_H
 
 #include <getopt.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -240,6 +241,12 @@ void peer_stop(struct peer *p);
 struct peer *peer_of(struct peer_thread *t);
 /* 0 .. nr_threads-1 for a worker; nr_threads for a helper (below). */
 unsigned peer_thread_index(struct peer_thread *t);
+
+/* Names a thread of the process for top -H, perf and bench/thread-cpu:
+ * printf-style, cut to the 15 bytes the kernel keeps (the runtime's are
+ * "PEER-wN" for worker N and "PEER-maint"). */
+void peer_name_thread(pthread_t tid, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
 void *peer_thread_priv(struct peer_thread *t);
 void peer_thread_set_priv(struct peer_thread *t, void *priv);
 

@@ -911,6 +911,7 @@ int server_start(void)
 			return -1;
 		}
 		L->started = true;
+		peer_name_thread(L->thread, "nbdd-sock%u", i);
 	}
 	return 0;
 }

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -458,6 +459,16 @@ static void *maintainer(void *arg)
 	return NULL;
 }
 
+void peer_name_thread(pthread_t tid, const char *fmt, ...)
+{
+	char name[16];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(name, sizeof(name), fmt, ap);
+	va_end(ap);
+	pthread_setname_np(tid, name);   /* a name is a help, never needed */
+}
+
 static void start_maintainer(struct peer *p)
 {
 	if (!p->ops->maintain)
@@ -472,6 +483,7 @@ static void start_maintainer(struct peer *p)
 		return;
 	}
 	p->maint_started = true;
+	peer_name_thread(p->maint.tid, "%s-maint", p->ops->name);
 	/* Its thread_init before the first request. */
 	pthread_mutex_lock(&p->maint_lock);
 	while (!p->maint_state)
@@ -645,6 +657,7 @@ int peer_main(int argc, char **argv, const struct peer_ops *ops, void *priv)
 			peer_stop(p);
 			break;
 		}
+		peer_name_thread(t->tid, "%s-w%u", p->ops->name, started);
 	}
 	peer_info("serving on segment '%s', port %u-%u, %u threads", p->cfg.segment,
 		  p->cfg.port_first, p->cfg.port_last, p->cfg.threads);

@@ -449,6 +449,7 @@ int net_start(const struct net_ops *ops)
 		return -1;
 	}
 	S.net_started = true;
+	peer_name_thread(S.net_thread, "synapsed-net");
 	return 0;
 }
 

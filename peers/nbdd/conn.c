@@ -23,13 +23,6 @@
 
 struct conn_hub H;
 
-void loop_wake(struct loop *L)
-{
-	uint64_t one = 1;
-	if (write(L->wakefd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-		peer_warn("cannot wake socket thread %u: %s", L->index, strerror(errno));
-}
-
 struct out_buf *out_buf_new(uint32_t len)
 {
 	struct out_buf *ob = malloc(sizeof(*ob) + len);
@@ -94,10 +87,7 @@ void conn_unhold_locked(struct conn *c, uint64_t bytes)
 	uint64_t total = atomic_fetch_sub(&H.held_total, bytes) - bytes;
 	if (bytes && atomic_load(&H.total_waiters) && total < nbdd_cfg.max_buffer_total) {
 		/* Others wait for this memory, on any socket thread: each looks. */
-		for (unsigned i = 0; i < H.nr_loops; i++) {
-			atomic_store(&H.loops[i].total_released, true);
-			loop_wake(&H.loops[i]);
-		}
+		loops_wake_waiters();
 	}
 }
 

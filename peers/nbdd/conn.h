@@ -12,15 +12,12 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "loop.h"
 #include "nbdd.h"
 
 #define IN_BUF_SIZE (64u * 1024)
 
-enum source_kind { SRC_LISTENER, SRC_CONN, SRC_WAKE };
-
 enum phase { PH_CLIENT_FLAGS, PH_OPTIONS, PH_TRANSMISSION };
-
-struct loop;
 
 struct conn {
 	enum source_kind kind;      /* first: epoll's data.ptr names a source */
@@ -62,40 +59,13 @@ struct conn {
 	struct peer_work flush_work;   /* conn_send_batched's write */
 };
 
-/*
- * A socket thread: an epoll loop over the connections it was given
- * (server.c; the first one also accepts them). What its connections'
- * output wakes it with is here too.
- */
-struct loop {
-	enum source_kind wake_kind;     /* SRC_WAKE: wakefd's epoll data.ptr */
-	unsigned index;
-	int epfd, wakefd;
-	pthread_mutex_t kick_lock;
-	struct conn *kicks;             /* connections it must look at */
-	struct conn *adopt;             /* accepted for it by the first: under kick_lock */
-	atomic_bool total_released;     /* held_total fell with waiters: look at them */
-	atomic_uint nr_conns;           /* given to it and not closed */
-	/* The thread's own. */
-	struct conn *conns;             /* open connections */
-	struct conn *zombies;           /* closed in this round of events: freed after it */
-	uint64_t next_timeout_scan_ns;
-	pthread_t thread;
-	bool started;
-};
-
 /* What every socket thread and the connections' output share (conn.c). */
 struct conn_hub {
-	struct loop *loops;
-	unsigned nr_loops;
 	/* Buffers held for every connection (their inflight_bytes). */
 	atomic_uint_fast64_t held_total;
 	atomic_uint total_waiters;      /* connections with waits_total */
 };
 extern struct conn_hub H;
-
-/* Wakes socket thread L (its eventfd). */
-void loop_wake(struct loop *L);
 
 /* "_locked": the connection's lock held. */
 bool conn_drained_locked(const struct conn *c);      /* nothing in flight, nothing unsent */

@@ -52,7 +52,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -110,11 +109,6 @@ static struct {
 	unsigned accept_errors;         /* failed accepts not logged yet */
 } S;
 
-/* The first socket thread: the one that accepts. */
-static struct loop *first_loop(void)
-{
-	return &H.loops[0];
-}
 
 /* Watches l unless it rests after an error or nbdd has all the
  * connections it may. */
@@ -124,7 +118,7 @@ static void update_listener(struct listener *l)
 	if (on == l->watched || l->fd < 0)   /* fd < 0: closed on stop */
 		return;
 	struct epoll_event ev = { .events = on ? EPOLLIN : 0, .data.ptr = l };
-	if (epoll_ctl(first_loop()->epfd, EPOLL_CTL_MOD, l->fd, &ev) < 0)
+	if (epoll_ctl(loops_first()->epfd, EPOLL_CTL_MOD, l->fd, &ev) < 0)
 		peer_warn("%s: epoll: %s", l->name, strerror(errno));
 	else
 		l->watched = on;
@@ -155,8 +149,8 @@ static void count_conn(struct loop *L, int delta)
 {
 	atomic_fetch_add(&L->nr_conns, (unsigned)delta);
 	unsigned was = atomic_fetch_add(&S.nr_conns, (unsigned)delta);
-	if (delta < 0 && was == nbdd_cfg.max_connections && L != first_loop())
-		loop_wake(first_loop());
+	if (delta < 0 && was == nbdd_cfg.max_connections && L != loops_first())
+		loop_wake(loops_first());
 }
 
 /* ---- connections -------------------------------------------------------------------- */
@@ -260,16 +254,6 @@ static int resume_listeners(int wait_ms)
 	return wait_ms;
 }
 
-/* The socket thread with the fewest connections. */
-static struct loop *least_loaded(void)
-{
-	struct loop *best = first_loop();
-	for (unsigned i = 1; i < H.nr_loops; i++)
-		if (atomic_load(&H.loops[i].nr_conns) < atomic_load(&best->nr_conns))
-			best = &H.loops[i];
-	return best;
-}
-
 /* L takes c for good: reads it, and greets the client. */
 static void adopt(struct loop *L, struct conn *c)
 {
@@ -285,7 +269,7 @@ static void adopt(struct loop *L, struct conn *c)
 	if (L->conns)
 		L->conns->prev = c;
 	L->conns = c;
-	if (H.nr_loops > 1)
+	if (loops_count() > 1)
 		peer_info("%s: connected (socket thread %u)", c->peer_name, L->index);
 	else
 		peer_info("%s: connected", c->peer_name);
@@ -328,17 +312,17 @@ static void accept_one(struct listener *l)
 	}
 	if (!c->peer_name[0])
 		snprintf(c->peer_name, sizeof(c->peer_name), "unix client fd %d", fd);
-	struct loop *to = least_loaded();
+	struct loop *to = loops_least_loaded();
 	c->loop = to;
 	count_conn(to, 1);
 	update_full();
-	if (to == first_loop()) {
+	if (to == loops_first()) {
 		adopt(to, c);
 		return;
 	}
-	pthread_mutex_lock(&to->kick_lock);
-	c->next = to->adopt;
-	to->adopt = c;
+	pthread_mutex_lock(&to->kick_lock);   /* handed over: run_kicks there takes it */
+	c->next = to->given;
+	to->given = c;
 	pthread_mutex_unlock(&to->kick_lock);
 	loop_wake(to);
 }
@@ -613,8 +597,8 @@ static void run_kicks(struct loop *L)
 	if (read(L->wakefd, &count, sizeof(count)) < 0 && errno != EAGAIN)
 		peer_warn("wake-up read: %s", strerror(errno));
 	pthread_mutex_lock(&L->kick_lock);
-	struct conn *given = L->adopt;
-	L->adopt = NULL;
+	struct conn *given = L->given;
+	L->given = NULL;
 	struct conn *list = L->kicks;
 	L->kicks = NULL;
 	for (struct conn *c = list; c; c = c->next_kick)
@@ -721,7 +705,7 @@ static void expire_stalled(struct loop *L)
 static void *server_loop(void *arg)
 {
 	struct loop *L = arg;
-	bool first = L == first_loop();
+	bool first = L == loops_first();
 	struct epoll_event events[64];
 	while (!atomic_load(&S.stop)) {
 		int n = epoll_wait(L->epfd, events, 64, first ? resume_listeners(200) : 200);
@@ -783,7 +767,7 @@ static int add_listener(int fd, const char *name)
 	l->fd = fd;
 	snprintf(l->name, sizeof(l->name), "%s", name);
 	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = l };
-	if (listen(fd, 64) < 0 || epoll_ctl(first_loop()->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+	if (listen(fd, 64) < 0 || epoll_ctl(loops_first()->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
 		peer_error("cannot listen on %s: %s", name, strerror(errno));
 		return -1;
 	}
@@ -862,36 +846,12 @@ static int open_unix(const char *path)
 	return add_listener(fd, path);
 }
 
-static int open_loop(struct loop *L, unsigned index)
-{
-	L->wake_kind = SRC_WAKE;
-	L->index = index;
-	pthread_mutex_init(&L->kick_lock, NULL);
-	L->epfd = epoll_create1(EPOLL_CLOEXEC);
-	L->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &L->wake_kind };
-	if (L->epfd < 0 || L->wakefd < 0 || epoll_ctl(L->epfd, EPOLL_CTL_ADD, L->wakefd, &ev) < 0) {
-		peer_error("socket thread %u: epoll/eventfd: %s", index, strerror(errno));
-		return -1;
-	}
-	return 0;
-}
-
 int server_open(struct peer *p, const struct server_ops *ops)
 {
 	S.peer = p;
 	S.up = ops;
-	H.loops = calloc(nbdd_cfg.socket_threads, sizeof(*H.loops));
-	if (!H.loops) {
-		peer_error("out of memory for %" PRIu64 " socket threads", nbdd_cfg.socket_threads);
+	if (loops_open((unsigned)nbdd_cfg.socket_threads) < 0)
 		return -1;
-	}
-	for (unsigned i = 0; i < nbdd_cfg.socket_threads; i++) {
-		H.loops[i].epfd = H.loops[i].wakefd = -1;
-		H.nr_loops = i + 1;   /* what server_close closes */
-		if (open_loop(&H.loops[i], i) < 0)
-			return -1;
-	}
 	for (unsigned i = 0; i < nbdd_cfg.nr_listen; i++)
 		if (open_tcp(i) < 0)
 			return -1;
@@ -902,16 +862,9 @@ int server_open(struct peer *p, const struct server_ops *ops)
 
 int server_start(void)
 {
-	for (unsigned i = 0; i < H.nr_loops; i++) {
-		struct loop *L = &H.loops[i];
-		int rc = pthread_create(&L->thread, NULL, server_loop, L);
-		if (rc) {
-			peer_error("cannot start socket thread %u: %s", i, strerror(rc));
-			server_stop();
-			return -1;
-		}
-		L->started = true;
-		peer_name_thread(L->thread, "nbdd-sock%u", i);
+	if (loops_start(server_loop) < 0) {
+		server_stop();
+		return -1;
 	}
 	return 0;
 }
@@ -919,21 +872,14 @@ int server_start(void)
 void server_stop(void)
 {
 	atomic_store(&S.stop, 1);
-	for (unsigned i = 0; i < H.nr_loops; i++) {
-		struct loop *L = &H.loops[i];
-		if (!L->started)
-			continue;
-		loop_wake(L);
-		pthread_join(L->thread, NULL);
-		L->started = false;
-	}
+	loops_join();
 }
 
 void server_close(void)
 {
 	server_stop();
-	for (unsigned i = 0; i < H.nr_loops; i++) {
-		struct loop *L = &H.loops[i];
+	for (unsigned i = 0; i < loops_count(); i++) {
+		struct loop *L = loop_at(i);
 		/* Kicks queued by the last replies hold references; a connection
 		 * given to a thread that had ended was never read. */
 		while (L->kicks) {
@@ -941,9 +887,9 @@ void server_close(void)
 			L->kicks = c->next_kick;
 			conn_put(c);
 		}
-		while (L->adopt) {
-			struct conn *c = L->adopt;
-			L->adopt = c->next;
+		while (L->given) {
+			struct conn *c = L->given;
+			L->given = c->next;
 			count_conn(L, -1);
 			conn_put(c);
 		}
@@ -959,15 +905,5 @@ void server_close(void)
 		peer_warn("connections closed holding replies they did not read "
 			  "(--max-client-buffer): %" PRIu64 "; waits for --max-buffer-total: %" PRIu64,
 			  closes, waits);
-	for (unsigned i = 0; i < H.nr_loops; i++) {
-		struct loop *L = &H.loops[i];
-		if (L->wakefd >= 0)
-			close(L->wakefd);
-		if (L->epfd >= 0)
-			close(L->epfd);
-		pthread_mutex_destroy(&L->kick_lock);
-	}
-	free(H.loops);
-	H.loops = NULL;
-	H.nr_loops = 0;
+	loops_close();
 }

@@ -14,13 +14,12 @@
 A block's pattern names its offset and the round, so a block of another
 offset or round never passes for it. Exit 1 names the first bad block."""
 import argparse
-import socket
 import struct
 import sys
 import threading
 
-REQ_MAGIC, REPLY_MAGIC = 0x25609513, 0x67446698
-READ, WRITE, DISC = 0, 1, 2
+from nbd_raw_client import READ, WRITE, DISC, REPLY_MAGIC, connect, handshake, request
+
 BLOCK, DEPTH = 4096, 16
 
 
@@ -34,6 +33,7 @@ def pattern(offset, rnd):
 
 
 def recv_exact(s, n):
+    """nbd_raw_client's fails the test on a close; here a close is the kill."""
     buf = bytearray()
     while len(buf) < n:
         r = s.recv(n - len(buf))
@@ -43,28 +43,10 @@ def recv_exact(s, n):
     return bytes(buf)
 
 
-def connect(path):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(30)
-    s.connect(path)
-    hello = recv_exact(s, 18)
-    if hello[:8] != b"NBDMAGIC":
-        fail("bad greeting %r" % hello)
-    s.sendall(struct.pack(">I", 3))   # fixed newstyle, no zeroes
-    name = b"vol"
-    data = struct.pack(">I", len(name)) + name + struct.pack(">H", 0)
-    s.sendall(b"IHAVEOPT" + struct.pack(">II", 7, len(data)) + data)   # GO
-    while True:
-        _, _, rtype, length = struct.unpack(">QIII", recv_exact(s, 20))
-        recv_exact(s, length)
-        if rtype == 1:   # ACK
-            return s
-        if rtype & 0x80000000:
-            fail("GO refused: %#x" % rtype)
-
-
-def request(s, cmd, cookie, offset, length, payload=b""):
-    s.sendall(struct.pack(">IHHQQI", REQ_MAGIC, 0, cmd, cookie, offset, length) + payload)
+def open_vol(path):
+    s = connect(path, timeout=30)
+    handshake(s, b"vol")
+    return s
 
 
 def reply(s):
@@ -76,7 +58,7 @@ def reply(s):
 
 def writer(path, client, blocks, rnd, acked, sent_unanswered, lock):
     try:
-        s = connect(path)
+        s = open_vol(path)
     except OSError as e:
         fail("client %d cannot connect: %s" % (client, e))
     base = client * blocks
@@ -126,7 +108,7 @@ def main():
             f.write("in-flight %d\n" % unanswered[0])
         return 0
     offsets = [int(line) for line in open(a.acked) if not line.startswith("in-flight")]
-    s = connect(a.sock)
+    s = open_vol(a.sock)
     for i in range(0, len(offsets), DEPTH):
         batch = offsets[i:i + DEPTH]
         for off in batch:

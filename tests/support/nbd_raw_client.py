@@ -689,4 +689,5 @@ def main():
     cases[args.case](s)
 
 
-main()
+if __name__ == "__main__":   # nbd_acked_writes.py imports its client
+    main()

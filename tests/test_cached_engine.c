@@ -798,6 +798,78 @@ START_TEST(load_never_caches_bytes_older_than_an_acknowledged_write)
 }
 END_TEST
 
+/* Write-through: two writes of the same bucket, both out at once, may land
+ * on the blocker in one order and be answered in the other. Whichever
+ * lands last is what the blocker keeps, so the cache must keep that or
+ * nothing: the one answered last is not always the one that landed last.
+ * Both orders of three writes, over a bucket cached VALID and INVALID. */
+static void racing_writes_case(bool cached_first)
+{
+	setup_with(1 << 20, 16, CACHE_WRITETHROUGH);
+	unsigned char w[3][BKT_SIZE], r[BKT_SIZE], on_blk[BKT_SIZE];
+	for (int i = 0; i < 3; i++)
+		fill(w[i], BKT_SIZE, 40 + i);
+	if (cached_first)   /* the bucket VALID before the race */
+		ck_assert_int_eq(do_write("race", 0, BKT_SIZE, w[0]), 0);
+	atomic_store(&blk.hold, 1);
+	struct sync_req s[3];
+	for (int i = 0; i < 3; i++)
+		start_req(&s[i], X_WRITE, "race", 0, BKT_SIZE, w[i]);
+	for (int i = 0; i < 3 && !(s[0].done && s[1].done && s[2].done); i++)
+		blk_serve_all_answer_reversed();   /* lands 0,1,2; answered 2,1,0 */
+	for (int i = 0; i < 3; i++) {
+		wait_sync(&s[i]);
+		ck_assert(s[i].r.served);
+	}
+	atomic_store(&blk.hold, 0);
+	pthread_mutex_lock(&blk.lock);
+	memcpy(on_blk, blk_find("race", false)->data, BKT_SIZE);
+	pthread_mutex_unlock(&blk.lock);
+	ck_assert_int_eq(do_read("race", 0, BKT_SIZE, r), 0);
+	ck_assert_msg(!memcmp(r, on_blk, BKT_SIZE),
+		      "the cache kept a write the blocker has not (cached before: %d)", cached_first);
+	struct cache_stats st;
+	cache_engine_stats(blk.engine, &st);
+	ck_assert_uint_eq(st.raced_writes, 3);
+	teardown();
+}
+
+/* Uncached writes of other buckets of the object, out at once, race
+ * nothing: each stays cached and the reads after them hit. */
+START_TEST(uncached_writes_of_other_buckets_stay_cached)
+{
+	setup_with(1 << 20, 16, CACHE_WRITETHROUGH);
+	unsigned char w[4][BKT_SIZE], r[BKT_SIZE];
+	atomic_store(&blk.hold, 1);
+	struct sync_req s[4];
+	for (int i = 0; i < 4; i++) {
+		fill(w[i], BKT_SIZE, 50 + i);
+		start_req(&s[i], X_WRITE, "apart", (uint64_t)i * BKT_SIZE, BKT_SIZE, w[i]);
+	}
+	for (int i = 0; i < 3 && !(s[0].done && s[1].done && s[2].done && s[3].done); i++)
+		blk_serve_all_answer_reversed();
+	for (int i = 0; i < 4; i++)
+		wait_sync(&s[i]);
+	atomic_store(&blk.hold, 0);
+	for (int i = 0; i < 4; i++) {
+		ck_assert_int_eq(do_read("apart", (uint64_t)i * BKT_SIZE, BKT_SIZE, r), 0);
+		ck_assert(!memcmp(r, w[i], BKT_SIZE));
+	}
+	ck_assert_int_eq(atomic_load(&blk.reads), 0);   /* all hits */
+	struct cache_stats st;
+	cache_engine_stats(blk.engine, &st);
+	ck_assert_uint_eq(st.raced_writes, 0);
+	teardown();
+}
+END_TEST
+
+START_TEST(racing_uncached_writes_cache_what_the_blocker_keeps)
+{
+	racing_writes_case(false);
+	racing_writes_case(true);
+}
+END_TEST
+
 /* A read miss of whole buckets is its own load: the blocker fills the
  * client's buffer (no request or copy of the engine's), the buckets get
  * the same bytes and the next read hits. A read that covers part of a
@@ -1677,6 +1749,8 @@ int main(void)
 	tcase_add_test(tc, deferred_flush_goes_before_later_uncached_writes);
 	tcase_add_test(tc, uncached_write_never_overwrites_a_newer_cached_one);
 	tcase_add_test(tc, load_never_caches_bytes_older_than_an_acknowledged_write);
+	tcase_add_test(tc, racing_uncached_writes_cache_what_the_blocker_keeps);
+	tcase_add_test(tc, uncached_writes_of_other_buckets_stay_cached);
 	tcase_add_test(tc, whole_bucket_miss_is_its_own_load);
 	tcase_add_test(tc, write_through_lends_the_client_request);
 	tcase_add_test(tc, failed_lent_load_fails_the_read_and_caches_nothing);

@@ -162,6 +162,10 @@ struct cache_req {
 	bool counted;              /* a read's hit or miss is counted (once) */
 	int load_error;            /* a load it waited for failed: answer this */
 	struct cache_req *next_parked;  /* its object's parked list */
+	/* An uncached write in flight: on its object's list of them, and
+	 * whether another one of its buckets was out beside it (through.c). */
+	struct cache_req *next_through;
+	bool raced;
 	uint32_t fwd_op;           /* op of the forward in progress */
 	struct xwork work;
 };
@@ -185,6 +189,7 @@ struct cache_stats {
 	uint64_t clean_released_bytes;          /* given back by cold objects kept cached */
 	uint64_t waits, uncached;               /* parked; served past a full pool */
 	uint64_t lent;                          /* client requests sent on to the blocker */
+	uint64_t raced_writes;                  /* uncached writes of a bucket another was writing */
 	uint64_t failed;
 	uint64_t blocker_in_flight;             /* requests out to the blocker now */
 	uint64_t barriers_open;                 /* FLUSH, policy switch, COPY under way */

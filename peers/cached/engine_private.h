@@ -77,6 +77,7 @@ struct engine_counts {
 	_Atomic uint64_t blocker_read_bytes, blocker_write_bytes;
 	_Atomic uint64_t evictions, clean_released, flushes, flush_failures, flush_ns_total;
 	_Atomic uint64_t waits, uncached, failed, lent;
+	_Atomic uint64_t raced_writes;   /* uncached writes of one bucket out at once */
 };
 
 struct count_block {
@@ -137,6 +138,7 @@ struct cache_object {
 	struct flush_waiter *waiters;      /* barriers waiting for "clean" */
 	uint32_t loads, flushes, throughs; /* blocker I/O in flight */
 	uint32_t through_writes;           /* of throughs: uncached writes */
+	struct cache_req *through_out;     /* those writes, newest first */
 	uint32_t writes_waiting;           /* uncached writes parked for loads/flushes */
 	bool flush_again, deleting, on_dirty_list;
 	bool drop_told;                    /* a DELETE or COPY's drop sent to the replica */

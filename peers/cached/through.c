@@ -16,6 +16,47 @@ static bool bucket_fully_covered(struct cache_engine *e, uint32_t i, uint64_t of
 
 static void through_done_job(struct xwork *w, void *arg);
 
+static bool spans_overlap(const struct bucket_geometry *g, const struct cache_req *a,
+			  const struct cache_req *b)
+{
+	struct bucket_span x, y;
+	bucket_span_of(g, a->offset, a->size, &x);
+	bucket_span_of(g, b->offset, b->size, &y);
+	return x.first <= y.last && y.first <= x.last;
+}
+
+/*
+ * Two uncached writes of one bucket out at once may land on the blocker in
+ * one order and be answered in the other, so neither may leave its bytes
+ * in the bucket: the one answered last need not be the one the blocker
+ * kept. Each marks itself and every write in flight whose buckets it
+ * shares as raced, for the whole of both lives.
+ */
+static void through_write_out(struct cache_object *o, struct cache_req *req)
+{
+	req->raced = false;
+	for (struct cache_req *w = o->through_out; w; w = w->next_through)
+		if (spans_overlap(&o->e->geo, w, req)) {
+			if (!req->raced)
+				STAT_ADD(o->e, raced_writes, 1);
+			if (!w->raced)
+				STAT_ADD(o->e, raced_writes, 1);
+			w->raced = req->raced = true;
+		}
+	req->next_through = o->through_out;
+	o->through_out = req;
+	o->through_writes++;
+}
+
+static void through_write_back(struct cache_object *o, struct cache_req *req)
+{
+	struct cache_req **p = &o->through_out;
+	while (*p != req)
+		p = &(*p)->next_through;
+	*p = req->next_through;
+	o->through_writes--;
+}
+
 /* Sends req to the blocker uncached (-> THROUGH), or waits for a blocker
  * request (-> WAIT_IO). */
 void go_through(struct cache_object *o, struct cache_req *req)
@@ -33,7 +74,7 @@ void go_through(struct cache_object *o, struct cache_req *req)
 	req_set(req, REQ_THROUGH);
 	o->throughs++;
 	if (req->op == X_WRITE)
-		o->through_writes++;
+		through_write_out(o, req);
 	bio_send(o, bio, through_done_job);
 }
 
@@ -57,7 +98,7 @@ static void through_done_job(struct xwork *w, void *arg)
 				bucket_copy(o, i, req->offset, req->size, req->data, false);
 	} else if (req->op == X_WRITE && ok) {
 		STAT_ADD(e, blocker_write_bytes, req->size);
-		bool racing = o->through_writes > 1;   /* overlapping writes land in any order */
+		bool racing = req->raced;   /* see through_write_out */
 		for (uint32_t i = sp.first; i <= sp.last; i++) {
 			enum bucket_state s = o->b.state[i];
 			if (s == BUCKET_DIRTY) {
@@ -80,7 +121,9 @@ static void through_done_job(struct xwork *w, void *arg)
 	}
 	int error = bio->error ? bio->error : EIO;
 	o->throughs--;
-	if (req->op == X_WRITE && --o->through_writes == 0 && (o->flush_again || o->flush_deferred)) {
+	if (req->op == X_WRITE)
+		through_write_back(o, req);
+	if (req->op == X_WRITE && o->through_writes == 0 && (o->flush_again || o->flush_deferred)) {
 		o->flush_again = false;
 		queue_flush(o);
 	}

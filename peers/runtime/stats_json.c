@@ -99,15 +99,16 @@ static void put_buckets(struct out *o, const struct peer_stats_sum *s)
 	}
 }
 
-/* Percentiles, and the buckets themselves ([low ns, width ns, count],
+/* Percentiles in µs to the ns (a bare hop's are under 1 µs, and with one
+ * decimal its p50 could read 0.0), and the buckets themselves ([low ns, width ns, count],
  * the empty left out) so that a reader can take the difference of two
  * answers: latency over an interval (xseg stats --watch). */
 static void put_latency(struct out *o, const struct peer_stats_sum *s)
 {
 	uint64_t reqs = s->requests[0] + s->requests[1] + s->requests[2];
 	double sum_ns = (double)s->lat_sum * s->ns_per_tick;
-	put(o, ",\"lat_us_avg\":%.1f,\"lat_us_p50\":%.1f,\"lat_us_p99\":%.1f"
-	    ",\"lat_us_p999\":%.1f,\"lat_us_max\":%.1f,\"lat_sum_us\":%.1f,\"lat_buckets\":[",
+	put(o, ",\"lat_us_avg\":%.3f,\"lat_us_p50\":%.3f,\"lat_us_p99\":%.3f"
+	    ",\"lat_us_p999\":%.3f,\"lat_us_max\":%.3f,\"lat_sum_us\":%.3f,\"lat_buckets\":[",
 	    reqs ? us(sum_ns) / (double)reqs : 0.0, us(peer_stats_percentile(s, 50)),
 	    us(peer_stats_percentile(s, 99)), us(peer_stats_percentile(s, 99.9)),
 	    us((double)s->lat_max * s->ns_per_tick), us(sum_ns));

@@ -41,9 +41,9 @@ struct export_list {
  * init, then served; none: vlmcd's list is served whole. */
 static struct export_list given;
 
-/* --max-buffer-total as given: checked against --max-client-buffer once
- * both are known. */
-static const char *max_buffer_total_arg;
+/* --max-buffer-total and --max-client-buffer as given: checked against
+ * each other once both are known; a default one follows the heap (init). */
+static const char *max_buffer_total_arg, *max_client_buffer_arg;
 
 /* ---- exports ------------------------------------------------------------------------ */
 
@@ -217,9 +217,11 @@ static const char nbdd_usage[] =
 "  --max-client-buffer S  READ/WRITE buffers held for one client: past it\n"
 "                         its requests are not read until half is written; a\n"
 "                         client holding it that takes no reply byte for 1 s\n"
-"                         is closed (default 32M)\n"
+"                         is closed (default 32M, at most the total's default)\n"
 "  --max-buffer-total S   the same for all clients together: past it every\n"
-"                         client waits (default 256M, at least the above)\n"
+"                         client waits (default 256M or a quarter of the\n"
+"                         segment's heap if less: in the heap they take up\n"
+"                         to twice their bytes; at least the above)\n"
 "  --socket-threads N     threads that read the clients' requests, each its\n"
 "                         own clients for good (1..64; default a quarter of\n"
 "                         the CPUs, 1 to 4): one serves a client as fast\n"
@@ -271,6 +273,7 @@ static int parse_option(struct peer *p, int val, const char *arg)
 	case OPT_SOCKET_MODE:
 		return parse_socket_mode(arg);
 	case OPT_MAX_CLIENT_BUFFER:
+		max_client_buffer_arg = arg;
 		return peer_arg_size("--max-client-buffer", arg, 64u << 10, 1ull << 40,
 				     &nbdd_cfg.max_client_buffer);
 	case OPT_TARGET_TIMEOUT:
@@ -324,11 +327,61 @@ static const struct server_ops server_ops = {
 	.cmd_post = cmd_post,
 };
 
+/* A size for the log: 16M, 512K, or bytes. */
+static const char *size_text(uint64_t b, char *buf, size_t len)
+{
+	if (b >= (1u << 20) && !(b & ((1u << 20) - 1)))
+		snprintf(buf, len, "%" PRIu64 "M", b >> 20);
+	else if (b >= 1024 && !(b & 1023))
+		snprintf(buf, len, "%" PRIu64 "K", b >> 10);
+	else
+		snprintf(buf, len, "%" PRIu64, b);
+	return buf;
+}
+
+/*
+ * The buffers held for clients are also nbdd's chunks in the segment's
+ * heap: a command's chunks never exceed its length, which is what it
+ * holds, but each is a power-of-two block with room for the target's
+ * name, up to twice its bytes (a 1M chunk takes 2M). A target that stops
+ * answering lets them grow to --max-buffer-total, and past the heap's
+ * size that left vlmcd, cached's flusher and every other client of the
+ * segment no buffer (a stalled path, ENOMEM). The defaults therefore hold
+ * at most a quarter of the heap's bytes, so that nbdd takes at most half
+ * of it; a value given above that is kept, with a warning.
+ */
+static void fit_buffers_to_heap(struct peer *p)
+{
+	struct xseg_segment_info info;
+	if (xseg_segment_info(peer_segment(p), &info) < 0)
+		return;
+	uint64_t share = info.heap_size / 4;
+	if (!max_buffer_total_arg && nbdd_cfg.max_buffer_total > share) {
+		if (!max_client_buffer_arg && nbdd_cfg.max_client_buffer > share)
+			nbdd_cfg.max_client_buffer = share;
+		nbdd_cfg.max_buffer_total = nbdd_cfg.max_client_buffer > share
+			? nbdd_cfg.max_client_buffer : share;   /* a client's given above it */
+	}
+	char a[32], b[32], c[32];
+	if (nbdd_cfg.max_buffer_total > share)
+		peer_warn("client buffers may hold %s, more than a quarter of the segment's %s "
+			  "heap (--max-buffer-total, --max-client-buffer; in the heap they take up "
+			  "to twice that): a target that stops answering lets them take the "
+			  "buffers the rest of the path needs",
+			  size_text(nbdd_cfg.max_buffer_total, a, sizeof(a)),
+			  size_text(info.heap_size, b, sizeof(b)));
+	peer_info("buffers held for clients: at most %s each, %s in all (the segment's heap: %s)",
+		  size_text(nbdd_cfg.max_client_buffer, a, sizeof(a)),
+		  size_text(nbdd_cfg.max_buffer_total, b, sizeof(b)),
+		  size_text(info.heap_size, c, sizeof(c)));
+}
+
 static int init(struct peer *p)
 {
 	int rc = choose_exports(p);
 	if (rc)
 		return rc;
+	fit_buffers_to_heap(p);
 	if (server_open(p, &server_ops) < 0)
 		return -1;
 	for (unsigned i = 0; i < nbdd_cfg.nr_exports; i++)

@@ -10,6 +10,8 @@
       Exits 0 either way: what it proves is in FILE.
   nbd_acked_writes.py verify SOCK --round R --acked FILE
       Reads back every offset in FILE: each must hold round R's pattern.
+  --block-size S (4096) and --depth D (16), the same for both modes:
+      blocks of S bytes, D in flight per connection.
 
 A block's pattern names its offset and the round, so a block of another
 offset or round never passes for it. Exit 1 names the first bad block."""
@@ -93,7 +95,11 @@ def main():
     ap.add_argument("--blocks", type=int, default=4096)
     ap.add_argument("--round", type=int, required=True)
     ap.add_argument("--acked", required=True)
+    ap.add_argument("--block-size", type=int, default=4096)
+    ap.add_argument("--depth", type=int, default=16)
     a = ap.parse_args()
+    global BLOCK, DEPTH
+    BLOCK, DEPTH = a.block_size, a.depth
     if a.mode == "write":
         acked, unanswered, lock = [], [0], threading.Lock()
         threads = [threading.Thread(target=writer, args=(a.sock, c, a.blocks, a.round, acked,

@@ -2,7 +2,8 @@
  * vlmcd as a child process, in front of a real filed (data across object
  * boundaries, object names on disk, volume ends, unknown volumes, a small
  * request pool, a pool the client holds whole) and in front of a fake blocker played by the test
- * itself (exact splits, FLUSH fan-out and ordering, failed parts, routing).
+ * itself (exact splits, FLUSH fan-out and ordering, failed parts, failed
+ * FLUSHes leaving their objects dirty, routing).
  */
 #define _GNU_SOURCE
 #include <check.h>
@@ -551,6 +552,20 @@ static void blocker_write(uint64_t off, uint64_t size, int fail_part_err)
 	xseg_put_request(seg, req);
 }
 
+/* One of vlmcd's own figures in its answer to "stats". */
+static uint64_t vlmcd_figure(const char *name)
+{
+	char out[16384] = { 0 }, key[64];
+	struct pt_req r = { .op = X_CONTROL, .size = 5, .data = "stats", .data_len = 5,
+			    .datalen = sizeof(out), .out = out, .out_len = sizeof(out) - 1 };
+	ck_assert_int_eq(pt_do(seg, CLIENT, VLMCD, &r, TIMEOUT), 0);
+	expect_result(r, XR_SERVED, 0, "stats");
+	snprintf(key, sizeof(key), "\"%s\":", name);
+	const char *at = strstr(out, key);
+	ck_assert_msg(at != NULL, "no %s in %s", name, out);
+	return strtoull(at + strlen(key), NULL, 10);
+}
+
 /* Collects the FLUSH parts that arrive within wait_ms, sorted by name. */
 static int blocker_flushes(struct xseg_request **out, int max, unsigned wait_ms)
 {
@@ -631,6 +646,93 @@ START_TEST(flushes_in_order)
 	ck_assert_ptr_eq(pt_receive(seg, CLIENT, TIMEOUT), f2);
 	ck_assert_uint_eq(f2->result, XR_SERVED);
 	xseg_put_request(seg, f2);
+}
+END_TEST
+
+/* A FLUSH that failed must not forget what it was to flush: the write to
+ * object 2 was acknowledged, its object's flush failed (FLUSH answered
+ * EIO), so a later FLUSH must reach object 2 again before it may answer
+ * SERVED. */
+START_TEST(failed_flush_keeps_objects_dirty)
+{
+	struct xseg_request *parts[16];
+	struct pt_req r = { .op = X_FLUSH, .target = "vol" };
+	blocker_write(OBJ * 2, 10, 0);          /* acknowledged: object 2 dirty */
+	struct xseg_request *flush = pt_submit(seg, CLIENT, VLMCD, &r);
+	ck_assert_ptr_nonnull(flush);
+	ck_assert_int_eq(blocker_flushes(parts, 16, 200), 1);
+	blocker_answer(parts[0], BLOCKER, EIO);   /* the object's flush fails */
+	ck_assert_ptr_eq(pt_receive(seg, CLIENT, TIMEOUT), flush);
+	ck_assert_uint_eq(flush->result, XR_FAILED);
+	xseg_put_request(seg, flush);
+
+	/* the client retries the FLUSH: object 2 is still not durable */
+	flush = pt_submit(seg, CLIENT, VLMCD, &r);
+	ck_assert_ptr_nonnull(flush);
+	int n = blocker_flushes(parts, 16, 300);
+	if (n == 0) {
+		struct xseg_request *back = pt_receive(seg, CLIENT, TIMEOUT);
+		ck_assert_msg(0, "second FLUSH sent no object flush and was answered %s "
+			      "(object 2's data was never flushed)",
+			      back && back->result == XR_SERVED ? "SERVED" : "otherwise");
+	}
+	ck_assert_int_eq(n, 1);
+	ck_assert_str_eq(xseg_get_target(seg, parts[0]), "vol_0000000000000002");
+	blocker_answer(parts[0], BLOCKER, 0);
+	ck_assert_ptr_eq(pt_receive(seg, CLIENT, TIMEOUT), flush);
+	ck_assert_uint_eq(flush->result, XR_SERVED);
+	xseg_put_request(seg, flush);
+	ck_assert_uint_eq(vlmcd_figure("flushes_failed"), 1);
+
+	/* served: nothing is left to flush */
+	flush = pt_submit(seg, CLIENT, VLMCD, &r);
+	ck_assert_ptr_eq(pt_receive(seg, CLIENT, TIMEOUT), flush);
+	ck_assert_uint_eq(flush->result, XR_SERVED);
+	xseg_put_request(seg, flush);
+	ck_assert_ptr_null(blocker_accept(BLOCKER, 50));
+}
+END_TEST
+
+/* A FLUSH that stopped before sending its object flushes (the blocker port
+ * unbound: EHOSTUNREACH) keeps them too, and so do objects written while a
+ * FLUSH that then fails is out: the retry flushes both. */
+START_TEST(unsent_flush_keeps_objects_dirty)
+{
+	struct xseg_request *parts[16];
+	struct pt_req r = { .op = X_FLUSH, .target = "vol" };
+	blocker_write(OBJ * 4, 10, 0);
+	blocker_write(OBJ * 5 - 5, 10, 0);      /* objects 4 and 5 */
+	ck_assert_int_eq(xseg_leave_port(seg, BLOCKER), 0);
+	struct xseg_request *flush = pt_submit(seg, CLIENT, VLMCD, &r);
+	ck_assert_ptr_eq(pt_receive(seg, CLIENT, TIMEOUT), flush);
+	ck_assert_uint_eq(flush->result, XR_FAILED);
+	ck_assert_int_eq(flush->error, EHOSTUNREACH);
+	xseg_put_request(seg, flush);
+
+	/* the blocker is back; a FLUSH fails with a write acknowledged meanwhile */
+	ck_assert_int_eq(xseg_bind_port(seg, BLOCKER), 0);
+	flush = pt_submit(seg, CLIENT, VLMCD, &r);
+	ck_assert_int_eq(blocker_flushes(parts, 16, 300), 2);
+	ck_assert_str_eq(xseg_get_target(seg, parts[0]), "vol_0000000000000004");
+	ck_assert_str_eq(xseg_get_target(seg, parts[1]), "vol_0000000000000005");
+	blocker_write(OBJ * 6, 10, 0);
+	blocker_answer(parts[0], BLOCKER, 0);
+	blocker_answer(parts[1], BLOCKER, EIO);
+	ck_assert_ptr_eq(pt_receive(seg, CLIENT, TIMEOUT), flush);
+	ck_assert_uint_eq(flush->result, XR_FAILED);
+	xseg_put_request(seg, flush);
+	ck_assert_uint_eq(vlmcd_figure("flushes_failed"), 2);
+
+	flush = pt_submit(seg, CLIENT, VLMCD, &r);
+	ck_assert_int_eq(blocker_flushes(parts, 16, 300), 3);
+	ck_assert_str_eq(xseg_get_target(seg, parts[0]), "vol_0000000000000004");
+	ck_assert_str_eq(xseg_get_target(seg, parts[1]), "vol_0000000000000005");
+	ck_assert_str_eq(xseg_get_target(seg, parts[2]), "vol_0000000000000006");
+	for (int i = 0; i < 3; i++)
+		blocker_answer(parts[i], BLOCKER, 0);
+	ck_assert_ptr_eq(pt_receive(seg, CLIENT, TIMEOUT), flush);
+	ck_assert_uint_eq(flush->result, XR_SERVED);
+	xseg_put_request(seg, flush);
 }
 END_TEST
 
@@ -723,6 +825,8 @@ int main(void)
 	tcase_add_test(fake, exact_split);
 	tcase_add_test(fake, flush_fans_out);
 	tcase_add_test(fake, flushes_in_order);
+	tcase_add_test(fake, failed_flush_keeps_objects_dirty);
+	tcase_add_test(fake, unsent_flush_keeps_objects_dirty);
 	tcase_add_test(fake, follows_routes);
 	tcase_add_test(fake, blocker_gone);
 	tcase_add_test(fake, sigterm_waits_for_parts);

@@ -12,6 +12,8 @@
  * FLUSH (a bitmap per volume, set when a written part is acknowledged) and
  * is answered when all those object flushes are. FLUSHes of one volume run
  * one after the other, so a FLUSH is answered only after every earlier one.
+ * A FLUSH that fails puts all its objects back into the bitmap: the next
+ * FLUSH (a client's retry) flushes them again, never SERVED without them.
  * INFO answers the volume's configured size; INFO with no target, the
  * list of volumes and their sizes (what nbdd exports).
  *
@@ -49,7 +51,7 @@ struct volume {
 	uint64_t size;
 	uint64_t nr_objects;
 	pthread_mutex_t lock;       /* guards dirty, flushing, flush_queue */
-	uint64_t *dirty;            /* bitmap: objects written since the last FLUSH */
+	uint64_t *dirty;            /* bitmap: objects written since the last served FLUSH */
 	bool flushing;              /* a FLUSH of this volume is out */
 	struct job *flush_queue, **flush_tail;   /* FLUSHes waiting for it */
 };
@@ -87,6 +89,7 @@ struct renamed {
 struct figures {
 	_Alignas(64) _Atomic uint64_t renamed;   /* forwarded under the object's name */
 	_Atomic uint64_t split;                   /* served in parts, copied */
+	_Atomic uint64_t flushes_failed;          /* FLUSHes answered FAILED */
 };
 
 static struct {
@@ -239,6 +242,25 @@ static void set_error(struct job *job, int err)
 
 static void start_flush(struct peer_thread *t, struct job *job);
 
+/* The worker's own line of figures (a helper thread shares the last one). */
+static struct figures *figures_of(struct peer_thread *t)
+{
+	unsigned i = peer_thread_index(t);
+	return &V.figures[i < V.nr_figures ? i : V.nr_figures - 1];
+}
+
+/* A failed FLUSH's objects are dirty again (called with v->lock held): some
+ * may not be durable, and a later FLUSH must not be SERVED without them.
+ * OR, not store: writes acknowledged meanwhile set bits of their own. */
+static void redirty(struct job *job)
+{
+	struct volume *v = job->vol;
+	for (uint64_t i = 0; i < job->nr_parts; i++) {
+		uint64_t object = job->parts[i].object;
+		v->dirty[object / 64] |= 1ull << (object % 64);
+	}
+}
+
 /* Drops one reference; the last one answers the client. */
 static void job_put(struct peer_thread *t, struct job *job)
 {
@@ -255,7 +277,13 @@ static void job_put(struct peer_thread *t, struct job *job)
 	}
 	struct job *next = NULL;
 	if (job->op == X_FLUSH) {
+		if (err)
+			atomic_fetch_add_explicit(&figures_of(t)->flushes_failed, 1,
+						  memory_order_relaxed);
 		pthread_mutex_lock(&v->lock);
+		/* Before the next FLUSH's turn, so that it takes them. */
+		if (err)
+			redirty(job);
 		next = v->flush_queue;
 		if (next) {
 			v->flush_queue = next->next_flush;
@@ -380,11 +408,8 @@ static struct job *new_job(struct xseg_request *req, struct volume *v, uint64_t 
 /* Counts on the worker's own line (relaxed: only it writes there). */
 static void count(struct peer_thread *t, bool renamed)
 {
-	unsigned i = peer_thread_index(t);
-	if (i >= V.nr_figures)
-		i = V.nr_figures - 1;   /* a helper thread: shares the last line */
-	_Atomic uint64_t *c = renamed ? &V.figures[i].renamed : &V.figures[i].split;
-	atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
+	struct figures *f = figures_of(t);
+	atomic_fetch_add_explicit(renamed ? &f->renamed : &f->split, 1, memory_order_relaxed);
 }
 
 /* Gives a renamed request its volume's name and offset back. */
@@ -658,16 +683,20 @@ static void fini(struct peer *p)
 }
 
 /* vlmcd's own figures in `xseg stats`: requests forwarded under their
- * object's name (no copy), and requests served in parts (copied). */
+ * object's name (no copy), requests served in parts (copied), and FLUSHes
+ * answered FAILED (their objects left dirty for the next). */
 static int stats_fields(struct peer *p, char *buf, size_t len)
 {
 	(void)p;
-	uint64_t renamed = 0, split = 0;
+	uint64_t renamed = 0, split = 0, flushes_failed = 0;
 	for (unsigned i = 0; i < V.nr_figures; i++) {
 		renamed += atomic_load_explicit(&V.figures[i].renamed, memory_order_relaxed);
 		split += atomic_load_explicit(&V.figures[i].split, memory_order_relaxed);
+		flushes_failed += atomic_load_explicit(&V.figures[i].flushes_failed,
+						       memory_order_relaxed);
 	}
-	return snprintf(buf, len, ",\"renamed\":%" PRIu64 ",\"split\":%" PRIu64, renamed, split);
+	return snprintf(buf, len, ",\"renamed\":%" PRIu64 ",\"split\":%" PRIu64
+			",\"flushes_failed\":%" PRIu64, renamed, split, flushes_failed);
 }
 
 static const struct peer_ops vlmcd_ops = {

@@ -163,15 +163,40 @@ START_TEST(request_checks)
 	ck_assert_uint_eq(check(0, NBD_CMD_WRITE, 0, (64u << 10) + 1), NBD_EINVAL);   /* > max */
 	ck_assert_uint_eq(check(0, NBD_CMD_WRITE_ZEROES, 0, 1u << 20), 0);   /* no payload: no max */
 	ck_assert_uint_eq(check(NBD_CMD_FLAG_FUA, NBD_CMD_WRITE, 0, 512), 0);
-	ck_assert_uint_eq(check(NBD_CMD_FLAG_FUA, NBD_CMD_READ, 0, 512), NBD_EINVAL);
+	ck_assert_uint_eq(check(NBD_CMD_FLAG_FUA, NBD_CMD_READ, 0, 512), 0);
+	ck_assert_uint_eq(check(NBD_CMD_FLAG_NO_HOLE, NBD_CMD_READ, 0, 512), NBD_EINVAL);
+	ck_assert_uint_eq(check(NBD_CMD_FLAG_FUA | NBD_CMD_FLAG_NO_HOLE, NBD_CMD_READ, 0, 512),
+			  NBD_EINVAL);
 	ck_assert_uint_eq(check(NBD_CMD_FLAG_NO_HOLE, NBD_CMD_WRITE_ZEROES, 0, 512), 0);
 	ck_assert_uint_eq(check(NBD_CMD_FLAG_NO_HOLE, NBD_CMD_WRITE, 0, 512), NBD_EINVAL);
 	ck_assert_uint_eq(check(1u << 4, NBD_CMD_WRITE_ZEROES, 0, 512), NBD_EINVAL);  /* FAST_ZERO */
 	ck_assert_uint_eq(check(0, NBD_CMD_FLUSH, 0, 0), 0);
+	ck_assert_uint_eq(check(NBD_CMD_FLAG_NO_HOLE, NBD_CMD_FLUSH, 0, 0), NBD_EINVAL);
+	ck_assert_uint_eq(check(1u << 4, NBD_CMD_FLUSH, 0, 0), NBD_EINVAL);
 	ck_assert_uint_eq(check(0, NBD_CMD_DISC, 0, 0), 0);
+	ck_assert_uint_eq(check(NBD_CMD_FLAG_NO_HOLE, NBD_CMD_DISC, 0, 0), NBD_EINVAL);
 	ck_assert_uint_eq(check(0, 5, 0, 512), NBD_EINVAL);    /* CACHE: not offered */
 	ck_assert_uint_eq(check(0, 7, 0, 512), NBD_EINVAL);    /* BLOCK_STATUS */
 	ck_assert_uint_eq(check(0, 0xffff, 0, 0), NBD_EINVAL);
+}
+END_TEST
+
+/* The NBD spec, "Command flags": NBD_CMD_FLAG_FUA "is valid for all
+ * commands, provided NBD_FLAG_SEND_FUA has been negotiated, in which case
+ * the server MUST accept all commands with this bit set (even by ignoring
+ * the bit)". nbdd always announces NBD_FLAG_SEND_FUA. */
+START_TEST(fua_accepted_on_every_command)
+{
+	ck_assert_uint_eq(check(NBD_CMD_FLAG_FUA, NBD_CMD_WRITE, 0, 512), 0);
+	ck_assert_uint_eq(check(NBD_CMD_FLAG_FUA, NBD_CMD_TRIM, 0, 512), 0);
+	ck_assert_uint_eq(check(NBD_CMD_FLAG_FUA, NBD_CMD_WRITE_ZEROES, 0, 512), 0);
+	ck_assert_msg(check(NBD_CMD_FLAG_FUA, NBD_CMD_FLUSH, 0, 0) == 0,
+		      "FLUSH with FUA refused: NBD error %u",
+		      check(NBD_CMD_FLAG_FUA, NBD_CMD_FLUSH, 0, 0));
+	ck_assert_msg(check(NBD_CMD_FLAG_FUA, NBD_CMD_READ, 0, 512) == 0,
+		      "READ with FUA refused: NBD error %u",
+		      check(NBD_CMD_FLAG_FUA, NBD_CMD_READ, 0, 512));
+	ck_assert_uint_eq(check(NBD_CMD_FLAG_FUA, NBD_CMD_DISC, 0, 0), 0);
 }
 END_TEST
 
@@ -201,6 +226,7 @@ int main(void)
 	tcase_add_test(tc, request_decode);
 	tcase_add_test(tc, request_checks);
 	tcase_add_test(tc, errno_mapping);
+	tcase_add_test(tc, fua_accepted_on_every_command);
 	suite_add_tcase(s, tc);
 	return xt_run(s);
 }

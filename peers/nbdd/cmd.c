@@ -6,7 +6,8 @@
  * back, with the first error if any failed. TRIM and WRITE_ZEROES write
  * zeros, so both read back as zeros whatever is behind vlmcd. FLUSH is one
  * X_FLUSH of the volume: vlmcd's barrier covers every write it has
- * acknowledged, from any connection. FUA sets XF_FUA on every chunk.
+ * acknowledged, from any connection. FUA sets XF_FUA on every chunk of a
+ * WRITE, TRIM or WRITE_ZEROES; on READ and FLUSH it is ignored.
  *
  * A small command (at most DIRECT_MAX bytes, one chunk) is sent by the
  * socket thread itself (peer_send_any): handing it to a worker cost a
@@ -234,7 +235,9 @@ static void issue(struct peer *p, struct cmd *cmd)
 			return;
 		}
 		r->op = xseg_op_of(cmd->req.type);
-		r->flags = cmd->req.flags & NBD_CMD_FLAG_FUA ? XF_FUA : 0;
+		/* XF_FUA is a write's ("durable before answered"): not on a
+		 * READ, and a FLUSH is durable anyway. */
+		r->flags = r->op == X_WRITE && (cmd->req.flags & NBD_CMD_FLAG_FUA) ? XF_FUA : 0;
 		r->offset = is_flush ? 0 : cmd->req.offset + start;
 		r->size = is_flush ? 0 : len;
 		if (cmd->req.type == NBD_CMD_WRITE)

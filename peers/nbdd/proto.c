@@ -153,9 +153,12 @@ uint32_t nbd_check_request(const struct nbd_request *req, uint64_t export_size,
 	uint32_t allowed;
 	bool writes;
 
+	/* FUA is valid on every command once NBD_FLAG_SEND_FUA is announced
+	 * (nbdd always does): the spec says the server MUST accept it, if only
+	 * by ignoring it, as on READ, FLUSH (already a full flush) and DISC. */
 	switch (req->type) {
 	case NBD_CMD_READ:
-		allowed = 0, writes = false;
+		allowed = NBD_CMD_FLAG_FUA, writes = false;
 		break;
 	case NBD_CMD_WRITE:
 		allowed = NBD_CMD_FLAG_FUA, writes = true;
@@ -168,7 +171,7 @@ uint32_t nbd_check_request(const struct nbd_request *req, uint64_t export_size,
 		break;
 	case NBD_CMD_FLUSH:
 	case NBD_CMD_DISC:
-		return req->flags ? NBD_EINVAL : 0;
+		return req->flags & ~NBD_CMD_FLAG_FUA ? NBD_EINVAL : 0;
 	default:
 		return NBD_EINVAL;
 	}

@@ -158,8 +158,9 @@ static inline uint32_t nbd_request_payload(const struct nbd_request *req)
 /*
  * Checks a decoded request against the export: 0 when it may be served, or
  * the NBD error to answer: EINVAL for an unknown command, a flag it does
- * not allow, a READ/WRITE longer than `max_payload`, a READ or TRIM beyond
- * the end; ENOSPC for a WRITE or WRITE_ZEROES beyond the end.
+ * not allow (FUA is allowed on every command), a READ/WRITE longer than
+ * `max_payload`, a READ or TRIM beyond the end; ENOSPC for a WRITE or
+ * WRITE_ZEROES beyond the end.
  */
 uint32_t nbd_check_request(const struct nbd_request *req, uint64_t export_size,
 			   uint32_t max_payload);

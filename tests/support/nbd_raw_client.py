@@ -105,8 +105,8 @@ def write(s, cookie, offset, data, flags=0):
         fail("write of %d bytes at %d: error %d, cookie %d" % (len(data), offset, error, got))
 
 
-def read(s, cookie, offset, length):
-    request(s, READ, cookie, offset, length)
+def read(s, cookie, offset, length, flags=0):
+    request(s, READ, cookie, offset, length, flags=flags)
     error, got = reply(s)
     if (error, got) != (0, cookie):
         fail("read of %d bytes at %d: error %d, cookie %d" % (length, offset, error, got))
@@ -284,21 +284,26 @@ def errors(s):
     request(s, WRITE, 12, size, 8192, b"\xaa" * 8192)           # beyond, payload skipped
     request(s, READ, 13, 0, 64 << 20)                           # above the maximum
     request(s, 9, 14, 0, 512)                                   # unknown command
-    request(s, READ, 15, 0, 512, flags=1)                       # FUA on a READ
+    request(s, READ, 15, 0, 512, flags=FLAG_NO_HOLE)            # a write's flag on a READ
+    request(s, FLUSH, 19, 0, 0, flags=FLAG_NO_HOLE)             # and on a FLUSH
     request(s, WRITE, 16, 4096, 8, b"12345678")                 # still in sync
-    want = {11: EINVAL, 12: ENOSPC, 13: EINVAL, 14: EINVAL, 15: EINVAL, 16: 0}
+    want = {11: EINVAL, 12: ENOSPC, 13: EINVAL, 14: EINVAL, 15: EINVAL, 19: EINVAL, 16: 0}
     got = {}
     while len(got) < len(want):
         error, cookie = reply(s)
         got[cookie] = error
     if got != want:
         fail("errors: got %r, want %r" % (got, want))
-    # after the write's reply: NBD does not order them
-    if read(s, 17, 4096, 8) != b"12345678":
-        fail("read after the errors: wrong data")
-    request(s, DISC, 18, 0, 0)
+    # after the write's reply: NBD does not order them. FUA is announced, so
+    # it must be taken on every command (the spec), READ, FLUSH, DISC too.
+    if read(s, 17, 4096, 8, flags=FLAG_FUA) != b"12345678":
+        fail("read with FUA after the errors: wrong data")
+    request(s, FLUSH, 20, 0, 0, flags=FLAG_FUA)
+    if reply(s) != (0, 20):
+        fail("FLUSH with FUA refused")
+    request(s, DISC, 18, 0, 0, flags=FLAG_FUA)
     if not closed_by_server(s):
-        fail("DISC: connection stayed open")
+        fail("DISC with FUA: connection stayed open")
 
 
 def out_of_order(s):

@@ -1728,6 +1728,266 @@ START_TEST(readers_of_a_hot_object_see_whole_acknowledged_writes)
 }
 END_TEST
 
+
+/* ---- the blocker serving and answering in orders of its own --------------- */
+
+/* Takes the n-th (0-based) queued blocker request off the queue, neither
+ * served nor answered (the blocker threads are held): the test serves it
+ * (blk_serve) and answers it (bio.done) when it wants. */
+static struct fake_bio *blk_take(int n)
+{
+	pthread_mutex_lock(&blk.lock);
+	struct fake_bio **p = &blk.queue;
+	while (*p && n--)
+		p = &(*p)->next;
+	struct fake_bio *fb = *p;
+	ck_assert_msg(fb != NULL, "no such queued blocker request");
+	*p = fb->next;
+	fb->next = NULL;
+	pthread_mutex_unlock(&blk.lock);
+	return fb;
+}
+
+static void blk_answer(struct fake_bio *fb)
+{
+	fb->bio.done(&fb->bio);
+}
+
+/* Serves and answers every queued request, in order, until none is queued
+ * (answers may queue more). */
+static void blk_serve_queue_now(void)
+{
+	while (blk_queued()) {
+		struct fake_bio *fb = blk_take(0);
+		blk_serve(fb);
+		blk_answer(fb);
+	}
+}
+
+/* Waits for s at most `ms` milliseconds; true when it was answered. */
+static bool wait_sync_ms(struct sync_req *s, int ms)
+{
+	for (int i = 0; i < ms; i++) {
+		pthread_mutex_lock(&s->lock);
+		bool done = s->done;
+		pthread_mutex_unlock(&s->lock);
+		if (done)
+			return true;
+		usleep(1000);
+	}
+	return false;
+}
+
+/* drop.c + barrier.c: a DELETE parked behind a load has set o->deleting;
+ * a FLUSH of the (still dirty) object then registers as a waiter. The
+ * flush must still run and tell the FLUSH (it used to be skipped while the
+ * object was being deleted, and the DELETE's drop made the object clean
+ * without telling its waiters: the FLUSH was never answered). */
+START_TEST(flush_behind_a_parked_delete_is_answered)
+{
+	setup_with(1 << 20, 16, CACHE_WRITEBACK);
+	unsigned char w[BKT_SIZE], r[BKT_SIZE];
+	fill(w, sizeof(w), 60);
+	ck_assert_int_eq(do_write("dh", 0, sizeof(w), w), 0);        /* dirty */
+	atomic_store(&blk.hold, 1);
+	struct sync_req rd, del, fl;
+	start_req(&rd, X_READ, "dh", 5 * BKT_SIZE, BKT_SIZE, r);     /* a load out */
+	ck_assert_int_eq(rd.r.state, REQ_PARKED);
+	start_req(&del, X_DELETE, "dh", 0, 0, NULL);
+	ck_assert_int_eq(del.r.state, REQ_PARKED);                   /* behind the load */
+	start_req(&fl, X_FLUSH, "dh", 0, 0, NULL);                   /* waits for "clean" */
+	blk_release_hold();
+	wait_sync(&rd);
+	wait_sync(&del);
+	ck_assert(rd.r.served);
+	bool answered = wait_sync_ms(&fl, 2000);
+	struct cache_stats st;
+	cache_engine_stats(blk.engine, &st);
+	ck_assert_msg(answered, "FLUSH behind a DELETE never answered (state %s, "
+		      "barriers_open %" PRIu64 ", barrier_waiters %" PRIu64 ", dirty %" PRIu64 ")",
+		      req_state_name(fl.r.state), st.barriers_open, st.barrier_waiters,
+		      st.dirty_bytes);
+	teardown();
+}
+END_TEST
+
+/* through.c: a read past a full pool goes to the blocker uncached and is
+ * overlaid, at its answer, with the buckets still cached then. A bucket
+ * DIRTY when the read was sent, whose flush lands after the blocker read
+ * it and which is then given back before the read's answer, is not
+ * overlaid: the read returns the blocker's bytes from before a write that
+ * was acknowledged before the read was even submitted. Here the bucket is
+ * given back by two racing FUA writes (through.c releases a raced VALID
+ * bucket); shedding does the same (next test). The read must be sent again
+ * (rereads). */
+START_TEST(uncached_read_never_returns_bytes_older_than_an_acknowledged_write)
+{
+	setup_with(16 * BKT_SIZE, 8, CACHE_WRITEBACK);
+	unsigned char old[2 * BKT_SIZE], neu[BKT_SIZE], t1[BKT_SIZE], t2[BKT_SIZE];
+	unsigned char r[2 * BKT_SIZE], scan[15 * BKT_SIZE];
+	fill(old, sizeof(old), 61);
+	fill(neu, sizeof(neu), 62);
+	fill(t1, sizeof(t1), 63);
+	fill(t2, sizeof(t2), 64);
+	blk_put("ur", 0, old, sizeof(old));
+	ck_assert_int_eq(do_write("ur", 0, sizeof(neu), neu), 0);     /* acknowledged, DIRTY */
+	ck_assert_int_eq(do_read("scan", 0, sizeof(scan), scan), 0);  /* the pool is full */
+	atomic_store(&blk.hold, 1);
+	struct sync_req rd, fl, a, b;
+	start_req(&rd, X_READ, "ur", 0, sizeof(r), r);                /* bucket 1: no room */
+	ck_assert_int_eq(rd.r.state, REQ_THROUGH);
+	start_req(&fl, X_FLUSH, "ur", 0, 0, NULL);                    /* flushes bucket 0 */
+	ck_assert_int_eq(blk_queued(), 2);
+	struct fake_bio *read = blk_take(0);
+	blk_serve(read);                   /* the blocker reads the old bytes ... */
+	blk_serve_queue_now();             /* ... then the flush lands, the FLUSH answered */
+	wait_sync(&fl);
+	ck_assert(fl.r.served);
+	start_fua_write(&a, "ur", 0, BKT_SIZE, t1);                   /* bucket 0 given back */
+	start_fua_write(&b, "ur", 0, BKT_SIZE, t2);
+	blk_serve_all_answer_reversed();
+	wait_sync(&a);
+	wait_sync(&b);
+	ck_assert(!rd.done);
+	blk_answer(read);                  /* the read's answer comes last */
+	blk_release_hold();                /* a read sent again is served */
+	wait_sync(&rd);
+	ck_assert(rd.r.served);
+	ck_assert_msg(memcmp(r, old, BKT_SIZE) != 0,
+		      "the read returned bytes older than a write acknowledged before it");
+	blk_release_hold();
+	teardown();
+}
+END_TEST
+
+
+/* The same with the pool's own shedding: a read past a full pool is out
+ * at the blocker while the maintenance tick writes the dirty bucket back
+ * and gives clean buckets of cold objects back (what it does exactly when
+ * the pool is full). The read, served before the write-back landed and
+ * answered after the bucket was shed, must not return bytes older than a
+ * write acknowledged before it was submitted: it is sent again. */
+START_TEST(uncached_read_across_shedding_never_returns_older_bytes)
+{
+	setup_with(16 * BKT_SIZE, 8, CACHE_WRITEBACK);
+	unsigned char old[OBJ_SIZE], neu[BKT_SIZE], r[OBJ_SIZE], other[BKT_SIZE];
+	fill(old, sizeof(old), 65);
+	fill(neu, sizeof(neu), 66);
+	blk_put("us", 0, old, sizeof(old));
+	ck_assert_int_eq(do_write("us", 0, sizeof(neu), neu), 0);     /* bucket 0 DIRTY */
+	for (int pass = 0; pass < 2; pass++) {                        /* read twice: kept */
+		ck_assert_int_eq(do_read("us", BKT_SIZE, 14 * BKT_SIZE, r), 0);
+		ck_assert_int_eq(do_read("uz", 0, BKT_SIZE, other), 0);
+	}
+	struct cache_stats st;
+	cache_engine_stats(blk.engine, &st);
+	ck_assert_uint_eq(st.free_bytes, 0);                          /* the pool is full */
+	atomic_store(&blk.hold, 1);
+	struct sync_req rd, fl;
+	start_req(&rd, X_READ, "us", 0, OBJ_SIZE, r);                 /* bucket 15: no room */
+	ck_assert_int_eq(rd.r.state, REQ_THROUGH);
+	start_req(&fl, X_FLUSH, "us", 0, 0, NULL);                    /* as the flusher would */
+	ck_assert_int_eq(blk_queued(), 2);
+	struct fake_bio *read = blk_take(0);
+	blk_serve(read);                   /* the blocker reads the old bytes ... */
+	blk_serve_queue_now();             /* ... then the write-back lands */
+	wait_sync(&fl);
+	ck_assert(fl.r.served);
+	for (int tick = 0; tick < 3; tick++)   /* short of buckets: shed cold clean ones */
+		cache_engine_maintain(blk.engine);
+	cache_engine_stats(blk.engine, &st);
+	ck_assert_uint_gt(st.clean_released_bytes, 0);
+	ck_assert(!rd.done);
+	blk_answer(read);
+	blk_release_hold();                /* a read sent again is served */
+	wait_sync(&rd);
+	ck_assert(rd.r.served);
+	ck_assert_msg(!memcmp(r, neu, BKT_SIZE),
+		      "the read returned bytes older than a write acknowledged before it "
+		      "(old bytes: %d)", !memcmp(r, old, BKT_SIZE));
+	cache_engine_stats(blk.engine, &st);
+	ck_assert_uint_ge(st.rereads, 1);
+	blk_release_hold();
+	teardown();
+}
+END_TEST
+
+
+/* drop.c: a DELETE drops the object's cached data before it goes to the
+ * blocker, and nothing could restore dropped DIRTY bytes if the blocker
+ * fails the DELETE (a blocker that died: its requests fail): the object
+ * would be neither deleted nor as last written. So the dirty bytes are
+ * written back first, and after the failed DELETE they read back. */
+START_TEST(failed_delete_keeps_acknowledged_writes)
+{
+	setup_with(1 << 20, 16, CACHE_WRITEBACK);
+	unsigned char old[BKT_SIZE], neu[BKT_SIZE], r[BKT_SIZE];
+	fill(old, sizeof(old), 67);
+	fill(neu, sizeof(neu), 68);
+	blk_put("fd", 0, old, sizeof(old));
+	ck_assert_int_eq(do_write("fd", 0, sizeof(neu), neu), 0);     /* acknowledged, DIRTY */
+	atomic_store(&blk.hold, 1);
+	struct sync_req del;
+	start_req(&del, X_DELETE, "fd", 0, 0, NULL);
+	ck_assert_int_eq(del.r.state, REQ_PARKED);   /* its dirty bytes written back first */
+	ck_assert_int_eq(blk_queued(), 1);
+	struct fake_bio *fb = blk_take(0);
+	ck_assert_uint_eq(fb->bio.op, X_WRITE);
+	blk_serve(fb);
+	blk_answer(fb);
+	for (int i = 0; i < 2000 && !blk_queued(); i++)   /* then the DELETE */
+		usleep(1000);
+	ck_assert_int_eq(del.r.state, REQ_DROPPING);
+	fb = blk_take(0);   /* the blocker fails it, deleting nothing */
+	fb->bio.served = false;
+	fb->bio.error = EIO;
+	blk_answer(fb);
+	wait_sync(&del);
+	ck_assert(!del.r.served);
+	blk_release_hold();
+	ck_assert_int_eq(do_read("fd", 0, sizeof(r), r), 0);
+	ck_assert_msg(memcmp(r, old, sizeof(r)) != 0,
+		      "after a failed DELETE the read returned bytes older than an acknowledged "
+		      "write (the write is lost: %d)", !blk_has("fd", 0, neu, sizeof(neu)));
+	teardown();
+}
+END_TEST
+
+/* through.c: a write-through write whose bytes reached the blocker but
+ * whose answer says it failed (the blocker died after writing, or a short
+ * write) must not leave the bucket VALID with the bytes from before it: a
+ * clean bucket that differs from the blocker (a hit would return the old
+ * bytes, the same read after the bucket is shed the new ones). */
+START_TEST(failed_write_through_leaves_no_clean_bucket_unlike_the_blocker)
+{
+	setup_with(1 << 20, 16, CACHE_WRITETHROUGH);
+	unsigned char a[BKT_SIZE], b[BKT_SIZE], r[BKT_SIZE], on_blk[BKT_SIZE];
+	fill(a, sizeof(a), 69);
+	fill(b, sizeof(b), 70);
+	ck_assert_int_eq(do_write("fw", 0, sizeof(a), a), 0);         /* cached VALID */
+	atomic_store(&blk.hold, 1);
+	struct sync_req w;
+	start_req(&w, X_WRITE, "fw", 0, sizeof(b), b);
+	ck_assert_int_eq(w.r.state, REQ_THROUGH);
+	struct fake_bio *fb = blk_take(0);
+	blk_serve(fb);                       /* the bytes land ... */
+	fb->bio.served = false;              /* ... the answer says it failed */
+	fb->bio.error = EIO;
+	blk_answer(fb);
+	wait_sync(&w);
+	ck_assert(!w.r.served);
+	blk_release_hold();
+	pthread_mutex_lock(&blk.lock);
+	memcpy(on_blk, blk_find("fw", false)->data, BKT_SIZE);
+	pthread_mutex_unlock(&blk.lock);
+	ck_assert_int_eq(do_read("fw", 0, sizeof(r), r), 0);
+	ck_assert_msg(!memcmp(r, on_blk, sizeof(r)),
+		      "a clean cached bucket differs from the blocker after a failed write-through "
+		      "write (cache has the old bytes: %d)", !memcmp(r, a, sizeof(r)));
+	teardown();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("cached_engine");
@@ -1774,5 +2034,13 @@ int main(void)
 	tcase_add_loop_test(threads, threads_share_a_small_cache_consistently, 0, 4);
 	tcase_add_test(threads, readers_of_a_hot_object_see_whole_acknowledged_writes);
 	suite_add_tcase(s, threads);
+	TCase *rv = tcase_create("orders");   /* CK_RUN_CASE=orders */
+	tcase_set_timeout(rv, 60);
+	tcase_add_test(rv, flush_behind_a_parked_delete_is_answered);
+	tcase_add_test(rv, uncached_read_never_returns_bytes_older_than_an_acknowledged_write);
+	tcase_add_test(rv, uncached_read_across_shedding_never_returns_older_bytes);
+	tcase_add_test(rv, failed_delete_keeps_acknowledged_writes);
+	tcase_add_test(rv, failed_write_through_leaves_no_clean_bucket_unlike_the_blocker);
+	suite_add_tcase(s, rv);
 	return xt_run(s);
 }

@@ -164,8 +164,10 @@ int64_t bucket_release(struct object_buckets *ob, struct bucket_totals *t, uint3
 	enum bucket_state s = ob->state[i];
 	if (s != BUCKET_INVALID && s != BUCKET_VALID)
 		return -EBUSY;
-	if (s == BUCKET_VALID)
+	if (s == BUCKET_VALID) {
 		bucket_set(ob, t, i, BUCKET_INVALID);
+		ob->valid_released++;
+	}
 	uint32_t slot = ob->slot[i];
 	ob->slot[i] = BUCKET_NO_SLOT;
 	ob->claimed--;

@@ -101,6 +101,9 @@ struct object_buckets {
 	uint32_t count[BUCKET_STATES];
 	uint32_t claimed;
 	uint32_t on_probation;
+	/* VALID buckets given back so far (bucket_release): an uncached read
+	 * that saw it change while out may have lost a newer cached copy. */
+	uint32_t valid_released;
 	/* count[DIRTY] + count[WRITING], stored (relaxed: a plain store on
 	 * x86) for readers on other threads: statistics per volume. */
 	_Atomic uint32_t unwritten;

@@ -1,10 +1,13 @@
 /*
  * DELETE, and COPY onto an object: once nothing of the object is in
- * flight, every cached byte of it is dropped (DIRTY too: the data is gone
- * on purpose) and the request goes to the blocker; no load starts on the
+ * flight and its dirty bytes are written back, every cached byte of it is
+ * dropped and the request goes to the blocker; no load starts on the
  * object meanwhile (o->deleting), and requests for it park until then.
- * Mirrored, the replica is told to drop its copy too, and the request
- * goes on only once it did.
+ * Written back first because the blocker may fail the request: dropped
+ * dirty bytes could not come back, and the object would read as it was
+ * before writes that were acknowledged (a flush that fails fails the
+ * request, the dirty bytes kept). Mirrored, the replica is told to drop
+ * its copy too, and the request goes on only once it did.
  */
 #include "engine_private.h"
 
@@ -36,6 +39,21 @@ void drop_step(struct cache_object *o, struct cache_req *req)
 		park(o, req, REQ_PARKED);
 		return;
 	}
+	if (!object_clean(o)) {
+		if (o->drop_flushed && o->last_flush_error) {   /* the write-back failed */
+			int error = o->last_flush_error;
+			o->drop_flushed = false;
+			o->deleting = false;
+			finish(e, req, false, error, 0);
+			run_parked(o);
+			return;
+		}
+		o->drop_flushed = true;   /* flush_cycle_done runs us again */
+		queue_flush(o);
+		park(o, req, REQ_PARKED);
+		return;
+	}
+	o->drop_flushed = false;
 	drop_all(o);
 	/* Mirrored: answered only once the replica dropped its copy, or a
 	 * replica promoted later would write the dropped bytes back. */

@@ -269,7 +269,8 @@ static int on_init(void *priv, void *node_priv)
 	o->loads = o->flushes = o->throughs = o->through_writes = 0;
 	o->through_out = NULL;
 	o->flush_again = o->deleting = o->on_dirty_list = o->flush_deferred = false;
-	o->flush_error = 0;
+	o->flush_error = o->last_flush_error = 0;
+	o->drop_flushed = false;
 	atomic_store(&o->flush_queued, false);
 	atomic_store(&o->flush_io_wait, false);
 	atomic_store(&o->shed_queued, false);
@@ -638,6 +639,7 @@ void cache_engine_stats(struct cache_engine *e, struct cache_stats *s)
 	s->uncached = STAT_SUM(e, uncached);
 	s->lent = STAT_SUM(e, lent);
 	s->raced_writes = STAT_SUM(e, raced_writes);
+	s->rereads = STAT_SUM(e, reread);
 	s->failed = STAT_SUM(e, failed);
 	s->blocker_in_flight = atomic_load(&e->bios_in_flight);
 	s->barriers_open = atomic_load(&e->barriers_open);

@@ -166,6 +166,7 @@ struct cache_req {
 	 * whether another one of its buckets was out beside it (through.c). */
 	struct cache_req *next_through;
 	bool raced;
+	uint32_t released_seen;    /* an uncached read: its object's valid_released then */
 	uint32_t fwd_op;           /* op of the forward in progress */
 	struct xwork work;
 };
@@ -190,6 +191,7 @@ struct cache_stats {
 	uint64_t waits, uncached;               /* parked; served past a full pool */
 	uint64_t lent;                          /* client requests sent on to the blocker */
 	uint64_t raced_writes;                  /* uncached writes of a bucket another was writing */
+	uint64_t rereads;                       /* uncached reads sent again: a cached copy went */
 	uint64_t failed;
 	uint64_t blocker_in_flight;             /* requests out to the blocker now */
 	uint64_t barriers_open;                 /* FLUSH, policy switch, COPY under way */

@@ -78,6 +78,7 @@ struct engine_counts {
 	_Atomic uint64_t evictions, clean_released, flushes, flush_failures, flush_ns_total;
 	_Atomic uint64_t waits, uncached, failed, lent;
 	_Atomic uint64_t raced_writes;   /* uncached writes of one bucket out at once */
+	_Atomic uint64_t reread;         /* uncached reads read again: a cached copy went */
 };
 
 struct count_block {
@@ -146,6 +147,8 @@ struct cache_object {
 	 * behind it, or a steady stream of them would hold it off for ever. */
 	bool flush_deferred;
 	int flush_error;                   /* of the current flush cycle */
+	int last_flush_error;              /* of the last one that ended */
+	bool drop_flushed;                 /* a DELETE or COPY wrote it back first (drop.c) */
 	_Atomic bool flush_queued;
 	_Atomic bool flush_io_wait;        /* a flush waits for a free bio */
 	struct xwork flush_io_work;

@@ -40,6 +40,7 @@ static void flush_cycle_done(struct cache_object *o)
 {
 	int error = o->flush_error;
 	o->flush_error = 0;
+	o->last_flush_error = error;
 	if (object_clean(o)) {
 		o->flush_deferred = false;
 		notify_waiters(o, 0);
@@ -172,14 +173,11 @@ static void flush_job(struct xwork *w, void *arg)
 		 * write: either could land on the blocker after newer data. */
 		o->flush_again = true;
 		o->flush_deferred = o->through_writes > 0;
-	} else if (o->deleting) {
-		/* the data is being dropped */
-		if (was_deferred)
-			run_parked(o);
-	} else if (!o->waiters && backing_off(e, now_ns())) {
+	} else if (!o->waiters && !o->deleting && backing_off(e, now_ns())) {
 		/* The flusher's own try, while the blocker fails writes: the
 		 * maintainer asks again after the pause. A FLUSH or an unplug
-		 * waiting (o->waiters) tries at once: the disk may have room. */
+		 * waiting (o->waiters), or a DELETE (drop.c), tries at once: the
+		 * disk may have room. */
 		if (was_deferred)
 			run_parked(o);
 	} else {

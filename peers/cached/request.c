@@ -39,7 +39,8 @@ const uint32_t req_next[REQ_STATES] = {
 	[REQ_PARKED_WRITE] = TO(REQ_RUNNING),
 	/* QUEUED on its object, or FORWARDED; WAIT_IO again: none free yet */
 	[REQ_WAIT_IO]      = TO(REQ_QUEUED) | TO(REQ_FORWARDED) | TO(REQ_WAIT_IO),
-	[REQ_THROUGH]      = TO(REQ_DONE),
+	/* RUNNING: an uncached read read again (a newer cached copy went) */
+	[REQ_THROUGH]      = TO(REQ_DONE) | TO(REQ_RUNNING),
 	[REQ_DROPPING]     = TO(REQ_DONE),
 	/* FLUSH forwards; COPY goes to its target object; DONE: failed */
 	[REQ_BARRIER]      = TO(REQ_FORWARDED) | TO(REQ_WAIT_IO) | TO(REQ_QUEUED) |

@@ -75,6 +75,8 @@ void go_through(struct cache_object *o, struct cache_req *req)
 	o->throughs++;
 	if (req->op == X_WRITE)
 		through_write_out(o, req);
+	else
+		req->released_seen = o->b.valid_released;
 	bio_send(o, bio, through_done_job);
 }
 
@@ -89,6 +91,22 @@ static void through_done_job(struct xwork *w, void *arg)
 	struct bucket_span sp;
 
 	bucket_span_of(&e->geo, req->offset, req->size, &sp);
+	if (req->op == X_READ && ok && o->b.valid_released != req->released_seen) {
+		/*
+		 * Cached bytes newer than what the blocker read (a DIRTY bucket
+		 * flushed after the blocker served the read) are laid over it
+		 * below, but a bucket given back meanwhile (shed, or dropped by
+		 * racing writes) took its copy along: what is left could be
+		 * older than a write answered before this read came. Read again.
+		 */
+		o->throughs--;
+		bio_release(e, bio);
+		STAT_ADD(e, reread, 1);
+		e->resume(o, req);
+		run_parked(o);
+		obj_put(o);
+		return;
+	}
 	if (req->op == X_READ && ok) {
 		if (bio->data != req->data)
 			memcpy(req->data, bio->data, req->size);
@@ -118,6 +136,13 @@ static void through_done_job(struct xwork *w, void *arg)
 				bucket_set(&o->b, &e->totals, i, BUCKET_VALID);
 			}
 		}
+	} else if (req->op == X_WRITE) {
+		/* Failed or short: the blocker may hold these bytes or not, so
+		 * no clean copy of them stays (a DIRTY one is newer than either
+		 * and is written back over them). */
+		for (uint32_t i = sp.first; i <= sp.last; i++)
+			if (o->b.state[i] == BUCKET_VALID)
+				release_bucket(o, i);
 	}
 	int error = bio->error ? bio->error : EIO;
 	o->throughs--;

@@ -72,7 +72,7 @@ static bool counter_field(const char *key)
 		"hits", "misses", "partial_hits", "parallel_hits", "read_bytes", "write_bytes",
 		"blocker_read_bytes", "blocker_write_bytes", "evictions",
 		"clean_released_bytes", "flushes", "flush_failures", "waits", "uncached",
-		"lent", "raced_writes", "failed", "persist_dropped", "persist_syncs",
+		"lent", "raced_writes", "rereads", "failed", "persist_dropped", "persist_syncs",
 	};
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if (!strcmp(key, names[i]))

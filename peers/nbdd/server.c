@@ -601,8 +601,6 @@ static void run_kicks(struct loop *L)
 	L->given = NULL;
 	struct conn *list = L->kicks;
 	L->kicks = NULL;
-	for (struct conn *c = list; c; c = c->next_kick)
-		c->kicked = false;
 	pthread_mutex_unlock(&L->kick_lock);
 	while (given) {
 		struct conn *c = given;
@@ -610,8 +608,19 @@ static void run_kicks(struct loop *L)
 		adopt(L, c);
 	}
 	while (list) {
+		/* One at a time, its successor read and its flag cleared under
+		 * the lock: a kick of c from here on puts c on the new list
+		 * (rewriting c->next_kick), one of a connection still ahead
+		 * finds it kicked and is served by this walk. Clearing them all
+		 * at first let a second kick of one still ahead rewrite its
+		 * next_kick mid-walk: the rest of this list lost (a reference
+		 * leaked, a paused client never resumed) and the new one walked
+		 * twice (one reference put twice). */
 		struct conn *c = list;
+		pthread_mutex_lock(&L->kick_lock);
 		list = c->next_kick;
+		c->kicked = false;
+		pthread_mutex_unlock(&L->kick_lock);
 		conn_kicked(c);
 		conn_put(c);
 	}

@@ -330,6 +330,16 @@ static bool blk_has(const char *name, uint64_t off, const void *data, uint64_t s
 	return ok;
 }
 
+/* What the blocker holds of an object (it must exist). */
+static void blk_get(const char *name, uint64_t off, void *data, uint64_t size)
+{
+	pthread_mutex_lock(&blk.lock);
+	struct fake_object *o = blk_find(name, false);
+	ck_assert_msg(o != NULL, "the blocker has no object %s", name);
+	memcpy(data, o->data + off, size);
+	pthread_mutex_unlock(&blk.lock);
+}
+
 /* Puts bytes on the blocker directly, as if written long ago. */
 static void blk_put(const char *name, uint64_t off, const void *data, uint64_t size)
 {
@@ -822,9 +832,7 @@ static void racing_writes_case(bool cached_first)
 		ck_assert(s[i].r.served);
 	}
 	atomic_store(&blk.hold, 0);
-	pthread_mutex_lock(&blk.lock);
-	memcpy(on_blk, blk_find("race", false)->data, BKT_SIZE);
-	pthread_mutex_unlock(&blk.lock);
+	blk_get("race", 0, on_blk, BKT_SIZE);
 	ck_assert_int_eq(do_read("race", 0, BKT_SIZE, r), 0);
 	ck_assert_msg(!memcmp(r, on_blk, BKT_SIZE),
 		      "the cache kept a write the blocker has not (cached before: %d)", cached_first);
@@ -1977,9 +1985,7 @@ START_TEST(failed_write_through_leaves_no_clean_bucket_unlike_the_blocker)
 	wait_sync(&w);
 	ck_assert(!w.r.served);
 	blk_release_hold();
-	pthread_mutex_lock(&blk.lock);
-	memcpy(on_blk, blk_find("fw", false)->data, BKT_SIZE);
-	pthread_mutex_unlock(&blk.lock);
+	blk_get("fw", 0, on_blk, BKT_SIZE);
 	ck_assert_int_eq(do_read("fw", 0, sizeof(r), r), 0);
 	ck_assert_msg(!memcmp(r, on_blk, sizeof(r)),
 		      "a clean cached bucket differs from the blocker after a failed write-through "

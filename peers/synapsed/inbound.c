@@ -178,10 +178,13 @@ static bool try_submit(struct inbound *in)
 		reply_failed(in, EHOSTUNREACH);
 		return true;
 	}
+	/* A READ's buffer is sized for its reply: data sent with it would be
+	 * copied past the buffer, over the segment's heap. */
 	if (memchr(target, '\0', h->target_len) ||
-	    (h->op == X_WRITE && h->data_len != h->size)) {
-		peer_info("request id %#" PRIx64 ": a NUL in its target or WRITE data of %" PRIu64
-			  " bytes for size %" PRIu64 ": EINVAL", h->id, h->data_len, h->size);
+	    (h->op == X_WRITE && h->data_len != h->size) || (h->op == X_READ && h->data_len)) {
+		peer_info("request id %#" PRIx64 ": a NUL in its target, or data of %" PRIu64
+			  " bytes for a %s of size %" PRIu64 ": EINVAL", h->id, h->data_len,
+			  h->op == X_READ ? "READ" : "WRITE", h->size);
 		reply_failed(in, EINVAL);
 		return true;
 	}

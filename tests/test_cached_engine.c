@@ -52,6 +52,7 @@ static struct {
 	_Atomic int reads, lent;           /* READs served; client requests lent */
 	_Atomic int hold;                  /* serve nothing while set */
 	_Atomic int flushes, writes;
+	_Atomic int fua_writes;            /* of writes: with XF_FUA */
 	bool stop;
 	pthread_t threads[2];
 	struct cache_engine *engine;
@@ -92,6 +93,8 @@ static void blk_serve(struct fake_bio *fb)
 		break;
 	case X_WRITE:
 		atomic_fetch_add(&blk.writes, 1);
+		if (b->flags & XF_FUA)
+			atomic_fetch_add(&blk.fua_writes, 1);
 		if (atomic_load(&blk.fail_writes)) {
 			b->served = false;
 			b->error = EIO;
@@ -1484,6 +1487,38 @@ START_TEST(persist_overwrite_is_out_of_place_and_clean_data_leaves_the_file)
 }
 END_TEST
 
+/*
+ * --persist-sync flush: once a FLUSH is answered the bytes survive a host
+ * crash (the persist file synced). When the flusher later writes such a
+ * bucket back its header is cleared at the answer, and the next sync makes
+ * that durable: so the write-back must be durable on the blocker by then
+ * (FUA). A plain WRITE may sit in the blocker's volatile cache (filed's
+ * page cache), and a host crash would lose the bucket on both sides.
+ */
+START_TEST(persist_write_back_is_durable_before_its_header_goes)
+{
+	persist_dir();
+	setup_persist(ppath, 1 << 20);
+	unsigned char w[BKT_SIZE];
+	fill(w, sizeof(w), 90);
+	ck_assert_int_eq(do_write("h", 0, BKT_SIZE, w), 0);
+	ck_assert_int_eq(do_flush(), 0);                /* durable from here on */
+	struct xcache_entry *ent = xcache_lookup(blk.engine->index, "h", 1);
+	ck_assert_ptr_nonnull(ent);
+	queue_flush(xcache_entry_priv(ent));           /* the flusher's own write-back */
+	xcache_put(blk.engine->index, ent);
+	for (int ms = 0; ms < 2000 && stats_now().dirty_bytes; ms++)
+		usleep(1000);
+	ck_assert_uint_eq(stats_now().dirty_bytes, 0);
+	ck_assert_uint_eq(stats_now().persist_dirty_bytes, 0);   /* its header gone */
+	ck_assert_int_eq(atomic_load(&blk.writes), 1);
+	ck_assert_msg(atomic_load(&blk.fua_writes) == 1,
+		      "the write-back was not durable on the blocker before its header went");
+	teardown();
+	persist_dir_remove();
+}
+END_TEST
+
 /* --persist-sync flush: a FLUSH (and a FUA write) is answered after an
  * fdatasync of the file and the blocker's FLUSH, with nothing written
  * back; none: a FLUSH writes everything back as without --persist. */
@@ -2032,6 +2067,7 @@ int main(void)
 	tcase_add_test(pc, persist_full_recovered_cache_overwrites);
 	tcase_add_test(pc, persist_torn_data_is_dropped_not_served);
 	tcase_add_test(pc, persist_flush_syncs_instead_of_writing_back);
+	tcase_add_test(pc, persist_write_back_is_durable_before_its_header_goes);
 	tcase_add_test(pc, persist_refusals_and_discard);
 	suite_add_tcase(s, pc);
 	/* its own case, so that CK_RUN_CASE=threads repeats only the stress */

@@ -196,6 +196,12 @@ static void flush_job(struct xwork *w, void *arg)
 				break;
 			}
 			atomic_fetch_add(&e->flush_bios, 1);
+			/* --persist with syncs: the bucket's header is cleared when
+			 * this write is answered, so by then the blocker must have it
+			 * durable (FUA), or a host crash that takes the blocker's
+			 * volatile cache too loses bytes a FLUSH said were safe. */
+			if (e->persisting && e->cfg.persist_sync != PERSIST_SYNC_NONE)
+				bio->flags |= XF_FUA;
 			for (uint32_t k = 0; k < len; k++) {
 				bucket_copy(o, i + k, off, size, bio->data, false);
 				bucket_set(&o->b, &e->totals, i + k, BUCKET_WRITING);

@@ -284,8 +284,9 @@ static void kept_thread_fini(struct peer_thread *t)
 		atomic_fetch_add(&kept.maint_fini, 1);
 		return;
 	}
-	/* The maintenance thread outlives every worker. */
-	if (atomic_load(&kept.maint_fini))
+	/* Every worker outlives the maintenance thread: what it posted or
+	 * sent last still has workers to run or take it. */
+	if (!atomic_load(&kept.maint_fini))
 		atomic_store(&kept.bad, 4);
 	atomic_fetch_add(&kept.workers_ended, 1);
 }
@@ -347,6 +348,57 @@ static const struct peer_ops kept_ops = {
 	.drain = kept_drain,
 	.fini = kept_fini,
 	.on_request = kept_request,
+	.default_threads = 2,
+};
+
+/* ---- the late peer: work its maintain hook posts up to the stop's end ---------- */
+
+/* maintain "may send with the _any calls"; posted work "keeps a stopping
+ * peer alive until it has run". The late peer's maintain posts a piece of
+ * work at every call where the last one has run, from start to its very
+ * last call: fini checks that the last one ran too. Before, the workers
+ * ended as soon as they were drained and the maintenance thread went on
+ * until the main thread had joined them: what it posted then never ran. */
+static struct {
+	_Atomic int posted, ran;
+	struct peer_work work;
+} late;
+
+static void late_work(struct peer_thread *t, struct peer_work *w)
+{
+	(void)t;
+	(void)w;
+	atomic_fetch_add(&late.ran, 1);
+}
+
+static uint64_t late_maintain(struct peer *p)
+{
+	if (atomic_load(&late.ran) == atomic_load(&late.posted)) {
+		atomic_fetch_add(&late.posted, 1);
+		peer_post(p, &late.work, late_work);
+	}
+	return 100000;   /* again in 0.1 ms */
+}
+
+static void late_request(struct peer_thread *t, struct xseg_request *req)
+{
+	req->serviced = req->size;
+	peer_complete(t, req);
+}
+
+static void late_fini(struct peer *p)
+{
+	(void)p;
+	if (!atomic_load(&late.posted) || atomic_load(&late.ran) != atomic_load(&late.posted))
+		_exit(8);   /* the last one posted never ran (or none was posted) */
+}
+
+static const struct peer_ops late_ops = {
+	.name = "late",
+	.summary = "test peer: maintain posts work during the stop",
+	.maintain = late_maintain,
+	.fini = late_fini,
+	.on_request = late_request,
 	.default_threads = 2,
 };
 
@@ -562,7 +614,7 @@ static uint64_t kept_round_trip(void)
 }
 
 /* maintain runs over and over on a thread of its own (thread_init/fini on
- * it, fini checks), through the drain, and ends after the workers. */
+ * it, fini checks), through the drain, and ends before the workers. */
 START_TEST(maintain_runs_and_stops)
 {
 	kept.mode = KEPT_PLAIN;
@@ -574,7 +626,7 @@ START_TEST(maintain_runs_and_stops)
 		      (unsigned long long)(second - first));
 	int status = pt_stop(child, SIGTERM, TIMEOUT);
 	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d (3: the "
-		      "maintenance thread's thread_init/fini, 4: it ended before a worker, "
+		      "maintenance thread's thread_init/fini, 4: a worker ended before it, "
 		      "5: it did not run during the drain, 6: workers)", status);
 }
 END_TEST
@@ -610,6 +662,20 @@ START_TEST(drain_giving_up_exits_1)
 }
 END_TEST
 
+/* Work the maintenance thread posts while the peer stops, to its last
+ * call, must still run before fini: posted work keeps a stopping peer
+ * alive until it has run (the maintenance thread ends before the workers). */
+START_TEST(stop_runs_work_maintain_posts)
+{
+	start_peer(&late_ops, 0, "20");
+	run_load(100, 8);
+	int status = pt_stop(child, SIGTERM, TIMEOUT);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		      "status %d (exit 8: work posted by maintain during the stop never ran; "
+		      "fini came first)", status);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("peers_runtime");
@@ -623,5 +689,6 @@ int main(void)
 	tcase_add_test(tc, maintain_runs_and_stops);
 	tcase_add_test(tc, drain_runs_while_serving);
 	tcase_add_test(tc, drain_giving_up_exits_1);
+	tcase_add_test(tc, stop_runs_work_maintain_posts);
 	return pt_run(s);
 }

@@ -43,8 +43,10 @@
  * runtime's that calls it over and over, sleeping as long as it asks (at
  * most 100 ms, so that the end is noticed); thread_init/thread_fini run on
  * it too (its index is nr_threads; its thread_init is done before the
- * workers start). It runs until after the last worker ended, through the drain and the stop (a
- * cache's flusher and reaper live there).
+ * workers start). It runs through the drain and the stop (a cache's
+ * flusher and reaper live there) until the workers have nothing left to
+ * do; then it is ended, and the workers end after it, so that what its
+ * last calls posted or sent is still run or answered.
  *
  * Stop. On SIGTERM or SIGINT the main thread first keeps serving while a
  * live cache is plugged in front of one of our ports (it is writing back
@@ -170,7 +172,8 @@ struct peer_ops {
 	 * Optional. */
 	void (*on_stop)(struct peer_thread *t);
 	/* On the maintenance thread (see Maintenance), from after init until
-	 * after the workers ended: periodic work of the peer's own. Returns
+	 * the stop has drained the workers (they end after it): periodic work
+	 * of the peer's own. Returns
 	 * the ns until it wants to run again (capped at 100 ms). It may send
 	 * with the _any calls and answer with peer_answer; it has no worker's
 	 * context (no peer_defer). Optional: no thread without it. */

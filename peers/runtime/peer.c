@@ -360,7 +360,7 @@ static void *worker(void *arg)
 		if (peer_run_posted(t))
 			work++;
 		take_off_answered(t);
-		if (stopping && !t->deferred && drained(p))
+		if (stopping && !t->deferred && drained(p) && !atomic_load(&p->maint_running))
 			break;
 		if (work) {
 			yield_if_cpu_shared(t);
@@ -483,6 +483,7 @@ static void start_maintainer(struct peer *p)
 		return;
 	}
 	p->maint_started = true;
+	atomic_store(&p->maint_running, 1);
 	peer_name_thread(p->maint.tid, "%s-maint", p->ops->name);
 	/* Its thread_init before the first request. */
 	pthread_mutex_lock(&p->maint_lock);
@@ -506,6 +507,7 @@ static void end_maintainer(struct peer *p)
 	pthread_mutex_unlock(&p->maint_lock);
 	pthread_join(p->maint.tid, NULL);
 	p->maint_started = false;
+	atomic_store(&p->maint_running, 0);
 }
 
 /* ---- main ---------------------------------------------------------------------------- */
@@ -570,6 +572,11 @@ static bool wait_for_workers(struct peer *p, const sigset_t *set)
 	while (atomic_load(&p->running)) {
 		if (xseg_now_ns() >= deadline)
 			return false;
+		/* The workers are done but for the maintenance thread: it ends
+		 * first, so that work it posts or sends (the contract lets it)
+		 * still has workers to run it; they end after it. */
+		if (atomic_load(&p->maint_running) && drained(p))
+			end_maintainer(p);
 		sigtimedwait(set, NULL, &ts);   /* swallow repeated TERM/INT */
 		peer_reap_dead_peers(p);
 	}

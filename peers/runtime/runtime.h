@@ -94,6 +94,9 @@ struct peer {
 	bool maint_started;
 	int maint_state;                  /* 1 after its thread_init, -1 failed */
 	_Atomic int maint_end;
+	/* Started and not yet joined: at a stop the workers end only after it
+	 * (what its last maintain posts or sends is still run or answered). */
+	_Atomic int maint_running;
 	pthread_mutex_t maint_lock;
 	pthread_cond_t maint_cond;
 	/* peer_park_workers: idle workers wait on park_cond, not the ports. */

@@ -1996,6 +1996,51 @@ START_TEST(failed_delete_keeps_acknowledged_writes)
 }
 END_TEST
 
+/* barrier.c: a FLUSH of one object (vlmcd sends one per dirty object)
+ * must find it even when the index evicted it while dirty (its write-back
+ * out, or waiting): index lookups miss an evicted entry, and the FLUSH
+ * was answered at once with the bytes on no blocker. */
+START_TEST(flush_of_an_evicted_dirty_object_waits_for_its_write_back)
+{
+	setup_with(1 << 20, 8, CACHE_WRITEBACK);
+	unsigned char w[BKT_SIZE], o[BKT_SIZE];
+	fill(w, sizeof(w), 71);
+	fill(o, sizeof(o), 72);
+	ck_assert_int_eq(do_write("ev", 0, BKT_SIZE, w), 0);          /* dirty */
+	atomic_store(&blk.hold, 1);                                  /* its write-back held */
+	char names[8][8];
+	for (int i = 0; i < 8; i++) {                                /* the index evicts "ev" */
+		snprintf(names[i], sizeof(names[i]), "o%d", i);
+		ck_assert_int_eq(do_write(names[i], 0, BKT_SIZE, o), 0);
+	}
+	struct xcache_entry *ent = xcache_lookup(blk.engine->index, "ev", 2);
+	if (ent)
+		xcache_put(blk.engine->index, ent);
+	ck_assert_msg(!ent, "ev was not evicted: the test tests nothing");
+	struct sync_req fl;
+	start_req(&fl, X_FLUSH, "ev", 0, 0, NULL);
+	usleep(50 * 1000);
+	int at = -1, n = 0;   /* a blocker FLUSH already sent: answer it alone */
+	pthread_mutex_lock(&blk.lock);
+	for (struct fake_bio *fb = blk.queue; fb && at < 0; fb = fb->next, n++)
+		if (fb->bio.op == X_FLUSH)
+			at = n;
+	pthread_mutex_unlock(&blk.lock);
+	if (at >= 0) {
+		struct fake_bio *fb = blk_take(at);
+		blk_serve(fb);
+		blk_answer(fb);
+	}
+	ck_assert_msg(!wait_sync_ms(&fl, 100) || blk_has("ev", 0, w, BKT_SIZE),
+		      "FLUSH of an evicted dirty object answered before its write-back");
+	blk_release_hold();
+	wait_sync(&fl);
+	ck_assert(fl.r.served);
+	ck_assert(blk_has("ev", 0, w, BKT_SIZE));
+	teardown();
+}
+END_TEST
+
 /* through.c: a write-through write whose bytes reached the blocker but
  * whose answer says it failed (the blocker died after writing, or a short
  * write) must not leave the bucket VALID with the bytes from before it: a
@@ -2083,6 +2128,7 @@ int main(void)
 	tcase_add_test(rv, uncached_read_across_shedding_never_returns_older_bytes);
 	tcase_add_test(rv, failed_delete_keeps_acknowledged_writes);
 	tcase_add_test(rv, failed_write_through_leaves_no_clean_bucket_unlike_the_blocker);
+	tcase_add_test(rv, flush_of_an_evicted_dirty_object_waits_for_its_write_back);
 	suite_add_tcase(s, rv);
 	return xt_run(s);
 }

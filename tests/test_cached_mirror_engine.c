@@ -55,9 +55,11 @@ static struct {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	struct fake_bio *queue[2];         /* by engine */
-	struct fake_object objs[MAX_OBJS];
+	struct fake_object objs[4 * MAX_OBJS];
 	int nobjs;
 	_Atomic int hold;                  /* serve nothing while set */
+	_Atomic int hold_side[2];          /* serve nothing of that engine while set */
+	_Atomic int fail_writes[2];        /* fail that engine's writes with this error */
 	_Atomic int writes, flushes;
 	bool stop;
 	pthread_t threads[2];
@@ -68,7 +70,7 @@ static struct fake_object *blk_find(const char *name, bool create)
 	for (int i = 0; i < blk.nobjs; i++)
 		if (!strcmp(blk.objs[i].name, name))
 			return &blk.objs[i];
-	if (!create || blk.nobjs == MAX_OBJS)
+	if (!create || blk.nobjs == 4 * MAX_OBJS)
 		return NULL;
 	struct fake_object *o = &blk.objs[blk.nobjs++];
 	snprintf(o->name, sizeof(o->name), "%s", name);
@@ -121,14 +123,21 @@ static void *blk_thread(void *arg)
 	rcu_register_thread();
 	pthread_mutex_lock(&blk.lock);
 	for (;;) {
-		while ((!blk.queue[side] || atomic_load(&blk.hold)) && !blk.stop)
+		while ((!blk.queue[side] || atomic_load(&blk.hold) ||
+			atomic_load(&blk.hold_side[side])) && !blk.stop)
 			pthread_cond_wait(&blk.cond, &blk.lock);
 		if (!blk.queue[side])
 			break;
 		struct fake_bio *fb = blk.queue[side];
 		blk.queue[side] = fb->next;
 		pthread_mutex_unlock(&blk.lock);
-		blk_serve(fb);
+		int fail = atomic_load(&blk.fail_writes[side]);
+		if (fail && fb->bio.op == X_WRITE) {
+			fb->bio.served = false;
+			fb->bio.error = fail;
+		} else {
+			blk_serve(fb);
+		}
 		fb->bio.done(&fb->bio);
 		pthread_mutex_lock(&blk.lock);
 	}
@@ -141,6 +150,10 @@ static void blk_release_hold(void)
 {
 	pthread_mutex_lock(&blk.lock);
 	atomic_store(&blk.hold, 0);
+	atomic_store(&blk.hold_side[PRIMARY], 0);
+	atomic_store(&blk.hold_side[REPLICA], 0);
+	atomic_store(&blk.fail_writes[PRIMARY], 0);
+	atomic_store(&blk.fail_writes[REPLICA], 0);
 	pthread_cond_broadcast(&blk.cond);
 	pthread_mutex_unlock(&blk.lock);
 }
@@ -1040,6 +1053,165 @@ START_TEST(restarted_primary_writes_back_then_resets)
 }
 END_TEST
 
+/* ---- objects evicted from the index while dirty ------------------------------------ */
+
+/* Whether name is an active entry of e's index (an evicted one, still
+ * referenced while dirty or in flight, is not). */
+static bool indexed(struct cache_engine *e, const char *name)
+{
+	struct xcache_entry *ent = xcache_lookup(e->index, name, strlen(name));
+	if (ent)
+		xcache_put(e->index, ent);
+	return ent != NULL;
+}
+
+/* Writes one bucket to each of n other objects ("e0".."e<n-1>") on the
+ * primary, without waiting: the index (MAX_OBJS active entries) evicts
+ * the coldest entries to make room. */
+static void write_others(struct areq *reqs, int n, unsigned char *w)
+{
+	static char names[2 * MAX_OBJS][8];
+	for (int i = 0; i < n; i++) {
+		snprintf(names[i], sizeof(names[i]), "e%d", i);
+		start_on(primary, &reqs[i], X_WRITE, names[i], 0, BKT_SIZE, w);
+	}
+}
+
+/* 8. A write whose mirror write fails is answered only once its bytes are
+ * on the blocker (unreplicated: the primary holds them alone). Here its
+ * object was evicted from the index (dirty: a flush is under way, held)
+ * while the mirror write was out: barrier_one looks the object up by name,
+ * finds no active entry and answers the write at once, with its bytes
+ * neither on the replica nor on the blocker. */
+START_TEST(unreplicated_write_of_an_evicted_object_waits_for_the_blocker)
+{
+	setup(true);
+	unsigned char w[BKT_SIZE], o[BKT_SIZE];
+	fill(w, sizeof(w), 50);
+	fill(o, sizeof(o), 51);
+	atomic_store(&mir.hold, 1);
+	atomic_store(&blk.hold, 1);
+	struct areq a, others[MAX_OBJS];
+	start_on(primary, &a, X_WRITE, "d", 0, BKT_SIZE, w);
+	expect_queued(1);                                   /* d's mirror write, held */
+	write_others(others, MAX_OBJS, o);                  /* 17 names: one is evicted */
+	expect_queued(1 + MAX_OBJS);
+	ck_assert_msg(!indexed(primary, "d"), "d was not the object evicted");
+	ck_assert(!answered_within(&a, 20));
+	atomic_store(&mir.fail, EHOSTDOWN);
+	mir_serve_one();                                    /* d's mirror write fails */
+	MAINTAIN_UNTIL(stats_of(primary).mirror_state == MIRROR_DEGRADED);
+	bool answered = answered_within(&a, 200);
+	ck_assert_msg(!answered || blk_has("d", 0, w, BKT_SIZE),
+		      "write answered (%s) with its bytes on neither the replica (%" PRIu64
+		      " replica writes) nor the blocker",
+		      answered ? (a.r.served ? "ok" : "failed") : "-",
+		      stats_of(replica).replica_writes);
+	blk_release_hold();
+	mir_release_hold();                                 /* the others' mirror writes fail too */
+	ck_assert_int_eq(result(&a), 0);
+	ck_assert(blk_has("d", 0, w, BKT_SIZE));
+	for (int i = 0; i < MAX_OBJS; i++)
+		ck_assert_int_eq(result(&others[i]), 0);
+	teardown();
+}
+END_TEST
+
+/* 9. A replica never writes back on its own until promoted: here the
+ * replica's index is full (the primary mirrored MAX_OBJS + 1 objects) and
+ * it evicts a dirty object, whose on_evict hook starts a flush of the
+ * replica's copy. The primary meanwhile writes newer bytes of the object
+ * and writes them back; the replica's older copy lands on the blocker
+ * after them. */
+START_TEST(replica_evicting_a_dirty_object_never_writes_it_back)
+{
+	setup(true);
+	unsigned char old[BKT_SIZE], new[BKT_SIZE], o[BKT_SIZE];
+	fill(old, sizeof(old), 52);
+	fill(new, sizeof(new), 53);
+	fill(o, sizeof(o), 54);
+	ck_assert_int_eq(run_on(primary, X_WRITE, "A", 0, BKT_SIZE, old), 0);
+	ck_assert_uint_eq(stats_of(replica).dirty_bytes, BKT_SIZE);
+	atomic_store(&blk.hold_side[REPLICA], 1);           /* the replica's blocker, held */
+	/* the primary evicts A too and writes it back: held until the replica
+	 * evicted A, or A's clean could reach it first */
+	atomic_store(&blk.hold_side[PRIMARY], 1);
+	struct areq others[MAX_OBJS];
+	write_others(others, MAX_OBJS, o);
+	for (int i = 0; i < MAX_OBJS; i++)
+		ck_assert_int_eq(result(&others[i]), 0);
+	ck_assert_msg(!indexed(replica, "A"), "A was not the replica's object evicted");
+	for (int i = 0; i < 5; i++) {                       /* a flush of A would start here */
+		cache_engine_maintain(replica);
+		usleep(2000);
+	}
+	pthread_mutex_lock(&blk.lock);
+	atomic_store(&blk.hold_side[PRIMARY], 0);
+	pthread_cond_broadcast(&blk.cond);
+	pthread_mutex_unlock(&blk.lock);
+	int writes = atomic_load(&blk.writes);
+	/* the newer bytes, mirrored, then written back by the primary */
+	ck_assert_int_eq(run_on(primary, X_WRITE, "A", 0, BKT_SIZE, new), 0);
+	ck_assert_int_eq(run_on(primary, OP_FLUSH, "", 0, 0, NULL), 0);
+	ck_assert(blk_has("A", 0, new, BKT_SIZE));
+	MAINTAIN_UNTIL(stats_of(primary).mirror_in_flight == 0);
+	uint64_t replica_flushes = stats_of(replica).flushes;   /* sent, held */
+	atomic_store(&blk.hold_side[REPLICA], 0);
+	blk_release_hold();
+	usleep(100 * 1000);
+	ck_assert_msg(blk_has("A", 0, new, BKT_SIZE),
+		      "the blocker lost A's acknowledged and flushed bytes: the (unpromoted) "
+		      "replica wrote its older copy over them (%" PRIu64 " replica flush(es), "
+		      "%d blocker writes in all since)", replica_flushes,
+		      atomic_load(&blk.writes) - writes);
+	teardown();
+}
+END_TEST
+
+/* 10. A clean drops the replica's copy of what the primary wrote back,
+ * whatever the replica's index holds: here the replica evicted the dirty
+ * object from its index (its flush failed: the data stays dirty), and the
+ * clean, looked up by name, finds no active entry and is answered "done"
+ * with the older copy kept. The primary then writes newer bytes through;
+ * a promote writes the older copy over them. */
+START_TEST(clean_of_an_object_the_replica_evicted_drops_its_copy)
+{
+	setup(true);
+	unsigned char old[BKT_SIZE], new[BKT_SIZE], o[BKT_SIZE];
+	fill(old, sizeof(old), 55);
+	fill(new, sizeof(new), 56);
+	fill(o, sizeof(o), 57);
+	ck_assert_int_eq(run_on(primary, X_WRITE, "A", 0, BKT_SIZE, old), 0);
+	atomic_store(&blk.fail_writes[REPLICA], EIO);       /* were it to write back on evicting */
+	/* the primary evicts A too and writes it back: held until the replica
+	 * evicted A, or A's clean could reach it first */
+	atomic_store(&blk.hold_side[PRIMARY], 1);
+	struct areq others[MAX_OBJS];
+	write_others(others, MAX_OBJS, o);
+	for (int i = 0; i < MAX_OBJS; i++)
+		ck_assert_int_eq(result(&others[i]), 0);
+	ck_assert_msg(!indexed(replica, "A"), "A was not the replica's object evicted");
+	ck_assert_uint_ge(stats_of(replica).dirty_bytes, BKT_SIZE);   /* evicted, still dirty */
+	pthread_mutex_lock(&blk.lock);
+	atomic_store(&blk.hold_side[PRIMARY], 0);
+	pthread_cond_broadcast(&blk.cond);
+	pthread_mutex_unlock(&blk.lock);
+	/* the primary writes A back (its clean answered), then writes through */
+	ck_assert_int_eq(run_on(primary, OP_WT, "", 0, 0, NULL), 0);
+	MAINTAIN_UNTIL(stats_of(primary).mirror_in_flight == 0);
+	ck_assert_int_eq(run_on(primary, X_WRITE, "A", 0, BKT_SIZE, new), 0);
+	ck_assert(blk_has("A", 0, new, BKT_SIZE));
+	uint64_t held = stats_of(replica).dirty_bytes;
+	/* the primary is lost: the replica is promoted */
+	atomic_store(&blk.fail_writes[REPLICA], 0);
+	ck_assert_int_eq(run_on(replica, OP_PROMOTE, "", 0, 0, NULL), 0);
+	ck_assert_msg(blk_has("A", 0, new, BKT_SIZE),
+		      "promote wrote A's older copy over the newer bytes written through "
+		      "(the replica still held %" PRIu64 " dirty bytes after every clean)", held);
+	teardown();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("cached_mirror_engine");
@@ -1058,6 +1230,9 @@ int main(void)
 	tcase_add_test(tc, replica_refuses_flush_all_and_policy_switch);
 	tcase_add_test(tc, connecting_primary_writes_through);
 	tcase_add_test(tc, restarted_primary_writes_back_then_resets);
+	tcase_add_test(tc, unreplicated_write_of_an_evicted_object_waits_for_the_blocker);
+	tcase_add_test(tc, replica_evicting_a_dirty_object_never_writes_it_back);
+	tcase_add_test(tc, clean_of_an_object_the_replica_evicted_drops_its_copy);
 	suite_add_tcase(s, tc);
 	return xt_run(s);
 }

@@ -151,10 +151,10 @@ void barrier_one(struct cache_engine *e, struct cache_req *req, const char *name
 		finish(e, req, false, ENOMEM, 0);
 		return;
 	}
-	struct xcache_entry *ent = xcache_lookup(e->index, name, strlen(name));
-	if (ent) {
-		barrier_add(b, xcache_entry_priv(ent));
-		xcache_put(e->index, ent);
+	struct cache_object *o = object_find(e, name);   /* evicted dirty ones too */
+	if (o) {
+		barrier_add(b, o);
+		obj_put(o);
 	}
 	barrier_arrive(b, 0);
 }

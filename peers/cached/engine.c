@@ -188,8 +188,7 @@ void cache_engine_submit(struct cache_engine *e, struct cache_req *req)
 			finish(e, req, false, EINVAL, 0);
 			return;
 		}
-		struct xcache_entry *ent = xcache_lookup(e->index, req->name, strlen(req->name));
-		req->obj = ent ? xcache_entry_priv(ent) : NULL;
+		req->obj = object_find(e, req->name);   /* an evicted dirty one too */
 		forward(e, req, X_INFO);
 		return;
 	}
@@ -214,12 +213,14 @@ void cache_engine_submit(struct cache_engine *e, struct cache_req *req)
 			finish(e, req, false, is_replica(e) ? EINVAL : EPERM, 0);
 			return;
 		}
-		struct xcache_entry *ent = xcache_lookup(e->index, req->name, strlen(req->name));
-		if (!ent) {
+		/* One evicted while dirty still holds mirrored bytes: the
+		 * dispatch revives it and the clean drops them. */
+		struct cache_object *o = object_find(e, req->name);
+		if (!o) {
 			finish(e, req, true, 0, 0);   /* nothing held of it */
 			return;
 		}
-		xcache_put(e->index, ent);
+		obj_put(o);
 		if (!req->size || bucket_span_of(&e->geo, req->offset, req->size, &sp) < 0) {
 			finish(e, req, false, EINVAL, 0);
 			return;
@@ -280,12 +281,15 @@ static int on_init(void *priv, void *node_priv)
 	return 0;
 }
 
-/* A dirty victim is flushed now, so that its node and buckets come back. */
+/* A dirty victim is flushed now, so that its node and buckets come back;
+ * not a replica's: it writes back only when promoted, or its older copy
+ * could land over what the primary wrote since. */
 static void on_evict(void *priv, void *node_priv)
 {
 	struct cache_engine *e = priv;
 	STAT_ADD(e, evictions, 1);
-	queue_flush(node_priv);
+	if (!is_replica(e))
+		queue_flush(node_priv);
 }
 
 /* Gone for good: nothing refers to it, so nothing is dirty or in flight

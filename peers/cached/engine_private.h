@@ -419,6 +419,12 @@ void release_clean(struct cache_object *o);
 void drain_magazine(struct cache_engine *e);
 void shed_cold_objects(struct cache_engine *e, uint64_t total, uint64_t claimed);
 void mark_dirty(struct cache_object *o, uint64_t end);
+/* Object `name` where the cache holds anything of it not yet on the
+ * blocker: the active one in the index, or one evicted while dirty (index
+ * lookups miss it; it stays on the dirty list until clean). With a
+ * reference (obj_put), or NULL. A FLUSH of one object, COPY's source, INFO
+ * and a replica's clean must find the evicted ones too. */
+struct cache_object *object_find(struct cache_engine *e, const char *name);
 void mark_clean(struct cache_object *o);
 /* --persist: the object has a persist record to publish under (true
  * without --persist); false: the record table is full, go uncached. */

@@ -235,6 +235,23 @@ void mark_dirty(struct cache_object *o, uint64_t end)
 	pthread_mutex_unlock(&o->e->dirty_lock);
 }
 
+struct cache_object *object_find(struct cache_engine *e, const char *name)
+{
+	struct xcache_entry *ent = xcache_lookup(e->index, name, strlen(name));
+	if (ent)
+		return xcache_entry_priv(ent);   /* the lookup's reference */
+	struct cache_object *o, *found = NULL;
+	pthread_mutex_lock(&e->dirty_lock);
+	cds_list_for_each_entry(o, &e->dirty, dirty_link)
+		if (!strcmp(o->name, name)) {
+			obj_get(o);   /* the list's reference holds it meanwhile */
+			found = o;
+			break;
+		}
+	pthread_mutex_unlock(&e->dirty_lock);
+	return found;
+}
+
 void mark_clean(struct cache_object *o)
 {
 	if (!o->on_dirty_list)

@@ -10,6 +10,7 @@
 
 #include "support/xseg_test_util.h"
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1426,7 +1427,9 @@ START_TEST(persist_full_recovered_cache_overwrites)
 END_TEST
 
 /* An overwrite of a DIRTY bucket goes to a fresh slot, published before
- * the old one is cleared; flushed and deleted data leave the file. */
+ * the old one is cleared; with a sync mode the old one is cleared only
+ * after a sync (a host crash may write the header page back before the
+ * new slot's data); flushed and deleted data leave the file. */
 START_TEST(persist_overwrite_is_out_of_place_and_clean_data_leaves_the_file)
 {
 	persist_dir();
@@ -1442,6 +1445,8 @@ START_TEST(persist_overwrite_is_out_of_place_and_clean_data_leaves_the_file)
 	uint32_t s1 = slot_of("o", 0);
 	ck_assert_uint_ne(s1, s0);
 	ck_assert(persist_slot_published(p, s1));
+	ck_assert(persist_slot_published(p, s0));     /* kept until a sync */
+	ck_assert_int_eq(do_flush(), 0);              /* --persist-sync flush: a sync */
 	ck_assert(!persist_slot_published(p, s0));
 	ck_assert_uint_eq(stats_now().persist_dirty_bytes, BKT_SIZE);
 
@@ -1482,6 +1487,50 @@ START_TEST(persist_overwrite_is_out_of_place_and_clean_data_leaves_the_file)
 	ck_assert(!persist_slot_published(p, sd));
 	ck_assert_uint_eq(stats_now().persist_dirty_bytes, 0);
 	ck_assert_uint_eq(stats_now().dirty_bytes, 0);
+	teardown();
+	persist_dir_remove();
+}
+END_TEST
+
+/*
+ * --persist-sync flush: a FLUSHed version survives a host crash during a
+ * later overwrite. The overwrite publishes the new version in a fresh slot;
+ * the page cache may reach the device in any order, e.g. the header pages
+ * (the new header, and the old one's clear) before the new slot's data.
+ * Recovery drops the new version as torn, so the old one must still be
+ * there: its clear waits for a sync (it was made at once, and the bucket
+ * was lost).
+ */
+START_TEST(persist_host_crash_mid_overwrite_keeps_the_flushed_version)
+{
+	persist_dir();
+	setup_persist(ppath, 1 << 20);
+	struct persist *p = &blk.engine->persist;
+	unsigned char v1[BKT_SIZE], v2[BKT_SIZE], r[BKT_SIZE];
+	fill(v1, sizeof(v1), 80);
+	fill(v2, sizeof(v2), 81);
+	ck_assert_int_eq(do_write("hc", 0, BKT_SIZE, v1), 0);
+	ck_assert_int_eq(do_flush(), 0);                  /* synced: survives a host crash */
+	copy_file(ppath, pcopy);                          /* the device at that sync */
+	uint32_t s0 = slot_of("hc", 0);
+	ck_assert_int_eq(do_write("hc", 0, BKT_SIZE, v2), 0);   /* an overwrite, not synced */
+	ck_assert_uint_ne(slot_of("hc", 0), s0);
+	/* power lost: every header page reached the device, the new data not */
+	off_t hdr_off = (unsigned char *)p->slots - p->map;
+	size_t hdr_len = (size_t)(p->data - (unsigned char *)p->slots);
+	int fd = open(pcopy, O_WRONLY);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pwrite(fd, p->slots, hdr_len, hdr_off), (ssize_t)hdr_len);
+	close(fd);
+	ck_assert(switch_to_writethrough());
+	teardown();
+
+	setup_persist(pcopy, 1 << 20);   /* the blocker never had "hc" */
+	ck_assert_int_eq(do_read("hc", 0, BKT_SIZE, r), 0);
+	ck_assert_msg(!memcmp(r, v1, BKT_SIZE), "the FLUSHed version was lost in a host crash "
+		      "during an overwrite (%s)", !memcmp(r, v2, BKT_SIZE) ? "the new one instead" :
+		      "neither recovered");
+	ck_assert(switch_to_writethrough());
 	teardown();
 	persist_dir_remove();
 }
@@ -2113,6 +2162,7 @@ int main(void)
 	tcase_add_test(pc, persist_torn_data_is_dropped_not_served);
 	tcase_add_test(pc, persist_flush_syncs_instead_of_writing_back);
 	tcase_add_test(pc, persist_write_back_is_durable_before_its_header_goes);
+	tcase_add_test(pc, persist_host_crash_mid_overwrite_keeps_the_flushed_version);
 	tcase_add_test(pc, persist_refusals_and_discard);
 	suite_add_tcase(s, pc);
 	/* its own case, so that CK_RUN_CASE=threads repeats only the stress */

@@ -136,6 +136,14 @@ uint32_t bucket_pool_get_spare(struct bucket_pool *p)
 	}
 }
 
+uint32_t bucket_pool_shared_free(struct bucket_pool *p)
+{
+	pthread_mutex_lock(&p->lock);
+	uint32_t n = p->nfree;
+	pthread_mutex_unlock(&p->lock);
+	return n;
+}
+
 void bucket_pool_put_spare(struct bucket_pool *p, uint32_t slot)
 {
 	pthread_mutex_lock(&p->lock);

@@ -78,6 +78,9 @@ void bucket_pool_put(struct bucket_pool *p, struct bucket_magazine *m, uint32_t 
  * from the shared stack, reserve included; waits (yields) while every
  * one is out, as the holders give theirs back within a bucket copy. */
 uint32_t bucket_pool_get_spare(struct bucket_pool *p);
+/* Slots on the shared stack now, reserve included (what spares can take). */
+uint32_t bucket_pool_shared_free(struct bucket_pool *p);
+
 /* Gives a slot straight back to the shared stack (the reserve first). */
 void bucket_pool_put_spare(struct bucket_pool *p, uint32_t slot);
 /* Returns a magazine's slots to the shared stack (a thread leaving). */

@@ -326,6 +326,8 @@ static void engine_free(struct cache_engine *e)
 	if (e->persist.map)
 		persist_close(&e->persist, e->close_clean);
 	pthread_mutex_destroy(&e->dirty_lock);
+	pthread_mutex_destroy(&e->settle_lock);
+	pthread_mutex_destroy(&e->retire_lock);
 	pthread_mutex_destroy(&e->backoff_lock);
 	pthread_mutex_destroy(&e->mirror_lock);
 	engine_counts_free(e);
@@ -512,6 +514,8 @@ struct cache_engine *cache_engine_create(const struct cache_config *cfg,
 		return NULL;
 	}
 	pthread_mutex_init(&e->dirty_lock, NULL);
+	pthread_mutex_init(&e->settle_lock, NULL);
+	pthread_mutex_init(&e->retire_lock, NULL);
 	CDS_INIT_LIST_HEAD(&e->dirty);
 	xwaitq_init(&e->entry_waitq, entry_cond, e);
 	xwaitq_init(&e->io_waitq, io_cond, e);

@@ -126,6 +126,13 @@ static inline void count_add(_Atomic uint64_t *c, uint64_t n)
  * the normal claim path never takes them, so at a crash at least these
  * are not dirty and a recovered cache always has its spares. */
 #define PERSIST_SPARE_SLOTS 32u
+/* Overwritten versions kept at most, waiting for a sync (object.c's
+ * retire); a sync is forced before the list is full. */
+#define RETIRE_CAP 256u
+/* A superseded version of bucket `bucket` of persist object `pobj`. */
+struct old_version {
+	uint32_t slot, pobj, bucket;
+};
 #define FLUSH_BACKOFF_MIN_NS 1000000ull
 #define FLUSH_BACKOFF_MAX_NS 1000000000ull
 
@@ -249,6 +256,14 @@ struct cache_engine {
 	uint64_t discarded_bytes;
 	_Atomic uint64_t published;        /* slots with a header */
 	_Atomic uint64_t syncs, sync_ns_total;
+	/* With a sync mode (a host crash promised): the slots of overwritten
+	 * versions, kept until their clear can be durable (object.c). */
+	pthread_mutex_t settle_lock;       /* one sync-and-retire at a time */
+	pthread_mutex_t retire_lock;       /* guards the two lists */
+	struct old_version retired[RETIRE_CAP];     /* superseded, header not cleared */
+	struct old_version cleared[RETIRE_CAP];     /* cleared, the clear not synced */
+	uint32_t nr_retired, nr_cleared;
+	_Atomic uint32_t nr_old_versions;  /* nr_retired + nr_cleared */
 
 	/* --mirror-port (mirror.c) */
 	_Atomic int mirror_state;          /* enum mirror_state */

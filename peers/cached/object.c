@@ -275,6 +275,102 @@ bool persist_hold(struct cache_object *o)
 	return o->pobj != PERSIST_NO_OBJECT;
 }
 
+/*
+ * A host crash (--persist-sync flush or always) writes the file's dirty
+ * pages back in any order, so two rules hold between syncs:
+ * - the clear of an overwritten version must not reach the disk before the
+ *   new version (header and data) has: it is done only after a sync, and
+ *   until then the old slot is kept (retired);
+ * - the clear of a version written back (unpublish) must not reach the
+ *   disk before the clears of the older versions of its bucket: recovery
+ *   would replay an older version over what the blocker holds. So an
+ *   unpublish first makes every pending clear durable.
+ * Recovery takes the newest of the versions it finds, so a kept old one
+ * never wins over its successor.
+ */
+static void put_back(struct old_version *list, uint32_t *n, const struct old_version *from,
+		     uint32_t k)
+{
+	for (uint32_t j = 0; j < k && *n < RETIRE_CAP; j++)
+		list[(*n)++] = from[j];
+}
+
+/* Syncs the file; then the versions retired before it may be cleared, and
+ * the clears made before it are durable (their slots free again). With
+ * clears_durable, a second sync makes this round's clears durable too. */
+static int sync_and_retire(struct cache_engine *e, bool clears_durable)
+{
+	static _Thread_local struct old_version r[RETIRE_CAP], c[RETIRE_CAP];
+	pthread_mutex_lock(&e->settle_lock);
+	pthread_mutex_lock(&e->retire_lock);
+	uint32_t nr = e->nr_retired, nc = e->nr_cleared;
+	memcpy(r, e->retired, nr * sizeof(*r));
+	memcpy(c, e->cleared, nc * sizeof(*c));
+	e->nr_retired = e->nr_cleared = 0;
+	pthread_mutex_unlock(&e->retire_lock);
+
+	int rc = persist_sync(&e->persist);   /* the new versions, earlier clears */
+	if (rc == 0) {
+		for (uint32_t k = 0; k < nc; k++)
+			bucket_pool_put_spare(&e->pool, c[k].slot);
+		for (uint32_t k = 0; k < nr; k++)
+			persist_clear(&e->persist, r[k].slot);
+		memcpy(c, r, nr * sizeof(*r));   /* cleared: durable at the next sync */
+		nc = nr;
+		nr = 0;
+		if (nc && clears_durable && (rc = persist_sync(&e->persist)) == 0) {
+			for (uint32_t k = 0; k < nc; k++)
+				bucket_pool_put_spare(&e->pool, c[k].slot);
+			nc = 0;
+		}
+	}
+	pthread_mutex_lock(&e->retire_lock);   /* what is left goes back */
+	put_back(e->retired, &e->nr_retired, r, nr);
+	put_back(e->cleared, &e->nr_cleared, c, nc);
+	atomic_store(&e->nr_old_versions, e->nr_retired + e->nr_cleared);
+	pthread_mutex_unlock(&e->retire_lock);
+	pthread_mutex_unlock(&e->settle_lock);
+	return rc;
+}
+
+/* Keeps an overwritten version's slot until its clear may be durable. A
+ * sync is forced before the list fills, and while the pool's shared stack
+ * runs short of spares (a full cache: every overwrite takes one). With the
+ * list full anyway (syncs failing: the promise is broken already), the old
+ * version is cleared at once. */
+static void retire(struct cache_object *o, uint32_t i, uint32_t slot)
+{
+	struct cache_engine *e = o->e;
+	pthread_mutex_lock(&e->retire_lock);
+	bool kept = e->nr_retired + e->nr_cleared < RETIRE_CAP;
+	if (kept)
+		e->retired[e->nr_retired++] = (struct old_version){ slot, o->pobj, i };
+	uint32_t n = e->nr_retired + e->nr_cleared;
+	atomic_store(&e->nr_old_versions, n);
+	pthread_mutex_unlock(&e->retire_lock);
+	if (!kept) {
+		persist_clear(&e->persist, slot);
+		bucket_pool_put_spare(&e->pool, slot);
+	} else if (n >= RETIRE_CAP - 32 ||
+		   bucket_pool_shared_free(&e->pool) < PERSIST_SPARE_SLOTS / 2) {
+		(void)sync_and_retire(e, true);   /* a failed sync keeps them for the next */
+	}
+}
+
+/* An older version of bucket i of o is retired or its clear not synced. */
+static bool has_old_version(struct cache_object *o, uint32_t i)
+{
+	struct cache_engine *e = o->e;
+	bool found = false;
+	pthread_mutex_lock(&e->retire_lock);
+	for (uint32_t k = 0; k < e->nr_retired && !found; k++)
+		found = e->retired[k].pobj == o->pobj && e->retired[k].bucket == i;
+	for (uint32_t k = 0; k < e->nr_cleared && !found; k++)
+		found = e->cleared[k].pobj == o->pobj && e->cleared[k].bucket == i;
+	pthread_mutex_unlock(&e->retire_lock);
+	return found;
+}
+
 void store_bucket(struct cache_object *o, uint32_t i, uint64_t offset, uint64_t size,
 		  const void *buf)
 {
@@ -302,8 +398,12 @@ void store_bucket(struct cache_object *o, uint32_t i, uint64_t offset, uint64_t 
 	o->b.slot[i] = fresh;
 	bucket_copy(o, i, offset, size, (void *)buf, true);
 	persist_publish(&e->persist, fresh, o->pobj, i);
-	persist_clear(&e->persist, old);
-	bucket_pool_put_spare(&e->pool, old);
+	if (e->cfg.persist_sync == PERSIST_SYNC_NONE) {   /* a process crash only */
+		persist_clear(&e->persist, old);
+		bucket_pool_put_spare(&e->pool, old);
+		return;
+	}
+	retire(o, i, old);
 }
 
 void store_dirty(struct cache_object *o, uint32_t first, uint32_t last, uint64_t offset,
@@ -322,6 +422,8 @@ void unpublish(struct cache_object *o, uint32_t i)
 	struct cache_engine *e = o->e;
 	if (!e->persisting)
 		return;
+	if (atomic_load(&e->nr_old_versions) && has_old_version(o, i))
+		(void)sync_and_retire(e, true);   /* its older versions' clears durable first */
 	persist_clear(&e->persist, o->b.slot[i]);
 	atomic_fetch_sub(&e->published, 1);
 }
@@ -329,7 +431,7 @@ void unpublish(struct cache_object *o, uint32_t i)
 int engine_sync(struct cache_engine *e)
 {
 	uint64_t t0 = now_ns();
-	int rc = persist_sync(&e->persist);
+	int rc = sync_and_retire(e, false);
 	atomic_fetch_add(&e->sync_ns_total, now_ns() - t0);
 	atomic_fetch_add(&e->syncs, 1);
 	return rc;

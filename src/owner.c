@@ -82,6 +82,16 @@ bool xseg_owner_alive(uint64_t owner)
 	return word == owner;
 }
 
+/* The owner word names this process: its pid and its start time, so that a
+ * dead owner whose pid this process got is not taken for us. */
+bool xseg_owner_is_self(uint64_t owner)
+{
+	uint64_t me = xseg_self_owner_word();
+	if (!me)   /* could not look (out of files): the pid alone */
+		return xseg_owner_pid(owner) == xseg_self_pid();
+	return owner == me;
+}
+
 uint64_t xseg_self_owner_word(void)
 {
 	static _Thread_local uint64_t word;

@@ -74,7 +74,7 @@ int xseg_bind_port(struct xseg *s, uint32_t port)
 static bool needs_reap(struct xseg *s, uint32_t port, uint64_t owner)
 {
 	if (owner)
-		return xseg_owner_pid(owner) != xseg_self_pid() && !xseg_owner_alive(owner);
+		return !xseg_owner_is_self(owner) && !xseg_owner_alive(owner);
 	return xseg_ring_nonempty(xseg_req_ring(s, port)) ||
 	       xseg_ring_nonempty(xseg_rep_ring(s, port));
 }
@@ -224,7 +224,7 @@ int xseg_reap_all_dead(struct xseg *s)
 		return 0;
 	for (uint32_t port = 0; port < s->nr_ports; port++) {
 		uint64_t owner = atomic_load_explicit(&s->ports[port].owner, memory_order_relaxed);
-		if (owner && xseg_owner_pid(owner) != xseg_self_pid() &&
+		if (owner && !xseg_owner_is_self(owner) &&
 		    xseg_reap_port(s, port, EHOSTDOWN) > 0)
 			reaped++;
 	}

@@ -15,7 +15,7 @@
 bool xseg_port_owned_here(struct xseg *s, uint32_t port)
 {
 	uint64_t owner = atomic_load_explicit(&s->ports[port].owner, memory_order_relaxed);
-	return xseg_owner_pid(owner) == xseg_self_pid();
+	return xseg_owner_is_self(owner);
 }
 
 void xseg_port_set_group(struct xseg *s, uint32_t first, uint32_t last)
@@ -83,7 +83,7 @@ int xseg_port_take(struct xseg *s, uint32_t port, bool reaper)
 			}
 			continue;
 		}
-		if (xseg_owner_pid(cur) == xseg_self_pid())
+		if (xseg_owner_is_self(cur))
 			return xseg_fail(EBUSY, "port %u is already bound by this process", port);
 		bool alive = xseg_owner_alive(cur);
 		/* A live owner while a reap is announced is the reaper, for
@@ -137,7 +137,7 @@ void xseg_port_ungroup(struct xseg *s, uint32_t port)
 void xseg_port_release(struct xseg *s, uint32_t port)
 {
 	uint64_t cur = atomic_load(&s->ports[port].owner);
-	if (xseg_owner_pid(cur) == xseg_self_pid() &&
+	if (xseg_owner_is_self(cur) &&
 	    atomic_compare_exchange_strong(&s->ports[port].owner, &cur, 0))
 		next_epoch(&s->ports[port]);
 	xseg_port_set_group(s, port, port);
@@ -174,7 +174,7 @@ int xseg_port_set_dirty(struct xseg *s, uint32_t port, uint64_t bytes)
 {
 	if (!xseg_port_valid(s, port))
 		return xseg_fail(EINVAL, "dirty: port %u out of range", port);
-	if (xseg_owner_pid(atomic_load(&s->ports[port].owner)) != xseg_self_pid())
+	if (!xseg_owner_is_self(atomic_load(&s->ports[port].owner)))
 		return xseg_fail(EPERM, "dirty: port %u is not bound by this process", port);
 	/* seq_cst: ordered against the owner's own bookkeeping around it */
 	if (atomic_load(&s->ports[port].dirty_bytes) != bytes)

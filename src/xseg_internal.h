@@ -230,6 +230,7 @@ int xseg_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)
 pid_t xseg_self_pid(void);
 uint64_t xseg_owner_word(pid_t pid);       /* 0: gone (errno ESRCH), or could not look */
 uint64_t xseg_self_owner_word(void);
+bool xseg_owner_is_self(uint64_t owner);   /* pid and start time both ours */
 bool xseg_owner_alive(uint64_t owner);
 static inline pid_t xseg_owner_pid(uint64_t owner)
 {

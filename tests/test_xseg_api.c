@@ -533,6 +533,27 @@ START_TEST(recycled_pid_is_not_the_owner)
 }
 END_TEST
 
+/* The same when the recycled pid is this process's own: a peer that died
+ * bound port 7 and this process, started later, got its pid (a restarted
+ * service in a fresh pid namespace, or pids wrapped). The owner word's
+ * start time is not ours, so the port is a dead owner's: a bind must take
+ * it over, and before that this process must not count as its owner. */
+START_TEST(own_recycled_pid_is_not_the_owner)
+{
+	struct xseg_port_info pi;
+
+	atomic_store(&xt_seg->ports[7].owner, ((uint64_t)12345 << 32) | (uint32_t)getpid());
+	ck_assert_int_eq(xseg_port_info(xt_seg, 7, &pi), 0);
+	ck_assert_int_eq(pi.owner_alive, 0);
+	/* not bound here: no request may be taken for it */
+	struct xseg_request *r = xseg_get_request(xt_seg, 7);
+	int rc = xseg_bind_port(xt_seg, 7);
+	ck_assert_msg(r == NULL && rc == 0,
+		      "get_request on the dead owner's port 7: %s; bind: %d (%s)",
+		      r ? "got a request" : "refused", rc, xseg_last_error());
+}
+END_TEST
+
 /* ==== routing ============================================================ */
 
 enum { PA = 1, PB = 2, PC = 3, PD = 4 };
@@ -869,6 +890,7 @@ static Suite *api_suite(void)
 	tcase_add_test(tc, port_info_bad_arguments);
 	tcase_add_test(tc, live_owner_in_other_process);
 	tcase_add_test(tc, recycled_pid_is_not_the_owner);
+	tcase_add_test(tc, own_recycled_pid_is_not_the_owner);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("routing");

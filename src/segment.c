@@ -87,7 +87,10 @@ static int plan_layout(const struct xseg_config *cfg, struct xseg_header *h)
 	h->header_size = sizeof(*h);
 	h->nr_ports = cfg->nr_ports;
 	h->nr_requests = cfg->nr_requests;
-	h->ring_capacity = (uint32_t)round_pow2(cfg->nr_requests);
+	/* At least 2: with capacity 1 (mask 0) an empty cell reads as a full
+	 * one holding request 0 (ring.c's cell_filled), and a reap took a
+	 * request its dead owner had popped for still queued. */
+	h->ring_capacity = (uint32_t)round_pow2(cfg->nr_requests < 2 ? 2 : cfg->nr_requests);
 	h->request_size = sizeof(struct xseg_request);
 	h->port_size = sizeof(struct xseg_port_shm);
 	h->ring_bytes = xseg_ring_bytes(h->ring_capacity);

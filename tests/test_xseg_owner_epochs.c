@@ -530,6 +530,26 @@ START_TEST(request_whose_server_died_inside_its_answer_fails_back)
 }
 END_TEST
 
+/* The same with a pool of one request (nr_requests 1 is allowed: rings of
+ * capacity 1). ring.c's cell_filled() tells a full cell from an empty one
+ * by (seq - 1) & mask == i, which with mask 0 holds for every cell, empty
+ * ones included (value 0): the reap believes request 0 still queued and
+ * never fails it back; the client waits for ever and the pool stays empty. */
+START_TEST(request_popped_by_a_dying_owner_fails_back_with_a_pool_of_one)
+{
+	xt_teardown();
+	xt_setup_with(8, 1, 256 << 10);
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 1), 0);
+	struct limbo_child c;
+	limbo_child_start(&c, 6, 1, false, XSEG_NO_PORT);
+	struct xseg_request *popped = issue(1, 6);
+	limbo_child_die(&c);
+	ck_assert_int_eq(xseg_reap_port(xt_seg, 6, EHOSTDOWN), 2);   /* reaped, 1 failed */
+	expect_failed_back(1, popped, EPIPE);
+	ck_assert_uint_eq(xt_free_requests(xt_seg), 1);
+}
+END_TEST
+
 /* A reaper killed between announcing its reap and ending it leaves the
  * port's reaping count up for good: a bind taking over a dead owner's port
  * must not wait on it (it waited 1 s, every bind, for ever). */
@@ -637,6 +657,7 @@ int main(void)
 	tcase_add_test(tc, request_whose_server_died_inside_its_answer_fails_back);
 	tcase_add_test(tc, reap_beside_submits_answers_each_request_once);
 	tcase_add_test(tc, bind_after_a_reaper_died_mid_reap_does_not_wait);
+	tcase_add_test(tc, request_popped_by_a_dying_owner_fails_back_with_a_pool_of_one);
 	suite_add_tcase(s, tc);
 	return xt_run(s);
 }

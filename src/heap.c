@@ -73,13 +73,44 @@ static void list_remove(struct xseg_heap_meta *m, void *heap, uint32_t order, ui
 	block_state(m)[off >> XSEG_HEAP_MIN_SHIFT] = 0;
 }
 
-static void heap_lock(struct xseg_heap_meta *m)
+/*
+ * A holder killed mid-update can leave a list half linked (a head whose
+ * prev still names the block taken off before it): the next allocation of
+ * that order then handed one block out twice. So the lists are rebuilt
+ * from block_state, which every step keeps safe to read: a block's first
+ * unit says FREE or USED and its order, and a block taken off a list or
+ * merged is marked 0 before its memory is used again. A block whose marks
+ * the killed holder had cleared and not yet set is leaked, never shared.
+ */
+static void heap_rebuild(struct xseg_heap_meta *m, void *heap)
+{
+	for (uint32_t i = 0; i < XSEG_HEAP_MAX_ORDERS; i++)
+		m->free_head[i] = NIL;
+	m->used = m->allocs = 0;
+	for (uint64_t off = 0; off < m->size;) {
+		uint8_t st = block_state(m)[off >> XSEG_HEAP_MIN_SHIFT];
+		uint32_t order = st & ORDER_MASK;
+		if ((st & (STATE_FREE | STATE_USED)) && order < m->orders &&
+		    !(off & (order_bytes(order) - 1)) && order_bytes(order) <= m->size - off) {
+			if (st & STATE_FREE) {
+				list_push(m, heap, order, off);
+			} else {
+				m->used += order_bytes(order);
+				m->allocs++;
+			}
+			off += order_bytes(order);
+		} else {
+			off += order_bytes(0);
+		}
+	}
+}
+
+static void heap_lock(struct xseg_heap_meta *m, void *heap)
 {
 	int rc = pthread_mutex_lock(&m->lock);
 	if (rc == EOWNERDEAD) {
-		/* The holder died mid-operation; the lists are short updates and
-		 * are kept usable, at worst leaking the block it was handling. */
 		m->recovered++;
+		heap_rebuild(m, heap);
 		pthread_mutex_consistent(&m->lock);
 	}
 	/* The free lists live in the blocks: what another process wrote there
@@ -130,7 +161,7 @@ int64_t xseg_heap_alloc(struct xseg_heap_meta *m, void *heap, uint64_t bytes,
 	while (order_bytes(want) < bytes)
 		want++;
 
-	heap_lock(m);
+	heap_lock(m, heap);
 	for (order = want; order < m->orders && m->free_head[order] == NIL; order++)
 		;
 	if (order >= m->orders) {
@@ -156,7 +187,7 @@ int xseg_heap_free(struct xseg_heap_meta *m, void *heap, uint64_t off)
 {
 	if (off >= m->size || (off & (order_bytes(0) - 1)))
 		return -EINVAL;
-	heap_lock(m);
+	heap_lock(m, heap);
 	uint8_t st = block_state(m)[off >> XSEG_HEAP_MIN_SHIFT];
 	if (!(st & STATE_USED)) {
 		heap_unlock(m);
@@ -183,8 +214,7 @@ int xseg_heap_free(struct xseg_heap_meta *m, void *heap, uint64_t off)
 void xseg_heap_usage(struct xseg_heap_meta *m, void *heap, uint64_t *used,
 		     uint64_t *allocs, uint64_t *largest_free)
 {
-	(void)heap;
-	heap_lock(m);
+	heap_lock(m, heap);
 	*used = m->used;
 	*allocs = m->allocs;
 	*largest_free = 0;

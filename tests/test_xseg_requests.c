@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "support/xseg_test_util.h"
+#include "../src/xseg_internal.h"   /* the heap's lock and lists, for a holder killed mid-update */
 
 #define NPORTS 16
 #define NREQS  64
@@ -543,6 +544,55 @@ START_TEST(heap_buddy_merging)
 		ck_assert_uint_eq(sum, 0);
 		assert_heap_empty();
 	}
+}
+END_TEST
+
+/*
+ * heap.c's lock is robust: a holder killed inside an allocation is
+ * detected by the next locker, whose comment says the lists are "kept
+ * usable, at worst leaking the block it was handling". Made by hand: a
+ * child takes the lock and does the first store of list_remove() of the
+ * head of the 16K free list (free_head = head->next), then dies before
+ * the second (next->prev = NIL), as a SIGKILL there would. Two later 16K
+ * allocations must not get the same block.
+ */
+START_TEST(heap_holder_killed_inside_list_remove_never_hands_a_block_out_twice)
+{
+	const uint64_t len = 16384 - XSEG_TARGET_ROOM;   /* a 16K block each */
+	struct xseg_request *r[4];
+
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 0), 0);
+	for (int i = 0; i < 4; i++) {
+		r[i] = get(0);
+		ck_assert_int_eq(xseg_prep_request(xt_seg, r[i], 0, len), 0);
+	}
+	ck_assert_uint_eq(r[0]->buffer, 0);
+	ck_assert_uint_eq(r[2]->buffer, 32768);
+	/* 0 and 32K free, neither buddy free: the 16K list is 32K -> 0. */
+	ck_assert_int_eq(xseg_put_request(xt_seg, r[0]), 0);
+	ck_assert_int_eq(xseg_put_request(xt_seg, r[2]), 0);
+	pid_t pid = xt_fork(10);
+	if (pid == 0) {
+		struct xseg *seg;
+		XT_CHILD_CHECK(xseg_join(xt_name, &seg) == 0, 2, "%s", xseg_last_error());
+		struct xseg_heap_meta *m = (struct xseg_heap_meta *)((char *)seg->base +
+								     seg->hdr->heap_meta_off);
+		char *heap = (char *)seg->base + seg->hdr->heap_off;
+		XT_CHILD_CHECK(pthread_mutex_lock(&m->lock) == 0, 3, "lock");
+		uint64_t head = m->free_head[6];
+		XT_CHILD_CHECK(head == 32768, 4, "head %llu", (unsigned long long)head);
+		uint64_t *link = (uint64_t *)(heap + head);   /* { next, prev } */
+		m->free_head[6] = link[0];                    /* list_remove's first store */
+		_exit(0);                                     /* killed before its second */
+	}
+	xt_expect_child_ok(pid, 5000, "heap holder");
+	struct xseg_request *a = get(0), *b = get(0);
+	int ra = xseg_prep_request(xt_seg, a, 0, len);
+	int rb = xseg_prep_request(xt_seg, b, 0, len);
+	ck_assert_int_eq(ra, 0);
+	ck_assert_msg(rb < 0 || a->buffer != b->buffer,
+		      "two requests were given the same heap block at %llu (%llu bytes)",
+		      (unsigned long long)a->buffer, (unsigned long long)a->bufferlen);
 }
 END_TEST
 
@@ -1160,6 +1210,7 @@ static Suite *requests_suite(void)
 	tcase_add_test(tc, prep_target_and_data);
 	tcase_add_test(tc, heap_exhaustion_and_recovery);
 	tcase_add_test(tc, heap_buddy_merging);
+	tcase_add_test(tc, heap_holder_killed_inside_list_remove_never_hands_a_block_out_twice);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("flow");

@@ -192,6 +192,31 @@ START_TEST(insert_of_a_present_name_returns_the_entry_there)
 }
 END_TEST
 
+/* Inserting a name that is already active takes no new slot, so a full
+ * cache must not evict anything for it (only a new name evicts). */
+START_TEST(insert_of_an_active_name_into_a_full_cache_evicts_nothing)
+{
+	make(2, 4);
+	struct xcache_entry *a = add("a");
+	struct xcache_entry *b = add("b");
+
+	xcache_put(cache, a);
+	xcache_put(cache, b);
+	expect_log("init(a) init(b)");
+	ck_assert_uint_eq(xcache_nr_active(cache), 2);	/* full */
+
+	struct xcache_entry *again = add("a");
+
+	expect_log("init(a) free(a)");			/* only the spare node goes back */
+	ck_assert_ptr_eq(again, a);
+	ck_assert_uint_eq(xcache_nr_active(cache), 2);
+	struct xcache_entry *bb = find("b");
+	ck_assert_ptr_eq(bb, b);			/* b is still cached */
+	xcache_put(cache, bb);
+	xcache_put(cache, again);
+}
+END_TEST
+
 START_TEST(clock_spares_entries_hit_since_the_last_sweep)
 {
 	make(3, 8);
@@ -442,6 +467,7 @@ int main(void)
 	tcase_add_test(tc, nodes_are_initialised_once_and_capacity_is_exact);
 	tcase_add_test(tc, insert_lookup_put_and_destroy);
 	tcase_add_test(tc, insert_of_a_present_name_returns_the_entry_there);
+	tcase_add_test(tc, insert_of_an_active_name_into_a_full_cache_evicts_nothing);
 	tcase_add_test(tc, clock_spares_entries_hit_since_the_last_sweep);
 	tcase_add_test(tc, sweep_lends_cold_entries_and_evicts_none);
 	tcase_add_test(tc, evicted_but_referenced_entry_is_reinserted);

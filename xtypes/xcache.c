@@ -577,6 +577,15 @@ struct xcache_entry *xcache_insert(struct xcache *c, struct xcache_entry *e)
 	struct name_key key = { e->name, e->name_len };
 	unsigned long hash = XXH3_64bits(e->name, e->name_len);
 
+	/* A name already active takes no slot: look before reserving one, or
+	 * a full cache evicts for nothing (the entry itself when it was the
+	 * coldest: destroyed, and the caller handed a new one). An insert of
+	 * the name racing ours is still settled by add_unique below. */
+	struct xcache_entry *there = xcache_lookup(c, e->name, e->name_len);
+	if (there) {
+		release_node(c, e, true);
+		return there;
+	}
 	reserve_active_slot(c);
 	atomic_store_explicit(&e->referenced, true, memory_order_relaxed);
 	/* Published before it becomes reachable; INSERTING keeps the clock

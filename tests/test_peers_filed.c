@@ -16,6 +16,7 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "support/peer_test_util.h"
@@ -640,6 +641,188 @@ START_TEST(daemon_and_pidfile)
 }
 END_TEST
 
+/*
+ * The contract: a name is targetlen bytes, "not NUL-terminated as far as the
+ * rules go". A target buffer whose bytes go on past targetlen (a peer that
+ * renamed it in place, a client that shortened it) must name only the
+ * targetlen bytes: the checked name, not whatever follows it up to a NUL.
+ */
+static struct pt_req unterminated(uint32_t op, const char *bytes, uint32_t targetlen,
+				  const void *data, uint64_t size)
+{
+	struct xseg_request *req = xseg_get_request(seg, CLIENT);
+	ck_assert_ptr_nonnull(req);
+	ck_assert_int_eq(xseg_prep_request(seg, req, targetlen, size), 0);
+	memcpy(xseg_get_target(seg, req), bytes, strlen(bytes) + 1);   /* over the NUL */
+	if (data)
+		memcpy(xseg_get_data(seg, req), data, size);
+	req->op = op;
+	req->flags = 0;
+	req->offset = 0;
+	req->size = size;
+	ck_assert_int_ge(xseg_submit(seg, req, CLIENT, FILED), 0);
+	struct xseg_request *rep = pt_receive(seg, CLIENT, TIMEOUT);
+	ck_assert_ptr_eq(rep, req);
+	struct pt_req r = { .op = op };
+	pt_finish(seg, rep, &r);
+	return r;
+}
+
+START_TEST(name_is_targetlen_bytes)
+{
+	char buf[64];
+	pt_pattern(buf, sizeof(buf), 77, 0);
+
+	/* "abc" with "def" after it in the buffer: the object is "abc" */
+	struct pt_req r = unterminated(X_WRITE, "abcdef", 3, buf, sizeof(buf));
+	expect_served(r, "WRITE to 'abc'");
+	ck_assert_msg(!file_exists("abcdef"), "a WRITE to 'abc' (targetlen 3) created 'abcdef'");
+	ck_assert_msg(file_exists("abc"), "a WRITE to 'abc' (targetlen 3) did not create 'abc'");
+}
+END_TEST
+
+START_TEST(name_past_targetlen_stays_in_dir)
+{
+	char buf[64];
+	pt_pattern(buf, sizeof(buf), 78, 0);
+	/* a name that is a subdirectory (lost+found at the root of a mounted
+	 * filesystem), with "/../../escaped" after it: nothing outside --dir */
+	char sub[600], outside[600];
+	struct stat st;
+	snprintf(sub, sizeof(sub), "%s/lost+found", objdir);
+	ck_assert_int_eq(mkdir(sub, 0700), 0);
+	struct pt_req r = unterminated(X_WRITE, "lost+found/../../escaped", 10, buf, sizeof(buf));
+	snprintf(outside, sizeof(outside), "%s/escaped", dir);
+	ck_assert_msg(lstat(outside, &st) < 0,
+		      "filed wrote %s, outside --dir (the WRITE was %s)", outside,
+		      r.result == XR_SERVED ? "SERVED" : "FAILED");
+}
+END_TEST
+
+/* ---- filed under strace: syscalls seen, and slowed (strace -e inject) ---------- */
+
+static char trace_log[400];
+
+static void setup_bare(void)
+{
+	seg = pt_segment(segname, sizeof(segname), 16, 256, 16u << 20);
+	pt_tmpdir(dir, sizeof(dir));
+	snprintf(objdir, sizeof(objdir), "%s/objects", dir);
+	snprintf(trace_log, sizeof(trace_log), "%s/strace.log", dir);
+	ck_assert_int_eq(xseg_bind_port(seg, CLIENT), 0);
+}
+
+/* filed on FILED under strace -f (fsync and fdatasync logged to trace_log,
+ * `inject` applied); false when there is no strace. */
+static bool start_traced(const char *inject)
+{
+	if (system("command -v strace > /dev/null 2>&1") != 0) {
+		fprintf(stderr, "no strace: skipped\n");
+		return false;
+	}
+	char path[512];
+	pt_bin("filed", path, sizeof(path));
+	fflush(NULL);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		execlp("strace", "strace", "-f", "-y", "-qq", "-o", trace_log, "-e",
+		       "trace=fsync,fdatasync", "-e", inject, path, "--segment", segname, "--port",
+		       "1", "--dir", objdir, "--threads", "4", "--log-level", "error", (char *)NULL);
+		_exit(127);
+	}
+	pt_track_pid(pid);
+	ck_assert_msg(pt_wait_bound(seg, FILED, 0, TIMEOUT) == 0, "filed did not bind port 1");
+	struct xseg_port_info info;
+	ck_assert_int_eq(xseg_port_info(seg, FILED, &info), 0);
+	pt_track_pid(info.owner);
+	return true;
+}
+
+static uint64_t ms_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/*
+ * Object x is created by a WRITE that is answered; then a FUA WRITE creates
+ * y, and while y's fsync of the directory runs (slowed to 1.5 s) a FLUSH
+ * comes. The FLUSH covers x, whose directory entry is durable only once an
+ * fsync of the directory that began after x was created has ended: the
+ * FLUSH must not be answered before the one in progress ends.
+ */
+START_TEST(flush_waits_for_a_dir_sync_in_progress)
+{
+	if (!start_traced("inject=fsync:delay_exit=1500000"))
+		return;
+	write_obj("x", 0, 4096, 41);
+	char buf[4096];
+	pt_pattern(buf, sizeof(buf), 42, 0);
+	uint64_t t0 = ms_now();
+	struct pt_req fua = { .op = X_WRITE, .flags = XF_FUA, .target = "y", .size = sizeof(buf),
+			      .data = buf, .data_len = sizeof(buf) };
+	struct xseg_request *freq = pt_submit(seg, CLIENT, FILED, &fua);
+	ck_assert_ptr_nonnull(freq);
+	usleep(300 * 1000);   /* y's WRITE is in its fsync of the directory */
+	struct pt_req flush = { .op = X_FLUSH };
+	struct xseg_request *flreq = pt_submit(seg, CLIENT, FILED, &flush);
+	ck_assert_ptr_nonnull(flreq);
+	uint64_t t1 = 0, t2 = 0;   /* the FLUSH's answer, the FUA WRITE's: either first */
+	for (int i = 0; i < 2; i++) {
+		struct xseg_request *rep = pt_receive(seg, CLIENT, TIMEOUT);
+		ck_assert_ptr_nonnull(rep);
+		if (rep == flreq) {
+			t1 = ms_now();
+			pt_finish(seg, rep, &flush);
+		} else {
+			ck_assert_ptr_eq(rep, freq);
+			t2 = ms_now();
+			pt_finish(seg, rep, &fua);
+		}
+	}
+	expect_served(flush, "FLUSH");
+	expect_served(fua, "FUA WRITE");
+	ck_assert_msg(t1 - t0 >= 1400,
+		      "the FLUSH was answered %llu ms in, the FUA WRITE (whose directory fsync "
+		      "holds x's entry) %llu ms in: the FLUSH did not wait for that fsync",
+		      (unsigned long long)(t1 - t0), (unsigned long long)(t2 - t0));
+}
+END_TEST
+
+/*
+ * x is created by a plain WRITE (answered, not flushed); then a FUA WRITE
+ * to x is answered. Its bytes are durable only with x's directory entry:
+ * an fsync of the directory must come between the two answers.
+ */
+START_TEST(fua_write_makes_its_object_durable)
+{
+	if (!start_traced("inject=fsync:delay_exit=1"))
+		return;
+	write_obj("x", 0, 4096, 43);
+	uint64_t len0 = 0;
+	free(pt_read_file(trace_log, &len0));
+	char buf[4096];
+	pt_pattern(buf, sizeof(buf), 44, 4096);
+	expect_served(do_req(X_WRITE, "x", 4096, sizeof(buf), buf, NULL, XF_FUA), "FUA WRITE");
+	uint64_t len = 0;
+	char *log = pt_read_file(trace_log, &len);
+	ck_assert_ptr_nonnull(log);
+	char *since = strndup(log + len0, len - len0);
+	char want[400];
+	snprintf(want, sizeof(want), "<%s>)", objdir);   /* an fsync of the directory */
+	ck_assert_msg(strstr(since, "fdatasync("), "no fdatasync for the FUA WRITE:\n%s", since);
+	ck_assert_msg(strstr(since, want),
+		      "a FUA WRITE to an object created by an unflushed WRITE was answered with "
+		      "no fsync of the directory (the object may vanish in a crash, and the FUA "
+		      "bytes with it); syscalls for it:\n%s", since);
+	free(since);
+	free(log);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("peers_filed");
@@ -652,6 +835,8 @@ int main(void)
 	tcase_add_test(tc, copy_objects);
 	tcase_add_test(tc, flush_and_fua);
 	tcase_add_test(tc, bad_names_refused);
+	tcase_add_test(tc, name_is_targetlen_bytes);
+	tcase_add_test(tc, name_past_targetlen_stays_in_dir);
 	tcase_add_test(tc, unsupported_ops);
 	tcase_add_test(tc, concurrent_requests);
 	tcase_add_test(tc, sigterm_exits_cleanly);
@@ -660,5 +845,8 @@ int main(void)
 	tcase_add_test(tc, daemon_and_pidfile);
 	tcase_add_test(pt_tcase(s, "limits", setup_short_names, 45), long_names_and_sizes_refused);
 	tcase_add_test(pt_tcase(s, "faults", setup_faulty, 45), fault_injection);
+	TCase *traced = pt_tcase(s, "traced", setup_bare, 45);
+	tcase_add_test(traced, flush_waits_for_a_dir_sync_in_progress);
+	tcase_add_test(traced, fua_write_makes_its_object_durable);
 	return pt_run(s);
 }

@@ -49,6 +49,7 @@ struct filed {
 	_Atomic uint64_t fail_counter;
 	_Atomic uint64_t epoch;          /* bumped after each DELETE */
 	_Atomic int dir_dirty;           /* entries created or removed since a sync */
+	pthread_mutex_t dir_sync_lock;   /* one fsync of the directory at a time */
 	pthread_mutex_t dirty_lock;      /* guards dirty */
 	struct obj_set dirty;            /* objects written since the last FLUSH */
 	pthread_mutex_t flush_lock;      /* one FLUSH at a time: a later FLUSH
@@ -61,6 +62,7 @@ static struct filed F = {
 	.max_name = XSEG_MAX_TARGETLEN,
 	.fd_cache = 64,
 	.dirty_lock = PTHREAD_MUTEX_INITIALIZER,
+	.dir_sync_lock = PTHREAD_MUTEX_INITIALIZER,
 	.flush_lock = PTHREAD_MUTEX_INITIALIZER,
 };
 
@@ -160,17 +162,20 @@ static int mark_dirty(const char *name, size_t len)
 	return rc < 0 ? -rc : 0;
 }
 
+/* Under its lock: a caller that finds the directory clean while another's
+ * fsync is still running waits for that fsync (the entries it covers are
+ * not durable before it ends; a FLUSH was answered meanwhile). */
 static int sync_dir(void)
 {
-	if (!atomic_exchange(&F.dir_dirty, 0))
-		return 0;
-	if (fsync(F.dirfd) < 0) {
-		int err = errno;
+	int err = 0;
+	pthread_mutex_lock(&F.dir_sync_lock);
+	if (atomic_exchange(&F.dir_dirty, 0) && fsync(F.dirfd) < 0) {
+		err = errno;
 		atomic_store(&F.dir_dirty, 1);
 		peer_error("fsync of %s: %s", F.dir, strerror(err));
-		return err;
 	}
-	return 0;
+	pthread_mutex_unlock(&F.dir_sync_lock);
+	return err;
 }
 
 /* fdatasync of each object in the list; the ones that fail go back into the
@@ -235,7 +240,9 @@ static int after_write(int fd, bool fua, bool created, const char *name, size_t 
 		return mark_dirty(name, len);
 	if (fdatasync(fd) < 0)
 		return errno;
-	return created ? sync_dir() : 0;
+	/* Its entry too, whoever made it: this write, an earlier plain one,
+	 * or the thread that won the race to create it (nothing when clean). */
+	return sync_dir();
 }
 
 /* ---- operations ---------------------------------------------------------------- */
@@ -289,15 +296,22 @@ static int do_write(struct peer_thread *t, struct xseg_request *req, const char 
 
 static int do_delete(const char *name, size_t len)
 {
-	if (unlinkat(F.dirfd, name, 0) < 0)
-		return errno;
+	/* The unlink and the drop of the name's dirty mark under dirty_lock: a
+	 * WRITE that recreates the object in between marks it after, not
+	 * before (the drop took that WRITE's mark, and a FLUSH answered after
+	 * the WRITE never synced it). */
+	pthread_mutex_lock(&F.dirty_lock);
+	if (unlinkat(F.dirfd, name, 0) < 0) {
+		int err = errno;
+		pthread_mutex_unlock(&F.dirty_lock);
+		return err;
+	}
+	free(obj_set_remove(&F.dirty, name, len));
+	pthread_mutex_unlock(&F.dirty_lock);
 	/* After the unlink: a thread that looks at its cache from now on drops
 	 * a descriptor of the unlinked file. */
 	atomic_fetch_add_explicit(&F.epoch, 1, memory_order_release);
 	atomic_store(&F.dir_dirty, 1);
-	pthread_mutex_lock(&F.dirty_lock);
-	free(obj_set_remove(&F.dirty, name, len));
-	pthread_mutex_unlock(&F.dirty_lock);
 	return 0;
 }
 
@@ -419,6 +433,7 @@ static int do_copy(struct peer_thread *t, struct xseg_request *req, const char *
 
 static int serve(struct peer_thread *t, struct xseg_request *req)
 {
+	char own[BLOCKER_NAME_MAX + 1];   /* the name, NUL-terminated at targetlen */
 	char *name = xseg_get_target(peer_segment(peer_of(t)), req);
 	char *data = xseg_get_data(peer_segment(peer_of(t)), req);
 	size_t len = name ? req->targetlen : 0;
@@ -437,6 +452,13 @@ static int serve(struct peer_thread *t, struct xseg_request *req)
 			  xseg_op_name(req->op), why);
 		return err;
 	}
+	/* The name is targetlen bytes: the buffer may hold more before a NUL
+	 * (room to rename in place), which the system calls below would take
+	 * for part of the name ("abc" with "def" after it wrote "abcdef";
+	 * "lost+found" with "/../../x" after it, outside --dir). */
+	memcpy(own, name, len);
+	own[len] = '\0';
+	name = own;
 	switch (req->op) {
 	case X_READ:
 	case X_WRITE:

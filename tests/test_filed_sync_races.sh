@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# filed's FLUSH against a DELETE running beside a WRITE, made deterministic
+# with strace's syscall delay injection (strace -e inject): a WRITE that
+# recreates an object while a DELETE of it is between its unlink and its
+# cleanup of the dirty set is answered; a FLUSH sent after that answer must
+# fdatasync the new file.
+# Skipped without strace.
+set -u
+SEG_PREFIX=filed-sync
+. "$(dirname "$0")/lib.sh"
+
+command -v strace > /dev/null || { echo "SKIP: no strace"; exit 0; }
+"$BIN/xseg" create --segment "$SEG" --ports 16 --requests 64 --heap 16M > /dev/null ||
+	fail "create"
+
+xr() { "$BIN/xreq" --segment "$SEG" --target-port 1 "$@"; }
+
+# filed_under INJECT: filed on port 1 under strace, syscalls logged to $DIR/strace.log
+filed_under() {
+	rm -rf "$DIR/d"
+	strace -f -y -qq -o "$DIR/strace.log" -e trace=unlinkat,fdatasync,fsync -e inject="$1" \
+		"$BIN/filed" --segment "$SEG" --port 1 --dir "$DIR/d" --threads 4 \
+		--log-level error > "$DIR/filed.log" 2>&1 &
+	pids+=($!)
+	wait_bound 1
+}
+
+filed_under unlinkat:delay_exit=1000000
+xr --port 10 --op write --target obj --data old --size 4096 > /dev/null || fail "first WRITE"
+xr --port 10 --op flush > /dev/null || fail "first FLUSH"
+xr --port 11 --op delete --target obj > "$DIR/del.out" &
+del=$!
+sleep 0.3          # the DELETE has unlinked and sits in the injected delay
+xr --port 12 --op write --target obj --data new --size 4096 > /dev/null ||
+	fail "WRITE beside the DELETE"
+wait $del
+mark=$(wc -l < "$DIR/strace.log")
+xr --port 10 --op flush > /dev/null || fail "FLUSH"
+[ -f "$DIR/d/obj" ] || fail "the recreated object is gone"
+tail -n +"$((mark + 1))" "$DIR/strace.log" | grep -q 'fdatasync(.*/d/obj>' || {
+	echo "== syscalls of the FLUSH:"; tail -n +"$((mark + 1))" "$DIR/strace.log"
+	fail "a WRITE answered before the FLUSH (it recreated 'obj' beside a DELETE) was not" \
+	     "synced by the FLUSH: no fdatasync of 'obj'"
+}
+stop_peers; pids=()
+
+echo "PASS"

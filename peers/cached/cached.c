@@ -59,6 +59,10 @@ struct glue_req {
 	struct glue_bio lent;      /* xreq itself as a blocker request */
 	char control[128];
 	char copy_src[XSEG_MAX_TARGETLEN + 1];
+	/* The target's targetlen bytes, NUL-terminated: the buffer may hold
+	 * more before a NUL (room to rename in place), and the engine would
+	 * cache "abcdef" while the blocker, given targetlen 3, writes "abc". */
+	char name[XSEG_MAX_TARGETLEN + 1];
 };
 
 /* A pool request is a client's (accepted here, and maybe lent to the
@@ -294,13 +298,17 @@ static void on_request(struct peer_thread *t, struct xseg_request *x)
 	struct cache_req *r = &g->req;
 	r->op = x->op;
 	r->flags = x->flags;
-	r->name = xseg_get_target(C.seg, x);
+	const char *target = xseg_get_target(C.seg, x);
+	size_t tlen = target ? x->targetlen : 0;
+	if (tlen > XSEG_MAX_TARGETLEN)   /* refused below (name_allowed) */
+		tlen = XSEG_MAX_TARGETLEN;
+	memcpy(g->name, target ? target : "", tlen);
+	g->name[tlen] = '\0';
+	r->name = g->name;
 	r->offset = x->offset;
 	r->size = x->size;
 	r->data = xseg_get_data(C.seg, x);
 	r->done = client_done;
-	if (!r->name)
-		r->name = "";
 	if (names_object(x) && !name_allowed(x))
 		return;
 	if ((x->op == X_READ || x->op == X_WRITE) && x->datalen < x->size) {

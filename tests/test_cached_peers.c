@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "peer/blocker.h"
 #include "support/blocker_cases.h"
@@ -255,6 +256,42 @@ START_TEST(misses_with_the_pool_taken_by_clients)
 }
 END_TEST
 
+/* A name is the target's targetlen bytes: the buffer may hold more before
+ * a NUL (room to rename in place). A WRITE to "abc" whose buffer reads
+ * "abcdef" was cached (and written back) as "abcdef". */
+START_TEST(name_is_targetlen_bytes_through_cached)
+{
+	char buf[4096], back[4096];
+	pt_pattern(buf, sizeof(buf), 45, 0);
+	struct xseg_request *req = xseg_get_request(seg, CLIENT);
+	ck_assert_ptr_nonnull(req);
+	ck_assert_int_eq(xseg_prep_request(seg, req, 3, sizeof(buf)), 0);
+	memcpy(xseg_get_target(seg, req), "abcdef", 7);   /* past targetlen, over its NUL */
+	memcpy(xseg_get_data(seg, req), buf, sizeof(buf));
+	req->op = X_WRITE;
+	req->flags = 0;
+	req->offset = 0;
+	req->size = sizeof(buf);
+	ck_assert_int_ge(xseg_submit(seg, req, CLIENT, CACHED), 0);
+	struct xseg_request *rep = pt_receive(seg, CLIENT, TIMEOUT);
+	ck_assert_ptr_eq(rep, req);
+	struct pt_req w = { .op = X_WRITE };
+	pt_finish(seg, rep, &w);
+	ck_assert_uint_eq(w.result, XR_SERVED);
+	request(CLIENT, X_READ, "abc", 0, sizeof(back), NULL, back);   /* a hit, under "abc" */
+	ck_assert_msg(!memcmp(back, buf, sizeof(buf)), "a read of 'abc' did not find the write "
+		      "to 'abc' (targetlen 3, 'def' after it)");
+	request(CLIENT, X_FLUSH, NULL, 0, 0, NULL, NULL);
+	char *abc = filed_bytes("abc"), *abcdef = filed_bytes("abcdef");
+	ck_assert_msg(!memcmp(abc, buf, sizeof(buf)), "filed has no 'abc' after the FLUSH");
+	free(abc);
+	free(abcdef);
+	char path[400];
+	snprintf(path, sizeof(path), "%s/abcdef", objdir);
+	ck_assert_msg(access(path, F_OK) != 0, "cached wrote 'abcdef' back for a write to 'abc'");
+}
+END_TEST
+
 /* What a blocker refuses, cached refuses the same way (write-back: the
  * cache would otherwise take a WRITE that can never land, or read "a\0b"
  * as object "a"); the rest of the contract works through it. */
@@ -335,6 +372,7 @@ int main(void)
 	tcase_add_test(tc, many_threads_one_object_cache_holds_it);
 	tcase_add_test(tc, misses_with_the_pool_taken_by_clients);
 	tcase_add_test(tc, blocker_contract_through_cached);
+	tcase_add_test(tc, name_is_targetlen_bytes_through_cached);
 	tc = pt_tcase(s, "small", setup_small, 240);
 	tcase_add_test(tc, many_threads_one_object_cache_evicts);
 	return pt_run(s);

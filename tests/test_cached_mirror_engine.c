@@ -1119,10 +1119,10 @@ END_TEST
 
 /* 9. A replica never writes back on its own until promoted: here the
  * replica's index is full (the primary mirrored MAX_OBJS + 1 objects) and
- * it evicts a dirty object, whose on_evict hook starts a flush of the
- * replica's copy. The primary meanwhile writes newer bytes of the object
- * and writes them back; the replica's older copy lands on the blocker
- * after them. */
+ * it evicts a dirty object, whose on_evict hook used to start a flush of
+ * the replica's copy. The primary meanwhile writes newer bytes of the
+ * object and writes them back; the replica's older copy then landed on
+ * the blocker after them. */
 START_TEST(replica_evicting_a_dirty_object_never_writes_it_back)
 {
 	setup(true);

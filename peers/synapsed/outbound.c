@@ -215,6 +215,15 @@ int outbound_reply_header(struct conn *c, uint32_t ci, const struct wire_header 
 			  "%" PRIu64 " asked: protocol error", c->peer, h->id, h->serviced,
 			  s->req->size);
 		rc = -1;
+	} else if (!late && h->result == XR_SERVED && h->op != X_WRITE &&
+		   h->data_len < (h->serviced < s->req->datalen ? h->serviced : s->req->datalen)) {
+		/* A served reply carries min(serviced, datalen) bytes: fewer, and
+		 * the request's buffer past them (another client's old data, the
+		 * heap does not clear it) would be answered as read. */
+		peer_warn("connection %s: reply to id %#" PRIx64 " says %" PRIu64 " bytes served "
+			  "but carries %" PRIu64 ": protocol error", c->peer, h->id, h->serviced,
+			  h->data_len);
+		rc = -1;
 	} else if (!late && s->req->op != h->op) {
 		peer_warn("connection %s: reply to id %#" PRIx64 " is for op %s, the request was "
 			  "%s: protocol error", c->peer, h->id, xseg_op_name(h->op),

@@ -58,9 +58,6 @@ struct sosd {
 	rados_t cluster;
 	rados_ioctx_t io;
 	struct write_order order;
-	/* on_place -> on_request, by pool index; only the accepting worker
-	 * touches an entry, so no lock. */
-	struct sosd_op **placed;
 	_Atomic int64_t last_warn_s;     /* rate limit of failure warnings */
 	_Atomic uint64_t failures_unlogged;
 };
@@ -516,8 +513,45 @@ static int check_request(struct peer_thread *t, struct sosd_op *op)
 	return 0;
 }
 
-/* What on_place left for on_request, by pool index. */
+/* What on_place left for on_request. */
 static struct sosd_op OP_NO_MEMORY, OP_HELD;
+
+/*
+ * on_place -> on_request on the accepting worker, in the same order (the
+ * runtime calls on_request for the batch it placed, on the same thread).
+ * Kept per thread, not by pool index: a held FLUSH can be started and
+ * answered by another worker before this one reaches its on_request, and
+ * its request re-sent and placed by a third under the same index (the
+ * entry was then another's op, or NULL: a crash with two workers).
+ */
+#define PLACED_MAX 1024u   /* more than any accept batch */
+static _Thread_local struct placed {
+	struct xseg_request *req;
+	struct sosd_op *op;
+} placed[PLACED_MAX];
+static _Thread_local unsigned placed_head, placed_n;
+
+static void place(struct xseg_request *req, struct sosd_op *op)
+{
+	if (placed_n == PLACED_MAX)
+		abort();   /* the runtime places at most a batch before serving it */
+	placed[(placed_head + placed_n++) % PLACED_MAX] = (struct placed){ req, op };
+}
+
+static void replace_placed(struct xseg_request *req, struct sosd_op *op)
+{
+	placed[(placed_head + placed_n - 1) % PLACED_MAX] = (struct placed){ req, op };
+}
+
+static struct sosd_op *take_placed(struct xseg_request *req)
+{
+	struct placed p = placed[placed_head];
+	if (!placed_n || p.req != req)
+		abort();   /* on_request out of the order on_place saw */
+	placed_head = (placed_head + 1) % PLACED_MAX;
+	placed_n--;
+	return p.op;
+}
 
 /* Under the runtime's accept lock, in queue order: a mutation takes its
  * sequence number and a FLUSH its barrier here, so that a FLUSH waits for
@@ -528,12 +562,12 @@ static void on_place(struct peer_thread *t, struct xseg_request *req)
 	struct sosd_op *op = calloc(1, sizeof(*op));
 
 	if (!op) {
-		S.placed[req->index] = &OP_NO_MEMORY;
+		place(req, &OP_NO_MEMORY);
 		return;
 	}
 	op->req = req;
 	req->serviced = 0;
-	S.placed[req->index] = op;
+	place(req, op);
 	if ((op->refused = check_request(t, op)) != 0)
 		return;
 	op->mutation = req->op == X_WRITE || req->op == X_COPY || req->op == X_DELETE;
@@ -541,7 +575,7 @@ static void on_place(struct peer_thread *t, struct xseg_request *req)
 		/* A held op belongs to the barrier from here on: a completing
 		 * mutation may start it before on_request runs. */
 		if (!write_order_barrier(&S.order, &op->waiter, op->mutation ? &op->order : NULL))
-			S.placed[req->index] = &OP_HELD;
+			replace_placed(req, &OP_HELD);
 	} else if (op->mutation) {
 		write_order_begin(&S.order, &op->order);
 	}
@@ -549,9 +583,8 @@ static void on_place(struct peer_thread *t, struct xseg_request *req)
 
 static void on_request(struct peer_thread *t, struct xseg_request *req)
 {
-	struct sosd_op *op = S.placed[req->index];
+	struct sosd_op *op = take_placed(req);
 
-	S.placed[req->index] = NULL;
 	if (op == &OP_HELD)
 		return;   /* a completing mutation starts it (finish) */
 	if (op == &OP_NO_MEMORY) {
@@ -583,14 +616,7 @@ static int init(struct peer *p)
 	char mons[256] = "?";
 	int rc;
 
-	struct xseg_segment_info si;
-
 	S.peer = p;
-	if (xseg_segment_info(peer_segment(p), &si) < 0 ||
-	    !(S.placed = calloc(si.nr_requests, sizeof(*S.placed)))) {
-		peer_error("out of memory for the requests of the segment");
-		return -1;
-	}
 	write_order_init(&S.order);
 	if ((rc = rados_create(&S.cluster, S.id)) < 0) {
 		peer_error("cannot create a RADOS client 'client.%s': %s", S.id, strerror(-rc));
@@ -625,8 +651,6 @@ fail:
 	rados_shutdown(S.cluster);
 	S.cluster = NULL;
 	write_order_destroy(&S.order);
-	free(S.placed);
-	S.placed = NULL;
 	return -1;
 }
 
@@ -641,8 +665,6 @@ static void fini(struct peer *p)
 	S.io = NULL;
 	S.cluster = NULL;
 	write_order_destroy(&S.order);
-	free(S.placed);
-	S.placed = NULL;
 }
 
 static const struct peer_ops sosd_ops = {

@@ -49,26 +49,28 @@ void peer_stop(struct peer *p)
 
 /* ---- workers ---------------------------------------------------------------------- */
 
-static void stats_passed_back(struct peer_thread *t, struct xseg_request *req, void *arg)
+static void control_passed_back(struct peer_thread *t, struct xseg_request *req, void *arg)
 {
 	(void)arg;
 	peer_respond(t, req);
 }
 
-/* The control command "stats" is the runtime's, for every peer
- * (stats_json.c); false for any other request. Sent to a port we are
- * plugged in front of, it goes on to that port (our own sends reach
- * it): each port's figures stay reachable, and every answer names the
- * peer and port that gave it. */
-static bool answered_stats(struct peer_thread *t, struct xseg_request *req)
+/* A control command (X_CONTROL) sent to a port we are plugged in front of
+ * goes on to that port (our own sends reach it): it is that port's peer's
+ * ("policy", "unplug", "flush" for a cache behind us in a chain reached us
+ * instead, and changed our own policy). "stats" is the runtime's, for
+ * every peer (stats_json.c), answered here for our own ports: each port's
+ * figures stay reachable, and every answer names the peer and port that
+ * gave it. False: a command of ours, not "stats". */
+static bool answered_control(struct peer_thread *t, struct xseg_request *req)
 {
 	struct peer *p = t->peer;
-	if (!peer_stats_command(req, xseg_get_data(p->seg, req)))
-		return false;
 	uint32_t dst = req->dst_port;
 	if ((dst < p->cfg.port_first || dst > p->cfg.port_last) && dst < p->nr_ports &&
-	    peer_forward(t, req, dst, stats_passed_back, NULL) == 0)
+	    peer_forward(t, req, dst, control_passed_back, NULL) == 0)
 		return true;
+	if (!peer_stats_command(req, xseg_get_data(p->seg, req)))
+		return false;
 	size_t len = 0;
 	char *json = peer_stats_json(p, req->dst_port, &len);
 	char *data = json ? peer_reply_data(t, req, len + 1) : NULL;
@@ -91,7 +93,7 @@ static bool answered_by_runtime(struct peer_thread *t, struct xseg_request *req)
 	const struct peer_ops *ops = t->peer->ops;
 	uint32_t op = req->op;
 
-	if (op == X_CONTROL && answered_stats(t, req))
+	if (op == X_CONTROL && answered_control(t, req))
 		return true;
 	if (!ops->supported_ops || (op < 32 && (ops->supported_ops & PEER_OP(op))))
 		return false;
@@ -136,7 +138,7 @@ static int accept_batch(struct peer_thread *t, uint32_t port, unsigned max)
 		accepted_now(p, t->batch, n);
 		if (!ops->supported_ops) {   /* every op is the peer's (nulld, cached) */
 			for (int i = 0; i < n; i++)
-				if (t->batch[i]->op != X_CONTROL || !answered_stats(t, t->batch[i]))
+				if (t->batch[i]->op != X_CONTROL || !answered_control(t, t->batch[i]))
 					ops->on_request(t, t->batch[i]);
 			return n;
 		}

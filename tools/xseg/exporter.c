@@ -84,11 +84,20 @@ static void serve_metrics(int fd, struct xseg *seg, bool all, uint32_t port)
 	free(body);
 }
 
-/* Reads the request head (up to the blank line); its length, or -1. */
+/* Reads the request head (up to the blank line); its length, or -1. The
+ * whole head within IO_TIMEOUT_S: SO_RCVTIMEO bounds each recv only, and a
+ * client trickling a byte a second held the (one-at-a-time) exporter. */
 static ssize_t read_head(int fd, char *buf, size_t cap)
 {
 	size_t len = 0;
+	uint64_t deadline = xseg_now_ns() + (uint64_t)IO_TIMEOUT_S * 1000000000ull;
 	while (len < cap - 1) {
+		uint64_t now = xseg_now_ns();
+		if (now >= deadline)
+			return -1;
+		uint64_t left_us = (deadline - now) / 1000;
+		struct timeval tv = { (time_t)(left_us / 1000000), (suseconds_t)(left_us % 1000000) };
+		setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 		ssize_t n = recv(fd, buf + len, cap - 1 - len, 0);
 		if (n <= 0)
 			return len ? (ssize_t)len : -1;

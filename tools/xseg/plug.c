@@ -14,6 +14,20 @@ int plug_in(struct xseg *seg, uint32_t port, uint32_t via, const char *what)
 			what, via);
 		return 1;
 	}
+	/* Plugged already: a route over it would take the cache there out of
+	 * the path, and its dirty bytes with it (reads then served the
+	 * blocker's older data). The same cache again is fine. */
+	uint32_t there = xseg_get_next_hop(seg, port);
+	if (there != XSEG_NO_PORT && there != via) {
+		struct xseg_port_info ti;
+		bool live = xseg_port_info(seg, there, &ti) == 0 && ti.owner && ti.owner_alive;
+		if (live || (xseg_port_info(seg, there, &ti) == 0 && ti.dirty_bytes)) {
+			fprintf(stderr, "xseg: %s: port %u is plugged via port %u already; plug port "
+				"%u in front of it (--port %u --via %u), or unplug --via %u first\n",
+				what, port, there, via, there, via, there);
+			return 1;
+		}
+	}
 	/* Tell the peer it is going into a path (cached returns to the policy
 	 * it was started with); a peer without control commands is fine. */
 	char reply[64];

@@ -189,6 +189,13 @@ static enum stopped stop_peer(struct xseg *seg, const struct path_peer *pp,
 				what, pp->port_first, (int)owner, pp->program, rd->path);
 			return LEFT;
 		}
+		/* Dead before we came: a cache that died holding dirty bytes
+		 * stops the stop here too, or the blocker behind it would be
+		 * stopped and the segment (and the port's mark) removed. */
+		if (seg)
+			for (uint32_t p = pp->port_first; p <= pp->port_last; p++)
+				if (gone_dirty(seg, p, what))
+					return STUCK;
 		return STOPPED;
 	}
 	if (!is_peer(seg, pp, pid)) {

@@ -2086,6 +2086,7 @@ START_TEST(flush_of_an_evicted_dirty_object_waits_for_its_write_back)
 	wait_sync(&fl);
 	ck_assert(fl.r.served);
 	ck_assert(blk_has("ev", 0, w, BKT_SIZE));
+	ck_assert(switch_to_writethrough());   /* destroy wants nothing dirty */
 	teardown();
 }
 END_TEST

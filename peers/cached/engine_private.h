@@ -127,8 +127,11 @@ static inline void count_add(_Atomic uint64_t *c, uint64_t n)
  * are not dirty and a recovered cache always has its spares. */
 #define PERSIST_SPARE_SLOTS 32u
 /* Overwritten versions kept at most, waiting for a sync (object.c's
- * retire); a sync is forced before the list is full. */
-#define RETIRE_CAP 256u
+ * retire). A sync is forced at RETIRE_SYNC_AT; past it each writer adds
+ * one and then waits for that sync, and a sync under way may put back
+ * what it took: room for twice the mark and the threads. */
+#define RETIRE_SYNC_AT 224u
+#define RETIRE_CAP 512u
 /* A superseded version of bucket `bucket` of persist object `pobj`. */
 struct old_version {
 	uint32_t slot, pobj, bucket;

@@ -291,6 +291,8 @@ bool persist_hold(struct cache_object *o)
 static void put_back(struct old_version *list, uint32_t *n, const struct old_version *from,
 		     uint32_t k)
 {
+	/* Never past the cap (see RETIRE_CAP): one that did not fit would keep
+	 * its slot for good (recovery clears a loser's header). */
 	for (uint32_t j = 0; j < k && *n < RETIRE_CAP; j++)
 		list[(*n)++] = from[j];
 }
@@ -351,7 +353,7 @@ static void retire(struct cache_object *o, uint32_t i, uint32_t slot)
 	if (!kept) {
 		persist_clear(&e->persist, slot);
 		bucket_pool_put_spare(&e->pool, slot);
-	} else if (n >= RETIRE_CAP - 32 ||
+	} else if (n >= RETIRE_SYNC_AT ||
 		   bucket_pool_shared_free(&e->pool) < PERSIST_SPARE_SLOTS / 2) {
 		(void)sync_and_retire(e, true);   /* a failed sync keeps them for the next */
 	}

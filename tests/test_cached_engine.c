@@ -1427,9 +1427,10 @@ START_TEST(persist_full_recovered_cache_overwrites)
 END_TEST
 
 /* An overwrite of a DIRTY bucket goes to a fresh slot, published before
- * the old one is cleared; with a sync mode the old one is cleared only
- * after a sync (a host crash may write the header page back before the
- * new slot's data); flushed and deleted data leave the file. */
+ * the old one is cleared; with a sync mode an old one that was synced is
+ * cleared only after the next sync (a host crash may write the header page
+ * back before the new slot's data), one never synced at once; flushed and
+ * deleted data leave the file. */
 START_TEST(persist_overwrite_is_out_of_place_and_clean_data_leaves_the_file)
 {
 	persist_dir();
@@ -1440,6 +1441,7 @@ START_TEST(persist_overwrite_is_out_of_place_and_clean_data_leaves_the_file)
 	ck_assert_int_eq(do_write("o", 0, BKT_SIZE, w), 0);
 	uint32_t s0 = slot_of("o", 0);
 	ck_assert(persist_slot_published(p, s0));
+	ck_assert_int_eq(do_flush(), 0);   /* synced: an overwrite keeps it until the next */
 	fill(w, 100, 41);
 	ck_assert_int_eq(do_write("o", 0, 100, w), 0);
 	uint32_t s1 = slot_of("o", 0);
@@ -1448,6 +1450,18 @@ START_TEST(persist_overwrite_is_out_of_place_and_clean_data_leaves_the_file)
 	ck_assert(persist_slot_published(p, s0));     /* kept until a sync */
 	ck_assert_int_eq(do_flush(), 0);              /* --persist-sync flush: a sync */
 	ck_assert(!persist_slot_published(p, s0));
+	ck_assert_uint_eq(stats_now().persist_dirty_bytes, BKT_SIZE);
+	/* s1 synced now: an overwrite keeps it; the version after that was
+	 * never synced, so the next overwrite clears it at once (a bucket
+	 * rewritten between syncs goes on reusing slots) */
+	ck_assert_int_eq(do_write("o", 0, 100, w), 0);
+	uint32_t s1b = slot_of("o", 0);
+	ck_assert(persist_slot_published(p, s1));
+	ck_assert_int_eq(do_write("o", 0, 100, w), 0);
+	ck_assert(!persist_slot_published(p, s1b));
+	ck_assert_int_eq(do_flush(), 0);
+	ck_assert(!persist_slot_published(p, s1));
+	s1 = slot_of("o", 0);
 	ck_assert_uint_eq(stats_now().persist_dirty_bytes, BKT_SIZE);
 
 	/* an uncached write landing on the DIRTY bucket: out of place too */

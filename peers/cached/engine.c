@@ -430,6 +430,8 @@ static int persist_start(struct cache_engine *e, const char **why)
 		return rc < 0 ? rc : -(r.error ? r.error : ENOMEM);
 	}
 	bucket_pool_set_reserve(&e->pool, PERSIST_SPARE_SLOTS);
+	/* What recovery kept was on the device: as good as synced. */
+	atomic_store(&e->synced_below, atomic_load(&e->persist.next_seq));
 	return 0;
 }
 

@@ -127,11 +127,13 @@ static inline void count_add(_Atomic uint64_t *c, uint64_t n)
  * are not dirty and a recovered cache always has its spares. */
 #define PERSIST_SPARE_SLOTS 32u
 /* Overwritten versions kept at most, waiting for a sync (object.c's
- * retire). A sync is forced at RETIRE_SYNC_AT; past it each writer adds
- * one and then waits for that sync, and a sync under way may put back
- * what it took: room for twice the mark and the threads. */
-#define RETIRE_SYNC_AT 224u
-#define RETIRE_CAP 512u
+ * retire). A sync is forced at RETIRE_SYNC_AT (one fdatasync per so many
+ * overwrites of dirty buckets: at 224 a rewrite-heavy load ran at a tenth
+ * of its rate on a disk); past it each writer adds one and then waits for
+ * that sync, and a sync under way may put back what it took: room for
+ * twice the mark and the threads. */
+#define RETIRE_SYNC_AT 2048u
+#define RETIRE_CAP 4352u
 /* A superseded version of bucket `bucket` of persist object `pobj`. */
 struct old_version {
 	uint32_t slot, pobj, bucket;
@@ -266,7 +268,14 @@ struct cache_engine {
 	struct old_version retired[RETIRE_CAP];     /* superseded, header not cleared */
 	struct old_version cleared[RETIRE_CAP];     /* cleared, the clear not synced */
 	uint32_t nr_retired, nr_cleared;
+	/* a sync's own copies of the two, under settle_lock */
+	struct old_version settling_retired[RETIRE_CAP], settling_cleared[RETIRE_CAP];
 	_Atomic uint32_t nr_old_versions;  /* nr_retired + nr_cleared */
+	/* Versions of a lower seq were published before the last sync that
+	 * succeeded: durable. Only those are retired when overwritten; a later
+	 * one was never promised a host crash (no FLUSH since) and goes at once,
+	 * so a bucket rewritten between syncs keeps reusing its slot. */
+	_Atomic uint64_t synced_below;
 
 	/* --mirror-port (mirror.c) */
 	_Atomic int mirror_state;          /* enum mirror_state */

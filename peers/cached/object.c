@@ -302,8 +302,8 @@ static void put_back(struct old_version *list, uint32_t *n, const struct old_ver
  * clears_durable, a second sync makes this round's clears durable too. */
 static int sync_and_retire(struct cache_engine *e, bool clears_durable)
 {
-	static _Thread_local struct old_version r[RETIRE_CAP], c[RETIRE_CAP];
 	pthread_mutex_lock(&e->settle_lock);
+	struct old_version *r = e->settling_retired, *c = e->settling_cleared;
 	pthread_mutex_lock(&e->retire_lock);
 	uint32_t nr = e->nr_retired, nc = e->nr_cleared;
 	memcpy(r, e->retired, nr * sizeof(*r));
@@ -311,8 +311,12 @@ static int sync_and_retire(struct cache_engine *e, bool clears_durable)
 	e->nr_retired = e->nr_cleared = 0;
 	pthread_mutex_unlock(&e->retire_lock);
 
+	uint64_t upto = atomic_load(&e->persist.next_seq);   /* published before the sync */
 	int rc = persist_sync(&e->persist);   /* the new versions, earlier clears */
 	if (rc == 0) {
+		uint64_t was = atomic_load(&e->synced_below);
+		while (upto > was && !atomic_compare_exchange_weak(&e->synced_below, &was, upto))
+			;
 		for (uint32_t k = 0; k < nc; k++)
 			bucket_pool_put_spare(&e->pool, c[k].slot);
 		for (uint32_t k = 0; k < nr; k++)
@@ -353,9 +357,10 @@ static void retire(struct cache_object *o, uint32_t i, uint32_t slot)
 	if (!kept) {
 		persist_clear(&e->persist, slot);
 		bucket_pool_put_spare(&e->pool, slot);
-	} else if (n >= RETIRE_SYNC_AT ||
-		   bucket_pool_shared_free(&e->pool) < PERSIST_SPARE_SLOTS / 2) {
-		(void)sync_and_retire(e, true);   /* a failed sync keeps them for the next */
+	} else if (bucket_pool_shared_free(&e->pool) < PERSIST_SPARE_SLOTS / 2) {
+		(void)sync_and_retire(e, true);   /* the slots back now (a failed sync keeps them) */
+	} else if (n >= RETIRE_SYNC_AT) {
+		(void)sync_and_retire(e, false);   /* cleared; durable, and free, at the next */
 	}
 }
 
@@ -400,7 +405,10 @@ void store_bucket(struct cache_object *o, uint32_t i, uint64_t offset, uint64_t 
 	o->b.slot[i] = fresh;
 	bucket_copy(o, i, offset, size, (void *)buf, true);
 	persist_publish(&e->persist, fresh, o->pobj, i);
-	if (e->cfg.persist_sync == PERSIST_SYNC_NONE) {   /* a process crash only */
+	/* A process crash only (sync none), or a version never synced (no
+	 * promise for it past a process crash): cleared at once. */
+	if (e->cfg.persist_sync == PERSIST_SYNC_NONE ||
+	    persist_slot_seq(&e->persist, old) >= atomic_load(&e->synced_below)) {
 		persist_clear(&e->persist, old);
 		bucket_pool_put_spare(&e->pool, old);
 		return;

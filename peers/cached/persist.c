@@ -441,6 +441,11 @@ void persist_clear(struct persist *p, uint32_t slot)
 	ref_drop(p, object);
 }
 
+uint64_t persist_slot_seq(const struct persist *p, uint32_t slot)
+{
+	return __atomic_load_n(&p->slots[slot].seq, __ATOMIC_RELAXED);
+}
+
 bool persist_slot_published(const struct persist *p, uint32_t slot)
 {
 	return slot < p->geo.nr_slots && p->slots[slot].seq != 0;

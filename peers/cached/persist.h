@@ -146,6 +146,8 @@ void persist_clear(struct persist *p, uint32_t slot);
 /* The slot has a header (holds published dirty data): for tests and
  * statistics. */
 bool persist_slot_published(const struct persist *p, uint32_t slot);
+/* The seq of the version slot holds (0: free). */
+uint64_t persist_slot_seq(const struct persist *p, uint32_t slot);
 
 /* Makes everything published so far durable on the device (fdatasync).
  * 0 or -errno; the first failure is final (the kernel may have dropped the

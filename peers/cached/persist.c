@@ -204,7 +204,8 @@ int persist_open(struct persist *p, const char *path, const struct persist_geome
 			     (unsigned long long)held, g->cache_port);
 	if (!rc) {
 		p->super_gen = s->generation;
-		atomic_store(&p->next_seq, s->seq_floor ? s->seq_floor : 1);
+		bool sane = s->seq_floor && s->seq_floor < PERSIST_SEQ_LIMIT;
+		atomic_store(&p->next_seq, sane ? s->seq_floor : 1);
 	}
 	munmap(m, (size_t)st.st_size);
 	if (discard)
@@ -254,7 +255,7 @@ static bool slot_ok(struct persist *p, uint32_t i, const bool *obj_valid,
 	struct persist_slot *h = &p->slots[i];
 	if (!h->seq)
 		return false;
-	if (h->sum != slot_sum(h)) {
+	if (h->sum != slot_sum(h) || h->seq >= PERSIST_SEQ_LIMIT) {
 		r->torn_headers++;
 	} else if (h->object >= p->geo.nr_objects || !obj_valid[h->object] ||
 		   p->objects[h->object].gen != h->object_gen ||

@@ -69,7 +69,7 @@ struct persist_recovery {
 	uint64_t bytes;
 	uint64_t objects;
 	uint64_t older_versions; /* superseded by a higher seq (killed mid-overwrite) */
-	uint64_t torn_headers;   /* header checksum wrong */
+	uint64_t torn_headers;   /* header checksum wrong, or a seq past PERSIST_SEQ_LIMIT */
 	uint64_t torn_data;      /* data checksum wrong */
 	uint64_t orphans;        /* slot naming a missing or reused object record */
 	uint64_t bad_objects;    /* object record checksum wrong */

@@ -48,6 +48,11 @@ struct persist_object {
 	uint64_t sum;
 };
 
+/* No writer gets near it (2^62 publishes: over a century at 10^9 a
+ * second); a seq or seq_floor at or past it is damage, so the counter,
+ * restarted above the highest seq found, can never wrap to 0 ("free"). */
+#define PERSIST_SEQ_LIMIT (UINT64_C(1) << 62)
+
 struct persist_slot {
 	uint64_t seq;                /* 0 = free */
 	uint64_t object_gen;

@@ -97,7 +97,7 @@ static int scan(const unsigned char *map, const struct persist_super *s, struct 
 	for (uint32_t i = 0; i < s->nr_slots; i++) {
 		if (!h[i].seq)
 			continue;
-		if (h[i].sum != slot_sum(&h[i])) {
+		if (h[i].sum != slot_sum(&h[i]) || h[i].seq >= PERSIST_SEQ_LIMIT) {
 			r->torn_headers++;
 		} else if (h[i].object >= s->nr_objects || !obj[h[i].object].gen ||
 			   obj[h[i].object].sum != object_sum(&obj[h[i].object]) ||

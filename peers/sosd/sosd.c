@@ -19,7 +19,11 @@
  *   DELETE  remove; ENOENT when missing
  *   INFO    struct xseg_reply_info with the object's size (0 when missing)
  *   COPY    the target becomes a copy of the source the payload names
- *           (stat, read, write_full; the C API has no copy-from)
+ *           (stat, read, write_full; the C API has no copy-from). A
+ *           source over COPY_PIECE is written in pieces (write_full, then
+ *           writes at offsets): RADOS refuses one write past the OSDs'
+ *           osd_max_write_size (90M by default) with EMSGSIZE. A COPY
+ *           that fails part way leaves the target undefined
  *   PING    served by the runtime
  * A request with XF_FLUSH set is preceded by a FLUSH barrier.
  *
@@ -93,9 +97,14 @@ struct sosd_op {
 	time_t stat_mtime;
 	char *copy_buf;
 	uint64_t copy_len;
+	uint64_t copy_done;           /* bytes of copy_buf written to the target */
 	char oid[XSEG_MAX_TARGETLEN + 1];
 	char src[XSEG_MAX_TARGETLEN + 1];
 };
+
+/* The most one COPY write carries: under RADOS's default osd_max_write_size
+ * (90M), with room to spare. */
+#define COPY_PIECE (64ull << 20)
 
 /* ---- options ------------------------------------------------------------- */
 
@@ -294,6 +303,13 @@ static char *data_of(struct peer_thread *t, struct xseg_request *req)
 	return xseg_get_data(peer_segment(peer_of(t)), req);
 }
 
+/* The size of the COPY's next write. */
+static uint64_t copy_piece(const struct sosd_op *op)
+{
+	uint64_t left = op->copy_len - op->copy_done;
+	return left < COPY_PIECE ? left : COPY_PIECE;
+}
+
 static int submit_stage(struct peer_thread *t, struct sosd_op *op, enum stage stage)
 {
 	struct xseg_request *req = op->req;
@@ -304,7 +320,8 @@ static int submit_stage(struct peer_thread *t, struct sosd_op *op, enum stage st
 	 * op belongs to the completion (another thread may run it at once). */
 	rados_completion_t comp = op->comp;
 	char *copy_buf = op->copy_buf;
-	uint64_t copy_len = op->copy_len, stat_size = op->stat_size;
+	uint64_t copy_done = op->copy_done, stat_size = op->stat_size;
+	uint64_t piece = copy_piece(op);
 	uint64_t size = req->size, offset = req->offset;
 	char *data = data_of(t, req);
 	xannotate_happens_before(op);
@@ -337,7 +354,13 @@ static int submit_stage(struct peer_thread *t, struct sosd_op *op, enum stage st
 		rc = rados_aio_read(S.io, op->src, comp, copy_buf, stat_size, 0);
 		break;
 	case ST_COPY_WRITE:
-		rc = rados_aio_write_full(S.io, op->oid, comp, copy_buf, copy_len);
+		/* The first piece replaces the target (and its size), the rest
+		 * go after it. */
+		if (copy_done == 0)
+			rc = rados_aio_write_full(S.io, op->oid, comp, copy_buf, piece);
+		else
+			rc = rados_aio_write(S.io, op->oid, comp, copy_buf + copy_done, piece,
+					     copy_done);
 		break;
 	}
 	if (rc < 0)
@@ -464,12 +487,20 @@ static void op_completed(struct peer_thread *t, struct peer_work *w)
 		if (rc < 0)
 			break;
 		op->copy_len = (uint64_t)rc;   /* the source may have shrunk since */
+		op->copy_done = 0;
 		if ((err = submit_stage(t, op, ST_COPY_WRITE)) != 0)
 			finish(t, op, -err);
 		return;
 	case ST_COPY_WRITE:
-		if (rc >= 0)
-			req->serviced = op->copy_len;
+		if (rc < 0)
+			break;
+		op->copy_done += copy_piece(op);
+		if (op->copy_done < op->copy_len) {
+			if ((err = submit_stage(t, op, ST_COPY_WRITE)) != 0)
+				finish(t, op, -err);
+			return;
+		}
+		req->serviced = op->copy_len;
 		break;
 	}
 	finish(t, op, rc < 0 ? -rc : 0);

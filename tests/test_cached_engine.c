@@ -965,6 +965,22 @@ static int blk_queued(void)
 	return n;
 }
 
+/* What the engine's threads do next is theirs to time (a job may run on the
+ * thread that is still running the object's queue): wait for it, 2 s at most. */
+static void wait_blk_queued(int n)
+{
+	for (int ms = 0; ms < 2000 && blk_queued() != n; ms++)
+		usleep(1000);
+	ck_assert_int_eq(blk_queued(), n);
+}
+
+static void wait_req_state(const struct cache_req *r, int state)
+{
+	for (int ms = 0; ms < 2000 && __atomic_load_n(&r->state, __ATOMIC_ACQUIRE) != state; ms++)
+		usleep(1000);
+	ck_assert_int_eq(r->state, state);
+}
+
 static void start_fua_write(struct sync_req *s, const char *name, uint64_t offset,
 			    uint64_t size, void *data)
 {
@@ -994,9 +1010,9 @@ START_TEST(deferred_flush_goes_before_later_uncached_writes)
 	struct sync_req a, f, b;
 	start_fua_write(&a, "s", 5 * BKT_SIZE, sizeof(w1), w1);      /* uncached */
 	ck_assert(!a.done);
-	ck_assert_int_eq(blk_queued(), 1);
+	wait_blk_queued(1);
 	start_req(&f, X_FLUSH, "s", 0, 0, NULL);                       /* deferred */
-	ck_assert_int_eq(blk_queued(), 1);
+	wait_blk_queued(1);
 	start_fua_write(&b, "s", 6 * BKT_SIZE, sizeof(w2), w2);
 	ck_assert_msg(blk_queued() == 1, "the later write went to the blocker ahead of the "
 		      "flush waiting for the first (%d queued)", blk_queued());
@@ -1181,7 +1197,7 @@ START_TEST(delete_waits_for_a_load_and_drops_what_it_brought)
 	ck_assert_int_eq(rd.r.state, REQ_PARKED);          /* its load is out */
 	start_req(&del, X_DELETE, "d", 0, 0, NULL);
 	ck_assert_int_eq(del.r.state, REQ_PARKED);         /* behind the load */
-	ck_assert_int_eq(blk_queued(), 1);
+	wait_blk_queued(1);
 	blk_release_hold();
 	wait_sync(&rd);
 	wait_sync(&del);
@@ -1214,7 +1230,7 @@ START_TEST(request_states_show_where_each_waits)
 	ck_assert_int_eq(b.r.state, REQ_PARKED_WRITE);
 	start_req(&c, X_READ, "q", 2 * BKT_SIZE, BKT_SIZE, r2);
 	ck_assert_int_eq(c.r.state, REQ_PARKED);
-	ck_assert_int_eq(blk_queued(), 1);                 /* a's load only */
+	wait_blk_queued(1);                 /* a's load only */
 	blk_release_hold();
 	wait_sync(&a);
 	wait_sync(&b);
@@ -1582,6 +1598,70 @@ START_TEST(persist_write_back_is_durable_before_its_header_goes)
 }
 END_TEST
 
+static void *queue_flush_of(void *name)
+{
+	struct xcache_entry *ent = xcache_lookup(blk.engine->index, name, strlen(name));
+	ck_assert_ptr_nonnull(ent);
+	queue_flush(xcache_entry_priv(ent));
+	xcache_put(blk.engine->index, ent);
+	return NULL;
+}
+
+/* A write-back's header may go only once its bucket's older versions'
+ * clears are durable. An old version a sync under way had taken (the
+ * sync's own copies, during its fdatasync) was in neither list: the
+ * write-back cleared its header at once, and a host crash could keep the
+ * old version's header and lose both clears' order: recovery replayed the
+ * older bytes over what the blocker holds. */
+START_TEST(persist_write_back_waits_for_a_sync_under_way)
+{
+	persist_dir();
+	setup_persist(ppath, 1 << 20);
+	struct cache_engine *e = blk.engine;
+	unsigned char w[BKT_SIZE];
+	fill(w, sizeof(w), 91);
+	ck_assert_int_eq(do_write("v", 0, BKT_SIZE, w), 0);
+	uint32_t s0 = slot_of("v", 0);
+	ck_assert_int_eq(do_flush(), 0);                /* synced: an overwrite retires it */
+	fill(w, sizeof(w), 92);
+	ck_assert_int_eq(do_write("v", 0, BKT_SIZE, w), 0);
+	uint32_t s1 = slot_of("v", 0);
+	ck_assert(persist_slot_published(&e->persist, s0));   /* retired, pending */
+
+	/* a sync under way has taken the list (sync_and_retire's first step) */
+	pthread_mutex_lock(&e->settle_lock);
+	pthread_mutex_lock(&e->retire_lock);
+	uint32_t nr = e->nr_retired;
+	ck_assert_uint_eq(nr, 1);
+	memcpy(e->settling_retired, e->retired, nr * sizeof(e->retired[0]));
+	e->nr_retired = 0;
+	pthread_mutex_unlock(&e->retire_lock);
+	/* the flusher's own write-back, on a thread of its own (a fake blocker
+	 * may answer it, and unpublish, on the caller's thread) */
+	pthread_t flusher;
+	ck_assert_int_eq(pthread_create(&flusher, NULL, queue_flush_of, "v"), 0);
+	usleep(200 * 1000);
+	ck_assert_msg(persist_slot_published(&e->persist, s1),
+		      "written back while its older version's clear was not durable");
+	/* the sync ends without finishing it (as a failed one does): put back */
+	pthread_mutex_lock(&e->retire_lock);
+	memcpy(e->retired, e->settling_retired, nr * sizeof(e->retired[0]));
+	e->nr_retired = nr;
+	pthread_mutex_unlock(&e->retire_lock);
+	pthread_mutex_unlock(&e->settle_lock);
+	pthread_join(flusher, NULL);
+
+	for (int ms = 0; ms < 2000 && stats_now().persist_dirty_bytes; ms++)
+		usleep(1000);
+	ck_assert_uint_eq(stats_now().persist_dirty_bytes, 0);
+	ck_assert(!persist_slot_published(&e->persist, s0));
+	ck_assert(!persist_slot_published(&e->persist, s1));
+	ck_assert(blk_has("v", 0, w, sizeof(w)));
+	teardown();
+	persist_dir_remove();
+}
+END_TEST
+
 /* --persist-sync flush: a FLUSH (and a FUA write) is answered after an
  * fdatasync of the file and the blocker's FLUSH, with nothing written
  * back; none: a FLUSH writes everything back as without --persist. */
@@ -1941,9 +2021,9 @@ START_TEST(uncached_read_never_returns_bytes_older_than_an_acknowledged_write)
 	atomic_store(&blk.hold, 1);
 	struct sync_req rd, fl, a, b;
 	start_req(&rd, X_READ, "ur", 0, sizeof(r), r);                /* bucket 1: no room */
-	ck_assert_int_eq(rd.r.state, REQ_THROUGH);
+	wait_req_state(&rd.r, REQ_THROUGH);
 	start_req(&fl, X_FLUSH, "ur", 0, 0, NULL);                    /* flushes bucket 0 */
-	ck_assert_int_eq(blk_queued(), 2);
+	wait_blk_queued(2);
 	struct fake_bio *read = blk_take(0);
 	blk_serve(read);                   /* the blocker reads the old bytes ... */
 	blk_serve_queue_now();             /* ... then the flush lands, the FLUSH answered */
@@ -1991,9 +2071,9 @@ START_TEST(uncached_read_across_shedding_never_returns_older_bytes)
 	atomic_store(&blk.hold, 1);
 	struct sync_req rd, fl;
 	start_req(&rd, X_READ, "us", 0, OBJ_SIZE, r);                 /* bucket 15: no room */
-	ck_assert_int_eq(rd.r.state, REQ_THROUGH);
+	wait_req_state(&rd.r, REQ_THROUGH);
 	start_req(&fl, X_FLUSH, "us", 0, 0, NULL);                    /* as the flusher would */
-	ck_assert_int_eq(blk_queued(), 2);
+	wait_blk_queued(2);
 	struct fake_bio *read = blk_take(0);
 	blk_serve(read);                   /* the blocker reads the old bytes ... */
 	blk_serve_queue_now();             /* ... then the write-back lands */
@@ -2036,7 +2116,7 @@ START_TEST(failed_delete_keeps_acknowledged_writes)
 	struct sync_req del;
 	start_req(&del, X_DELETE, "fd", 0, 0, NULL);
 	ck_assert_int_eq(del.r.state, REQ_PARKED);   /* its dirty bytes written back first */
-	ck_assert_int_eq(blk_queued(), 1);
+	wait_blk_queued(1);
 	struct fake_bio *fb = blk_take(0);
 	ck_assert_uint_eq(fb->bio.op, X_WRITE);
 	blk_serve(fb);
@@ -2120,7 +2200,7 @@ START_TEST(failed_write_through_leaves_no_clean_bucket_unlike_the_blocker)
 	atomic_store(&blk.hold, 1);
 	struct sync_req w;
 	start_req(&w, X_WRITE, "fw", 0, sizeof(b), b);
-	ck_assert_int_eq(w.r.state, REQ_THROUGH);
+	wait_req_state(&w.r, REQ_THROUGH);
 	struct fake_bio *fb = blk_take(0);
 	blk_serve(fb);                       /* the bytes land ... */
 	fb->bio.served = false;              /* ... the answer says it failed */
@@ -2177,6 +2257,7 @@ int main(void)
 	tcase_add_test(pc, persist_torn_data_is_dropped_not_served);
 	tcase_add_test(pc, persist_flush_syncs_instead_of_writing_back);
 	tcase_add_test(pc, persist_write_back_is_durable_before_its_header_goes);
+	tcase_add_test(pc, persist_write_back_waits_for_a_sync_under_way);
 	tcase_add_test(pc, persist_host_crash_mid_overwrite_keeps_the_flushed_version);
 	tcase_add_test(pc, persist_refusals_and_discard);
 	suite_add_tcase(s, pc);

@@ -134,6 +134,9 @@ static inline void count_add(_Atomic uint64_t *c, uint64_t n)
  * twice the mark and the threads. */
 #define RETIRE_SYNC_AT 2048u
 #define RETIRE_CAP 4352u
+/* Counters of pending old versions by (pobj, bucket) hash: far more than
+ * RETIRE_CAP, so a write-back seldom meets a count of another bucket's. */
+#define OLD_VERSION_COUNTERS 65536u
 /* A superseded version of bucket `bucket` of persist object `pobj`. */
 struct old_version {
 	uint32_t slot, pobj, bucket;
@@ -270,7 +273,9 @@ struct cache_engine {
 	uint32_t nr_retired, nr_cleared;
 	/* a sync's own copies of the two, under settle_lock */
 	struct old_version settling_retired[RETIRE_CAP], settling_cleared[RETIRE_CAP];
-	_Atomic uint32_t nr_old_versions;  /* nr_retired + nr_cleared */
+	/* Old versions pending (retired, cleared, or a sync's copies) by
+	 * bucket hash: taken off only once their clear is durable. */
+	_Atomic uint16_t old_counts[OLD_VERSION_COUNTERS];
 	/* Versions of a lower seq were published before the last sync that
 	 * succeeded: durable. Only those are retired when overwritten; a later
 	 * one was never promised a host crash (no FLUSH since) and goes at once,
@@ -358,7 +363,8 @@ static inline void req_set(struct cache_req *req, enum cache_req_state to)
 {
 	if ((unsigned)req->state >= REQ_STATES || !((req_next[req->state] >> to) & 1u))
 		req_bad_transition(req, to);
-	req->state = (uint8_t)to;
+	/* a store the tests may watch from their own thread */
+	__atomic_store_n(&req->state, (uint8_t)to, __ATOMIC_RELEASE);
 }
 
 /* Resets the engine's fields of a request it is handed: NEW. */

@@ -288,13 +288,29 @@ bool persist_hold(struct cache_object *o)
  * Recovery takes the newest of the versions it finds, so a kept old one
  * never wins over its successor.
  */
-static void put_back(struct old_version *list, uint32_t *n, const struct old_version *from,
-		     uint32_t k)
+static _Atomic uint16_t *old_count(struct cache_engine *e, uint32_t pobj, uint32_t bucket)
+{
+	uint64_t key = ((uint64_t)pobj << 32 | bucket) * 0x9E3779B97F4A7C15ull;
+	return &e->old_counts[key >> 48];   /* 2^16 counters: the top 16 bits */
+}
+
+/* The old versions in `v` are no longer pending: their clears are durable
+ * (or, past the cap, given up). */
+static void forget(struct cache_engine *e, const struct old_version *v, uint32_t k)
+{
+	for (uint32_t j = 0; j < k; j++)
+		atomic_fetch_sub(old_count(e, v[j].pobj, v[j].bucket), 1);
+}
+
+static void put_back(struct cache_engine *e, struct old_version *list, uint32_t *n,
+		     const struct old_version *from, uint32_t k)
 {
 	/* Never past the cap (see RETIRE_CAP): one that did not fit would keep
 	 * its slot for good (recovery clears a loser's header). */
-	for (uint32_t j = 0; j < k && *n < RETIRE_CAP; j++)
+	uint32_t fit = k < RETIRE_CAP - *n ? k : RETIRE_CAP - *n;
+	for (uint32_t j = 0; j < fit; j++)
 		list[(*n)++] = from[j];
+	forget(e, from + fit, k - fit);
 }
 
 /* Syncs the file; then the versions retired before it may be cleared, and
@@ -319,6 +335,7 @@ static int sync_and_retire(struct cache_engine *e, bool clears_durable)
 			;
 		for (uint32_t k = 0; k < nc; k++)
 			bucket_pool_put_spare(&e->pool, c[k].slot);
+		forget(e, c, nc);
 		for (uint32_t k = 0; k < nr; k++)
 			persist_clear(&e->persist, r[k].slot);
 		memcpy(c, r, nr * sizeof(*r));   /* cleared: durable at the next sync */
@@ -327,13 +344,13 @@ static int sync_and_retire(struct cache_engine *e, bool clears_durable)
 		if (nc && clears_durable && (rc = persist_sync(&e->persist)) == 0) {
 			for (uint32_t k = 0; k < nc; k++)
 				bucket_pool_put_spare(&e->pool, c[k].slot);
+			forget(e, c, nc);
 			nc = 0;
 		}
 	}
 	pthread_mutex_lock(&e->retire_lock);   /* what is left goes back */
-	put_back(e->retired, &e->nr_retired, r, nr);
-	put_back(e->cleared, &e->nr_cleared, c, nc);
-	atomic_store(&e->nr_old_versions, e->nr_retired + e->nr_cleared);
+	put_back(e, e->retired, &e->nr_retired, r, nr);
+	put_back(e, e->cleared, &e->nr_cleared, c, nc);
 	pthread_mutex_unlock(&e->retire_lock);
 	pthread_mutex_unlock(&e->settle_lock);
 	return rc;
@@ -349,10 +366,11 @@ static void retire(struct cache_object *o, uint32_t i, uint32_t slot)
 	struct cache_engine *e = o->e;
 	pthread_mutex_lock(&e->retire_lock);
 	bool kept = e->nr_retired + e->nr_cleared < RETIRE_CAP;
-	if (kept)
+	if (kept) {
 		e->retired[e->nr_retired++] = (struct old_version){ slot, o->pobj, i };
+		atomic_fetch_add(old_count(e, o->pobj, i), 1);
+	}
 	uint32_t n = e->nr_retired + e->nr_cleared;
-	atomic_store(&e->nr_old_versions, n);
 	pthread_mutex_unlock(&e->retire_lock);
 	if (!kept) {
 		persist_clear(&e->persist, slot);
@@ -364,17 +382,24 @@ static void retire(struct cache_object *o, uint32_t i, uint32_t slot)
 	}
 }
 
-/* An older version of bucket i of o is retired or its clear not synced. */
+/* An older version of bucket i of o is retired or its clear not durable.
+ * Its counter is 0 for nearly every bucket: no lock. Else the version may
+ * be in a sync under way, whose copies no one else reads: wait for that
+ * sync (it puts back what it did not finish), then look in the lists. */
 static bool has_old_version(struct cache_object *o, uint32_t i)
 {
 	struct cache_engine *e = o->e;
+	if (!atomic_load(old_count(e, o->pobj, i)))
+		return false;
 	bool found = false;
+	pthread_mutex_lock(&e->settle_lock);
 	pthread_mutex_lock(&e->retire_lock);
 	for (uint32_t k = 0; k < e->nr_retired && !found; k++)
 		found = e->retired[k].pobj == o->pobj && e->retired[k].bucket == i;
 	for (uint32_t k = 0; k < e->nr_cleared && !found; k++)
 		found = e->cleared[k].pobj == o->pobj && e->cleared[k].bucket == i;
 	pthread_mutex_unlock(&e->retire_lock);
+	pthread_mutex_unlock(&e->settle_lock);
 	return found;
 }
 
@@ -432,7 +457,7 @@ void unpublish(struct cache_object *o, uint32_t i)
 	struct cache_engine *e = o->e;
 	if (!e->persisting)
 		return;
-	if (atomic_load(&e->nr_old_versions) && has_old_version(o, i))
+	if (has_old_version(o, i))
 		(void)sync_and_retire(e, true);   /* its older versions' clears durable first */
 	persist_clear(&e->persist, o->b.slot[i]);
 	atomic_fetch_sub(&e->published, 1);

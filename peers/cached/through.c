@@ -91,23 +91,15 @@ static void through_done_job(struct xwork *w, void *arg)
 	struct bucket_span sp;
 
 	bucket_span_of(&e->geo, req->offset, req->size, &sp);
-	if (req->op == X_READ && ok && o->b.valid_released != req->released_seen) {
-		/*
-		 * Cached bytes newer than what the blocker read (a DIRTY bucket
-		 * flushed after the blocker served the read) are laid over it
-		 * below, but a bucket given back meanwhile (shed, or dropped by
-		 * racing writes) took its copy along: what is left could be
-		 * older than a write answered before this read came. Read again.
-		 */
-		o->throughs--;
-		bio_release(e, bio);
-		STAT_ADD(e, reread, 1);
-		e->resume(o, req);
-		run_parked(o);
-		obj_put(o);
-		return;
-	}
-	if (req->op == X_READ && ok) {
+	/*
+	 * Cached bytes newer than what the blocker read (a DIRTY bucket
+	 * flushed after the blocker served the read) are laid over it below,
+	 * but a bucket given back meanwhile (shed, or dropped by racing
+	 * writes) took its copy along: what is left could be older than a
+	 * write answered before this read came. Read again.
+	 */
+	bool reread = req->op == X_READ && ok && o->b.valid_released != req->released_seen;
+	if (req->op == X_READ && ok && !reread) {
 		if (bio->data != req->data)
 			memcpy(req->data, bio->data, req->size);
 		STAT_ADD(e, blocker_read_bytes, req->size);
@@ -153,7 +145,12 @@ static void through_done_job(struct xwork *w, void *arg)
 		queue_flush(o);
 	}
 	bio_release(e, bio);
-	finish(e, req, ok, error, ok ? req->size : 0);
+	if (reread) {
+		STAT_ADD(e, reread, 1);
+		e->resume(o, req);
+	} else {
+		finish(e, req, ok, error, ok ? req->size : 0);
+	}
 	run_parked(o);
 	obj_put(o);
 }

@@ -666,6 +666,9 @@ void cache_engine_stats(struct cache_engine *e, struct cache_stats *s)
 		s->persist_discarded_bytes = e->discarded_bytes;
 		s->persist_syncs = syncs;
 		s->persist_sync_avg_us = syncs ? atomic_load(&e->sync_ns_total) / syncs / 1000 : 0;
+		s->persist_forced_full = atomic_load(&e->forced_full);
+		s->persist_forced_spares = atomic_load(&e->forced_spares);
+		s->persist_forced_writeback = atomic_load(&e->forced_writeback);
 	}
 	mirror_stats(e, s);
 }

@@ -206,6 +206,9 @@ struct cache_stats {
 	uint64_t persist_discarded_bytes;       /* dropped by --persist-discard */
 	uint64_t persist_syncs;
 	uint64_t persist_sync_avg_us;
+	/* syncs the host-crash rules forced (--persist-sync flush|always):
+	 * old versions piled up, spares short, a write-back's older version */
+	uint64_t persist_forced_full, persist_forced_spares, persist_forced_writeback;
 	/* --mirror-port */
 	int mirror_state;                       /* enum mirror_state */
 	uint64_t mirror_writes, mirrored_bytes, mirror_failures, mirror_cleans;

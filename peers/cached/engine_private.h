@@ -264,6 +264,10 @@ struct cache_engine {
 	uint64_t discarded_bytes;
 	_Atomic uint64_t published;        /* slots with a header */
 	_Atomic uint64_t syncs, sync_ns_total;
+	/* fdatasyncs the host-crash rules add (object.c): a list of old
+	 * versions full, the pool short of spares, a write-back behind an
+	 * old version of its bucket */
+	_Atomic uint64_t forced_full, forced_spares, forced_writeback;
 	/* With a sync mode (a host crash promised): the slots of overwritten
 	 * versions, kept until their clear can be durable (object.c). */
 	pthread_mutex_t settle_lock;       /* one sync-and-retire at a time */

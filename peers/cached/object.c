@@ -370,14 +370,17 @@ static void retire(struct cache_object *o, uint32_t i, uint32_t slot)
 		e->retired[e->nr_retired++] = (struct old_version){ slot, o->pobj, i };
 		atomic_fetch_add(old_count(e, o->pobj, i), 1);
 	}
-	uint32_t n = e->nr_retired + e->nr_cleared;
+	/* the cleared ones go at any sync: a forced one is for the retired */
+	uint32_t n = e->nr_retired;
 	pthread_mutex_unlock(&e->retire_lock);
 	if (!kept) {
 		persist_clear(&e->persist, slot);
 		bucket_pool_put_spare(&e->pool, slot);
 	} else if (bucket_pool_shared_free(&e->pool) < PERSIST_SPARE_SLOTS / 2) {
+		atomic_fetch_add(&e->forced_spares, 1);
 		(void)sync_and_retire(e, true);   /* the slots back now (a failed sync keeps them) */
 	} else if (n >= RETIRE_SYNC_AT) {
+		atomic_fetch_add(&e->forced_full, 1);
 		(void)sync_and_retire(e, false);   /* cleared; durable, and free, at the next */
 	}
 }
@@ -457,8 +460,10 @@ void unpublish(struct cache_object *o, uint32_t i)
 	struct cache_engine *e = o->e;
 	if (!e->persisting)
 		return;
-	if (has_old_version(o, i))
-		(void)sync_and_retire(e, true);   /* its older versions' clears durable first */
+	if (has_old_version(o, i)) {
+		atomic_fetch_add(&e->forced_writeback, 1);
+		(void)sync_and_retire(e, true);
+	}   /* its older versions' clears durable first */
 	persist_clear(&e->persist, o->b.slot[i]);
 	atomic_fetch_sub(&e->published, 1);
 }

@@ -81,7 +81,9 @@ int cached_stats_json(struct cache_engine *e, uint32_t blocker_port, int mirror_
 		",\"barriers_open\":%" PRIu64 ",\"barrier_waiters\":%" PRIu64
 		",\"persist\":%s,\"persist_dirty_bytes\":%" PRIu64 ",\"recoveries\":%" PRIu64
 		",\"recovered_bytes\":%" PRIu64 ",\"persist_dropped\":%" PRIu64
-		",\"persist_syncs\":%" PRIu64 ",\"persist_sync_avg_us\":%" PRIu64,
+		",\"persist_syncs\":%" PRIu64 ",\"persist_sync_avg_us\":%" PRIu64
+		",\"persist_forced_full\":%" PRIu64 ",\"persist_forced_spares\":%" PRIu64
+		",\"persist_forced_writeback\":%" PRIu64,
 		blocker_port, s.policy == CACHE_WRITEBACK ? "writeback" : "writethrough",
 		s.hits, s.misses, s.partial_hits, s.parallel_hits, s.read_bytes, s.write_bytes,
 		s.blocker_read_bytes, s.blocker_write_bytes, s.dirty_bytes, s.cached_bytes,
@@ -91,7 +93,8 @@ int cached_stats_json(struct cache_engine *e, uint32_t blocker_port, int mirror_
 		s.waits, s.uncached, s.lent, s.raced_writes, s.rereads, s.failed, s.blocker_in_flight, s.barriers_open,
 		s.barrier_waiters, s.persist ? "true" : "false", s.persist_dirty_bytes,
 		s.recoveries, s.recovered_bytes, s.persist_dropped, s.persist_syncs,
-		s.persist_sync_avg_us);
+		s.persist_sync_avg_us, s.persist_forced_full, s.persist_forced_spares,
+		s.persist_forced_writeback);
 	if (k >= 0 && (size_t)k < len)
 		k += mirror_json(buf + k, len - (size_t)k, &s, mirror_port);
 	if (k < 0 || (size_t)k >= len)

@@ -1,6 +1,7 @@
 /* Reading a path file; see pathfile.h. */
 #include <ctype.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -182,6 +183,7 @@ static int peer_line(struct path_file *pf, unsigned line, char **w, unsigned n, 
 	if (!plain_name(pp->program) || strchr(pp->program, '=') || strlen(pp->program) > 64)
 		return fault(pf, line, "peer: '%s' is not a program name", pp->program);
 	bool have_port = false;
+	uint64_t lanes = 1;
 	for (unsigned i = 2; i < n; i++) {
 		char *word = w[i];
 		char *eq = strchr(word, '=');
@@ -210,6 +212,10 @@ static int peer_line(struct path_file *pf, unsigned line, char **w, unsigned n, 
 				return -1;
 			have_port = true;
 		}
+		/* The runtime's --lanes binds the ports after port=N too: they
+		 * are the peer's as much as N is (the last lanes= counts). */
+		if (!strcmp(key, "lanes") && eq && xseg_parse_uint(eq + 1, XSEG_MAX_PORTS, &lanes) < 0)
+			lanes = 1;   /* the peer itself refuses the value */
 		if (!strcmp(key, "plug")) {
 			uint64_t b;
 			if (pp->plug != XSEG_NO_PORT)
@@ -227,9 +233,16 @@ static int peer_line(struct path_file *pf, unsigned line, char **w, unsigned n, 
 	}
 	if (!have_port)
 		return fault(pf, line, "peer %s: port=N is missing", pp->program);
+	pp->bound_last = pp->port_last;
+	if (lanes > 1 && pp->port_first == pp->port_last) {
+		if (lanes > pf->cfg.nr_ports - pp->port_first)
+			return fault(pf, line, "lanes=%" PRIu64 ": port %u's lanes end past port %u",
+				     lanes, pp->port_first, pf->cfg.nr_ports - 1);
+		pp->bound_last = pp->port_first + (uint32_t)lanes - 1;
+	}
 	for (unsigned i = 0; i < pf->nr_peers; i++) {
 		const struct path_peer *o = &pf->peers[i];
-		if (pp->port_first <= o->port_last && o->port_first <= pp->port_last)
+		if (pp->port_first <= o->bound_last && o->port_first <= pp->bound_last)
 			return fault(pf, line, "port %u is %s's already (line %u)",
 				     pp->port_first > o->port_first ? pp->port_first : o->port_first,
 				     o->program, o->line);

@@ -27,6 +27,7 @@ struct path_peer {
 	const char *program;           /* PROGRAM as written */
 	char exe[PATH_MAX];            /* where it was found */
 	uint32_t port_first, port_last;
+	uint32_t bound_last;           /* port_last, or with lanes=N the last lane */
 	uint32_t plug;                 /* XSEG_NO_PORT: none */
 	unsigned argc;                 /* "--key", "value", ... in file order, */
 	const char *argv[2 * PATH_FILE_MAX_WORDS];   /* port included, plug not */

@@ -413,6 +413,114 @@ static int start_peer(struct xseg *seg, const struct path_file *pf, const struct
 	return 0;
 }
 
+/* The value of a peer's --KEY=VALUE (the file's key=value), or NULL. */
+static const char *peer_option(const struct path_peer *pp, const char *key)
+{
+	size_t len = strlen(key);
+	const char *v = NULL;
+	for (unsigned i = 0; i < pp->argc; i++)
+		if (!strncmp(pp->argv[i], "--", 2) && !strncmp(pp->argv[i] + 2, key, len) &&
+		    (pp->argv[i][2 + len] == '=' || !pp->argv[i][2 + len]))
+			v = pp->argv[i][2 + len] ? pp->argv[i] + 3 + len : "";
+	return v;   /* the last one, as getopt takes it */
+}
+
+/* The dirty bytes `PROGRAM --persist-inspect FILE --json` says FILE holds;
+ * 0 when it is not a persist file (yet) or cannot be read. */
+static uint64_t persisted_dirty(const struct path_peer *pp, const char *file)
+{
+	struct stat st;
+	int fds[2];
+	/* not there yet, or not a file the cache could use (a FIFO's open
+	 * would wait for a writer) */
+	if (stat(file, &st) < 0 || !S_ISREG(st.st_mode) || !st.st_size || pipe(fds) < 0)
+		return 0;
+	fflush(NULL);
+	pid_t child = fork();
+	if (child < 0) {
+		close(fds[0]);
+		close(fds[1]);
+		return 0;
+	}
+	if (child == 0) {
+		int null = open("/dev/null", O_RDWR);
+		if (null >= 0) {
+			dup2(null, STDIN_FILENO);
+			dup2(null, STDERR_FILENO);
+		}
+		dup2(fds[1], STDOUT_FILENO);
+		execl(pp->exe, pp->exe, "--persist-inspect", file, "--json", (char *)NULL);
+		_exit(127);
+	}
+	close(fds[1]);
+	char buf[4096];
+	size_t n = 0;
+	ssize_t r;
+	while (n < sizeof(buf) - 1 && ((r = read(fds[0], buf + n, sizeof(buf) - 1 - n)) > 0 ||
+				       (r < 0 && errno == EINTR)))
+		n += r > 0 ? (size_t)r : 0;
+	buf[n] = '\0';
+	close(fds[0]);
+	int status;
+	while (waitpid(child, &status, 0) < 0 && errno == EINTR)
+		;
+	const char *f = strstr(buf, "\"dirty_bytes\":");
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !f)
+		return 0;
+	return strtoull(f + strlen("\"dirty_bytes\":"), NULL, 10);
+}
+
+/*
+ * A cache to be plugged in front of port B whose persist file holds dirty
+ * data (a crash) holds acknowledged writes that B lacks. Peers on earlier
+ * lines serve before it is plugged: a write that reached B then was
+ * acknowledged there, and the cache, plugged after, served and wrote back
+ * its older data over it. So before any peer starts, the cache's port is
+ * marked as a cache gone dirty would leave it (the segment's fail-closed
+ * mark) and B routed to it: submits to B fail with EIO until the cache
+ * serves, recovers the data and takes the mark over. The data stays in
+ * the file: a failed up may remove the segment (kept_in_file).
+ * guarded[i]: peer i's port was marked so.
+ */
+static int guard_persisted(struct xseg *seg, const struct path_file *pf, bool *guarded)
+{
+	for (unsigned i = 0; i < pf->nr_peers; i++) {
+		const struct path_peer *pp = &pf->peers[i];
+		const char *file = peer_option(pp, "persist");
+		if (pp->plug == XSEG_NO_PORT || !file || !*file || peer_option(pp, "persist-discard"))
+			continue;
+		uint64_t dirty = persisted_dirty(pp, file);
+		if (!dirty)
+			continue;
+		if (xseg_bind_port(seg, pp->port_first) < 0 ||
+		    xseg_port_set_dirty(seg, pp->port_first, dirty) < 0 ||
+		    xseg_leave_port(seg, pp->port_first) < 0 ||
+		    xseg_set_next_hop(seg, pp->plug, pp->port_first) < 0) {
+			fprintf(stderr, "xseg: up: cannot keep port %u closed until %s on port %u "
+				"serves the dirty data of %s: %s\n", pp->plug, pp->program,
+				pp->port_first, file, xseg_last_error());
+			return -1;
+		}
+		guarded[i] = true;
+		printf("xseg up: %s holds %" PRIu64 " dirty bytes: port %u fails closed until %s "
+		       "on port %u serves them\n", file, dirty, pp->plug, pp->program, pp->port_first);
+		fflush(stdout);
+	}
+	return 0;
+}
+
+/* A guarded cache that failed to start and is gone, its port marked dirty:
+ * whatever it held is in its persist file, so the segment may go once all
+ * else stopped (the next up guards the port again). */
+static bool kept_in_file(struct xseg *seg, const struct path_peer *pp, bool guarded)
+{
+	if (!guarded || port_owner(seg, pp->port_first))
+		return false;
+	fprintf(stderr, "xseg: up: those dirty bytes stay in %s for the next start\n",
+		peer_option(pp, "persist"));
+	return true;
+}
+
 int path_up(const struct path_file *pf, const char *run_dir, unsigned timeout_s)
 {
 	struct run_dir rd;
@@ -435,6 +543,12 @@ int path_up(const struct path_file *pf, const char *run_dir, unsigned timeout_s)
 		return 1;
 	}
 	signal(SIGPIPE, SIG_IGN);   /* as in path_down: no stop halfway */
+	bool guarded[PATH_FILE_MAX_PEERS] = { false };
+	if (guard_persisted(seg, pf, guarded) < 0) {
+		xseg_leave(seg);
+		xseg_destroy(pf->segment);
+		return 1;
+	}
 	struct sigaction sa = { 0 }, old[3];
 	const int sigs[3] = { SIGINT, SIGTERM, SIGHUP };
 	sa.sa_handler = on_signal;
@@ -453,7 +567,8 @@ int path_up(const struct path_file *pf, const char *run_dir, unsigned timeout_s)
 		fprintf(stderr, "xseg: up: stopping what was started%s\n",
 			interrupted ? " (interrupted)" : "");
 		for (unsigned j = i < pf->nr_peers ? i + 1 : i; j-- > 0;)
-			all_stopped &= stop_peer(seg, &pf->peers[j], &rd, timeout_s, "up") == STOPPED;
+			all_stopped &= stop_peer(seg, &pf->peers[j], &rd, timeout_s, "up") == STOPPED ||
+				       kept_in_file(seg, &pf->peers[j], guarded[j]);
 		if (all_stopped)
 			xseg_destroy(pf->segment);
 		else

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "pathfile.h"
@@ -165,6 +166,25 @@ static bool find_program(const char *program, char *out, size_t outlen)
 	return false;
 }
 
+/* A peer's persist=FILE (the last one, as getopt takes it), or NULL. */
+static const char *persist_of(const struct path_peer *pp)
+{
+	const char *f = NULL;
+	for (unsigned i = 0; i < pp->argc; i++)
+		if (!strncmp(pp->argv[i], "--persist=", 10))
+			f = pp->argv[i] + 10;
+	return f;
+}
+
+/* The same file: the same name, or (both there) the same inode. */
+static bool same_file(const char *a, const char *b)
+{
+	struct stat x, y;
+	if (!strcmp(a, b))
+		return true;
+	return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
 static int peer_line(struct path_file *pf, unsigned line, char **w, unsigned n, char **arena)
 {
 	if (!pf->segment)
@@ -246,6 +266,15 @@ static int peer_line(struct path_file *pf, unsigned line, char **w, unsigned n, 
 			return fault(pf, line, "port %u is %s's already (line %u)",
 				     pp->port_first > o->port_first ? pp->port_first : o->port_first,
 				     o->program, o->line);
+	}
+	/* Two caches on one persist file would overwrite each other's data
+	 * (the second's start is refused only once the first runs). */
+	const char *persist = persist_of(pp);
+	for (unsigned i = 0; persist && i < pf->nr_peers; i++) {
+		const char *other = persist_of(&pf->peers[i]);
+		if (other && same_file(persist, other))
+			return fault(pf, line, "persist=%s: the persist file of %s on line %u already",
+				     persist, pf->peers[i].program, pf->peers[i].line);
 	}
 	if (pp->plug != XSEG_NO_PORT) {
 		bool earlier = false;

@@ -33,7 +33,10 @@ pid_t xseg_self_pid(void)
 
 /* Field 22 of /proc/PID/stat: start time in clock ticks since boot. 0
  * with errno ESRCH when the process is gone, with another errno (EMFILE,
- * ENFILE, ENOMEM...) when this process could not look. */
+ * ENFILE, ENOMEM...) when this process could not look. A zombie is gone:
+ * it has let go of the segment, and its parent (init, for a daemon) may
+ * reap it only much later. Not one whose main thread alone ended (state Z
+ * too, but other threads run: field 20, the thread count, says so). */
 static uint64_t pid_start_time(pid_t pid)
 {
 	char path[64], buf[1024];
@@ -51,10 +54,13 @@ static uint64_t pid_start_time(pid_t pid)
 	fclose(f);
 	buf[n] = '\0';
 	char *p = strrchr(buf, ')');  /* the command name may hold spaces */
-	/* after ") " come fields 3..; start time is field 22 */
-	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d "
-			 "%*d %*d %*d %*d %llu", &start) != 1) {
-		errno = ESRCH;   /* gone while we read */
+	char state = 0;
+	long threads = 0;
+	/* after ") " come fields 3..; the state is field 3, start time 22 */
+	if (!p || sscanf(p + 2, "%c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d "
+			 "%*d %*d %ld %*d %llu", &state, &threads, &start) != 3 ||
+	    ((state == 'Z' || state == 'X') && threads <= 1)) {
+		errno = ESRCH;   /* gone while we read, or a zombie */
 		return 0;
 	}
 	return start;

@@ -6,8 +6,10 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -554,6 +556,102 @@ START_TEST(own_recycled_pid_is_not_the_owner)
 }
 END_TEST
 
+/* The state of pid in /proc/PID/stat ('?' when it cannot be read). */
+static char proc_state(pid_t pid)
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	int fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return '?';
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return '?';
+	buf[n] = '\0';
+	char *p = strrchr(buf, ')');
+	return p && p[1] == ' ' ? p[2] : '?';
+}
+
+static void wait_state(pid_t pid, char state)
+{
+	for (int i = 0; i < 1000 && proc_state(pid) != state; i++)
+		usleep(5000);
+	ck_assert_int_eq(proc_state(pid), state);
+}
+
+/* An owner that exited and was not reaped yet (a zombie: a daemon's
+ * parent is init, which may reap it much later) holds nothing any more:
+ * its port is a dead owner's, to be taken over. */
+START_TEST(zombie_owner_is_dead)
+{
+	struct xseg_port_info pi;
+	int up[2];
+	char c = 0;
+
+	ck_assert_int_eq(pipe(up), 0);
+	pid_t pid = xt_fork(20);
+	if (pid == 0) {
+		struct xseg *seg;
+		XT_CHILD_CHECK(xseg_join(xt_name, &seg) == 0, 2, "%s", xseg_last_error());
+		XT_CHILD_CHECK(xseg_bind_port(seg, 6) == 0, 3, "%s", xseg_last_error());
+		XT_CHILD_CHECK(write(up[1], "r", 1) == 1, 4, "write");
+		_exit(0);       /* not reaped until we wait: a zombie */
+	}
+	ck_assert_int_eq(read(up[0], &c, 1), 1);
+	wait_state(pid, 'Z');
+	ck_assert_int_eq(xseg_port_info(xt_seg, 6, &pi), 0);
+	ck_assert_int_eq(pi.owner, pid);
+	ck_assert_int_eq(pi.owner_alive, 0);
+	ck_assert_msg(xseg_bind_port(xt_seg, 6) == 0, "bind over zombie %d: %s", (int)pid,
+		      xseg_last_error());
+	xt_expect_child_ok(pid, 10000, "zombie");
+}
+END_TEST
+
+static int main_ended_pipe = -1;
+
+static void *main_ended_thread(void *arg)
+{
+	(void)arg;
+	char c;
+	if (read(main_ended_pipe, &c, 1) != 1)
+		_exit(6);
+	_exit(0);   /* the whole process, without atexit's leak check */
+}
+
+/* A process whose main thread alone ended reads as a zombie too in
+ * /proc/PID/stat, but its other threads run: it stays the owner. */
+START_TEST(main_thread_ended_owner_stays_alive)
+{
+	struct xseg_port_info pi;
+	int up[2], down[2];
+	char c = 0;
+
+	ck_assert_int_eq(pipe(up), 0);
+	ck_assert_int_eq(pipe(down), 0);
+	pid_t pid = xt_fork(20);
+	if (pid == 0) {
+		struct xseg *seg;
+		pthread_t t;
+		XT_CHILD_CHECK(xseg_join(xt_name, &seg) == 0, 2, "%s", xseg_last_error());
+		XT_CHILD_CHECK(xseg_bind_port(seg, 6) == 0, 3, "%s", xseg_last_error());
+		main_ended_pipe = down[0];
+		XT_CHILD_CHECK(pthread_create(&t, NULL, main_ended_thread, NULL) == 0, 4, "thread");
+		XT_CHILD_CHECK(write(up[1], "r", 1) == 1, 5, "write");
+		pthread_exit(NULL);
+	}
+	ck_assert_int_eq(read(up[0], &c, 1), 1);
+	wait_state(pid, 'Z');
+	ck_assert_int_eq(xseg_port_info(xt_seg, 6, &pi), 0);
+	ck_assert_int_eq(pi.owner, pid);
+	ck_assert_int_eq(pi.owner_alive, 1);
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 6), -EBUSY);
+	ck_assert_int_eq(write(down[1], "q", 1), 1);
+	xt_expect_child_ok(pid, 10000, "main thread ended");
+}
+END_TEST
+
 /* ==== routing ============================================================ */
 
 enum { PA = 1, PB = 2, PC = 3, PD = 4 };
@@ -891,6 +989,8 @@ static Suite *api_suite(void)
 	tcase_add_test(tc, live_owner_in_other_process);
 	tcase_add_test(tc, recycled_pid_is_not_the_owner);
 	tcase_add_test(tc, own_recycled_pid_is_not_the_owner);
+	tcase_add_test(tc, zombie_owner_is_dead);
+	tcase_add_test(tc, main_thread_ended_owner_stays_alive);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("routing");

@@ -1662,6 +1662,39 @@ START_TEST(persist_write_back_waits_for_a_sync_under_way)
 }
 END_TEST
 
+/* A sync forced at RETIRE_SYNC_AT retired versions clears them; cleared,
+ * they wait for the next sync to be durable, and are not counted for the
+ * next forced one: they were, so an overwrite right after a forced sync
+ * forced another at once (twice the fdatasyncs under rewrites). */
+START_TEST(persist_forced_syncs_count_only_retired_versions)
+{
+	persist_dir();
+	persist_path = ppath;
+	setup_with(40u << 20, 160, CACHE_WRITEBACK);
+	unsigned char w[BKT_SIZE];
+	char name[16];
+	const uint32_t per = OBJ_SIZE / BKT_SIZE, n = RETIRE_SYNC_AT + 1;
+	for (int pass = 0; pass < 2; pass++) {
+		fill(w, sizeof(w), 100 + pass);
+		for (uint32_t k = 0; k < (pass ? RETIRE_SYNC_AT : n); k++) {
+			snprintf(name, sizeof(name), "r%u", k / per);
+			ck_assert_int_eq(do_write(name, (k % per) * BKT_SIZE, BKT_SIZE, w), 0);
+		}
+		if (!pass)
+			ck_assert_int_eq(do_flush(), 0);   /* synced: each overwrite retires one */
+	}
+	ck_assert_uint_eq(stats_now().persist_forced_full, 1);
+	/* the last bucket, synced by the FLUSH and not overwritten since */
+	snprintf(name, sizeof(name), "r%u", (n - 1) / per);
+	ck_assert_int_eq(do_write(name, ((n - 1) % per) * BKT_SIZE, BKT_SIZE, w), 0);
+	ck_assert_uint_eq(stats_now().persist_forced_full, 1);
+	ck_assert_uint_eq(stats_now().persist_forced_spares, 0);
+	ck_assert(switch_to_writethrough());   /* destroy wants nothing dirty */
+	teardown();
+	persist_dir_remove();
+}
+END_TEST
+
 /* --persist-sync flush: a FLUSH (and a FUA write) is answered after an
  * fdatasync of the file and the blocker's FLUSH, with nothing written
  * back; none: a FLUSH writes everything back as without --persist. */
@@ -2258,6 +2291,7 @@ int main(void)
 	tcase_add_test(pc, persist_flush_syncs_instead_of_writing_back);
 	tcase_add_test(pc, persist_write_back_is_durable_before_its_header_goes);
 	tcase_add_test(pc, persist_write_back_waits_for_a_sync_under_way);
+	tcase_add_test(pc, persist_forced_syncs_count_only_retired_versions);
 	tcase_add_test(pc, persist_host_crash_mid_overwrite_keeps_the_flushed_version);
 	tcase_add_test(pc, persist_refusals_and_discard);
 	suite_add_tcase(s, pc);

@@ -223,6 +223,13 @@ static int peer_line(struct path_file *pf, unsigned line, char **w, unsigned n, 
 		if (!strcmp(key, "segment") || !strcmp(key, "daemon") || !strcmp(key, "pidfile"))
 			return fault(pf, line, "'%s': xseg up sets --segment, --daemon and --pidfile itself",
 				     word);
+		/* up, down and status may run from other directories (a systemd
+		 * unit runs from /): a relative file would be another file, a
+		 * persist file's dirty data left behind for an empty one */
+		if ((!strcmp(key, "dir") || !strcmp(key, "persist") || !strcmp(key, "conf") ||
+		     !strcmp(key, "volumes-file")) && eq && eq[1] != '/')
+			return fault(pf, line, "'%s': a relative path; give it from / (xseg up and "
+				     "down may run from other directories)", word);
 		if (!strcmp(key, "port")) {
 			if (have_port)
 				return fault(pf, line, "a second port ('%s')", word);

@@ -62,6 +62,42 @@ static void keep_requests(struct frame_queue *q)
 	}
 }
 
+/* Puts the frames of `front` before those of q. */
+static void queue_prepend(struct frame_queue *q, struct frame_queue *front)
+{
+	if (!front->head)
+		return;
+	*front->tail = q->head;
+	if (!q->head)
+		q->tail = front->tail;
+	q->head = front->head;
+}
+
+/* The remote link's frames taken for writing (list) of which not one byte
+ * was written: their requests never left, so they go back to QUEUED and
+ * their frames to the front of the queues, sent on the next connection
+ * (the others fail with the connection). Lock held. */
+static void requeue_unwritten(struct conn *c, uint32_t ci, uint32_t gen, struct frame *list)
+{
+	struct frame_queue small, large;
+	struct frame *f;
+	frame_queue_init(&small);
+	frame_queue_init(&large);
+	while ((f = list)) {
+		list = f->next;
+		struct slot *s = f->slot_id && !f->done ? slots_lookup(&S.slots, f->slot_id) : NULL;
+		if (s && s->state == SLOT_SENT && s->conn == ci && s->conn_gen == gen) {
+			s->state = SLOT_QUEUED;
+			s->conn = UINT32_MAX;
+			frame_queue_push(f->len <= SMALL_FRAME ? &small : &large, f);
+		} else {
+			frame_free(f);
+		}
+	}
+	queue_prepend(&c->small, &small);
+	queue_prepend(&c->large, &large);
+}
+
 void conn_close(uint32_t ci, const char *why, int err)
 {
 	struct conn *c = &S.conns[ci];
@@ -80,7 +116,7 @@ void conn_close(uint32_t ci, const char *why, int err)
 	c->writable = false;
 	c->write_err = 0;
 	c->read_paused = false;
-	free_list(c->writing);
+	struct frame *taken = c->writing;
 	c->writing = NULL;
 	pthread_mutex_unlock(&c->wlock);
 	if (c->rx.in_body && !c->body_direct) {   /* a request's data area stays with it */
@@ -103,7 +139,9 @@ void conn_close(uint32_t ci, const char *why, int err)
 	if (ci == REMOTE_CONN) {
 		keep_requests(&c->small);
 		keep_requests(&c->large);
+		requeue_unwritten(c, ci, old_gen, taken);
 	} else {
+		free_list(taken);
 		frame_queue_free(&c->small);
 		frame_queue_free(&c->large);
 	}
@@ -230,6 +268,7 @@ bool conn_write_now(uint32_t ci, uint32_t gen, const struct iovec *iov, int n, u
 	if (pthread_mutex_trylock(&c->wlock) != 0)
 		return false;
 	bool ok = c->writable && !(c->events & EPOLLOUT) && !c->writing;
+	uint64_t id = 0;
 	if (ok) {
 		pthread_mutex_lock(&S.lock);
 		ok = c->gen == gen && c->up && !c->small.head && !c->large.head;
@@ -240,6 +279,7 @@ bool conn_write_now(uint32_t ci, uint32_t gen, const struct iovec *iov, int n, u
 			s->conn = ci;
 			s->conn_gen = gen;
 			slots_link(&S.slots, idx);
+			id = slots_id(&S.slots, idx);
 		}
 		pthread_mutex_unlock(&S.lock);
 	}
@@ -254,21 +294,20 @@ bool conn_write_now(uint32_t ci, uint32_t gen, const struct iovec *iov, int n, u
 	do
 		w = writev(c->fd, iov, n);
 	while (w < 0 && errno == EINTR);
-	if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
-		/* the close fails the request: it is SENT on this connection */
-		c->writable = false;
-		c->write_err = errno;
-		net_wake();
-	} else if ((done = w < 0 ? 0 : (size_t)w) < total) {
+	int err = w < 0 && errno != EAGAIN && errno != EWOULDBLOCK ? errno : 0;
+	/* What the socket did not take is copied: for the network thread to
+	 * finish, or, for a request of which nothing was written, for the
+	 * close to send on the next connection (a reply is lost with it). */
+	if ((done = w < 0 ? 0 : (size_t)w) < total && (!err || idx != SLOT_NONE)) {
 		struct frame *f = frame_alloc(total - done);
 		if (!f) {
-			c->writable = false;
-			c->write_err = ENOMEM;
-			net_wake();
+			err = err ? err : ENOMEM;
 		} else {
 			size_t at = 0;
 			if (idx == SLOT_NONE)
 				frame_charge(f);   /* a reply: held until written */
+			else if (done == 0)
+				f->slot_id = id;   /* whole: may go again on the next connection */
 			for (int i = 0; i < n; i++) {
 				size_t skip = done > iov[i].iov_len ? iov[i].iov_len : done;
 				memcpy(f->bytes + at, (const char *)iov[i].iov_base + skip,
@@ -277,8 +316,15 @@ bool conn_write_now(uint32_t ci, uint32_t gen, const struct iovec *iov, int n, u
 				done -= skip;
 			}
 			c->writing = f;
-			conn_set_events(c, ci, (c->read_paused ? 0 : EPOLLIN) | EPOLLOUT);
+			if (!err)
+				conn_set_events(c, ci, (c->read_paused ? 0 : EPOLLIN) | EPOLLOUT);
 		}
+	}
+	if (err) {
+		/* the close fails the request if a byte of it was written */
+		c->writable = false;
+		c->write_err = err;
+		net_wake();
 	}
 	pthread_mutex_unlock(&c->wlock);
 	/* a frame queued while we wrote found the lock taken: ours to write */

@@ -20,6 +20,7 @@
 
 struct inbound {
 	struct peer_work work;
+	struct inbound *next;  /* its connection's wait list (S.lock) */
 	uint32_t conn, conn_gen;
 	uint64_t deadline_ns;
 	uint64_t charge;       /* reserved from --max-inflight-bytes */
@@ -219,19 +220,42 @@ static bool try_submit(struct inbound *in)
 	return true;
 }
 
-/* On a worker: a request that found the pool or the heap full, retried
- * after each round of replies until its deadline. */
-static void submit_later(struct peer_thread *t, struct peer_work *w)
+/* On a worker: c->wait_busy, a request that found the pool or the heap
+ * full, retried after each round of replies until its deadline; then
+ * those of its connection that arrived meanwhile, in order. One whose
+ * connection closed is dropped: its requester has failed it, and it must
+ * not land after what the requester did next. */
+static void submit_waiting(struct peer_thread *t, struct peer_work *w)
 {
 	struct inbound *in = (struct inbound *)((char *)w - offsetof(struct inbound, work));
-	if (!try_submit(in))
-		peer_defer(t, &in->work, submit_later);
+	struct conn *c = &S.conns[in->conn];
+	for (;;) {
+		pthread_mutex_lock(&S.lock);
+		bool gone = c->gen != in->conn_gen;
+		pthread_mutex_unlock(&S.lock);
+		if (gone) {
+			reply_failed(in, ECONNRESET);
+		} else if (!try_submit(in)) {
+			peer_defer(t, &in->work, submit_waiting);
+			return;
+		}
+		/* in is settled (and maybe freed already): the next one */
+		pthread_mutex_lock(&S.lock);
+		in = c->wait_first;
+		if (in && !(c->wait_first = in->next))
+			c->wait_last = NULL;
+		c->wait_busy = in;
+		pthread_mutex_unlock(&S.lock);
+		if (!in)
+			return;
+	}
 }
 
 void inbound_request_done(void *owner)
 {
 	struct inbound *in = owner;
 	in->deadline_ns = xseg_now_ns() + RETRY_LIMIT_NS;
+	in->next = NULL;
 
 	pthread_mutex_lock(&S.lock);
 	struct conn *c = &S.conns[in->conn];
@@ -250,9 +274,29 @@ void inbound_request_done(void *owner)
 		reply_failed(in, ESHUTDOWN);
 		return;
 	}
+	/* In arrival order: behind an earlier request of c that waits for
+	 * room, this one waits too (else a request its sender gave up on,
+	 * and followed with others, could land after them: a timed-out
+	 * mirror write over the writes after it). Only this thread adds. */
+	pthread_mutex_lock(&S.lock);
+	bool behind = c->wait_busy != NULL;
+	if (behind) {
+		if (c->wait_last)
+			c->wait_last->next = in;
+		else
+			c->wait_first = in;
+		c->wait_last = in;
+	}
+	pthread_mutex_unlock(&S.lock);
+	if (behind)
+		return;
 	/* Submitted from the network thread itself: a hand-off to a worker
 	 * would cost a wake-up per request. Only a full pool or heap goes to a
 	 * worker, which retries as replies free them. */
-	if (!try_submit(in))
-		peer_post(S.peer, &in->work, submit_later);
+	if (!try_submit(in)) {
+		pthread_mutex_lock(&S.lock);
+		c->wait_busy = in;
+		pthread_mutex_unlock(&S.lock);
+		peer_post(S.peer, &in->work, submit_waiting);
+	}
 }

@@ -38,6 +38,8 @@
 #include "slots.h"
 #include "wire.h"
 
+struct inbound;
+
 #define REMOTE_CONN      0u            /* the --remote link's connection */
 #define MAX_ALLOW        32u
 /* Requests from one connection handed to the workers and not yet
@@ -73,6 +75,10 @@ struct conn {
 	bool large_turn;       /* alternation between the queues */
 	uint32_t incoming;     /* requests from it not yet replied to */
 	uint64_t incoming_bytes;   /* bytes reserved for its requests (and the one being read) */
+	/* inbound.c: its requests go to the target in arrival order; one that
+	 * found no xseg request or heap space (wait_busy, retried by a
+	 * worker) holds back those after it (wait_first..wait_last) */
+	struct inbound *wait_busy, *wait_first, *wait_last;
 
 	/* under wlock: writing, by whichever thread gets there (a worker that
 	 * just queued a frame writes it itself; no hand-off, no wake-up) */

@@ -251,29 +251,9 @@ static void submit_waiting(struct peer_thread *t, struct peer_work *w)
 	}
 }
 
-void inbound_request_done(void *owner)
+/* Submits `in` (network thread), or leaves it to a worker. */
+static void submit_in_order(struct conn *c, struct inbound *in)
 {
-	struct inbound *in = owner;
-	in->deadline_ns = xseg_now_ns() + RETRY_LIMIT_NS;
-	in->next = NULL;
-
-	pthread_mutex_lock(&S.lock);
-	struct conn *c = &S.conns[in->conn];
-	bool same = c->gen == in->conn_gen;
-	if (same) {
-		c->incoming++;
-		atomic_fetch_add(&S.inbound_live, 1);
-	} else {
-		inbound_free_locked(in);
-	}
-	pthread_mutex_unlock(&S.lock);
-	if (!same)
-		return;
-	in->stats_ns = peer_stats_begin();   /* the runtime's figures count it */
-	if (atomic_load(&S.stopping)) {
-		reply_failed(in, ESHUTDOWN);
-		return;
-	}
 	/* In arrival order: behind an earlier request of c that waits for
 	 * room, this one waits too (else a request its sender gave up on,
 	 * and followed with others, could land after them: a timed-out
@@ -299,4 +279,34 @@ void inbound_request_done(void *owner)
 		pthread_mutex_unlock(&S.lock);
 		peer_post(S.peer, &in->work, submit_waiting);
 	}
+}
+
+void inbound_request_done(void *owner)
+{
+	struct inbound *in = owner;
+	in->deadline_ns = xseg_now_ns() + RETRY_LIMIT_NS;
+	in->next = NULL;
+
+	pthread_mutex_lock(&S.lock);
+	struct conn *c = &S.conns[in->conn];
+	bool same = c->gen == in->conn_gen;
+	if (same) {
+		c->incoming++;
+		atomic_fetch_add(&S.inbound_live, 1);
+	} else {
+		inbound_free_locked(in);
+	}
+	pthread_mutex_unlock(&S.lock);
+	if (!same)
+		return;
+	in->stats_ns = peer_stats_begin();   /* the runtime's figures count it */
+	/* Not stopping yet: the send (or the post to a worker) below is
+	 * counted by the runtime before on_stop returns, so the workers do
+	 * not end without its reply (copying 64 MiB takes milliseconds). */
+	atomic_fetch_add(&S.submitting, 1);
+	if (atomic_load(&S.stopping))
+		reply_failed(in, ESHUTDOWN);
+	else
+		submit_in_order(c, in);
+	atomic_fetch_sub(&S.submitting, 1);
 }

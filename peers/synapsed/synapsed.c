@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <malloc.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -192,6 +193,10 @@ static void on_stop(struct peer_thread *t)
 	/* Requests from the network are now answered ESHUTDOWN; ours still
 	 * get their replies (or time out). */
 	atomic_store(&S.stopping, 1);
+	/* A request the network thread took before seeing it: sent (or
+	 * posted) before the workers look for what is outstanding. */
+	while (atomic_load(&S.submitting))
+		sched_yield();
 	net_wake();
 }
 

@@ -136,6 +136,8 @@ struct synapsed {
 	_Atomic int remote_down;  /* errno of the last failed connect, 0 when up or
 				   * trying: requests then fail at once */
 	_Atomic int stopping;   /* the peer is stopping: serve no new requests */
+	_Atomic int submitting; /* the network thread, between its look at
+				 * `stopping` and its submit: on_stop waits */
 	_Atomic uint64_t inbound_live;   /* requests from the network not yet replied to */
 	_Atomic int quit;       /* the network thread ends */
 	pthread_t net_thread;

@@ -695,6 +695,11 @@ int peer_main(int argc, char **argv, const struct peer_ops *ops, void *priv)
 	/* A daemon's status reaches nobody's waitpid: say it. */
 	peer_log(status ? PEER_LOG_ERROR : PEER_LOG_INFO, "stopped, exit status %d", status);
 out:
+	if (ready_fd >= 0 && pidfile_made) {
+		/* never served: gone before the caller of --daemon hears so */
+		peer_pidfile_remove(p->cfg.pidfile);
+		pidfile_made = false;
+	}
 	peer_daemon_ready(ready_fd, status ? status : 1);
 	xseg_reserve_destroy(p->reserve);
 	p->reserve = NULL;

@@ -737,6 +737,21 @@ static void blk_serve_all_answer_reversed(void)
 	}
 }
 
+static int blk_queued(void);
+
+/* Waits until the blocker's queue has not changed for 20 ms (2 s at most):
+ * the engine's threads have sent what they will for now. */
+static void blk_wait_still(void)
+{
+	int last = -1;
+	for (int ms = 0, same = 0; ms < 2000 && same < 20; ms++) {
+		int n = blk_queued();
+		same = n == last ? same + 1 : 0;
+		last = n;
+		usleep(1000);
+	}
+}
+
 static void start_req(struct sync_req *s, uint32_t op, const char *name, uint64_t offset,
 		      uint64_t size, void *data)
 {
@@ -766,8 +781,11 @@ START_TEST(uncached_write_never_overwrites_a_newer_cached_one)
 	ck_assert(!wa.done);
 	start_req(&del, X_DELETE, "full", 0, 0, NULL);        /* frees the pool */
 	start_req(&wb, X_WRITE, "x", 0, sizeof(b), b);        /* may be cached now */
-	for (int i = 0; i < 3 && !(wa.done && del.done && wb.done); i++)
+	blk_wait_still();   /* all the engine sends now is queued */
+	for (int ms = 0; ms < 5000 && !(wa.done && del.done && wb.done); ms++) {
 		blk_serve_all_answer_reversed();
+		usleep(1000);
+	}
 	wait_sync(&wa);
 	wait_sync(&del);
 	wait_sync(&wb);
@@ -800,8 +818,11 @@ START_TEST(load_never_caches_bytes_older_than_an_acknowledged_write)
 	struct sync_req rd, wr;
 	start_req(&rd, X_READ, "y", 0, sizeof(first), first);   /* a miss: loads */
 	start_req(&wr, X_WRITE, "y", 0, sizeof(w), w);
-	for (int i = 0; i < 3 && !(rd.done && wr.done); i++)
+	blk_wait_still();   /* all the engine sends now is queued */
+	for (int ms = 0; ms < 5000 && !(rd.done && wr.done); ms++) {
 		blk_serve_all_answer_reversed();
+		usleep(1000);
+	}
 	wait_sync(&rd);
 	wait_sync(&wr);
 	ck_assert(rd.r.served && wr.r.served);
@@ -829,8 +850,11 @@ static void racing_writes_case(bool cached_first)
 	struct sync_req s[3];
 	for (int i = 0; i < 3; i++)
 		start_req(&s[i], X_WRITE, "race", 0, BKT_SIZE, w[i]);
-	for (int i = 0; i < 3 && !(s[0].done && s[1].done && s[2].done); i++)
+	blk_wait_still();   /* all the engine sends now is queued */
+	for (int ms = 0; ms < 5000 && !(s[0].done && s[1].done && s[2].done); ms++) {
 		blk_serve_all_answer_reversed();   /* lands 0,1,2; answered 2,1,0 */
+		usleep(1000);
+	}
 	for (int i = 0; i < 3; i++) {
 		wait_sync(&s[i]);
 		ck_assert(s[i].r.served);
@@ -858,8 +882,11 @@ START_TEST(uncached_writes_of_other_buckets_stay_cached)
 		fill(w[i], BKT_SIZE, 50 + i);
 		start_req(&s[i], X_WRITE, "apart", (uint64_t)i * BKT_SIZE, BKT_SIZE, w[i]);
 	}
-	for (int i = 0; i < 3 && !(s[0].done && s[1].done && s[2].done && s[3].done); i++)
+	blk_wait_still();   /* all the engine sends now is queued */
+	for (int ms = 0; ms < 5000 && !(s[0].done && s[1].done && s[2].done && s[3].done); ms++) {
 		blk_serve_all_answer_reversed();
+		usleep(1000);
+	}
 	for (int i = 0; i < 4; i++)
 		wait_sync(&s[i]);
 	atomic_store(&blk.hold, 0);

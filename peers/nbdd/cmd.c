@@ -39,8 +39,16 @@ static struct cmd *cmd_of(struct peer_work *w)
 
 uint64_t cmd_buffer_bytes(const struct nbd_request *req)
 {
-	/* TRIM and WRITE_ZEROES allocate nothing: their length is not memory. */
-	return req->type == NBD_CMD_READ || req->type == NBD_CMD_WRITE ? req->length : 0;
+	if (req->type == NBD_CMD_READ || req->type == NBD_CMD_WRITE)
+		return req->length;
+	/* TRIM and WRITE_ZEROES malloc nothing, but their chunks in flight
+	 * take the segment's heap like a WRITE's: counted as those, else a
+	 * client pipelining large ones took the whole heap. */
+	if (req->type == NBD_CMD_TRIM || req->type == NBD_CMD_WRITE_ZEROES) {
+		uint64_t most = CHUNKS_IN_FLIGHT * nbdd_cfg.chunk_size;
+		return req->length < most ? req->length : most;
+	}
+	return 0;
 }
 
 struct cmd *cmd_new(struct conn *c, const struct nbd_export *exp,

@@ -115,7 +115,8 @@ struct cmd {
 };
 
 /* Bytes of buffer a command holds until its reply is written: a READ's
- * reply data or a WRITE's payload (what --max-client-buffer counts). */
+ * reply data or a WRITE's payload; a TRIM's or WRITE_ZEROES' chunks in
+ * the heap, at most 8 of --chunk-size (what --max-client-buffer counts). */
 uint64_t cmd_buffer_bytes(const struct nbd_request *req);
 /* A command for `c` (the caller's reference is taken over); NULL when out
  * of memory. READ commands get their reply buffer now. */

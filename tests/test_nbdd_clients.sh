@@ -152,12 +152,12 @@ cmp "$DIR/small.raw" "$DIR/small.back" || fail "nbdcopy: bytes differ"
 
 echo "--- raw socket: bad clients are closed, good ones keep being served"
 wait_fds $nbdd_pid $fd0 "after the real clients"
-for case in garbage-handshake bad-option-magic huge-option unknown-export \
+for case in garbage-handshake bad-option-magic huge-option unknown-export abort \
 	    bad-request-magic errors out-of-order batched-replies zeroes leave-in-flight \
 	    flow-control leave-paused disc-then-bytes handshake-flood; do
 	$T $RAW "$SOCK" $case --pid $nbdd_pid || fail "raw client: $case"
 done
-for case in batched-replies leave-in-flight leave-paused; do   # the same over TCP
+for case in abort batched-replies leave-in-flight leave-paused; do   # the same over TCP
 	$T $RAW "127.0.0.1:$TCP" $case --pid $nbdd_pid || fail "raw client over TCP: $case"
 done
 wait_fds $nbdd_pid $fd0 "after the raw clients left"

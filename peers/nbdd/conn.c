@@ -67,11 +67,15 @@ void conn_update_events_locked(struct conn *c)
 
 /* DISC or ABORT: stop reading now. Bytes the client sends after it would
  * otherwise keep the level-triggered EPOLLIN firing while the replies
- * drain, each round reading nothing (a core spun). Lock held. */
+ * drain, each round reading nothing (a core spun). Closed once drained:
+ * here when it already is (ABORT's ACK is often written at once), else
+ * by the write that drains it. Lock held. */
 void conn_set_disc_locked(struct conn *c)
 {
 	c->disc = true;
 	conn_update_events_locked(c);
+	if (conn_drained_locked(c))
+		conn_kick(c);
 }
 
 /* Buffer bytes a connection holds (lock held), counted in the total too. */

@@ -71,7 +71,7 @@ extern struct conn_hub H;
 bool conn_drained_locked(const struct conn *c);      /* nothing in flight, nothing unsent */
 void conn_kick(struct conn *c);                      /* the socket thread looks at c */
 void conn_update_events_locked(struct conn *c);      /* epoll: read unless paused, write if waiting */
-void conn_set_disc_locked(struct conn *c);           /* DISC or ABORT: stop reading */
+void conn_set_disc_locked(struct conn *c);           /* DISC or ABORT: stop reading, close once drained */
 void conn_hold_locked(struct conn *c, uint64_t bytes);
 void conn_unhold_locked(struct conn *c, uint64_t bytes);
 void conn_unpause_locked(struct conn *c);

@@ -374,10 +374,7 @@ static bool handle_request(struct conn *c, const struct nbd_request *req)
 	if (req->type == NBD_CMD_DISC) {
 		pthread_mutex_lock(&c->lock);
 		conn_set_disc_locked(c);
-		bool now = conn_drained_locked(c);
 		pthread_mutex_unlock(&c->lock);
-		if (now)
-			conn_kick(c);
 		return true;
 	}
 	if (req->type != NBD_CMD_FLUSH && !req->length) {

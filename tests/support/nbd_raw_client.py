@@ -17,7 +17,7 @@ import time
 
 MAGIC, IHAVEOPT = b"NBDMAGIC", b"IHAVEOPT"
 OPT_LIST, OPT_GO, REP_ACK, REP_SERVER, REP_INFO = 3, 7, 1, 2, 3
-OPT_EXPORT_NAME, OPT_INFO = 1, 6
+OPT_EXPORT_NAME, OPT_ABORT, OPT_INFO = 1, 2, 6
 REQ_MAGIC, REPLY_MAGIC = 0x25609513, 0x67446698
 READ, WRITE, DISC, FLUSH, TRIM, WRITE_ZEROES = 0, 1, 2, 3, 4, 6
 FLAG_FUA, FLAG_NO_HOLE = 1, 2
@@ -193,6 +193,21 @@ def huge_option(s):
     s.sendall(struct.pack(">I", 1) + IHAVEOPT + struct.pack(">II", OPT_GO, 1 << 30))
     if not closed_by_server(s):
         fail("1G option: connection stayed open")
+
+
+def abort(s):
+    """NBD_OPT_ABORT: an ACK, then nbdd closes the connection (the client
+    waits for that, not for --io-timeout), over TCP too."""
+    recv_exact(s, 18)
+    s.sendall(struct.pack(">I", 3) + IHAVEOPT + struct.pack(">II", OPT_ABORT, 0))
+    _, opt, rtype, length = struct.unpack(">QIII", recv_exact(s, 20))
+    if (opt, rtype, length) != (OPT_ABORT, REP_ACK, 0):
+        fail("ABORT answered %r" % ((opt, rtype, length),))
+    s.settimeout(5)
+    if not closed_by_server(s):
+        fail("ABORT: the connection stayed open 5 s after the ACK")
+    s.close()
+    served("after ABORT", io=False)
 
 
 def unknown_export(s):
@@ -669,6 +684,7 @@ def main():
         "bad-option-magic": bad_option_magic,
         "huge-option": huge_option,
         "unknown-export": unknown_export,
+        "abort": abort,
         "truncated-request": truncated_request,
         "truncated-payload": truncated_payload,
         "unread-replies": unread_replies,

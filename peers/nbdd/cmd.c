@@ -213,7 +213,13 @@ static void issue(struct peer *p, struct cmd *cmd)
 		pthread_mutex_unlock(&cmd->lock);
 		if (!more)
 			return;
-		struct xseg_request *r = peer_get_request_any(p, cmd->exp->name, cap);
+		/* Half the pool out: wait as for an empty one (the rest is the
+		 * path's and the segment's other clients'). */
+		struct xseg_request *r = NULL;
+		if (peer_in_flight(p) < nbdd_cfg.max_path_requests)
+			r = peer_get_request_any(p, cmd->exp->name, cap);
+		else
+			errno = ENOBUFS;
 		if (!r) {
 			/* An empty pool or heap is retried by the last hold. */
 			int err = errno;

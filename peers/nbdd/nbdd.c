@@ -29,6 +29,7 @@ struct nbdd_config nbdd_cfg = {
 	.max_client_buffer = 32u << 20,
 	.max_buffer_total = 256u << 20,
 	.target_timeout = 30,
+	.max_path_requests = UINT64_MAX,   /* until the segment's pool is known */
 };
 
 /* A list of exports being built: the operator's (--volume), vlmcd's. */
@@ -356,6 +357,11 @@ static void fit_buffers_to_heap(struct peer *p)
 	if (xseg_segment_info(peer_segment(p), &info) < 0)
 		return;
 	uint64_t share = info.heap_size / 4;
+	/* The same for the request pool: small commands take few bytes but a
+	 * request each, and clients could have the whole pool out at a
+	 * target that stops answering. Past half, chunks wait as for an
+	 * empty pool (cmd.c). */
+	nbdd_cfg.max_path_requests = info.nr_requests / 2 ? info.nr_requests / 2 : 1;
 	if (!max_buffer_total_arg && nbdd_cfg.max_buffer_total > share) {
 		if (!max_client_buffer_arg && nbdd_cfg.max_client_buffer > share)
 			nbdd_cfg.max_client_buffer = share;
@@ -370,10 +376,12 @@ static void fit_buffers_to_heap(struct peer *p)
 			  "buffers the rest of the path needs",
 			  size_text(nbdd_cfg.max_buffer_total, a, sizeof(a)),
 			  size_text(info.heap_size, b, sizeof(b)));
-	peer_info("buffers held for clients: at most %s each, %s in all (the segment's heap: %s)",
+	peer_info("buffers held for clients: at most %s each, %s in all (the segment's heap: %s); "
+		  "at most %" PRIu64 " of the pool's %" PRIu32 " requests out on the path",
 		  size_text(nbdd_cfg.max_client_buffer, a, sizeof(a)),
 		  size_text(nbdd_cfg.max_buffer_total, b, sizeof(b)),
-		  size_text(info.heap_size, c, sizeof(c)));
+		  size_text(info.heap_size, c, sizeof(c)), nbdd_cfg.max_path_requests,
+		  info.nr_requests);
 }
 
 static int init(struct peer *p)

@@ -62,6 +62,7 @@ struct nbdd_config {
 	uint64_t max_connections;     /* open at once; then the listeners rest */
 	uint64_t max_client_buffer;   /* READ/WRITE buffers held for one connection */
 	uint64_t max_buffer_total;    /* ... for all of them together */
+	uint64_t max_path_requests;   /* chunks out on the path at once: half the request pool */
 	uint64_t socket_threads;      /* threads reading the connections (0 until chosen) */
 };
 

@@ -384,35 +384,49 @@ static bool handle_request(struct conn *c, const struct nbd_request *req)
 	return start_cmd(c, req);
 }
 
-static void note_total_wait(uint64_t total)
+static void note_total_wait(uint64_t total, bool pool)
 {
 	uint64_t waits = atomic_fetch_add(&S.total_waits, 1) + 1;
 	uint64_t now = xseg_now_ns();
 	uint64_t due = atomic_load(&S.total_log_ns);
 	if (now < due || !atomic_compare_exchange_strong(&S.total_log_ns, &due, now + TOTAL_LOG_NS))
 		return;   /* not yet, or another socket thread says it */
-	peer_warn("%" PRIu64 " bytes held for clients: past --max-buffer-total %" PRIu64
-		  ", clients wait for replies to drain (waits so far: %" PRIu64 ")",
-		  total, nbdd_cfg.max_buffer_total, waits);
+	if (pool)
+		peer_warn("%" PRIu64 " requests out on the path: half the segment's pool, clients "
+			  "wait for replies (waits so far: %" PRIu64 ")", nbdd_cfg.max_path_requests,
+			  waits);
+	else
+		peer_warn("%" PRIu64 " bytes held for clients: past --max-buffer-total %" PRIu64
+			  ", clients wait for replies to drain (waits so far: %" PRIu64 ")",
+			  total, nbdd_cfg.max_buffer_total, waits);
+}
+
+/* nbdd has its share of the segment's request pool out on the path. */
+static bool path_full(void)
+{
+	return peer_in_flight(S.peer) >= nbdd_cfg.max_path_requests;
 }
 
 /*
  * Whether c may start a command that holds `bytes` of buffer, as far as
- * --max-buffer-total goes (its own limit is checked before each request).
+ * --max-buffer-total goes (its own limit is checked before each request),
+ * and, when it goes to the target (uses_path), while nbdd has less than
+ * half the segment's request pool out there (max_path_requests).
  * If not, c is not read (the request stays in its input buffer) until
  * everyone's replies drain (resume_total_waiters) or its own do.
  */
-static bool admit(struct conn *c, uint64_t bytes)
+static bool admit(struct conn *c, uint64_t bytes, bool uses_path)
 {
 	uint64_t total = atomic_load(&H.held_total);
-	if (!bytes || total < nbdd_cfg.max_buffer_total)
+	bool pool = uses_path && path_full();
+	if (!pool && (!bytes || total < nbdd_cfg.max_buffer_total))
 		return true;
 	pthread_mutex_lock(&c->lock);
 	c->paused = c->paused_memory = c->waits_total = true;
 	atomic_fetch_add(&H.total_waiters, 1);
 	conn_update_events_locked(c);
 	pthread_mutex_unlock(&c->lock);
-	note_total_wait(total);
+	note_total_wait(total, pool);
 	return false;
 }
 
@@ -422,6 +436,15 @@ static uint64_t request_buffer_bytes(const struct conn *c, const struct nbd_requ
 	if (nbd_check_request(req, c->exp->size, (uint32_t)nbdd_cfg.max_request))
 		return 0;
 	return S.up->cmd_buffer_bytes(req);
+}
+
+/* Whether a request goes to the target (not refused, not answered here). */
+static bool request_uses_path(const struct conn *c, const struct nbd_request *req)
+{
+	if (nbd_check_request(req, c->exp->size, (uint32_t)nbdd_cfg.max_request) ||
+	    req->type == NBD_CMD_DISC)
+		return false;
+	return req->type == NBD_CMD_FLUSH || req->length;
 }
 
 /* Consumes what the input buffer holds; false when the connection must close
@@ -490,7 +513,8 @@ static bool parse_input(struct conn *c, const char **why)
 		} else {
 			struct nbd_request req;
 			n = nbd_decode_request(b, avail, &req);
-			if (n > 0 && !admit(c, request_buffer_bytes(c, &req)))
+			if (n > 0 && !admit(c, request_buffer_bytes(c, &req),
+					    request_uses_path(c, &req)))
 				break;   /* not taken: read again when memory is back */
 			if (n > 0 && !handle_request(c, &req)) {
 				*why = "out of memory";
@@ -635,7 +659,7 @@ static void resume_total_waiters(struct loop *L)
 		next = c->next;   /* conn_readable may close c */
 		pthread_mutex_lock(&c->lock);
 		bool go = c->waits_total && !c->dead &&
-			  atomic_load(&H.held_total) < nbdd_cfg.max_buffer_total;
+			  atomic_load(&H.held_total) < nbdd_cfg.max_buffer_total && !path_full();
 		if (go) {
 			conn_unpause_locked(c);
 			conn_update_events_locked(c);
@@ -909,7 +933,8 @@ void server_close(void)
 	uint64_t closes = atomic_load(&S.buffer_closes), waits = atomic_load(&S.total_waits);
 	if (closes || waits)
 		peer_warn("connections closed holding replies they did not read "
-			  "(--max-client-buffer): %" PRIu64 "; waits for --max-buffer-total: %" PRIu64,
+			  "(--max-client-buffer): %" PRIu64 "; waits for --max-buffer-total or the "
+			  "request pool: %" PRIu64,
 			  closes, waits);
 	loops_close();
 }

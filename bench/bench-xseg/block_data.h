@@ -16,6 +16,10 @@ enum verify_mode { VERIFY_NONE, VERIFY_META, VERIFY_FULL };
 
 void block_data_fill(enum verify_mode mode, void *buf, size_t len, uint64_t seed,
 		     uint64_t object, uint64_t offset);
+/* Overwrites what block_data_check will look at with bytes that never
+ * check out, before a read: a reply that leaves the buffer alone must not
+ * pass on what a write or an earlier read left there. */
+void block_data_poison(enum verify_mode mode, void *buf, size_t len);
 /* Returns the number of mismatching bytes (0 = intact). */
 size_t block_data_check(enum verify_mode mode, const void *buf, size_t len,
 			uint64_t seed, uint64_t object, uint64_t offset);

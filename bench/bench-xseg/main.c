@@ -331,6 +331,8 @@ static int submit_block(struct bench *b, uint32_t slot_no)
 	if (b->opt.op_write)
 		block_data_fill(b->opt.verify, xseg_get_data(b->seg, req), b->opt.block_size,
 				b->opt.seed, a.object, a.offset);
+	else   /* the buffer may hold this very block already (a write run's) */
+		block_data_poison(b->opt.verify, xseg_get_data(b->seg, req), b->opt.block_size);
 	s->started_ns = xseg_now_ns();
 	int rc = xseg_submit(b->seg, req, b->opt.port, b->opt.target_port);
 	if (rc < 0) {

@@ -1,0 +1,190 @@
+/*
+ * bench-xseg's verification against a blocker that lies: this test plays
+ * the blocker (port 1) itself, answers bench-xseg's requests the wrong way
+ * on purpose, and checks that bench-xseg says so (exit 1). The kill and
+ * fault tests trust `bench-xseg --verify` to prove that every acknowledged
+ * byte reads back; a false pass here would hide data loss everywhere.
+ */
+#include <check.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "support/peer_test_util.h"
+
+/* The patterns are bench-private; compile them in to produce good data. */
+#include "../bench/bench-xseg/block_data.c"
+
+#define PEER_PORT  1u
+#define BENCH_PORT 10u
+
+enum fake_mode {
+	ACK_ONLY,        /* writes and reads served, no data touched */
+	GOOD_ONCE,       /* a read's data is right the first time per offset,
+			  * later reads of it are served without touching it */
+	SHRINK,          /* served with size (and serviced) halved; a read's
+			  * half is right */
+	ZEROS,           /* reads return zeros (the data was lost) */
+};
+
+struct fake {
+	struct xseg *seg;
+	char name[64];
+	char log[600];         /* bench-xseg's output, the last run's */
+	enum fake_mode mode;
+	enum verify_mode verify;
+	uint64_t seed;
+	uint64_t seen[64];     /* GOOD_ONCE: offsets already answered */
+	unsigned nseen;
+};
+
+static bool seen_before(struct fake *f, uint64_t offset)
+{
+	for (unsigned i = 0; i < f->nseen; i++)
+		if (f->seen[i] == offset)
+			return true;
+	ck_assert_uint_lt(f->nseen, 64);
+	f->seen[f->nseen++] = offset;
+	return false;
+}
+
+static void answer(struct fake *f, struct xseg_request *req)
+{
+	void *data = xseg_get_data(f->seg, req);
+	if (req->op == X_READ) {
+		switch (f->mode) {
+		case ACK_ONLY:
+			break;
+		case GOOD_ONCE:
+			if (!seen_before(f, req->offset))
+				block_data_fill(f->verify, data, req->size, f->seed, 0, req->offset);
+			break;
+		case SHRINK:
+			req->size /= 2;
+			block_data_fill(f->verify, data, req->size, f->seed, 0, req->offset);
+			break;
+		case ZEROS:
+			memset(data, 0, req->size);
+			break;
+		}
+	} else if (f->mode == SHRINK) {
+		req->size /= 2;
+	}
+	req->serviced = req->size;
+	req->result = XR_SERVED;
+	req->error = 0;
+	ck_assert_int_ge(xseg_respond(f->seg, req, PEER_PORT), 0);
+}
+
+/* Runs bench-xseg (--volume v: object 0, offsets as asked) against the
+ * fake blocker; returns its exit status. */
+static int bench(struct fake *f, const char *const extra[])
+{
+	const char *args[48];
+	char seed[24];
+	int n = 0;
+	snprintf(seed, sizeof(seed), "%llu", (unsigned long long)f->seed);
+	const char *base[] = { "--segment", f->name, "--port", "10", "--target-port", "1",
+			       "--volume", "v", "--seed", seed, "--timeout", "10", "--json" };
+	for (size_t i = 0; i < sizeof(base) / sizeof(base[0]); i++)
+		args[n++] = base[i];
+	for (int i = 0; extra[i]; i++)
+		args[n++] = extra[i];
+	args[n] = NULL;
+
+	unlink(f->log);
+	pid_t pid = pt_start("bench-xseg", args, f->log);
+	for (;;) {
+		struct xseg_request *reqs[32];
+		int got = xseg_accept(f->seg, PEER_PORT, reqs, 32);
+		for (int i = 0; i < got; i++)
+			answer(f, reqs[i]);
+		if (got > 0)
+			continue;
+		siginfo_t si = { 0 };
+		if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+		    si.si_pid == pid)
+			break;
+		xseg_wait(f->seg, PEER_PORT, 10000000ull);
+	}
+	int status = pt_stop(pid, 0, 1000);
+	ck_assert_msg(WIFEXITED(status), "bench-xseg did not exit (status %d)", status);
+	return WEXITSTATUS(status);
+}
+
+static struct fake *setup_fake(enum fake_mode mode, enum verify_mode verify, uint64_t seed)
+{
+	static struct fake f;
+	char dir[512];
+	memset(&f, 0, sizeof(f));
+	pt_tmpdir(dir, sizeof(dir));
+	snprintf(f.log, sizeof(f.log), "%s/bench.log", dir);
+	f.seg = pt_segment(f.name, sizeof(f.name), 16, 64, 4u << 20);
+	ck_assert_int_eq(xseg_bind_port(f.seg, PEER_PORT), 0);
+	f.mode = mode;
+	f.verify = verify;
+	f.seed = seed;
+	return &f;
+}
+
+/* A number from the last run's JSON line. */
+static double json_field(struct fake *f, const char *field)
+{
+	uint64_t len;
+	char *text = pt_read_file(f->log, &len), key[64];
+	ck_assert_ptr_nonnull(text);
+	snprintf(key, sizeof(key), "\"%s\":", field);
+	char *line = strrchr(text, '{'), *at = line ? strstr(line, key) : NULL;
+	ck_assert_msg(at, "no %s in bench-xseg's output: %s", field, text);
+	double v = strtod(at + strlen(key), NULL);
+	free(text);
+	return v;
+}
+
+#define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
+
+/* A blocker that keeps nothing and answers reads without data: the read's
+ * buffer still holds what the write run left in it (the heap hands the
+ * same block back), which is exactly the data expected. */
+START_TEST(read_served_without_data_is_caught)
+{
+	const char *verify[] = { "full", "meta" };
+	for (int v = 0; v < 2; v++) {
+		struct fake *f = setup_fake(ACK_ONLY, v ? VERIFY_META : VERIFY_FULL, 1);
+		ck_assert_int_eq(bench(f, ARGS("--op", "write", "--pattern", "seq",
+					       "--total-size", "4K", "--verify", verify[v])), 0);
+		ck_assert_msg(bench(f, ARGS("--op", "read", "--pattern", "seq",
+					    "--total-size", "4K", "--verify", verify[v])) == 1,
+			      "--verify %s: a read served with no data passed", verify[v]);
+		ck_assert_int_eq((int)json_field(f, "corrupted"), 1);
+	}
+}
+END_TEST
+
+/* --runtime reads the blocks again: a blocker that gets a block right once
+ * and later answers without data leaves the right bytes of the previous
+ * pass in the buffer. */
+START_TEST(later_pass_served_without_data_is_caught)
+{
+	struct fake *f = setup_fake(GOOD_ONCE, VERIFY_FULL, 3);
+	ck_assert_int_eq(bench(f, ARGS("--op", "read", "--pattern", "seq", "--total-size", "4K",
+				       "--verify", "full", "--runtime", "0.2")), 1);
+	/* the first read was right, every later one wrong */
+	ck_assert_int_eq(json_field(f, "corrupted"), json_field(f, "requests") - 1);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("bench_verify");
+	TCase *tc = tcase_create("lying_blocker");
+	tcase_set_timeout(tc, 60);
+	suite_add_tcase(s, tc);
+	tcase_add_test(tc, read_served_without_data_is_caught);
+	tcase_add_test(tc, later_pass_served_without_data_is_caught);
+	return pt_run(s);
+}

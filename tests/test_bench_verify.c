@@ -178,6 +178,23 @@ START_TEST(later_pass_served_without_data_is_caught)
 }
 END_TEST
 
+/* A reply's size is the blocker's to write: one that halves it and
+ * serves that half has not served the block. */
+START_TEST(reply_with_a_smaller_size_is_not_served)
+{
+	struct fake *f = setup_fake(SHRINK, VERIFY_FULL, 4);
+	ck_assert_msg(bench(f, ARGS("--op", "write", "--pattern", "seq", "--total-size", "16K",
+				    "--verify", "full", "--iodepth", "2")) == 1,
+		      "writes acknowledged for half their bytes counted as written");
+	ck_assert_int_eq((int)json_field(f, "failed"), 4);
+	ck_assert_msg(bench(f, ARGS("--op", "read", "--pattern", "seq", "--total-size", "16K",
+				    "--verify", "full", "--iodepth", "2")) == 1,
+		      "reads served for half their bytes passed");
+	ck_assert_int_eq((int)json_field(f, "failed"), 4);
+	ck_assert_int_eq((int)json_field(f, "mib_per_s"), 0);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("bench_verify");
@@ -186,5 +203,6 @@ int main(void)
 	suite_add_tcase(s, tc);
 	tcase_add_test(tc, read_served_without_data_is_caught);
 	tcase_add_test(tc, later_pass_served_without_data_is_caught);
+	tcase_add_test(tc, reply_with_a_smaller_size_is_not_served);
 	return pt_run(s);
 }

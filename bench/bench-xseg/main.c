@@ -371,7 +371,10 @@ static void complete(struct bench *b, struct xseg_request *req)
 		}
 	}
 	b->in_flight--;
-	if (req->result != XR_SERVED || req->serviced != req->size) {
+	/* Against what was asked, not the reply's size: the server may write
+	 * that one, and a block served in part is not served. */
+	uint64_t size = b->opt.block_size;
+	if (req->result != XR_SERVED || req->serviced != size) {
 		b->st.failed++;
 		if (b->st.errors_seen++ < ERRORS_SHOWN) {
 			struct block_addr a;
@@ -379,14 +382,14 @@ static void complete(struct bench *b, struct xseg_request *req)
 			fprintf(stderr, "bench-xseg: %s %s offset %" PRIu64 " failed: %s (served %" PRIu64 " of %" PRIu64 ")\n",
 				xseg_op_name(req->op), a.name, a.offset,
 				req->result == XR_FAILED ? strerror(req->error) : "short or unanswered",
-				req->serviced, req->size);
+				req->serviced, size);
 		}
 	} else {
-		b->st.bytes += req->size;
+		b->st.bytes += size;
 		if (!b->opt.op_write && b->opt.verify != VERIFY_NONE) {
 			struct block_addr a;
 			locate(&b->opt, s->block, &a);
-			if (block_data_check(b->opt.verify, xseg_get_data(b->seg, req), req->size,
+			if (block_data_check(b->opt.verify, xseg_get_data(b->seg, req), size,
 					     b->opt.seed, a.object, a.offset)) {
 				b->st.corrupted++;
 				if (b->st.errors_seen++ < ERRORS_SHOWN)

@@ -195,6 +195,21 @@ START_TEST(reply_with_a_smaller_size_is_not_served)
 }
 END_TEST
 
+/* Zeros (a lost object reads as a hole) are no block's data, whatever the
+ * seed: meta's signature of seed 0, object 0, offset 0 was all zeros. */
+START_TEST(zeros_never_verify)
+{
+	const char *verify[] = { "full", "meta" };
+	for (int v = 0; v < 2; v++) {
+		struct fake *f = setup_fake(ZEROS, v ? VERIFY_META : VERIFY_FULL, 0);
+		ck_assert_msg(bench(f, ARGS("--op", "read", "--pattern", "seq", "--total-size", "8K",
+					    "--verify", verify[v])) == 1,
+			      "--verify %s --seed 0: zeros passed", verify[v]);
+		ck_assert_int_eq((int)json_field(f, "corrupted"), 2);
+	}
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("bench_verify");
@@ -204,5 +219,6 @@ int main(void)
 	tcase_add_test(tc, read_served_without_data_is_caught);
 	tcase_add_test(tc, later_pass_served_without_data_is_caught);
 	tcase_add_test(tc, reply_with_a_smaller_size_is_not_served);
+	tcase_add_test(tc, zeros_never_verify);
 	return pt_run(s);
 }

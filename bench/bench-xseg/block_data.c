@@ -37,10 +37,18 @@ static void fill_full(unsigned char *p, size_t len, uint64_t key, uint64_t offse
 	}
 }
 
+/* XORed into the signature: {seed 0, object 0, offset 0} would be all
+ * zeros, and zeros (a hole, lost data) must never check out. The seed's
+ * mask has high bits no 32-bit seed has, nor the 0xa5 poison. */
+#define SIG_SEED_MASK   0x6d6574615f736967ull   /* "meta_sig" */
+#define SIG_OBJECT_MASK 0x2545f4914f6cdd1dull
+#define SIG_OFFSET_MASK 0x9e3779b97f4a7c15ull
+
 static void stamp(unsigned char *p, size_t len, uint64_t seed, uint64_t object,
 		  uint64_t offset)
 {
-	struct signature sig = { seed, object, offset };
+	struct signature sig = { seed ^ SIG_SEED_MASK, object ^ SIG_OBJECT_MASK,
+				 offset ^ SIG_OFFSET_MASK };
 	memcpy(p, &sig, len < sizeof(sig) ? len : sizeof(sig));
 	if (len >= 2 * sizeof(sig))
 		memcpy(p + len - sizeof(sig), &sig, sizeof(sig));

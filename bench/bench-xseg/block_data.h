@@ -4,7 +4,8 @@
  * Every 8-byte word's value is a hash of (seed, object, its absolute offset
  * in the object), so a read with the same seed checks every byte whatever
  * block size either run used. "meta" only stamps and checks a 24-byte
- * signature {seed, object, offset} at the start and end of each block.
+ * signature {seed, object, offset} (masked, so that it is never zeros) at
+ * the start and end of each block.
  */
 #ifndef BENCH_BLOCK_DATA_H
 #define BENCH_BLOCK_DATA_H

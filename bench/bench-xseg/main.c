@@ -504,6 +504,8 @@ static int run(struct bench *b, double *seconds)
 			complete(b, done[i]);
 		if (n > 0)
 			continue;
+		if (!b->in_flight)   /* --runtime ran out just now: no reply to wait for */
+			continue;
 		if (b->opt.progress)
 			print_progress(b, start, &last, &last_received);
 		xseg_poll(b->seg, b->opt.port, spin_ns, poll_timeout_ns(b));

@@ -30,6 +30,8 @@ enum fake_mode {
 			  * half is right */
 	ZEROS,           /* reads return zeros (the data was lost) */
 	GOOD,            /* reads served right (the last one's data kept) */
+	ALIAS,           /* keeps blocks by offset alone: every target name
+			  * is the same place (a name truncated, mixed up) */
 };
 
 struct fake {
@@ -43,6 +45,7 @@ struct fake {
 	unsigned nseen;
 	void *last;            /* GOOD: the last read's data */
 	uint64_t last_offset, last_size;
+	unsigned char store[16][4096];   /* ALIAS: 4K blocks by offset */
 };
 
 static bool seen_before(struct fake *f, uint64_t offset)
@@ -55,6 +58,12 @@ static bool seen_before(struct fake *f, uint64_t offset)
 	return false;
 }
 
+/* What bench-xseg --volume v writes there. */
+static void fill_good(struct fake *f, void *data, uint64_t size, uint64_t offset)
+{
+	block_data_fill(f->verify, data, size, f->seed, block_data_name_key("v"), offset);
+}
+
 static void answer(struct fake *f, struct xseg_request *req)
 {
 	void *data = xseg_get_data(f->seg, req);
@@ -64,21 +73,25 @@ static void answer(struct fake *f, struct xseg_request *req)
 			break;
 		case GOOD_ONCE:
 			if (!seen_before(f, req->offset))
-				block_data_fill(f->verify, data, req->size, f->seed, 0, req->offset);
+				fill_good(f, data, req->size, req->offset);
 			break;
 		case SHRINK:
 			req->size /= 2;
-			block_data_fill(f->verify, data, req->size, f->seed, 0, req->offset);
+			fill_good(f, data, req->size, req->offset);
 			break;
 		case ZEROS:
 			memset(data, 0, req->size);
+			break;
+		case ALIAS:
+			ck_assert(req->size == 4096 && req->offset / 4096 < 16);
+			memcpy(data, f->store[req->offset / 4096], 4096);
 			break;
 		case GOOD:
 			if (!f->last || f->last_offset != req->offset || f->last_size != req->size) {
 				free(f->last);
 				f->last = malloc(req->size);
 				ck_assert_ptr_nonnull(f->last);
-				block_data_fill(f->verify, f->last, req->size, f->seed, 0, req->offset);
+				fill_good(f, f->last, req->size, req->offset);
 				f->last_offset = req->offset;
 				f->last_size = req->size;
 			}
@@ -87,6 +100,9 @@ static void answer(struct fake *f, struct xseg_request *req)
 		}
 	} else if (f->mode == SHRINK) {
 		req->size /= 2;
+	} else if (f->mode == ALIAS) {
+		ck_assert(req->size == 4096 && req->offset / 4096 < 16);
+		memcpy(f->store[req->offset / 4096], data, 4096);
 	}
 	req->serviced = req->size;
 	req->result = XR_SERVED;
@@ -94,8 +110,9 @@ static void answer(struct fake *f, struct xseg_request *req)
 	ck_assert_int_ge(xseg_respond(f->seg, req, PEER_PORT), 0);
 }
 
-/* Runs bench-xseg (--volume v: object 0, offsets as asked) against the
- * fake blocker; returns its exit status. */
+/* Runs bench-xseg against the fake blocker (--volume v unless told a
+ * volume or a prefix: object 0, offsets as asked); returns its exit
+ * status. */
 static int bench(struct fake *f, const char *const extra[])
 {
 	const char *args[48];
@@ -103,11 +120,18 @@ static int bench(struct fake *f, const char *const extra[])
 	int n = 0;
 	snprintf(seed, sizeof(seed), "%llu", (unsigned long long)f->seed);
 	const char *base[] = { "--segment", f->name, "--port", "10", "--target-port", "1",
-			       "--volume", "v", "--seed", seed, "--timeout", "10", "--json" };
+			       "--seed", seed, "--timeout", "10", "--json" };
+	bool named = false;
 	for (size_t i = 0; i < sizeof(base) / sizeof(base[0]); i++)
 		args[n++] = base[i];
-	for (int i = 0; extra[i]; i++)
+	for (int i = 0; extra[i]; i++) {
+		named |= !strcmp(extra[i], "--volume") || !strcmp(extra[i], "--prefix");
 		args[n++] = extra[i];
+	}
+	if (!named) {
+		args[n++] = "--volume";
+		args[n++] = "v";
+	}
 	args[n] = NULL;
 
 	unlink(f->log);
@@ -244,6 +268,33 @@ START_TEST(runtime_ends_with_its_last_reply)
 }
 END_TEST
 
+/* Two volumes (or two prefixes) written with the same seed: a blocker
+ * that keeps both in one place lost the first one's data, and a read of it
+ * must say so; it did not while the data was the same for every name. */
+START_TEST(another_targets_data_is_caught)
+{
+	const char *verify[] = { "full", "meta" };
+	for (int v = 0; v < 2; v++) {
+		struct fake *f = setup_fake(ALIAS, v ? VERIFY_META : VERIFY_FULL, 7);
+		const char *opt[] = { "--volume", "--prefix" }, *name[2][2] = { { "v", "w" },
+										{ "p", "q" } };
+		/* 8K objects: the two blocks of either prefix are one object */
+		for (int m = 0; m < 2; m++) {
+			for (int k = 0; k < 2; k++)
+				ck_assert_int_eq(bench(f, ARGS("--op", "write", "--pattern", "seq",
+							       "--total-size", "8K", "--object-size", "8K",
+							       "--verify", verify[v], opt[m],
+							       name[m][k])), 0);
+			ck_assert_msg(bench(f, ARGS("--op", "read", "--pattern", "seq",
+						    "--total-size", "8K", "--object-size", "8K",
+						    "--verify", verify[v], opt[m], name[m][0])) == 1,
+				      "--verify %s: %s %s read back %s's data", verify[v], opt[m],
+				      name[m][0], name[m][1]);
+		}
+	}
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("bench_verify");
@@ -255,5 +306,6 @@ int main(void)
 	tcase_add_test(tc, reply_with_a_smaller_size_is_not_served);
 	tcase_add_test(tc, zeros_never_verify);
 	tcase_add_test(tc, runtime_ends_with_its_last_reply);
+	tcase_add_test(tc, another_targets_data_is_caught);
 	return pt_run(s);
 }

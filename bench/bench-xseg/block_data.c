@@ -8,6 +8,14 @@ struct signature {
 	uint64_t seed, object, offset;
 };
 
+uint64_t block_data_name_key(const char *name)
+{
+	uint64_t h = 0xcbf29ce484222325ull;   /* FNV-1a, then mixed */
+	for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+		h = (h ^ *p) * 0x100000001b3ull;
+	return mix64(h);
+}
+
 static inline uint64_t word_at(uint64_t key, uint64_t word_offset)
 {
 	return mix64(key ^ (word_offset * 0x9e3779b97f4a7c15ull));

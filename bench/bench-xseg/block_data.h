@@ -15,6 +15,12 @@
 
 enum verify_mode { VERIFY_NONE, VERIFY_META, VERIFY_FULL };
 
+/* The `object` of a volume's data, or of object 0 under a prefix (object
+ * i is this plus i): a hash of the name, so that two volumes or prefixes
+ * written with one seed hold different data (a blocker mixing them up
+ * shows). */
+uint64_t block_data_name_key(const char *name);
+
 void block_data_fill(enum verify_mode mode, void *buf, size_t len, uint64_t seed,
 		     uint64_t object, uint64_t offset);
 /* Overwrites what block_data_check will look at with bytes that never

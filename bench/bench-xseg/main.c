@@ -49,6 +49,7 @@ struct options {
 	uint64_t timeout_s;
 	uint64_t runtime_ns;         /* 0: one pass over --total-size */
 	uint64_t interval_ns;        /* 0: no per-interval JSON lines */
+	uint64_t name_key;           /* hash of --volume or --prefix (locate) */
 };
 
 struct run_stats {
@@ -245,9 +246,12 @@ static void parse_options(int argc, char **argv, struct options *o)
 		fprintf(stderr, "bench-xseg: --port and --target-port are both %u\n", o->port);
 		exit(2);
 	}
+	o->name_key = block_data_name_key(o->volume ? o->volume : o->prefix);
 }
 
-/* Where block `block` lives: target name, object number and offset. */
+/* Where block `block` lives: target name, offset, and the object number
+ * its data derives from: the object's index plus block_data_name_key of
+ * the volume's name or the prefix. */
 struct block_addr {
 	char name[XSEG_MAX_TARGETLEN + 1];
 	uint64_t object, offset;
@@ -258,13 +262,14 @@ static void locate(const struct options *o, uint64_t block, struct block_addr *a
 	uint64_t pos = block * o->block_size;
 	if (o->volume) {
 		snprintf(a->name, sizeof(a->name), "%s", o->volume);
-		a->object = 0;
+		a->object = o->name_key;
 		a->offset = pos;
 	} else {
-		a->object = pos / o->object_size;
+		uint64_t index = pos / o->object_size;
+		a->object = o->name_key + index;
 		a->offset = pos % o->object_size;
 		snprintf(a->name, sizeof(a->name), "%s-%" PRIu64 "-%" PRIu64, o->prefix,
-			 o->seed, a->object);
+			 o->seed, index);
 	}
 }
 

@@ -60,6 +60,8 @@ static void stamp(unsigned char *p, size_t len, uint64_t seed, uint64_t object,
 	memcpy(p, &sig, len < sizeof(sig) ? len : sizeof(sig));
 	if (len >= 2 * sizeof(sig))
 		memcpy(p + len - sizeof(sig), &sig, sizeof(sig));
+	else if (len > sizeof(sig))   /* no room for the second: the check wants zeros */
+		memset(p + sizeof(sig), 0, len - sizeof(sig));
 }
 
 void block_data_fill(enum verify_mode mode, void *buf, size_t len, uint64_t seed,

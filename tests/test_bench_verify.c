@@ -183,6 +183,22 @@ static double json_field(struct fake *f, const char *field)
 	return v;
 }
 
+/* How many numbers an array of the last run's JSON line holds. */
+static int json_array_len(struct fake *f, const char *field)
+{
+	uint64_t len;
+	char *text = pt_read_file(f->log, &len), key[64];
+	ck_assert_ptr_nonnull(text);
+	snprintf(key, sizeof(key), "\"%s\":[", field);
+	char *line = strrchr(text, '{'), *at = line ? strstr(line, key) : NULL;
+	ck_assert_msg(at, "no %s in bench-xseg's output: %s", field, text);
+	int n = 0;
+	for (at += strlen(key); *at && *at != ']'; at++)
+		n += *at == ',' || at[-1] == '[';
+	free(text);
+	return n;
+}
+
 #define ARGS(...) ((const char *const[]){ __VA_ARGS__, NULL })
 
 /* A blocker that keeps nothing and answers reads without data: the read's
@@ -316,6 +332,22 @@ START_TEST(small_meta_blocks_read_back)
 }
 END_TEST
 
+/* --runtime: slice_iops holds the twentieths of the time, all of them,
+ * also the last when nothing is answered after the deadline (one 4M block
+ * in flight, most of its round trip the check). */
+START_TEST(runtime_reports_every_twentieth)
+{
+	struct fake *f = setup_fake(GOOD, VERIFY_FULL, 5);
+	for (int i = 0; i < 4; i++) {
+		ck_assert_int_eq(bench(f, ARGS("--op", "read", "--pattern", "seq",
+					       "--total-size", "4M", "--block-size", "4M",
+					       "--verify", "full", "--runtime", "0.1")), 0);
+		ck_assert_msg(json_array_len(f, "slice_iops") == 20, "run %d: %d twentieths", i,
+			      json_array_len(f, "slice_iops"));
+	}
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("bench_verify");
@@ -329,5 +361,6 @@ int main(void)
 	tcase_add_test(tc, runtime_ends_with_its_last_reply);
 	tcase_add_test(tc, another_targets_data_is_caught);
 	tcase_add_test(tc, small_meta_blocks_read_back);
+	tcase_add_test(tc, runtime_reports_every_twentieth);
 	return pt_run(s);
 }

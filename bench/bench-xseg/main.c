@@ -351,6 +351,22 @@ static int submit_block(struct bench *b, uint32_t slot_no)
 	return 0;
 }
 
+/* --runtime: closes the twentieths of the time that ended by `now`, each
+ * at its own end with what was answered by then. Called before a reply is
+ * counted and at the end of the run: a twentieth with no reply in it, the
+ * last one included, is still there (and still 0). */
+static void close_slices(struct bench *b, uint64_t now)
+{
+	uint64_t runtime_ns = b->opt.runtime_ns;
+	while (b->slices_done < SLICES &&
+	       (now - b->start_ns) * SLICES >= (b->slices_done + 1) * runtime_ns) {
+		b->slice_received[b->slices_done] = b->st.received;
+		b->slices_done++;
+		b->slice_end_ns[b->slices_done - 1] =
+			b->start_ns + b->slices_done * runtime_ns / SLICES;
+	}
+}
+
 static void complete(struct bench *b, struct xseg_request *req)
 {
 	uint32_t slot_no = (uint32_t)req->priv;
@@ -360,15 +376,10 @@ static void complete(struct bench *b, struct xseg_request *req)
 	latency_record(&b->st.hist, now - s->started_ns);
 	if (b->opt.interval_ns)
 		latency_record(&b->interval_hist, now - s->started_ns);
+	if (b->deadline_ns)
+		close_slices(b, now);
 	b->st.received++;
-	if (b->deadline_ns) {     /* --runtime: twentieths of the time */
-		uint64_t runtime_ns = b->opt.runtime_ns;
-		while (b->slices_done < SLICES &&
-		       (now - b->start_ns) * SLICES >= (b->slices_done + 1) * runtime_ns) {
-			b->slice_received[b->slices_done] = b->st.received;
-			b->slice_end_ns[b->slices_done++] = now;
-		}
-	} else {
+	if (!b->deadline_ns) {
 		while (b->slices_done < SLICES &&
 		       b->st.received * SLICES >= (b->slices_done + 1) * b->blocks) {
 			b->slice_received[b->slices_done] = (uint64_t)(b->slices_done + 1) * b->blocks / SLICES;
@@ -522,6 +533,8 @@ static int run(struct bench *b, double *seconds)
 		}
 	}
 	uint64_t end = xseg_now_ns();
+	if (b->deadline_ns)
+		close_slices(b, end);
 	if (b->opt.interval_ns)
 		print_interval(b, end, true);
 	*seconds = (double)(end - start) / 1e9;

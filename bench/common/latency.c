@@ -1,4 +1,5 @@
 /* Log-linear latency histogram; see latency.h. */
+#include <math.h>
 #include <string.h>
 
 #include "latency.h"
@@ -49,7 +50,9 @@ double latency_percentile(const struct latency_hist *h, double pct)
 {
 	if (!h->count)
 		return 0;
-	uint64_t rank = (uint64_t)((pct / 100.0) * (double)h->count + 0.5);
+	/* Nearest rank: the smallest record with pct % at or below it, so
+	 * rounded up (less a hair, for 99.9 % of 1000 computed as 999.0000x). */
+	uint64_t rank = (uint64_t)ceil(pct * (double)h->count / 100.0 - 1e-6);
 	if (rank < 1)
 		rank = 1;
 	uint64_t seen = 0;

@@ -32,12 +32,16 @@ enum fake_mode {
 	GOOD,            /* reads served right (the last one's data kept) */
 	ALIAS,           /* keeps blocks by offset alone: every target name
 			  * is the same place (a name truncated, mixed up) */
+	LOSE_ACKED,      /* ALIAS, but block 1's write is acknowledged and not
+			  * kept, blocks 2 and 3 kept and failed (a reply lost) */
+	FAIL_WRITES,     /* ALIAS, but blocks 2 and 3 fail and are not kept */
 };
 
 struct fake {
 	struct xseg *seg;
 	char name[64];
 	char log[600];         /* bench-xseg's output, the last run's */
+	char unacked[600];     /* a file for --unacked */
 	enum fake_mode mode;
 	enum verify_mode verify;
 	uint64_t seed;
@@ -83,6 +87,8 @@ static void answer(struct fake *f, struct xseg_request *req)
 			memset(data, 0, req->size);
 			break;
 		case ALIAS:
+		case LOSE_ACKED:
+		case FAIL_WRITES:
 			ck_assert(req->offset + req->size <= sizeof(f->store));
 			memcpy(data, f->store + req->offset, req->size);
 			break;
@@ -100,9 +106,20 @@ static void answer(struct fake *f, struct xseg_request *req)
 		}
 	} else if (f->mode == SHRINK) {
 		req->size /= 2;
-	} else if (f->mode == ALIAS) {
+	} else if (f->mode == ALIAS || f->mode == LOSE_ACKED || f->mode == FAIL_WRITES) {
+		uint64_t block = req->offset / 4096;
 		ck_assert(req->offset + req->size <= sizeof(f->store));
-		memcpy(f->store + req->offset, data, req->size);
+		bool keep = f->mode == LOSE_ACKED ? block != 1 :
+			    f->mode == FAIL_WRITES ? block != 2 && block != 3 : true;
+		if (keep)
+			memcpy(f->store + req->offset, data, req->size);
+		if (f->mode != ALIAS && (block == 2 || block == 3)) {
+			req->serviced = 0;
+			req->result = XR_FAILED;
+			req->error = EIO;
+			ck_assert_int_ge(xseg_respond(f->seg, req, PEER_PORT), 0);
+			return;
+		}
 	}
 	req->serviced = req->size;
 	req->result = XR_SERVED;
@@ -161,6 +178,7 @@ static struct fake *setup_fake(enum fake_mode mode, enum verify_mode verify, uin
 	memset(&f, 0, sizeof(f));
 	pt_tmpdir(dir, sizeof(dir));
 	snprintf(f.log, sizeof(f.log), "%s/bench.log", dir);
+	snprintf(f.unacked, sizeof(f.unacked), "%s/unacked", dir);
 	f.seg = pt_segment(f.name, sizeof(f.name), 16, 64, 16u << 20);
 	ck_assert_int_eq(xseg_bind_port(f.seg, PEER_PORT), 0);
 	f.mode = mode;
@@ -348,6 +366,54 @@ START_TEST(runtime_reports_every_twentieth)
 }
 END_TEST
 
+/* A write acknowledged and lost beside writes failed and kept: the
+ * corrupted count stays under the failed one (1 <= 2), which is all a kill
+ * test could compare. --unacked names the blocks never acknowledged, and a
+ * read with --may-differ forgives those alone. */
+START_TEST(lost_acknowledged_write_beside_failed_ones_is_caught)
+{
+	struct fake *f = setup_fake(LOSE_ACKED, VERIFY_FULL, 9);
+	ck_assert_int_eq(bench(f, ARGS("--op", "write", "--pattern", "rand", "--total-size", "32K",
+				       "--verify", "full", "--iodepth", "4", "--unacked",
+				       f->unacked)), 1);
+	ck_assert_int_eq((int)json_field(f, "failed"), 2);
+	ck_assert_int_eq((int)json_field(f, "unacked"), 2);
+	/* the counts alone: 1 corrupted, 2 failed */
+	ck_assert_int_eq(bench(f, ARGS("--op", "read", "--pattern", "seq", "--total-size", "32K",
+				       "--verify", "full")), 1);
+	ck_assert_int_eq((int)json_field(f, "corrupted"), 1);
+	ck_assert_msg(bench(f, ARGS("--op", "read", "--pattern", "seq", "--total-size", "32K",
+				    "--verify", "full", "--may-differ", f->unacked)) == 1,
+		      "an acknowledged write was lost and the read passed");
+	ck_assert_int_eq((int)json_field(f, "corrupted"), 1);
+
+	/* the failed writes not kept: they may differ, and only they do */
+	f = setup_fake(FAIL_WRITES, VERIFY_FULL, 9);
+	ck_assert_int_eq(bench(f, ARGS("--op", "write", "--pattern", "seq", "--total-size", "32K",
+				       "--verify", "full", "--unacked", f->unacked)), 1);
+	ck_assert_int_eq(bench(f, ARGS("--op", "read", "--pattern", "rand", "--total-size", "32K",
+				       "--verify", "full", "--iodepth", "3", "--may-differ",
+				       f->unacked)), 0);
+	ck_assert_int_eq((int)json_field(f, "corrupted"), 0);
+	ck_assert_int_eq((int)json_field(f, "differed"), 2);
+	ck_assert_int_eq(bench(f, ARGS("--op", "read", "--pattern", "seq", "--total-size", "32K",
+				       "--verify", "full")), 1);
+	ck_assert_int_eq((int)json_field(f, "corrupted"), 2);
+	/* another block size or run size than the write's: refused */
+	ck_assert_int_eq(bench(f, ARGS("--op", "read", "--pattern", "seq", "--total-size", "32K",
+				       "--block-size", "8K", "--verify", "full", "--may-differ",
+				       f->unacked)), 2);
+	ck_assert_int_eq(bench(f, ARGS("--op", "read", "--pattern", "seq", "--total-size", "64K",
+				       "--verify", "full", "--may-differ", f->unacked)), 2);
+	ck_assert_int_eq(bench(f, ARGS("--op", "read", "--pattern", "seq", "--total-size", "32K",
+				       "--verify", "full", "--unacked", f->unacked)), 2);
+	ck_assert_int_eq(bench(f, ARGS("--op", "write", "--pattern", "seq", "--total-size", "32K",
+				       "--verify", "full", "--may-differ", f->unacked)), 2);
+	ck_assert_int_eq(bench(f, ARGS("--op", "read", "--pattern", "seq", "--total-size", "32K",
+				       "--may-differ", f->unacked)), 2);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("bench_verify");
@@ -362,5 +428,6 @@ int main(void)
 	tcase_add_test(tc, another_targets_data_is_caught);
 	tcase_add_test(tc, small_meta_blocks_read_back);
 	tcase_add_test(tc, runtime_reports_every_twentieth);
+	tcase_add_test(tc, lost_acknowledged_write_beside_failed_ones_is_caught);
 	return pt_run(s);
 }

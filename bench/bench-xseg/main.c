@@ -49,11 +49,14 @@ struct options {
 	uint64_t timeout_s;
 	uint64_t runtime_ns;         /* 0: one pass over --total-size */
 	uint64_t interval_ns;        /* 0: no per-interval JSON lines */
+	const char *unacked;         /* write: list the blocks never acknowledged */
+	const char *may_differ;      /* read: such a list, whose blocks may differ */
 	uint64_t name_key;           /* hash of --volume or --prefix (locate) */
 };
 
 struct run_stats {
 	uint64_t submitted, received, failed, corrupted, bytes;
+	uint64_t differed;           /* --may-differ: blocks that differed there */
 	uint64_t errors_seen;
 	struct latency_hist hist;
 };
@@ -98,6 +101,11 @@ static void usage(FILE *out)
 "                        the blocks (--total-size is then the working set)\n"
 "  --interval-json S     every S seconds (e.g. 1 or 0.5) a JSON line on stdout:\n"
 "                        t, interval, requests, iops, mib_per_s, latency p50/p99\n"
+"  --unacked FILE        write: at the end, list in FILE the blocks that no reply\n"
+"                        acknowledged (failed, unanswered, not sent)\n"
+"  --may-differ FILE     read: blocks FILE lists (a write run's --unacked, same\n"
+"                        --block-size and --total-size) may differ: counted as\n"
+"                        differed, not corrupted; every other block must verify\n"
 "  -h, --help\n"
 "  --version\n", MAX_IODEPTH);
 }
@@ -139,7 +147,8 @@ static void parse_options(int argc, char **argv, struct options *o)
 {
 	enum { O_SEG = 256, O_PORT, O_TPORT, O_OP, O_PATTERN, O_TOTAL, O_BS, O_OS,
 	       O_DEPTH, O_SEED, O_VERIFY, O_VOLUME, O_PREFIX, O_JSON, O_PROGRESS,
-	       O_SPIN, O_TIMEOUT, O_RUNTIME, O_INTERVAL, O_HELP, O_VERSION };
+	       O_SPIN, O_TIMEOUT, O_RUNTIME, O_INTERVAL, O_UNACKED, O_MAY_DIFFER, O_HELP,
+	       O_VERSION };
 	static const struct option longopts[] = {
 		{ "segment", required_argument, NULL, O_SEG },
 		{ "port", required_argument, NULL, O_PORT },
@@ -160,6 +169,8 @@ static void parse_options(int argc, char **argv, struct options *o)
 		{ "timeout", required_argument, NULL, O_TIMEOUT },
 		{ "runtime", required_argument, NULL, O_RUNTIME },
 		{ "interval-json", required_argument, NULL, O_INTERVAL },
+		{ "unacked", required_argument, NULL, O_UNACKED },
+		{ "may-differ", required_argument, NULL, O_MAY_DIFFER },
 		{ "help", no_argument, NULL, O_HELP },
 		{ "version", no_argument, NULL, O_VERSION },
 		{ NULL, 0, NULL, 0 },
@@ -211,6 +222,8 @@ static void parse_options(int argc, char **argv, struct options *o)
 			break;
 		case O_RUNTIME: o->runtime_ns = arg_seconds("--runtime", optarg, 86400); break;
 		case O_INTERVAL: o->interval_ns = arg_seconds("--interval-json", optarg, 3600); break;
+		case O_UNACKED: o->unacked = optarg; break;
+		case O_MAY_DIFFER: o->may_differ = optarg; break;
 		case 'h':
 		case O_HELP: usage(stdout); exit(0);
 		case O_VERSION: xseg_print_version("bench-xseg"); exit(0);
@@ -246,6 +259,10 @@ static void parse_options(int argc, char **argv, struct options *o)
 		fprintf(stderr, "bench-xseg: --port and --target-port are both %u\n", o->port);
 		exit(2);
 	}
+	if (o->unacked && !o->op_write)
+		die_arg("--unacked", o->unacked, "is for --op write");
+	if (o->may_differ && (o->op_write || o->verify == VERIFY_NONE))
+		die_arg("--may-differ", o->may_differ, "is for --op read with --verify");
 	o->name_key = block_data_name_key(o->volume ? o->volume : o->prefix);
 }
 
@@ -305,7 +322,97 @@ struct bench {
 	/* --interval-json: this interval's latencies and where it began. */
 	struct latency_hist interval_hist;
 	uint64_t interval_start_ns, interval_received, interval_failed;
+	/* One bit per block: --unacked, acknowledged by a reply (in any
+	 * pass: each writes the same data); --may-differ, listed there. */
+	uint8_t *acked, *may_differ;
+	uint64_t unacked;            /* blocks --unacked listed */
 };
+
+static bool bit_get(const uint8_t *map, uint64_t i)
+{
+	return map[i / 8] >> (i % 8) & 1;
+}
+
+static void bit_set(uint8_t *map, uint64_t i)
+{
+	map[i / 8] |= (uint8_t)(1u << (i % 8));
+}
+
+static void free_maps(struct bench *b)
+{
+	free(b->acked);
+	free(b->may_differ);
+}
+
+#define UNACKED_HEADER "bench-xseg unacked block_size %" PRIu64 " blocks %" PRIu64 "\n"
+
+/*
+ * --unacked: the blocks no reply acknowledged, as "FIRST COUNT" lines
+ * after a header with the run's geometry. Written to FILE.tmp and renamed,
+ * so FILE is whole or not there. 0, or -1 (said on stderr).
+ */
+static int write_unacked(struct bench *b)
+{
+	const char *path = b->opt.unacked;
+	size_t len = strlen(path) + 5;
+	char *tmp = malloc(len);
+	FILE *f = tmp ? (snprintf(tmp, len, "%s.tmp", path), fopen(tmp, "w")) : NULL;
+	if (!f) {
+		fprintf(stderr, "bench-xseg: --unacked %s: %s\n", path, strerror(errno));
+		free(tmp);
+		return -1;
+	}
+	fprintf(f, UNACKED_HEADER, b->opt.block_size, b->blocks);
+	b->unacked = 0;
+	for (uint64_t i = 0; i < b->blocks;) {
+		uint64_t first = i;
+		while (i < b->blocks && !bit_get(b->acked, i))
+			i++;
+		if (i > first)
+			fprintf(f, "%" PRIu64 " %" PRIu64 "\n", first, i - first);
+		b->unacked += i - first;
+		while (i < b->blocks && bit_get(b->acked, i))
+			i++;
+	}
+	int bad = fflush(f) || fsync(fileno(f)) || ferror(f);
+	bad |= fclose(f) != 0;
+	if (bad || rename(tmp, path) < 0) {
+		fprintf(stderr, "bench-xseg: --unacked %s: %s\n", path, strerror(errno));
+		unlink(tmp);
+		free(tmp);
+		return -1;
+	}
+	free(tmp);
+	return 0;
+}
+
+/* --may-differ: reads a list --unacked wrote for this geometry; exits 2
+ * when it cannot, or when the list is of another run's geometry. */
+static void read_may_differ(struct bench *b)
+{
+	const char *path = b->opt.may_differ;
+	FILE *f = fopen(path, "r");
+	uint64_t bs, n, first, count;
+	char line[128];
+	if (!f)
+		die_arg("--may-differ", path, strerror(errno));
+	if (!fgets(line, sizeof(line), f) ||
+	    sscanf(line, "bench-xseg unacked block_size %" SCNu64 " blocks %" SCNu64, &bs, &n) != 2)
+		die_arg("--may-differ", path, "is not a list that --unacked wrote");
+	if (bs != b->opt.block_size || n != b->blocks)
+		die_arg("--may-differ", path, "lists blocks of another --block-size or --total-size");
+	while (fgets(line, sizeof(line), f)) {
+		char end;
+		if (sscanf(line, "%" SCNu64 " %" SCNu64 "%c", &first, &count, &end) != 3 ||
+		    end != '\n' || !count || first >= n || count > n - first)
+			die_arg("--may-differ", path, "has a line that is not FIRST COUNT in the run");
+		for (uint64_t i = first; i < first + count; i++)
+			bit_set(b->may_differ, i);
+	}
+	if (ferror(f))
+		die_arg("--may-differ", path, strerror(errno));
+	fclose(f);
+}
 
 /* Blocks left to submit: the pass's, or with --runtime until time is up. */
 static bool more_to_submit(const struct bench *b)
@@ -402,11 +509,17 @@ static void complete(struct bench *b, struct xseg_request *req)
 		}
 	} else {
 		b->st.bytes += size;
+		if (b->acked)
+			bit_set(b->acked, s->block);
 		if (!b->opt.op_write && b->opt.verify != VERIFY_NONE) {
 			struct block_addr a;
 			locate(&b->opt, s->block, &a);
-			if (block_data_check(b->opt.verify, xseg_get_data(b->seg, req), size,
-					     b->opt.seed, a.object, a.offset)) {
+			if (!block_data_check(b->opt.verify, xseg_get_data(b->seg, req), size,
+					      b->opt.seed, a.object, a.offset)) {
+				/* intact */
+			} else if (b->may_differ && bit_get(b->may_differ, s->block)) {
+				b->st.differed++;   /* never acknowledged: may differ */
+			} else {
 				b->st.corrupted++;
 				if (b->st.errors_seen++ < ERRORS_SHOWN)
 					fprintf(stderr, "bench-xseg: corrupted block: %s offset %" PRIu64 "\n",
@@ -581,6 +694,12 @@ static void report(const struct bench *b, double seconds)
 	printf("  time       %.3f s\n", seconds);
 	printf("  throughput %.0f IOPS, %.2f MiB/s\n", iops, mib);
 	printf("  latency us p50 %.1f  p99 %.1f  p99.9 %.1f  max %.1f\n", p50, p99, p999, max);
+	if (o->unacked)
+		printf("  unacked    %" PRIu64 " blocks no reply acknowledged, listed in %s\n",
+		       b->unacked, o->unacked);
+	if (o->may_differ)
+		printf("  differed   %" PRIu64 " blocks, all listed in %s (never acknowledged)\n",
+		       b->st.differed, o->may_differ);
 	if (o->json) {
 		printf("{\"op\":\"%s\",\"pattern\":\"%s\",\"block_size\":%" PRIu64 ",\"iodepth\":%u,"
 		       "\"requests\":%" PRIu64 ",\"failed\":%" PRIu64 ",\"corrupted\":%" PRIu64 ","
@@ -591,6 +710,10 @@ static void report(const struct bench *b, double seconds)
 		       b->st.corrupted, seconds, iops, mib, p50, p99, p999, max,
 		       o->verify == VERIFY_FULL ? "full" : o->verify == VERIFY_META ? "meta" : "none");
 		print_slices(b);
+		if (o->unacked)
+			printf(",\"unacked\":%" PRIu64, b->unacked);
+		if (o->may_differ)
+			printf(",\"differed\":%" PRIu64, b->st.differed);
 		printf("}\n");
 	}
 	fflush(stdout);
@@ -608,6 +731,16 @@ int main(int argc, char **argv)
 	block_order_init(&b.order, b.blocks, b.opt.random, b.opt.seed);
 	latency_init(&b.st.hist);
 	latency_init(&b.interval_hist);
+	if (b.opt.unacked || b.opt.may_differ) {
+		uint8_t *map = calloc(b.blocks / 8 + 1, 1);
+		if (!map) {
+			fprintf(stderr, "bench-xseg: out of memory\n");
+			return 1;
+		}
+		*(b.opt.unacked ? &b.acked : &b.may_differ) = map;
+		if (b.opt.may_differ)
+			read_may_differ(&b);
+	}
 
 	struct sigaction sa = { .sa_handler = on_signal };
 	sigaction(SIGINT, &sa, NULL);
@@ -615,11 +748,13 @@ int main(int argc, char **argv)
 
 	if (xseg_join(b.opt.segment, &b.seg) < 0) {
 		fprintf(stderr, "bench-xseg: %s\n", xseg_last_error());
+		free_maps(&b);
 		return 1;
 	}
 	if (xseg_bind_port(b.seg, b.opt.port) < 0) {
 		fprintf(stderr, "bench-xseg: %s\n", xseg_last_error());
 		xseg_leave(b.seg);
+		free_maps(&b);
 		return 1;
 	}
 	uint32_t depth = b.opt.iodepth;
@@ -632,12 +767,14 @@ int main(int argc, char **argv)
 			"%u in all (xseg create --requests)\n", depth, depth, b.opt.segment,
 			si.nr_requests);
 		xseg_leave(b.seg);
+		free_maps(&b);
 		return 2;
 	}
 	b.slots = calloc(depth, sizeof(*b.slots));
 	if (!b.slots) {
 		fprintf(stderr, "bench-xseg: out of memory\n");
 		xseg_leave(b.seg);
+		free_maps(&b);
 		return 1;
 	}
 	for (uint32_t i = 0; i < depth; i++) {
@@ -647,12 +784,15 @@ int main(int argc, char **argv)
 				xseg_last_error());
 			xseg_leave(b.seg);   /* puts back the ones it got */
 			free(b.slots);
+			free_maps(&b);
 			return 1;
 		}
 		b.free_slots[b.nfree++] = depth - 1 - i;
 	}
 
 	rc = run(&b, &seconds);
+	if (b.opt.unacked && write_unacked(&b) < 0 && !rc)
+		rc = 1;
 	report(&b, seconds);
 	if (rc != 3)     /* requests still out belong to their holders now */
 		for (uint32_t i = 0; i < depth; i++)
@@ -661,6 +801,7 @@ int main(int argc, char **argv)
 	 * the port's next owner never sees them (xseg.h, epochs). */
 	xseg_leave(b.seg);
 	free(b.slots);
+	free_maps(&b);
 	if (rc)
 		return rc;
 	if (interrupted && b.st.received < b.blocks)

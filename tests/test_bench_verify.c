@@ -187,12 +187,20 @@ static struct fake *setup_fake(enum fake_mode mode, enum verify_mode verify, uin
 	return &f;
 }
 
+/* The last run's output, as a string. */
+static char *read_log(struct fake *f)
+{
+	uint64_t len;
+	char *text = pt_read_file(f->log, &len);
+	ck_assert_ptr_nonnull(text);
+	text[len] = '\0';   /* pt_read_file leaves room for it */
+	return text;
+}
+
 /* A number from the last run's JSON line. */
 static double json_field(struct fake *f, const char *field)
 {
-	uint64_t len;
-	char *text = pt_read_file(f->log, &len), key[64];
-	ck_assert_ptr_nonnull(text);
+	char *text = read_log(f), key[64];
 	snprintf(key, sizeof(key), "\"%s\":", field);
 	char *line = strrchr(text, '{'), *at = line ? strstr(line, key) : NULL;
 	ck_assert_msg(at, "no %s in bench-xseg's output: %s", field, text);
@@ -204,9 +212,7 @@ static double json_field(struct fake *f, const char *field)
 /* How many numbers an array of the last run's JSON line holds. */
 static int json_array_len(struct fake *f, const char *field)
 {
-	uint64_t len;
-	char *text = pt_read_file(f->log, &len), key[64];
-	ck_assert_ptr_nonnull(text);
+	char *text = read_log(f), key[64];
 	snprintf(key, sizeof(key), "\"%s\":[", field);
 	char *line = strrchr(text, '{'), *at = line ? strstr(line, key) : NULL;
 	ck_assert_msg(at, "no %s in bench-xseg's output: %s", field, text);

@@ -420,6 +420,35 @@ START_TEST(lost_acknowledged_write_beside_failed_ones_is_caught)
 }
 END_TEST
 
+/* Two stores that each hold half of one writer's blocks and half of
+ * another's, the halves swapped: the same counts (4 of 8 not the first
+ * writer's), other data. --differing lists which blocks. */
+START_TEST(differing_lists_which_blocks)
+{
+	struct fake *f = setup_fake(ALIAS, VERIFY_FULL, 21);
+	char list[700], *text;
+	uint64_t len;
+	snprintf(list, sizeof(list), "%s.differing", f->unacked);
+	for (int swap = 0; swap < 2; swap++) {
+		for (uint64_t i = 0; i < 8; i++)
+			block_data_fill(VERIFY_FULL, f->store + i * 4096, 4096, (i < 4) == !swap ? 21 : 22,
+					block_data_name_key("v"), i * 4096);
+		ck_assert_int_eq(bench(f, ARGS("--op", "read", "--pattern", "rand", "--total-size",
+					       "32K", "--verify", "full", "--iodepth", "4",
+					       "--differing", list)), 1);
+		ck_assert_int_eq((int)json_field(f, "corrupted"), 4);
+		text = pt_read_file(list, &len);
+		ck_assert_ptr_nonnull(text);
+		text[len] = '\0';
+		ck_assert_str_eq(text, swap ? "bench-xseg blocks block_size 4096 blocks 8\n0 4\n"
+					    : "bench-xseg blocks block_size 4096 blocks 8\n4 4\n");
+		free(text);
+	}
+	ck_assert_int_eq(bench(f, ARGS("--op", "write", "--pattern", "seq", "--total-size", "32K",
+				       "--verify", "full", "--differing", list)), 2);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("bench_verify");
@@ -435,5 +464,6 @@ int main(void)
 	tcase_add_test(tc, small_meta_blocks_read_back);
 	tcase_add_test(tc, runtime_reports_every_twentieth);
 	tcase_add_test(tc, lost_acknowledged_write_beside_failed_ones_is_caught);
+	tcase_add_test(tc, differing_lists_which_blocks);
 	return pt_run(s);
 }

@@ -51,6 +51,7 @@ struct options {
 	uint64_t interval_ns;        /* 0: no per-interval JSON lines */
 	const char *unacked;         /* write: list the blocks never acknowledged */
 	const char *may_differ;      /* read: such a list, whose blocks may differ */
+	const char *differing;       /* read: list the blocks that failed or differ */
 	uint64_t name_key;           /* hash of --volume or --prefix (locate) */
 };
 
@@ -106,6 +107,9 @@ static void usage(FILE *out)
 "  --may-differ FILE     read: blocks FILE lists (a write run's --unacked, same\n"
 "                        --block-size and --total-size) may differ: counted as\n"
 "                        differed, not corrupted; every other block must verify\n"
+"  --differing FILE      read: at the end, list in FILE the blocks that did not\n"
+"                        read back intact (failed, differed, not read): to\n"
+"                        compare two reads block by block\n"
 "  -h, --help\n"
 "  --version\n", MAX_IODEPTH);
 }
@@ -147,7 +151,8 @@ static void parse_options(int argc, char **argv, struct options *o)
 {
 	enum { O_SEG = 256, O_PORT, O_TPORT, O_OP, O_PATTERN, O_TOTAL, O_BS, O_OS,
 	       O_DEPTH, O_SEED, O_VERIFY, O_VOLUME, O_PREFIX, O_JSON, O_PROGRESS,
-	       O_SPIN, O_TIMEOUT, O_RUNTIME, O_INTERVAL, O_UNACKED, O_MAY_DIFFER, O_HELP,
+	       O_SPIN, O_TIMEOUT, O_RUNTIME, O_INTERVAL, O_UNACKED, O_MAY_DIFFER, O_DIFFERING,
+	       O_HELP,
 	       O_VERSION };
 	static const struct option longopts[] = {
 		{ "segment", required_argument, NULL, O_SEG },
@@ -171,6 +176,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 		{ "interval-json", required_argument, NULL, O_INTERVAL },
 		{ "unacked", required_argument, NULL, O_UNACKED },
 		{ "may-differ", required_argument, NULL, O_MAY_DIFFER },
+		{ "differing", required_argument, NULL, O_DIFFERING },
 		{ "help", no_argument, NULL, O_HELP },
 		{ "version", no_argument, NULL, O_VERSION },
 		{ NULL, 0, NULL, 0 },
@@ -224,6 +230,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 		case O_INTERVAL: o->interval_ns = arg_seconds("--interval-json", optarg, 3600); break;
 		case O_UNACKED: o->unacked = optarg; break;
 		case O_MAY_DIFFER: o->may_differ = optarg; break;
+		case O_DIFFERING: o->differing = optarg; break;
 		case 'h':
 		case O_HELP: usage(stdout); exit(0);
 		case O_VERSION: xseg_print_version("bench-xseg"); exit(0);
@@ -263,6 +270,8 @@ static void parse_options(int argc, char **argv, struct options *o)
 		die_arg("--unacked", o->unacked, "is for --op write");
 	if (o->may_differ && (o->op_write || o->verify == VERIFY_NONE))
 		die_arg("--may-differ", o->may_differ, "is for --op read with --verify");
+	if (o->differing && (o->op_write || o->verify == VERIFY_NONE))
+		die_arg("--differing", o->differing, "is for --op read with --verify");
 	o->name_key = block_data_name_key(o->volume ? o->volume : o->prefix);
 }
 
@@ -326,6 +335,7 @@ struct bench {
 	 * pass: each writes the same data); --may-differ, listed there. */
 	uint8_t *acked, *may_differ;
 	uint64_t unacked;            /* blocks --unacked listed */
+	uint8_t *verified;           /* --differing: read back intact */
 };
 
 static bool bit_get(const uint8_t *map, uint64_t i)
@@ -342,48 +352,50 @@ static void free_maps(struct bench *b)
 {
 	free(b->acked);
 	free(b->may_differ);
+	free(b->verified);
 }
 
-#define UNACKED_HEADER "bench-xseg unacked block_size %" PRIu64 " blocks %" PRIu64 "\n"
+#define BLOCKS_HEADER "bench-xseg blocks block_size %" PRIu64 " blocks %" PRIu64
 
 /*
- * --unacked: the blocks no reply acknowledged, as "FIRST COUNT" lines
- * after a header with the run's geometry. Written to FILE.tmp and renamed,
- * so FILE is whole or not there. 0, or -1 (said on stderr).
+ * --unacked, --differing: a list of blocks, "FIRST COUNT" lines after a
+ * header with the run's geometry: those whose bit in `map` is `set`.
+ * Written to FILE.tmp and renamed, so FILE is whole or not there. The
+ * number of blocks listed, or -1 (said on stderr).
  */
-static int write_unacked(struct bench *b)
+static int64_t write_blocks(const struct bench *b, const char *opt, const char *path,
+			    const uint8_t *map, bool set)
 {
-	const char *path = b->opt.unacked;
 	size_t len = strlen(path) + 5;
 	char *tmp = malloc(len);
 	FILE *f = tmp ? (snprintf(tmp, len, "%s.tmp", path), fopen(tmp, "w")) : NULL;
 	if (!f) {
-		fprintf(stderr, "bench-xseg: --unacked %s: %s\n", path, strerror(errno));
+		fprintf(stderr, "bench-xseg: %s %s: %s\n", opt, path, strerror(errno));
 		free(tmp);
 		return -1;
 	}
-	fprintf(f, UNACKED_HEADER, b->opt.block_size, b->blocks);
-	b->unacked = 0;
+	fprintf(f, BLOCKS_HEADER "\n", b->opt.block_size, b->blocks);
+	uint64_t listed = 0;
 	for (uint64_t i = 0; i < b->blocks;) {
 		uint64_t first = i;
-		while (i < b->blocks && !bit_get(b->acked, i))
+		while (i < b->blocks && bit_get(map, i) == set)
 			i++;
 		if (i > first)
 			fprintf(f, "%" PRIu64 " %" PRIu64 "\n", first, i - first);
-		b->unacked += i - first;
-		while (i < b->blocks && bit_get(b->acked, i))
+		listed += i - first;
+		while (i < b->blocks && bit_get(map, i) != set)
 			i++;
 	}
 	int bad = fflush(f) || fsync(fileno(f)) || ferror(f);
 	bad |= fclose(f) != 0;
 	if (bad || rename(tmp, path) < 0) {
-		fprintf(stderr, "bench-xseg: --unacked %s: %s\n", path, strerror(errno));
+		fprintf(stderr, "bench-xseg: %s %s: %s\n", opt, path, strerror(errno));
 		unlink(tmp);
 		free(tmp);
 		return -1;
 	}
 	free(tmp);
-	return 0;
+	return (int64_t)listed;
 }
 
 /* --may-differ: reads a list --unacked wrote for this geometry; exits 2
@@ -397,7 +409,7 @@ static void read_may_differ(struct bench *b)
 	if (!f)
 		die_arg("--may-differ", path, strerror(errno));
 	if (!fgets(line, sizeof(line), f) ||
-	    sscanf(line, "bench-xseg unacked block_size %" SCNu64 " blocks %" SCNu64, &bs, &n) != 2)
+	    sscanf(line, "bench-xseg blocks block_size %" SCNu64 " blocks %" SCNu64, &bs, &n) != 2)
 		die_arg("--may-differ", path, "is not a list that --unacked wrote");
 	if (bs != b->opt.block_size || n != b->blocks)
 		die_arg("--may-differ", path, "lists blocks of another --block-size or --total-size");
@@ -474,6 +486,27 @@ static void close_slices(struct bench *b, uint64_t now)
 	}
 }
 
+/* A served read: its data against what the write run wrote there. */
+static void check_read(struct bench *b, struct xseg_request *req, uint64_t block)
+{
+	struct block_addr a;
+	locate(&b->opt, block, &a);
+	if (!block_data_check(b->opt.verify, xseg_get_data(b->seg, req), b->opt.block_size,
+			      b->opt.seed, a.object, a.offset)) {
+		if (b->verified)
+			bit_set(b->verified, block);
+		return;
+	}
+	if (b->may_differ && bit_get(b->may_differ, block)) {
+		b->st.differed++;   /* never acknowledged: may differ */
+		return;
+	}
+	b->st.corrupted++;
+	if (b->st.errors_seen++ < ERRORS_SHOWN)
+		fprintf(stderr, "bench-xseg: corrupted block: %s offset %" PRIu64 "\n", a.name,
+			a.offset);
+}
+
 static void complete(struct bench *b, struct xseg_request *req)
 {
 	uint32_t slot_no = (uint32_t)req->priv;
@@ -511,21 +544,8 @@ static void complete(struct bench *b, struct xseg_request *req)
 		b->st.bytes += size;
 		if (b->acked)
 			bit_set(b->acked, s->block);
-		if (!b->opt.op_write && b->opt.verify != VERIFY_NONE) {
-			struct block_addr a;
-			locate(&b->opt, s->block, &a);
-			if (!block_data_check(b->opt.verify, xseg_get_data(b->seg, req), size,
-					      b->opt.seed, a.object, a.offset)) {
-				/* intact */
-			} else if (b->may_differ && bit_get(b->may_differ, s->block)) {
-				b->st.differed++;   /* never acknowledged: may differ */
-			} else {
-				b->st.corrupted++;
-				if (b->st.errors_seen++ < ERRORS_SHOWN)
-					fprintf(stderr, "bench-xseg: corrupted block: %s offset %" PRIu64 "\n",
-						a.name, a.offset);
-			}
-		}
+		if (!b->opt.op_write && b->opt.verify != VERIFY_NONE)
+			check_read(b, req, s->block);
 	}
 	b->free_slots[b->nfree++] = slot_no;
 }
@@ -731,16 +751,17 @@ int main(int argc, char **argv)
 	block_order_init(&b.order, b.blocks, b.opt.random, b.opt.seed);
 	latency_init(&b.st.hist);
 	latency_init(&b.interval_hist);
-	if (b.opt.unacked || b.opt.may_differ) {
-		uint8_t *map = calloc(b.blocks / 8 + 1, 1);
-		if (!map) {
+	uint8_t **maps[3] = { b.opt.unacked ? &b.acked : NULL,
+			      b.opt.may_differ ? &b.may_differ : NULL,
+			      b.opt.differing ? &b.verified : NULL };
+	for (int i = 0; i < 3; i++)
+		if (maps[i] && !(*maps[i] = calloc(b.blocks / 8 + 1, 1))) {
 			fprintf(stderr, "bench-xseg: out of memory\n");
+			free_maps(&b);
 			return 1;
 		}
-		*(b.opt.unacked ? &b.acked : &b.may_differ) = map;
-		if (b.opt.may_differ)
-			read_may_differ(&b);
-	}
+	if (b.opt.may_differ)
+		read_may_differ(&b);
 
 	struct sigaction sa = { .sa_handler = on_signal };
 	sigaction(SIGINT, &sa, NULL);
@@ -791,8 +812,16 @@ int main(int argc, char **argv)
 	}
 
 	rc = run(&b, &seconds);
-	if (b.opt.unacked && write_unacked(&b) < 0 && !rc)
-		rc = 1;
+	int64_t listed;
+	if (b.opt.unacked) {
+		listed = write_blocks(&b, "--unacked", b.opt.unacked, b.acked, false);
+		b.unacked = listed < 0 ? 0 : (uint64_t)listed;
+		rc = listed < 0 && !rc ? 1 : rc;
+	}
+	if (b.opt.differing) {
+		listed = write_blocks(&b, "--differing", b.opt.differing, b.verified, false);
+		rc = listed < 0 && !rc ? 1 : rc;
+	}
 	report(&b, seconds);
 	if (rc != 3)     /* requests still out belong to their holders now */
 		for (uint32_t i = 0; i < depth; i++)

@@ -51,7 +51,7 @@ struct options {
 	uint64_t interval_ns;        /* 0: no per-interval JSON lines */
 	const char *unacked;         /* write: list the blocks never acknowledged */
 	const char *may_differ;      /* read: such a list, whose blocks may differ */
-	const char *differing;       /* read: list the blocks that failed or differ */
+	const char *differing;       /* read: list the blocks not read back intact */
 	uint64_t name_key;           /* hash of --volume or --prefix (locate) */
 };
 
@@ -152,8 +152,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 	enum { O_SEG = 256, O_PORT, O_TPORT, O_OP, O_PATTERN, O_TOTAL, O_BS, O_OS,
 	       O_DEPTH, O_SEED, O_VERIFY, O_VOLUME, O_PREFIX, O_JSON, O_PROGRESS,
 	       O_SPIN, O_TIMEOUT, O_RUNTIME, O_INTERVAL, O_UNACKED, O_MAY_DIFFER, O_DIFFERING,
-	       O_HELP,
-	       O_VERSION };
+	       O_HELP, O_VERSION };
 	static const struct option longopts[] = {
 		{ "segment", required_argument, NULL, O_SEG },
 		{ "port", required_argument, NULL, O_PORT },

@@ -66,6 +66,13 @@ static uint64_t pid_start_time(pid_t pid)
 	return start;
 }
 
+bool xseg_pid_alive(pid_t pid)
+{
+	if (pid <= 0 || (kill(pid, 0) < 0 && errno != EPERM))
+		return false;
+	return pid_start_time(pid) != 0 || errno != ESRCH;   /* could not look: alive */
+}
+
 uint64_t xseg_owner_word(pid_t pid)
 {
 	uint64_t start = pid_start_time(pid);

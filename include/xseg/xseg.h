@@ -180,6 +180,12 @@ void xseg_leave(struct xseg *seg);
 /* Thread-local text of the last failure of any call in this thread. */
 const char *xseg_last_error(void);
 
+/* pid runs: it exists and is not a zombie (a daemon killed stays one until
+ * init reaps it, which some inits do only now and then). A process whose
+ * main thread alone has ended runs. Where /proc cannot be read: kill(2)'s
+ * word. For pidfiles; a port's owner is checked with its start time too. */
+bool xseg_pid_alive(pid_t pid);
+
 /* Segment-wide numbers, for xseg info. */
 struct xseg_segment_info {
 	uint32_t layout_version;

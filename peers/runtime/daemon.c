@@ -10,7 +10,7 @@
  * the caller's stdout and stderr (stderr is kept when it is a file).
  *
  * The pidfile is created with O_EXCL. One that names a dead process is
- * stale and replaced (a zombie is dead: see pid_alive); one that names a
+ * stale and replaced (a zombie is dead: xseg_pid_alive); one that names a
  * live process is an error naming it.
  * It is removed on exit, if it still holds our pid.
  */
@@ -127,29 +127,6 @@ static pid_t read_pid(const char *path)
 	return (pid_t)v;
 }
 
-/*
- * pid runs: it exists and is not a zombie. A SIGKILLed daemon stays one
- * until init reaps it, which some inits do only now and then; its restart
- * (xseg up after a crash) must not wait for that.
- */
-static bool pid_alive(pid_t pid)
-{
-	if (kill(pid, 0) < 0 && errno != EPERM)
-		return false;
-	char path[64], buf[512];
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return true;   /* no /proc: kill's word */
-	ssize_t n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return true;
-	buf[n] = '\0';
-	const char *paren = strrchr(buf, ')');   /* "pid (comm) STATE ..." */
-	return !(paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X'));
-}
-
 int peer_pidfile_create(const char *path)
 {
 	char buf[32];
@@ -171,7 +148,7 @@ int peer_pidfile_create(const char *path)
 			return -1;
 		}
 		pid_t other = read_pid(path);
-		if (other > 0 && pid_alive(other)) {
+		if (other > 0 && xseg_pid_alive(other)) {
 			peer_error("--pidfile %s: belongs to live pid %d", path, (int)other);
 			return -1;
 		}

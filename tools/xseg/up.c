@@ -111,28 +111,6 @@ static pid_t read_pidfile(const char *path)
 	return end != buf && v > 0 && v <= 0x3fffffff ? (pid_t)v : 0;
 }
 
-/*
- * pid exists and is not a zombie: a daemon that exited stays one until
- * init reaps it, which some inits do only now and then.
- */
-static bool alive(pid_t pid)
-{
-	if (pid <= 0 || (kill(pid, 0) < 0 && errno != EPERM))
-		return false;
-	char path[64], buf[512];
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return true;   /* no /proc: kill's word */
-	ssize_t n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return true;
-	buf[n] = '\0';
-	const char *paren = strrchr(buf, ')');   /* "pid (comm) STATE ..." */
-	return !(paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X'));
-}
-
 /* The live process that owns `port`, or 0. */
 static pid_t port_owner(struct xseg *seg, uint32_t port)
 {
@@ -180,7 +158,7 @@ static enum stopped stop_peer(struct xseg *seg, const struct path_peer *pp,
 	peer_file(rd, pp, "pid", pidfile, sizeof(pidfile));
 	pid_t pid = read_pidfile(pidfile);
 	pid_t owner = port_owner(seg, pp->port_first);
-	if (!alive(pid)) {
+	if (!xseg_pid_alive(pid)) {
 		if (pid)
 			unlink(pidfile);   /* stale: it died without removing it */
 		if (owner) {
@@ -209,7 +187,7 @@ static enum stopped stop_peer(struct xseg *seg, const struct path_peer *pp,
 	kill(pid, SIGTERM);
 	uint64_t start = xseg_now_ns();
 	unsigned shown = 0;
-	while (alive(pid)) {
+	while (xseg_pid_alive(pid)) {
 		unsigned s = since_s(start);
 		if (s >= timeout_s) {
 			fprintf(stderr, "xseg: %s: %s (pid %d) on port %u still runs after %u s; "
@@ -387,7 +365,7 @@ static int start_peer(struct xseg *seg, const struct path_file *pf, const struct
 		else
 			snprintf(whybuf, sizeof(whybuf), "killed by signal %d", WTERMSIG(status));
 		why = whybuf;
-	} else if (!why && !alive(pid = read_pidfile(pidfile))) {
+	} else if (!why && !xseg_pid_alive(pid = read_pidfile(pidfile))) {
 		why = "it says it serves, but its pidfile names no live process";
 	} else if (!why && port_owner(seg, pp->port_first) != pid) {
 		snprintf(whybuf, sizeof(whybuf), "it says it serves, but pid %d does not own port %u",
@@ -647,7 +625,7 @@ int path_status(const struct path_file *pf, const char *run_dir)
 		peer_file(&rd, pp, "pid", pidfile, sizeof(pidfile));
 		print_port(pp, port, sizeof(port));
 		pid_t pid = read_pidfile(pidfile), owner = port_owner(seg, pp->port_first);
-		bool runs = alive(pid) && is_peer(seg, pp, pid);
+		bool runs = xseg_pid_alive(pid) && is_peer(seg, pp, pid);
 		if (runs)
 			snprintf(pidtxt, sizeof(pidtxt), "%d", (int)pid);
 		printf("%-9s %-12s %8s  ", port, pp->program, pidtxt);

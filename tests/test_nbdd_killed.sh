@@ -51,7 +51,7 @@ for k in $(seq $ROUNDS); do
 	done
 	dirty=$(peer_stat 3 dirty_bytes)
 	[ "$dirty" -gt $((512 << 10)) ] || fail "round $k: cached holds only $dirty dirty bytes"
-	sleep "0.0$((RANDOM % 10))"
+	sleep "0.00$((RANDOM % 10))"   # 0-9 ms: a fast writer may be done within 90
 	kill -KILL "$npid"; wait "$npid" 2>/dev/null
 	wait "$wpid" || fail "round $k: the writer failed"
 	n=$(grep -vc in-flight "$DIR/acked$k")

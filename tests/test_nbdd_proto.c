@@ -174,7 +174,7 @@ START_TEST(request_checks)
 	ck_assert_uint_eq(check(NBD_CMD_FLAG_NO_HOLE, NBD_CMD_FLUSH, 0, 0), NBD_EINVAL);
 	ck_assert_uint_eq(check(1u << 4, NBD_CMD_FLUSH, 0, 0), NBD_EINVAL);
 	ck_assert_uint_eq(check(0, NBD_CMD_DISC, 0, 0), 0);
-	ck_assert_uint_eq(check(NBD_CMD_FLAG_NO_HOLE, NBD_CMD_DISC, 0, 0), NBD_EINVAL);
+	ck_assert_uint_eq(check(NBD_CMD_FLAG_NO_HOLE, NBD_CMD_DISC, 0, 0), NBD_EINVAL);   /* nbdd answers DISC before this check: no reply */
 	ck_assert_uint_eq(check(0, 5, 0, 512), NBD_EINVAL);    /* CACHE: not offered */
 	ck_assert_uint_eq(check(0, 7, 0, 512), NBD_EINVAL);    /* BLOCK_STATUS */
 	ck_assert_uint_eq(check(0, 0xffff, 0, 0), NBD_EINVAL);

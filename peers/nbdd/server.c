@@ -362,6 +362,14 @@ static bool start_cmd(struct conn *c, const struct nbd_request *req)
 
 static bool handle_request(struct conn *c, const struct nbd_request *req)
 {
+	if (req->type == NBD_CMD_DISC) {
+		/* No reply to a DISC, whatever its flags (the spec): the
+		 * connection closes once what came before is answered. */
+		pthread_mutex_lock(&c->lock);
+		conn_set_disc_locked(c);
+		pthread_mutex_unlock(&c->lock);
+		return true;
+	}
 	uint32_t err = nbd_check_request(req, c->exp->size, (uint32_t)nbdd_cfg.max_request);
 	if (err) {
 		peer_info("%s: %s (flags %#x) of %" PRIu32 " bytes at %" PRIu64 " refused: %s",
@@ -369,12 +377,6 @@ static bool handle_request(struct conn *c, const struct nbd_request *req)
 			  req->offset, strerror((int)err));
 		reply_now(c, req->cookie, err);
 		c->discard = nbd_request_payload(req);
-		return true;
-	}
-	if (req->type == NBD_CMD_DISC) {
-		pthread_mutex_lock(&c->lock);
-		conn_set_disc_locked(c);
-		pthread_mutex_unlock(&c->lock);
 		return true;
 	}
 	if (req->type != NBD_CMD_FLUSH && !req->length) {

@@ -316,9 +316,16 @@ def errors(s):
     request(s, FLUSH, 20, 0, 0, flags=FLAG_FUA)
     if reply(s) != (0, 20):
         fail("FLUSH with FUA refused")
-    request(s, DISC, 18, 0, 0, flags=FLAG_FUA)
-    if not closed_by_server(s):
-        fail("DISC with FUA: connection stayed open")
+    # DISC has no reply, whatever its flags (one it does not know too)
+    request(s, DISC, 18, 0, 0, flags=FLAG_FUA | FLAG_NO_HOLE)
+    try:
+        extra = s.recv(65536)
+    except (ConnectionResetError, BrokenPipeError):
+        extra = b""
+    except socket.timeout:
+        fail("DISC with flags: connection stayed open")
+    if extra:
+        fail("DISC with flags: %d bytes of reply (DISC has none)" % len(extra))
 
 
 def out_of_order(s):

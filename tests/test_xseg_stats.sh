@@ -97,8 +97,11 @@ for i in range(20):
 for i in range(20):
     req(0, 100 + i, i * 65536, 65536)
     assert recv(s, 65536) == bytes([i]) * 65536
+# a READ past the export's end: refused before the path, counted as such
+s.sendall(struct.pack(">IHHQQI", 0x25609513, 0, 0, 999, 64 << 20, 4096))
+assert struct.unpack(">IIQ", recv(s, 16)) == (0x67446698, 22, 999)
 EOF
-stat 4 "d['peer'] == 'nbdd' and d['requests_write'] == 20 and d['requests_read'] == 20 and d['bytes_written'] == 20 * 65536 and d['bytes_read'] == 20 * 65536 and d['lat_us_p50'] > 0 and d['sent'] >= 40"
+stat 4 "d['peer'] == 'nbdd' and d['requests_write'] == 20 and d['requests_read'] == 20 and d['bytes_written'] == 20 * 65536 and d['bytes_read'] == 20 * 65536 and d['lat_us_p50'] > 0 and d['sent'] >= 40 and d['refused'] == 1 and 'connections' in d and d['buffer_closes'] == 0"
 
 echo "--- every port at once"
 "$BIN/xseg" stats --segment "$SEG" --json > "$DIR/all.json" || fail "stats (every port) --json"

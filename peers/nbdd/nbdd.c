@@ -421,6 +421,12 @@ static void fini(struct peer *p)
 	nbdd_cfg.nr_exports = 0;
 }
 
+static int stats_fields(struct peer *p, char *buf, size_t len)
+{
+	(void)p;
+	return server_stats(buf, len);
+}
+
 static const struct peer_ops nbdd_ops = {
 	.name = "nbdd",
 	.summary = "Serves volumes over NBD: each of --target-port's (vlmcd's) volumes\n"
@@ -435,6 +441,7 @@ static const struct peer_ops nbdd_ops = {
 	.on_request = on_request,
 	.on_stop = on_stop,
 	.fini = fini,
+	.stats = stats_fields,
 };
 
 int main(int argc, char **argv)

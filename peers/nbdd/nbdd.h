@@ -154,5 +154,8 @@ int server_start(void);
 void server_stop(void);
 /* Frees what is left (after the workers ended). */
 void server_close(void);
+/* nbdd's own figures for `xseg stats`: `,"key":value` fields into buf (at
+ * most len bytes with the NUL); returns what snprintf would. */
+int server_stats(char *buf, size_t len);
 
 #endif /* NBDD_NBDD_H */

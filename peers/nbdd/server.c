@@ -101,6 +101,8 @@ static struct {
 	/* Figures: connections closed holding replies their client does not
 	 * read; times a connection waited for the total. */
 	_Atomic uint64_t buffer_closes, total_waits;
+	/* commands refused before reaching the path (flags, range, size) */
+	_Atomic uint64_t refused;
 	/* The first socket thread's. */
 	struct listener listeners[MAX_LISTENERS];
 	unsigned nr_listeners;
@@ -375,6 +377,7 @@ static bool handle_request(struct conn *c, const struct nbd_request *req)
 		peer_info("%s: %s (flags %#x) of %" PRIu32 " bytes at %" PRIu64 " refused: %s",
 			  c->peer_name, nbd_cmd_name(req->type), req->flags, req->length,
 			  req->offset, strerror((int)err));
+		atomic_fetch_add(&S.refused, 1);
 		reply_now(c, req->cookie, err);
 		c->discard = nbd_request_payload(req);
 		return true;
@@ -876,6 +879,14 @@ static int open_unix(const char *path)
 		return -1;
 	}
 	return add_listener(fd, path);
+}
+
+int server_stats(char *buf, size_t len)
+{
+	return snprintf(buf, len, ",\"connections\":%u,\"refused\":%" PRIu64
+			",\"buffer_closes\":%" PRIu64 ",\"buffer_waits\":%" PRIu64,
+			atomic_load(&S.nr_conns), atomic_load(&S.refused),
+			atomic_load(&S.buffer_closes), atomic_load(&S.total_waits));
 }
 
 int server_open(struct peer *p, const struct server_ops *ops)

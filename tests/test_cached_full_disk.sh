@@ -46,6 +46,13 @@ pids+=($cpid)
 wait_bound 3
 "$BIN/xseg" plug --segment "$SEG" --port 1 --via 3 || fail "plug"
 
+# A persist file the full disk cannot hold: exit 1 (not 2, a wrong value),
+# one line naming the file and why.
+expect_exit 1 timeout 20 "$BIN/cached" --segment "$SEG" --port 5 --blocker-port 1 \
+	--cache-size 1M --persist "$DIR/data/c.pf"
+head -1 "$DIR/err" | grep "c.pf" | grep -q "No space" ||
+	fail "a persist file on a full disk: expected a line naming it, got: $(cat "$DIR/err")"
+
 # 2M of writes, answered from the cache; none of it fits on the disk.
 "$BIN/bench-xseg" --segment "$SEG" --port 10 --target-port 1 --op write --pattern seq \
 	--object-size 256K --verify full --total-size 2M --block-size 64K --iodepth 4 --seed 3 \

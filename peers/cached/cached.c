@@ -646,9 +646,10 @@ static void fini(struct peer *p)
 static struct bucket_map premapped;
 
 /* The engine, made with its persist file recovered (on this thread, which
- * the index wants registered with RCU). 0, or the exit status: 1 for a
- * file in use, 2 for a value that is wrong (a file of another geometry or
- * blocker port, not a persist file). */
+ * the index wants registered with RCU). 0, or the exit status: 2 for a
+ * value that is wrong (a file of another geometry or blocker port, not a
+ * persist file, a path that names none), 1 for the rest (a file in use, a
+ * full disk, no permission, out of memory). */
 static int make_engine(const struct cache_backend *be)
 {
 	const char *why = NULL;
@@ -670,7 +671,10 @@ static int make_engine(const struct cache_backend *be)
 	bucket_map_destroy(&premapped);   /* left only when create failed */
 	if (!C.engine) {
 		fprintf(stderr, "cached: %s\n", why ? why : strerror(err));
-		return err == EBUSY || err == ESTALE ? 1 : 2;
+		/* 2 for a value that is wrong (the file, its geometry, its
+		 * path); a full disk, no permission or an I/O error is not */
+		return err == EINVAL || err == ENOENT || err == ENOTDIR || err == EISDIR ||
+		       err == ENAMETOOLONG ? 2 : 1;
 	}
 	if (C.cfg.persist_path) {
 		struct cache_stats s;

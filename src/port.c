@@ -286,7 +286,8 @@ bool xseg_route_reaches(struct xseg *s, uint32_t dst, uint32_t port)
  * each hop sits in front of the one before it. A submit from outside the
  * chain goes to its front; a submit from a hop in the chain goes to the hop
  * behind it, so a cache in front of a blocker reaches the blocker. An
- * unbound hop ends the chain: a peer that left does not swallow requests.
+ * unbound hop is left out of the chain (a peer that left does not swallow
+ * requests), unless it says it holds dirty data: then the chain ends there.
  */
 uint32_t xseg_resolve_route(struct xseg *s, uint32_t from, uint32_t dst)
 {
@@ -299,16 +300,19 @@ uint32_t xseg_resolve_route(struct xseg *s, uint32_t from, uint32_t dst)
 	 * from the lane a request came in on, and must reach what is behind). */
 	from = xseg_lane_leader(s, from);
 	chain[n++] = dst;
-	while (n <= XSEG_MAX_PATH) {
+	for (uint32_t steps = 0; steps < XSEG_MAX_PATH && n <= XSEG_MAX_PATH; steps++) {
 		uint32_t next = atomic_load_explicit(&s->ports[cur].next_hop, memory_order_acquire);
-		/* A hop nobody serves is skipped, unless a cache left it
-		 * holding dirty data: then the route ends there (submit fails). */
-		if (next >= s->nr_ports ||
-		    (!atomic_load_explicit(&s->ports[next].owner, memory_order_relaxed) &&
-		     !atomic_load(&s->ports[next].dirty_bytes)))
+		if (next >= s->nr_ports)
 			break;
-		chain[n++] = next;
 		cur = next;
+		/* A hop nobody serves is skipped, unless a cache left it
+		 * holding dirty data: then the route ends there (submit fails).
+		 * Skipped, not the end: the hops in front of it stay in the
+		 * path (a live cache there may hold newer data than behind). */
+		if (!atomic_load_explicit(&s->ports[next].owner, memory_order_relaxed) &&
+		    !atomic_load(&s->ports[next].dirty_bytes))
+			continue;
+		chain[n++] = next;
 	}
 	for (uint32_t k = 0; k < n; k++)
 		if (chain[k] == from)

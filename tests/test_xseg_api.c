@@ -737,12 +737,13 @@ START_TEST(resolve_route_semantics)
 	ck_assert_uint_eq(xseg_resolve_route(xt_seg, PC, PB), PB);
 	ck_assert_uint_eq(xseg_resolve_route(xt_seg, PA, PC), PD);
 
-	/* An unbound hop ends the chain. */
+	/* An unbound hop is skipped; what is in front of it stays. */
 	ck_assert_int_eq(xseg_leave_port(xt_seg, PD), 0);
 	ck_assert_uint_eq(xseg_resolve_route(xt_seg, PA, PB), PC);
 	ck_assert_int_eq(xseg_bind_port(xt_seg, PD), 0);
 	ck_assert_int_eq(xseg_leave_port(xt_seg, PC), 0);
-	ck_assert_uint_eq(xseg_resolve_route(xt_seg, PA, PB), PB);
+	ck_assert_uint_eq(xseg_resolve_route(xt_seg, PA, PB), PD);
+	ck_assert_uint_eq(xseg_resolve_route(xt_seg, PD, PB), PB);
 	ck_assert_int_eq(xseg_bind_port(xt_seg, PC), 0);
 	ck_assert_uint_eq(xseg_resolve_route(xt_seg, PA, PB), PD);
 
@@ -857,6 +858,49 @@ START_TEST(dirty_cache_fails_closed)
 	ck_assert_int_eq(xseg_port_set_dirty(xt_seg, PC, 0), 0);
 	ck_assert_int_eq(xseg_leave_port(xt_seg, PC), 0);
 	ck_assert_uint_eq(xseg_resolve_route(xt_seg, PA, PB), PB);
+}
+END_TEST
+
+/*
+ * A dead clean hop in the middle of a chain is skipped, not the end of it:
+ * B (blocker) <- C (cache, left clean) <- D (cache, live, dirty). Ending
+ * the route at C sent A's reads straight to B, past D's newer data.
+ */
+START_TEST(dead_middle_hop_keeps_front_cache)
+{
+	struct xseg_request *r, *got;
+
+	ck_assert_int_eq(xseg_bind_range(xt_seg, PA, PD), 0);
+	ck_assert_int_eq(xseg_set_next_hop(xt_seg, PB, PC), 0);
+	ck_assert_int_eq(xseg_set_next_hop(xt_seg, PC, PD), 0);
+	ck_assert_int_eq(xseg_port_set_dirty(xt_seg, PD, 4096), 0);
+	ck_assert_int_eq(xseg_leave_port(xt_seg, PC), 0);   /* clean: skipped */
+
+	ck_assert_uint_eq(xseg_resolve_route(xt_seg, PA, PB), PD);
+	ck_assert_uint_eq(xseg_resolve_route(xt_seg, PD, PB), PB);
+	r = xseg_get_request(xt_seg, PA);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_int_eq(xseg_submit(xt_seg, r, PA, PB), PD);
+	ck_assert_int_eq(xseg_accept(xt_seg, PD, &got, 1), 1);
+	ck_assert_ptr_eq(got, r);
+	/* D writes back past the dead hop, to B itself. */
+	ck_assert_int_eq(xseg_forward(xt_seg, r, PD, PB), PB);
+	ck_assert_int_eq(xseg_accept(xt_seg, PB, &got, 1), 1);
+	r->result = XR_SERVED;
+	ck_assert_int_eq(xseg_respond(xt_seg, r, PB), PD);
+	ck_assert_int_eq(xseg_receive(xt_seg, PD, &got, 1), 1);
+	ck_assert_int_eq(xseg_respond(xt_seg, r, PD), PA);
+	ck_assert_int_eq(xseg_receive(xt_seg, PA, &got, 1), 1);
+	ck_assert_int_eq(xseg_put_request(xt_seg, r), 0);
+
+	/* C dead and dirty: D's requests stop there (fail closed). */
+	ck_assert_int_eq(xseg_bind_port(xt_seg, PC), 0);
+	ck_assert_int_eq(xseg_port_set_dirty(xt_seg, PC, 512), 0);
+	ck_assert_int_eq(xseg_leave_port(xt_seg, PC), 0);
+	ck_assert_uint_eq(xseg_resolve_route(xt_seg, PA, PB), PD);
+	ck_assert_uint_eq(xseg_resolve_route(xt_seg, PD, PB), PC);
+	ck_assert_int_eq(xseg_port_give_up_dirty(xt_seg, PC, NULL), 0);
+	ck_assert_int_eq(xseg_port_set_dirty(xt_seg, PD, 0), 0);
 }
 END_TEST
 
@@ -1001,6 +1045,7 @@ static Suite *api_suite(void)
 	tcase_add_test(tc, resolve_route_semantics);
 	tcase_add_test(tc, submit_follows_routes);
 	tcase_add_test(tc, dirty_cache_fails_closed);
+	tcase_add_test(tc, dead_middle_hop_keeps_front_cache);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("routing_long");

@@ -202,6 +202,19 @@ int xseg_port_give_up_dirty(struct xseg *s, uint32_t port, uint64_t *bytes)
 
 /* ---- routing ------------------------------------------------------------ */
 
+/* Routes are single stores, always whole: a holder that died left nothing
+ * to repair. */
+static void route_lock(struct xseg *s)
+{
+	if (pthread_mutex_lock(&s->hdr->route_lock) == EOWNERDEAD)
+		pthread_mutex_consistent(&s->hdr->route_lock);
+}
+
+static void route_unlock(struct xseg *s)
+{
+	pthread_mutex_unlock(&s->hdr->route_lock);
+}
+
 int xseg_set_next_hop(struct xseg *s, uint32_t port, uint32_t next)
 {
 	if (!xseg_port_valid(s, port))
@@ -219,19 +232,27 @@ int xseg_set_next_hop(struct xseg *s, uint32_t port, uint32_t next)
 	if ((lead = xseg_lane_leader(s, port)) != port)
 		return xseg_fail(EINVAL, "route: port %u is a lane of port %u: route port %u",
 				 port, lead, lead);
-	/* Refuse a cycle: walking on from `next` must not come back to `port`. */
+	/* Refuse a cycle: walking on from `next` must not come back to `port`.
+	 * Under the route lock: two changes that each pass the check alone
+	 * (a -> b beside b -> a) must not both be stored. */
+	route_lock(s);
 	uint32_t cur = next;
 	for (uint32_t steps = 0; steps < XSEG_MAX_PATH; steps++) {
 		cur = atomic_load(&s->ports[cur].next_hop);
 		if (cur == XSEG_NO_PORT)
 			break;
-		if (cur == port)
+		if (cur == port) {
+			route_unlock(s);
 			return xseg_fail(ELOOP, "route: %u -> %u would close a cycle", port, next);
+		}
 	}
-	if (cur != XSEG_NO_PORT)
+	if (cur != XSEG_NO_PORT) {
+		route_unlock(s);
 		return xseg_fail(ELOOP, "route: chain from %u is longer than %u hops", next,
 				 XSEG_MAX_PATH);
+	}
 	atomic_store(&s->ports[port].next_hop, next);
+	route_unlock(s);
 	return 0;
 }
 

@@ -172,6 +172,12 @@ int xseg_create(const char *name, const struct xseg_config *cfg)
 
 	memcpy(base, &plan, sizeof(plan));
 	attach(&s, base, plan.segment_size);
+	pthread_mutexattr_t attr;
+	pthread_mutexattr_init(&attr);
+	pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+	pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+	pthread_mutex_init(&s.hdr->route_lock, &attr);
+	pthread_mutexattr_destroy(&attr);
 	for (uint32_t p = 0; p < s.nr_ports; p++) {
 		struct xseg_port_shm *port = &s.ports[p];
 		atomic_init(&port->owner, 0);

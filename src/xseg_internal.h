@@ -136,6 +136,10 @@ struct xseg_header {
 	uint64_t checksum;               /* of every field above */
 	_Atomic uint32_t ready;          /* set last by the creator */
 	uint32_t creator_pid;
+	/* Robust, process-shared: held by xseg_set_next_hop from its cycle
+	 * and length check to its store, so that two route changes at once
+	 * cannot each pass its check and together close a cycle. */
+	pthread_mutex_t route_lock;
 };
 
 struct xseg_port_shm {

@@ -215,29 +215,40 @@ static void route_unlock(struct xseg *s)
 	pthread_mutex_unlock(&s->hdr->route_lock);
 }
 
-int xseg_set_next_hop(struct xseg *s, uint32_t port, uint32_t next)
+/* Stores port -> next (XSEG_NO_PORT: none) if the checks pass and, when
+ * `check_old`, port's hop is still `old`. */
+static int change_next_hop(struct xseg *s, uint32_t port, bool check_old, uint32_t old,
+			   uint32_t next)
 {
 	if (!xseg_port_valid(s, port))
 		return xseg_fail(EINVAL, "route: port %u out of range", port);
-	if (!xseg_port_valid(s, next))
-		return xseg_fail(EINVAL, "route: next hop %u out of range", next);
-	if (next == port)
-		return xseg_fail(ELOOP, "route: port %u cannot be its own next hop", port);
-	/* Routes name services: a lane in a chain would route a cache's own
-	 * requests back to itself (the chain would not hold its service). */
-	uint32_t lead = xseg_lane_leader(s, next);
-	if (lead != next)
-		return xseg_fail(EINVAL, "route: next hop %u is a lane of port %u: route via %u",
-				 next, lead, lead);
-	if ((lead = xseg_lane_leader(s, port)) != port)
-		return xseg_fail(EINVAL, "route: port %u is a lane of port %u: route port %u",
-				 port, lead, lead);
+	if (next != XSEG_NO_PORT || !check_old) {
+		if (!xseg_port_valid(s, next))
+			return xseg_fail(EINVAL, "route: next hop %u out of range", next);
+		if (next == port)
+			return xseg_fail(ELOOP, "route: port %u cannot be its own next hop", port);
+		/* Routes name services: a lane in a chain would route a cache's own
+		 * requests back to itself (the chain would not hold its service). */
+		uint32_t lead = xseg_lane_leader(s, next);
+		if (lead != next)
+			return xseg_fail(EINVAL, "route: next hop %u is a lane of port %u: route via %u",
+					 next, lead, lead);
+		if ((lead = xseg_lane_leader(s, port)) != port)
+			return xseg_fail(EINVAL, "route: port %u is a lane of port %u: route port %u",
+					 port, lead, lead);
+	}
 	/* Refuse a cycle: walking on from `next` must not come back to `port`.
 	 * Under the route lock: two changes that each pass the check alone
 	 * (a -> b beside b -> a) must not both be stored. */
 	route_lock(s);
 	uint32_t cur = next;
-	for (uint32_t steps = 0; steps < XSEG_MAX_PATH; steps++) {
+	if (check_old && (cur = atomic_load(&s->ports[port].next_hop)) != old) {
+		route_unlock(s);
+		return xseg_fail(EAGAIN, "route: port %u was re-routed meanwhile (next hop %u)",
+				 port, cur);
+	}
+	cur = next;
+	for (uint32_t steps = 0; next != XSEG_NO_PORT && steps < XSEG_MAX_PATH; steps++) {
 		cur = atomic_load(&s->ports[cur].next_hop);
 		if (cur == XSEG_NO_PORT)
 			break;
@@ -254,6 +265,16 @@ int xseg_set_next_hop(struct xseg *s, uint32_t port, uint32_t next)
 	atomic_store(&s->ports[port].next_hop, next);
 	route_unlock(s);
 	return 0;
+}
+
+int xseg_set_next_hop(struct xseg *s, uint32_t port, uint32_t next)
+{
+	return change_next_hop(s, port, false, 0, next);
+}
+
+int xseg_replace_next_hop(struct xseg *s, uint32_t port, uint32_t old, uint32_t next)
+{
+	return change_next_hop(s, port, true, old, next);
 }
 
 int xseg_clear_next_hop(struct xseg *s, uint32_t port)

@@ -714,6 +714,23 @@ START_TEST(next_hop_chain_length_limit)
 }
 END_TEST
 
+/* Replace: only over the hop the caller read; a clear with NO_PORT. */
+START_TEST(next_hop_replace_only_over_old)
+{
+	ck_assert_int_eq(xseg_replace_next_hop(xt_seg, PB, XSEG_NO_PORT, PC), 0);
+	ck_assert_int_eq(xseg_replace_next_hop(xt_seg, PB, XSEG_NO_PORT, PD), -EAGAIN);
+	ck_assert_error_mentions("re-routed");
+	ck_assert_uint_eq(xseg_get_next_hop(xt_seg, PB), PC);
+	ck_assert_int_eq(xseg_replace_next_hop(xt_seg, PB, PC, PD), 0);
+	ck_assert_int_eq(xseg_replace_next_hop(xt_seg, PD, XSEG_NO_PORT, PB), -ELOOP);
+	ck_assert_int_eq(xseg_replace_next_hop(xt_seg, PB, PC, XSEG_NO_PORT), -EAGAIN);
+	ck_assert_int_eq(xseg_replace_next_hop(xt_seg, PB, PD, XSEG_NO_PORT), 0);
+	ck_assert_uint_eq(xseg_get_next_hop(xt_seg, PB), XSEG_NO_PORT);
+	ck_assert_int_eq(xseg_replace_next_hop(xt_seg, 999, XSEG_NO_PORT, PB), -EINVAL);
+	ck_assert_int_eq(xseg_replace_next_hop(xt_seg, PB, XSEG_NO_PORT, 999), -EINVAL);
+}
+END_TEST
+
 START_TEST(resolve_route_semantics)
 {
 	ck_assert_int_eq(xseg_bind_range(xt_seg, PA, PD), 0);
@@ -1042,6 +1059,7 @@ static Suite *api_suite(void)
 	tcase_add_checked_fixture(tc, xt_setup, xt_teardown);
 	tcase_add_test(tc, next_hop_bad_arguments);
 	tcase_add_test(tc, next_hop_set_clear_cycles);
+	tcase_add_test(tc, next_hop_replace_only_over_old);
 	tcase_add_test(tc, resolve_route_semantics);
 	tcase_add_test(tc, submit_follows_routes);
 	tcase_add_test(tc, dirty_cache_fails_closed);

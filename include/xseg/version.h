@@ -20,7 +20,7 @@
 
 #define XSEG_VERSION        "0.1.0"
 #define XSEG_VERSION_LAYOUT 12
-#define XSEG_ABI_VERSION    "1.1.0"
+#define XSEG_ABI_VERSION    "1.2.0"
 
 /* The --version line: "PROGRAM (xseg) 0.1.0, segment layout 12". */
 static inline void xseg_print_version(const char *program)

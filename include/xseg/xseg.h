@@ -325,6 +325,14 @@ int xseg_port_give_up_dirty(struct xseg *seg, uint32_t port, uint64_t *bytes);
  */
 int xseg_set_next_hop(struct xseg *seg, uint32_t port, uint32_t next);
 int xseg_clear_next_hop(struct xseg *seg, uint32_t port);
+/*
+ * As xseg_set_next_hop (next = XSEG_NO_PORT: as xseg_clear_next_hop), but
+ * only while port's next hop is still `old` (XSEG_NO_PORT: none): -EAGAIN
+ * when another change came first. For a tool that decided on the route it
+ * read: two plugs at once must not both win, the second overwriting the
+ * first's cache out of the path.
+ */
+int xseg_replace_next_hop(struct xseg *seg, uint32_t port, uint32_t old, uint32_t next);
 /* Returns the next hop or XSEG_NO_PORT. */
 uint32_t xseg_get_next_hop(struct xseg *seg, uint32_t port);
 

@@ -38,7 +38,9 @@ int plug_in(struct xseg *seg, uint32_t port, uint32_t via, const char *what)
 			why);
 		return 1;
 	}
-	if (xseg_set_next_hop(seg, port, via) < 0) {
+	/* Only over the hop checked above: a plug of another cache that
+	 * came in meanwhile is not overwritten (it would leave the path). */
+	if (xseg_replace_next_hop(seg, port, there, via) < 0) {
 		fprintf(stderr, "xseg: %s: %s\n", what, xseg_last_error());
 		return 1;
 	}
@@ -62,6 +64,6 @@ void clear_routes_to(struct xseg *seg, uint32_t via)
 	struct xseg_segment_info si;
 	xseg_segment_info(seg, &si);
 	for (uint32_t p = 0; p < si.nr_ports; p++)
-		if (xseg_get_next_hop(seg, p) == via)
-			xseg_clear_next_hop(seg, p);
+		if (xseg_get_next_hop(seg, p) == via)   /* not a route set since */
+			xseg_replace_next_hop(seg, p, via, XSEG_NO_PORT);
 }

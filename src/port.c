@@ -215,6 +215,25 @@ static void route_unlock(struct xseg *s)
 	pthread_mutex_unlock(&s->hdr->route_lock);
 }
 
+/* The most hops from any port's chain start to `port` (0: none reaches it). */
+static uint32_t hops_behind(struct xseg *s, uint32_t port)
+{
+	uint32_t most = 0;
+	for (uint32_t d = 0; d < s->nr_ports; d++) {
+		uint32_t cur = d;
+		for (uint32_t k = 1; k <= XSEG_MAX_PATH; k++) {
+			cur = atomic_load_explicit(&s->ports[cur].next_hop, memory_order_relaxed);
+			if (cur >= s->nr_ports)
+				break;
+			if (cur == port) {
+				most = k > most ? k : most;
+				break;
+			}
+		}
+	}
+	return most;
+}
+
 /* Stores port -> next (XSEG_NO_PORT: none) if the checks pass and, when
  * `check_old`, port's hop is still `old`. */
 static int change_next_hop(struct xseg *s, uint32_t port, bool check_old, uint32_t old,
@@ -248,6 +267,7 @@ static int change_next_hop(struct xseg *s, uint32_t port, bool check_old, uint32
 				 port, cur);
 	}
 	cur = next;
+	uint32_t after = 0;
 	for (uint32_t steps = 0; next != XSEG_NO_PORT && steps < XSEG_MAX_PATH; steps++) {
 		cur = atomic_load(&s->ports[cur].next_hop);
 		if (cur == XSEG_NO_PORT)
@@ -256,11 +276,21 @@ static int change_next_hop(struct xseg *s, uint32_t port, bool check_old, uint32
 			route_unlock(s);
 			return xseg_fail(ELOOP, "route: %u -> %u would close a cycle", port, next);
 		}
+		after++;
 	}
 	if (cur != XSEG_NO_PORT) {
 		route_unlock(s);
 		return xseg_fail(ELOOP, "route: chain from %u is longer than %u hops", next,
 				 XSEG_MAX_PATH);
+	}
+	/* The whole chain counts, hops behind `port` too: resolve_route
+	 * walks XSEG_MAX_PATH hops, and a longer chain's front would be cut
+	 * out of its path (a cache there bypassed). */
+	uint32_t before = next == XSEG_NO_PORT ? 0 : hops_behind(s, port);
+	if (before + 1 + after > XSEG_MAX_PATH) {
+		route_unlock(s);
+		return xseg_fail(ELOOP, "route: %u -> %u would make a chain of %u hops, longer "
+				 "than %u", port, next, before + 1 + after, XSEG_MAX_PATH);
 	}
 	atomic_store(&s->ports[port].next_hop, next);
 	route_unlock(s);

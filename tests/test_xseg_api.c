@@ -706,6 +706,20 @@ START_TEST(next_hop_chain_length_limit)
 		ck_assert_int_eq(xseg_set_next_hop(xt_seg, i, i + 1), 0);
 	ck_assert_int_eq(xseg_set_next_hop(xt_seg, 17, 0), -ELOOP);
 	ck_assert_error_mentions("longer");
+	/* Nor at the other end: a hop in front of 16 makes 0's chain 17
+	 * hops, and 0's front (17) would be cut out of its path. */
+	ck_assert_int_eq(xseg_set_next_hop(xt_seg, 16, 17), -ELOOP);
+	ck_assert_error_mentions("longer");
+	/* Nor in the middle: two chains joined. */
+	ck_assert_int_eq(xseg_clear_next_hop(xt_seg, 8), 0);
+	ck_assert_int_eq(xseg_set_next_hop(xt_seg, 16, 17), 0);
+	ck_assert_int_eq(xseg_set_next_hop(xt_seg, 17, 18), 0);
+	ck_assert_int_eq(xseg_set_next_hop(xt_seg, 8, 9), -ELOOP);
+	ck_assert_error_mentions("longer");
+	ck_assert_int_eq(xseg_clear_next_hop(xt_seg, 17), 0);
+	ck_assert_int_eq(xseg_set_next_hop(xt_seg, 8, 9), -ELOOP);
+	ck_assert_int_eq(xseg_clear_next_hop(xt_seg, 16), 0);
+	ck_assert_int_eq(xseg_set_next_hop(xt_seg, 8, 9), 0);
 	ck_assert_int_eq(xseg_bind_range(xt_seg, 0, 17), 0);
 	ck_assert_uint_eq(xseg_resolve_route(xt_seg, 20, 0), 16);
 	ck_assert_uint_eq(xseg_resolve_route(xt_seg, 16, 0), 15);

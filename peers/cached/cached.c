@@ -579,12 +579,22 @@ static void restore_route(void)
 {
 	if (xseg_get_next_hop(C.seg, C.blocker_port) != C.port)
 		return;
-	if (xseg_clear_next_hop(C.seg, C.blocker_port) < 0) {
+	/* A cache plugged in front of us (stopping anyway, after the stop
+	 * timeout) stays in the path: its dirty data must not be bypassed. */
+	uint32_t front = xseg_get_next_hop(C.seg, C.port);
+	if (xseg_replace_next_hop(C.seg, C.blocker_port, C.port, front) < 0) {
 		peer_log(PEER_LOG_WARN, "cannot restore the route of port %u: %s", C.blocker_port,
 		       xseg_last_error());
 		return;
 	}
-	peer_log(PEER_LOG_INFO, "port %u routes straight to its blocker again", C.blocker_port);
+	if (front != XSEG_NO_PORT) {
+		xseg_replace_next_hop(C.seg, C.port, front, XSEG_NO_PORT);
+		peer_log(PEER_LOG_INFO, "port %u routes to cache port %u, in front of us, again",
+			 C.blocker_port, front);
+	} else {
+		peer_log(PEER_LOG_INFO, "port %u routes straight to its blocker again",
+			 C.blocker_port);
+	}
 	unsigned quiet = 0;
 	for (unsigned ms = 0; quiet < QUIET_MS && ms < QUIET_MAX_MS; ms++) {
 		struct xseg_port_info pi;

@@ -26,7 +26,9 @@ int plug_in(struct xseg *seg, uint32_t port, uint32_t via, const char *what);
  */
 bool gone_dirty(struct xseg *seg, uint32_t port, const char *what);
 
-/* Clears every route to `via`. */
+/* Takes `via` out of every chain: a port routed to it is routed to the hop
+ * in front of it (its next hop) instead, or to none, and its own route is
+ * cleared. */
 void clear_routes_to(struct xseg *seg, uint32_t via);
 
 #endif

@@ -285,12 +285,14 @@ static int change_next_hop(struct xseg *s, uint32_t port, bool check_old, uint32
 	}
 	/* The whole chain counts, hops behind `port` too: resolve_route
 	 * walks XSEG_MAX_PATH hops, and a longer chain's front would be cut
-	 * out of its path (a cache there bypassed). */
+	 * out of its path (a cache there bypassed). And a request through it
+	 * takes a return-path entry per hop but the last, plus its client's:
+	 * XSEG_MAX_PATH - 1 hops at most, or the last forward fails E2BIG. */
 	uint32_t before = next == XSEG_NO_PORT ? 0 : hops_behind(s, port);
-	if (before + 1 + after > XSEG_MAX_PATH) {
+	if (before + 1 + after > XSEG_MAX_PATH - 1) {
 		route_unlock(s);
 		return xseg_fail(ELOOP, "route: %u -> %u would make a chain of %u hops, longer "
-				 "than %u", port, next, before + 1 + after, XSEG_MAX_PATH);
+				 "than %u", port, next, before + 1 + after, XSEG_MAX_PATH - 1);
 	}
 	atomic_store(&s->ports[port].next_hop, next);
 	route_unlock(s);

@@ -701,28 +701,29 @@ static void setup_32_ports(void)
 
 START_TEST(next_hop_chain_length_limit)
 {
-	/* 17 ports in a chain are the most a return path can hold. */
-	for (uint32_t i = 16; i-- > 0;)
+	/* 16 ports in a chain (15 hops) are the most a return path can
+	 * hold: a client's entry and one per hop but the last. */
+	for (uint32_t i = 15; i-- > 0;)
 		ck_assert_int_eq(xseg_set_next_hop(xt_seg, i, i + 1), 0);
-	ck_assert_int_eq(xseg_set_next_hop(xt_seg, 17, 0), -ELOOP);
+	ck_assert_int_eq(xseg_set_next_hop(xt_seg, 16, 0), -ELOOP);
 	ck_assert_error_mentions("longer");
-	/* Nor at the other end: a hop in front of 16 makes 0's chain 17
-	 * hops, and 0's front (17) would be cut out of its path. */
-	ck_assert_int_eq(xseg_set_next_hop(xt_seg, 16, 17), -ELOOP);
+	/* Nor at the other end: a hop in front of 15 makes 0's chain 16
+	 * hops, and 0's front (16) would be cut out of its path. */
+	ck_assert_int_eq(xseg_set_next_hop(xt_seg, 15, 16), -ELOOP);
 	ck_assert_error_mentions("longer");
-	/* Nor in the middle: two chains joined. */
+	/* Nor in the middle: two chains joined (0..8 and 9..17). */
 	ck_assert_int_eq(xseg_clear_next_hop(xt_seg, 8), 0);
+	ck_assert_int_eq(xseg_set_next_hop(xt_seg, 15, 16), 0);
 	ck_assert_int_eq(xseg_set_next_hop(xt_seg, 16, 17), 0);
-	ck_assert_int_eq(xseg_set_next_hop(xt_seg, 17, 18), 0);
 	ck_assert_int_eq(xseg_set_next_hop(xt_seg, 8, 9), -ELOOP);
 	ck_assert_error_mentions("longer");
-	ck_assert_int_eq(xseg_clear_next_hop(xt_seg, 17), 0);
-	ck_assert_int_eq(xseg_set_next_hop(xt_seg, 8, 9), -ELOOP);
 	ck_assert_int_eq(xseg_clear_next_hop(xt_seg, 16), 0);
+	ck_assert_int_eq(xseg_set_next_hop(xt_seg, 8, 9), -ELOOP);
+	ck_assert_int_eq(xseg_clear_next_hop(xt_seg, 15), 0);
 	ck_assert_int_eq(xseg_set_next_hop(xt_seg, 8, 9), 0);
 	ck_assert_int_eq(xseg_bind_range(xt_seg, 0, 17), 0);
-	ck_assert_uint_eq(xseg_resolve_route(xt_seg, 20, 0), 16);
-	ck_assert_uint_eq(xseg_resolve_route(xt_seg, 16, 0), 15);
+	ck_assert_uint_eq(xseg_resolve_route(xt_seg, 20, 0), 15);
+	ck_assert_uint_eq(xseg_resolve_route(xt_seg, 15, 0), 14);
 	ck_assert_uint_eq(xseg_resolve_route(xt_seg, 1, 0), 0);
 	ck_assert_uint_eq(xseg_resolve_route(xt_seg, 0, 0), 0);
 }
@@ -742,6 +743,38 @@ START_TEST(next_hop_replace_only_over_old)
 	ck_assert_uint_eq(xseg_get_next_hop(xt_seg, PB), XSEG_NO_PORT);
 	ck_assert_int_eq(xseg_replace_next_hop(xt_seg, 999, XSEG_NO_PORT, PB), -EINVAL);
 	ck_assert_int_eq(xseg_replace_next_hop(xt_seg, PB, XSEG_NO_PORT, 999), -EINVAL);
+}
+END_TEST
+
+/* The longest chain set_next_hop takes must carry a request end to end:
+ * a client's submit to its front, each hop's forward, back again. */
+START_TEST(longest_chain_carries_a_request)
+{
+	uint32_t hops = 0;
+	/* As long a chain as is accepted: 0 <- 1 <- ... */
+	while (hops + 1 < 32 && xseg_set_next_hop(xt_seg, hops, hops + 1) == 0)
+		hops++;
+	ck_assert_uint_ge(hops, 2);
+	ck_assert_int_eq(xseg_bind_range(xt_seg, 0, hops), 0);
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 31), 0);
+	struct xseg_request *r = xseg_get_request(xt_seg, 31), *got;
+	ck_assert_ptr_nonnull(r);
+	ck_assert_int_eq(xseg_submit(xt_seg, r, 31, 0), (int)hops);
+	for (uint32_t at = hops; at > 0; at--) {
+		ck_assert_int_eq(xseg_accept(xt_seg, at, &got, 1), 1);
+		int to = xseg_forward(xt_seg, r, at, 0);
+		ck_assert_msg(to == (int)at - 1, "a chain of %u hops: the forward from %u gave %d: %s",
+			      hops, at, to, xseg_last_error());
+	}
+	ck_assert_int_eq(xseg_accept(xt_seg, 0, &got, 1), 1);
+	r->result = XR_SERVED;
+	for (uint32_t at = 0; at < hops; at++) {
+		ck_assert_int_eq(xseg_respond(xt_seg, r, at), (int)at + 1);
+		ck_assert_int_eq(xseg_receive(xt_seg, at + 1, &got, 1), 1);
+	}
+	ck_assert_int_eq(xseg_respond(xt_seg, r, hops), 31);
+	ck_assert_int_eq(xseg_receive(xt_seg, 31, &got, 1), 1);
+	ck_assert_int_eq(xseg_put_request(xt_seg, r), 0);
 }
 END_TEST
 
@@ -1084,6 +1117,7 @@ static Suite *api_suite(void)
 	tcase_set_timeout(tc, 20);
 	tcase_add_checked_fixture(tc, setup_32_ports, xt_teardown);
 	tcase_add_test(tc, next_hop_chain_length_limit);
+	tcase_add_test(tc, longest_chain_carries_a_request);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("names");

@@ -321,8 +321,9 @@ int xseg_port_give_up_dirty(struct xseg *seg, uint32_t port, uint64_t *bytes);
  * Requests submitted to `port` are delivered to `next` instead; next's own
  * requests for `port` (and those of anything behind it) reach `port`. Chains
  * are allowed; a route that would close a cycle, or make a chain (counted
- * from its start, behind `port`, to its front) longer than XSEG_MAX_PATH
- * hops, fails with -ELOOP, one from
+ * from its start, behind `port`, to its front) longer than
+ * XSEG_MAX_PATH - 1 hops (a client's request through it must fit its
+ * return path), fails with -ELOOP, one from
  * or to a lane (not its first port) with -EINVAL.
  */
 int xseg_set_next_hop(struct xseg *seg, uint32_t port, uint32_t next);

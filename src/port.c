@@ -313,7 +313,11 @@ int xseg_clear_next_hop(struct xseg *s, uint32_t port)
 {
 	if (!xseg_port_valid(s, port))
 		return xseg_fail(EINVAL, "route: port %u out of range", port);
+	/* Locked too: a replace checks the old hop and stores under the
+	 * lock, and must not store over a clear that came in between. */
+	route_lock(s);
 	atomic_store(&s->ports[port].next_hop, XSEG_NO_PORT);
+	route_unlock(s);
 	return 0;
 }
 

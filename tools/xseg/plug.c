@@ -18,15 +18,22 @@ int plug_in(struct xseg *seg, uint32_t port, uint32_t via, const char *what)
 	 * the path, and its dirty bytes with it (reads then served the
 	 * blocker's older data). The same cache again is fine. */
 	uint32_t there = xseg_get_next_hop(seg, port);
-	if (there != XSEG_NO_PORT && there != via) {
+	/* The whole chain in front of the port counts: past a dead clean
+	 * hop a live cache is still in the path (routing skips the dead
+	 * one), and a route over the dead hop would cut it out too. */
+	uint32_t busy = XSEG_NO_PORT;
+	for (uint32_t cur = there, steps = 0; there != via && cur != XSEG_NO_PORT &&
+	     steps < XSEG_MAX_PATH; cur = xseg_get_next_hop(seg, cur), steps++) {
 		struct xseg_port_info ti;
-		bool live = xseg_port_info(seg, there, &ti) == 0 && ti.owner && ti.owner_alive;
-		if (live || (xseg_port_info(seg, there, &ti) == 0 && ti.dirty_bytes)) {
-			fprintf(stderr, "xseg: %s: port %u is plugged via port %u already; plug port "
-				"%u in front of it (--port %u --via %u), or unplug --via %u first\n",
-				what, port, there, via, there, via, there);
-			return 1;
-		}
+		if (xseg_port_info(seg, cur, &ti) == 0 &&
+		    ((ti.owner && ti.owner_alive) || ti.dirty_bytes))
+			busy = cur;   /* the front-most one is where to plug */
+	}
+	if (busy != XSEG_NO_PORT) {
+		fprintf(stderr, "xseg: %s: port %u is plugged via port %u already; plug port "
+			"%u in front of it (--port %u --via %u), or unplug --via %u first\n",
+			what, port, busy, via, busy, via, busy);
+		return 1;
 	}
 	/* Tell the peer it is going into a path (cached returns to the policy
 	 * it was started with); a peer without control commands is fine. */

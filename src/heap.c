@@ -73,36 +73,87 @@ static void list_remove(struct xseg_heap_meta *m, void *heap, uint32_t order, ui
 	block_state(m)[off >> XSEG_HEAP_MIN_SHIFT] = 0;
 }
 
+/* Gives [off, off + order_bytes(order)) to the lists, merged with its
+ * buddy while that is free too. */
+static void free_block(struct xseg_heap_meta *m, void *heap, uint64_t off, uint32_t order)
+{
+	while (order + 1 < m->orders) {
+		uint64_t buddy = off ^ order_bytes(order);
+		if (block_state(m)[buddy >> XSEG_HEAP_MIN_SHIFT] != (STATE_FREE | order))
+			break;
+		list_remove(m, heap, order, buddy);
+		block_state(m)[off >> XSEG_HEAP_MIN_SHIFT] = 0;
+		if (buddy < off)
+			off = buddy;
+		order++;
+	}
+	list_push(m, heap, order, off);
+}
+
+/* Whether off starts a used block (a sound USED mark); its size then. */
+static bool used_block(struct xseg_heap_meta *m, uint64_t off, uint64_t *bytes)
+{
+	uint8_t st = block_state(m)[off >> XSEG_HEAP_MIN_SHIFT];
+	uint32_t order = st & ORDER_MASK;
+	if ((st & (STATE_FREE | STATE_USED)) != STATE_USED || order >= m->orders ||
+	    (off & (order_bytes(order) - 1)) || order_bytes(order) > m->size - off)
+		return false;
+	*bytes = order_bytes(order);
+	return true;
+}
+
+/* Frees [off, end) as the largest aligned blocks that fit. */
+static void free_range(struct xseg_heap_meta *m, void *heap, uint64_t off, uint64_t end)
+{
+	while (off < end) {
+		uint32_t order = 0;
+		while (order + 1 < m->orders && !(off & (order_bytes(order + 1) - 1)) &&
+		       order_bytes(order + 1) <= end - off)
+			order++;
+		free_block(m, heap, off, order);
+		off += order_bytes(order);
+	}
+}
+
 /*
  * A holder killed mid-update can leave a list half linked (a head whose
  * prev still names the block taken off before it): the next allocation of
  * that order then handed one block out twice. So the lists are rebuilt
- * from block_state, which every step keeps safe to read: a block's first
- * unit says FREE or USED and its order, and a block taken off a list or
- * merged is marked 0 before its memory is used again. A block whose marks
- * the killed holder had cleared and not yet set is leaked, never shared.
+ * from block_state, whose USED marks every step keeps true: a block is
+ * marked USED under the lock before it is handed out and stays so until
+ * it is freed under the lock. Everything else is nobody's now, the block
+ * the killed holder was splitting or merging included (before, a region
+ * whose marks it had cleared and not yet set was leaked: a kill inside a
+ * first allocation's split lost the whole heap).
  */
 static void heap_rebuild(struct xseg_heap_meta *m, void *heap)
 {
 	for (uint32_t i = 0; i < XSEG_HEAP_MAX_ORDERS; i++)
 		m->free_head[i] = NIL;
 	m->used = m->allocs = 0;
+	/* Only used blocks keep a mark: free_block merges by the marks. */
+	uint64_t bytes;
 	for (uint64_t off = 0; off < m->size;) {
-		uint8_t st = block_state(m)[off >> XSEG_HEAP_MIN_SHIFT];
-		uint32_t order = st & ORDER_MASK;
-		if ((st & (STATE_FREE | STATE_USED)) && order < m->orders &&
-		    !(off & (order_bytes(order) - 1)) && order_bytes(order) <= m->size - off) {
-			if (st & STATE_FREE) {
-				list_push(m, heap, order, off);
-			} else {
-				m->used += order_bytes(order);
-				m->allocs++;
-			}
-			off += order_bytes(order);
+		if (used_block(m, off, &bytes)) {
+			off += bytes;
 		} else {
+			block_state(m)[off >> XSEG_HEAP_MIN_SHIFT] = 0;
 			off += order_bytes(0);
 		}
 	}
+	uint64_t gap = 0;
+	for (uint64_t off = 0; off < m->size;) {
+		if (!used_block(m, off, &bytes)) {
+			off += order_bytes(0);
+			continue;
+		}
+		free_range(m, heap, gap, off);
+		m->used += bytes;
+		m->allocs++;
+		off += bytes;
+		gap = off;
+	}
+	free_range(m, heap, gap, m->size);
 }
 
 static void heap_lock(struct xseg_heap_meta *m, void *heap)
@@ -196,17 +247,7 @@ int xseg_heap_free(struct xseg_heap_meta *m, void *heap, uint64_t off)
 	uint32_t order = st & ORDER_MASK;
 	m->used -= order_bytes(order);
 	m->allocs--;
-	while (order + 1 < m->orders) {
-		uint64_t buddy = off ^ order_bytes(order);
-		if (block_state(m)[buddy >> XSEG_HEAP_MIN_SHIFT] != (STATE_FREE | order))
-			break;
-		list_remove(m, heap, order, buddy);
-		block_state(m)[off >> XSEG_HEAP_MIN_SHIFT] = 0;
-		if (buddy < off)
-			off = buddy;
-		order++;
-	}
-	list_push(m, heap, order, off);
+	free_block(m, heap, off, order);
 	heap_unlock(m);
 	return 0;
 }

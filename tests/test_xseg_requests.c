@@ -596,6 +596,50 @@ START_TEST(heap_holder_killed_inside_list_remove_never_hands_a_block_out_twice)
 }
 END_TEST
 
+/*
+ * A holder killed inside a split (an allocation that found only a larger
+ * block: list_remove marks it 0, then each upper half is pushed FREE, then
+ * the lower block is marked USED) or a merge (each buddy marked 0, the
+ * merged block pushed last) leaves a region no mark covers. The rebuild
+ * after it leaked that region for good: a peer SIGKILLed at the wrong
+ * instruction of a first allocation lost the whole heap, and every later
+ * prep failed ENOMEM until the segment was made again. Made by hand: a
+ * child takes the whole heap's block off its list and dies.
+ */
+START_TEST(heap_holder_killed_inside_a_split_leaks_nothing)
+{
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 0), 0);
+	assert_heap_empty();
+	pid_t pid = xt_fork(10);
+	if (pid == 0) {
+		struct xseg *seg;
+		XT_CHILD_CHECK(xseg_join(xt_name, &seg) == 0, 2, "%s", xseg_last_error());
+		struct xseg_heap_meta *m = (struct xseg_heap_meta *)((char *)seg->base +
+								     seg->hdr->heap_meta_off);
+		XT_CHILD_CHECK(pthread_mutex_lock(&m->lock) == 0, 3, "lock");
+		uint32_t top = m->orders - 1;
+		XT_CHILD_CHECK(m->free_head[top] == 0, 4, "whole heap not free");
+		m->free_head[top] = UINT64_MAX;         /* list_remove(whole heap) */
+		((uint8_t *)(m + 1))[0] = 0;
+		uint64_t half = HEAP / 2;               /* the first upper half pushed */
+		uint64_t *link = (uint64_t *)((char *)seg->base + seg->hdr->heap_off + half);
+		link[0] = link[1] = UINT64_MAX;
+		m->free_head[top - 1] = half;
+		((uint8_t *)(m + 1))[half >> XSEG_HEAP_MIN_SHIFT] = 0x80 | (top - 1);
+		_exit(0);                               /* killed before the rest */
+	}
+	xt_expect_child_ok(pid, 5000, "heap holder");
+	/* The lower half is nobody's: a block as large as it is must come. */
+	struct xseg_request *a = get(0), *b = get(0);
+	ck_assert_int_eq(xseg_prep_request(xt_seg, a, 0, HEAP / 2 - XSEG_TARGET_ROOM), 0);
+	ck_assert_int_eq(xseg_prep_request(xt_seg, b, 0, HEAP / 2 - XSEG_TARGET_ROOM), 0);
+	ck_assert_uint_ne(a->buffer, b->buffer);
+	ck_assert_int_eq(xseg_put_request(xt_seg, a), 0);
+	ck_assert_int_eq(xseg_put_request(xt_seg, b), 0);
+	assert_heap_empty();
+}
+END_TEST
+
 /* ==== life cycle ============================================================ */
 
 START_TEST(full_round_trip)
@@ -1211,6 +1255,7 @@ static Suite *requests_suite(void)
 	tcase_add_test(tc, heap_exhaustion_and_recovery);
 	tcase_add_test(tc, heap_buddy_merging);
 	tcase_add_test(tc, heap_holder_killed_inside_list_remove_never_hands_a_block_out_twice);
+	tcase_add_test(tc, heap_holder_killed_inside_a_split_leaks_nothing);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("flow");

@@ -88,12 +88,16 @@ static int check_held(struct xseg *s, struct xseg_request *req, const char *what
 
 static void free_buffer(struct xseg *s, struct xseg_request *req)
 {
-	if (req->bufferlen) {
-		/* TSan: the heap's lock models the hand-over (heap.c) */
-		xseg_heap_free(s->heap_meta, s->heap, req->buffer);
-	}
+	uint64_t buffer = req->buffer, bufferlen = req->bufferlen;
+	/* Forgotten before freed: a holder killed in between leaks the block;
+	 * the other way its reaper freed it again, maybe from under the
+	 * request it went to meanwhile. */
 	req->buffer = req->bufferlen = req->data_off = req->datalen = 0;
 	req->targetlen = 0;
+	if (bufferlen) {
+		/* TSan: the heap's lock models the hand-over (heap.c) */
+		xseg_heap_free(s->heap_meta, s->heap, buffer);
+	}
 }
 
 /* Back to the pool; the caller checked the request is held. */

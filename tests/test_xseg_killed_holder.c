@@ -1,0 +1,111 @@
+/*
+ * A process SIGKILLed at a random instruction of its get/prep/put loop:
+ * what it held is reaped, and nothing it had already given back is given
+ * back a second time. Killed inside its put after the heap took the
+ * buffer back and before the request forgot it (free_buffer), the reaper
+ * freed the block again, by then maybe another request's: two live
+ * requests then shared one heap block (wrong data for both).
+ */
+#include <check.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "support/xseg_test_util.h"
+#include "../src/xseg_internal.h"   /* the heap's block marks */
+
+enum { CLIENT = 1, VICTIM = 6, BUF = 4096 };
+
+/* Binds VICTIM, says so on ready_fd, then gets, preps and puts for ever. */
+static void churn(int ready_fd)
+{
+	struct xseg *seg;
+	XT_CHILD_CHECK(xseg_join(xt_name, &seg) == 0, 2, "%s", xseg_last_error());
+	XT_CHILD_CHECK(xseg_bind_port(seg, VICTIM) == 0, 3, "%s", xseg_last_error());
+	XT_CHILD_CHECK(write(ready_fd, "r", 1) == 1, 4, "write");
+	for (;;) {
+		struct xseg_request *r = xseg_get_request(seg, VICTIM);
+		XT_CHILD_CHECK(r, 5, "%s", xseg_last_error());
+		XT_CHILD_CHECK(xseg_prep_target(seg, r, "churn", BUF) == 0, 6, "%s",
+			       xseg_last_error());
+		XT_CHILD_CHECK(xseg_put_request(seg, r) == 0, 7, "%s", xseg_last_error());
+	}
+}
+
+/* The heap's mark of the block at heap offset off (heap.c: FREE 0x80,
+ * USED 0x40 | order, 0 inside a block). */
+static uint8_t block_mark(uint64_t off)
+{
+	return ((uint8_t *)(xt_seg->heap_meta + 1))[off >> XSEG_HEAP_MIN_SHIFT];
+}
+
+START_TEST(buffer_given_back_by_a_killed_holder_is_never_freed_twice)
+{
+	unsigned seed = (unsigned)getpid();
+	uint64_t t0 = xseg_now_ns();
+	int rounds = 0;
+
+	ck_assert_int_eq(xseg_bind_port(xt_seg, CLIENT), 0);
+	/* About 1 kill in 100 lands in the window: up to 8 s of kills. */
+	while (xseg_now_ns() - t0 < 8000000000ull && rounds < 3000) {
+		int ready[2];
+		char ch;
+		ck_assert_int_eq(pipe(ready), 0);
+		pid_t pid = xt_fork(20);
+		if (pid == 0) {
+			close(ready[0]);
+			churn(ready[1]);
+		}
+		close(ready[1]);
+		ck_assert_int_eq(read(ready[0], &ch, 1), 1);
+		close(ready[0]);
+		seed = seed * 1103515245u + 12345u;
+		usleep(50 + (seed >> 8) % 300);
+		ck_assert_int_eq(kill(pid, SIGKILL), 0);
+		int st;
+		ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+		ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL,
+			      "the churning child ended by itself (status %#x)", st);
+		/* The block the child last freed goes to a live request before
+		 * anyone reaps the child (the heap hands the lowest out first). */
+		struct xseg_request *a = xseg_get_request(xt_seg, CLIENT);
+		ck_assert_msg(a != NULL, "round %d: %s", rounds, xseg_last_error());
+		ck_assert_msg(xseg_prep_target(xt_seg, a, "mine", BUF) == 0, "round %d: %s",
+			      rounds, xseg_last_error());
+		ck_assert_int_ge(xseg_reap_port(xt_seg, VICTIM, EHOSTDOWN), 0);
+		ck_assert_msg(block_mark(a->buffer) & 0x40,
+			      "round %d: the reap of a killed holder freed heap block %llu, "
+			      "held by a live request (mark %#x)", rounds,
+			      (unsigned long long)a->buffer, block_mark(a->buffer));
+		struct xseg_request *b = xseg_get_request(xt_seg, CLIENT);
+		ck_assert_ptr_nonnull(b);
+		ck_assert_int_eq(xseg_prep_target(xt_seg, b, "yours", BUF), 0);
+		ck_assert_msg(a->buffer != b->buffer, "round %d: two live requests share heap "
+			      "block %llu", rounds, (unsigned long long)a->buffer);
+		ck_assert_int_eq(xseg_put_request(xt_seg, a), 0);
+		ck_assert_int_eq(xseg_put_request(xt_seg, b), 0);
+		rounds++;
+	}
+	fprintf(stderr, "killed holder: %d kills, none freed a block twice\n", rounds);
+}
+END_TEST
+
+static void setup(void)
+{
+	/* Room for what kills inside the pool's own steps may leak. */
+	xt_setup_with(8, 4096, 8 << 20);
+}
+
+int main(void)
+{
+	Suite *s = suite_create("xseg_killed_holder");
+	TCase *tc = tcase_create("killed_holder");
+	tcase_set_timeout(tc, 30);
+	tcase_add_checked_fixture(tc, setup, xt_teardown);
+	tcase_add_test(tc, buffer_given_back_by_a_killed_holder_is_never_freed_twice);
+	suite_add_tcase(s, tc);
+	return xt_run(s);
+}

@@ -124,13 +124,24 @@ static void free_range(struct xseg_heap_meta *m, void *heap, uint64_t off, uint6
  * it is freed under the lock. Everything else is nobody's now, the block
  * the killed holder was splitting or merging included (before, a region
  * whose marks it had cleared and not yet set was leaked: a kill inside a
- * first allocation's split lost the whole heap).
+ * first allocation's split lost the whole heap). The one block it was
+ * handing to or taking from a request (pending_off) is the request's
+ * exactly when the request's bufferlen says so.
  */
 static void heap_rebuild(struct xseg_heap_meta *m, void *heap)
 {
 	for (uint32_t i = 0; i < XSEG_HEAP_MAX_ORDERS; i++)
 		m->free_head[i] = NIL;
 	m->used = m->allocs = 0;
+	/* The block the killed holder was handing over is a request's only
+	 * when the request records it. */
+	if (m->pending_off != NIL) {
+		uint64_t bytes, *ref = (uint64_t *)((char *)m + m->pending_ref);
+		if (!__atomic_load_n(ref, __ATOMIC_RELAXED) && m->pending_off < m->size &&
+		    used_block(m, m->pending_off, &bytes))
+			block_state(m)[m->pending_off >> XSEG_HEAP_MIN_SHIFT] = 0;
+		m->pending_off = NIL;
+	}
 	/* Only used blocks keep a mark: free_block merges by the marks. */
 	uint64_t bytes;
 	for (uint64_t off = 0; off < m->size;) {
@@ -196,12 +207,29 @@ int xseg_heap_init(struct xseg_heap_meta *m, void *heap, uint64_t heap_size)
 	m->orders = orders + 1;
 	for (uint32_t i = 0; i < XSEG_HEAP_MAX_ORDERS; i++)
 		m->free_head[i] = NIL;
+	m->pending_off = NIL;
 	list_push(m, heap, orders, 0);
 	return 0;
 }
 
-int64_t xseg_heap_alloc(struct xseg_heap_meta *m, void *heap, uint64_t bytes,
-			uint64_t *got)
+/* Under the lock: the block at off changes hands as *ref says. A kill
+ * stops the holder at one instruction, so these steps are kept in program
+ * order (the release stores and the compiler fence); other processes see
+ * them only through the lock. */
+static void pending(struct xseg_heap_meta *m, uint64_t off, uint64_t *ref)
+{
+	m->pending_ref = (int64_t)((char *)ref - (char *)m);
+	__atomic_store_n(&m->pending_off, off, __ATOMIC_RELEASE);
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+}
+
+static void pending_done(struct xseg_heap_meta *m)
+{
+	__atomic_store_n(&m->pending_off, NIL, __ATOMIC_RELEASE);
+}
+
+int xseg_heap_alloc(struct xseg_heap_meta *m, void *heap, uint64_t bytes,
+		    uint64_t *buffer, uint64_t *bufferlen)
 {
 	uint32_t want = 0, order;
 
@@ -220,6 +248,7 @@ int64_t xseg_heap_alloc(struct xseg_heap_meta *m, void *heap, uint64_t bytes,
 		return -ENOMEM;
 	}
 	uint64_t off = m->free_head[order];
+	pending(m, off, bufferlen);
 	list_remove(m, heap, order, off);
 	while (order > want) {          /* split, keeping the lower half */
 		order--;
@@ -228,13 +257,14 @@ int64_t xseg_heap_alloc(struct xseg_heap_meta *m, void *heap, uint64_t bytes,
 	block_state(m)[off >> XSEG_HEAP_MIN_SHIFT] = STATE_USED | want;
 	m->used += order_bytes(want);
 	m->allocs++;
+	__atomic_store_n(buffer, off, __ATOMIC_RELAXED);
+	__atomic_store_n(bufferlen, order_bytes(want), __ATOMIC_RELEASE);   /* after the rest */
+	pending_done(m);
 	heap_unlock(m);
-	if (got)
-		*got = order_bytes(want);
-	return (int64_t)off;
+	return 0;
 }
 
-int xseg_heap_free(struct xseg_heap_meta *m, void *heap, uint64_t off)
+int xseg_heap_free(struct xseg_heap_meta *m, void *heap, uint64_t off, uint64_t *bufferlen)
 {
 	if (off >= m->size || (off & (order_bytes(0) - 1)))
 		return -EINVAL;
@@ -244,10 +274,14 @@ int xseg_heap_free(struct xseg_heap_meta *m, void *heap, uint64_t off)
 		heap_unlock(m);
 		return -EINVAL;         /* not an allocated block: double free */
 	}
+	pending(m, off, bufferlen);
+	__atomic_store_n(bufferlen, 0, __ATOMIC_RELAXED);
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);   /* forgotten before freed */
 	uint32_t order = st & ORDER_MASK;
 	m->used -= order_bytes(order);
 	m->allocs--;
 	free_block(m, heap, off, order);
+	pending_done(m);
 	heap_unlock(m);
 	return 0;
 }

@@ -88,16 +88,15 @@ static int check_held(struct xseg *s, struct xseg_request *req, const char *what
 
 static void free_buffer(struct xseg *s, struct xseg_request *req)
 {
-	uint64_t buffer = req->buffer, bufferlen = req->bufferlen;
-	/* Forgotten before freed: a holder killed in between leaks the block;
-	 * the other way its reaper freed it again, maybe from under the
-	 * request it went to meanwhile. */
+	/* The heap forgets the block for the request (bufferlen 0) under its
+	 * lock: a holder killed inside leaves it neither leaked nor freed
+	 * again by its reaper, maybe from under the request it went to. */
+	if (req->bufferlen) {
+		/* TSan: the heap's lock models the hand-over (heap.c) */
+		xseg_heap_free(s->heap_meta, s->heap, req->buffer, &req->bufferlen);
+	}
 	req->buffer = req->bufferlen = req->data_off = req->datalen = 0;
 	req->targetlen = 0;
-	if (bufferlen) {
-		/* TSan: the heap's lock models the hand-over (heap.c) */
-		xseg_heap_free(s->heap_meta, s->heap, buffer);
-	}
 }
 
 /* Back to the pool; the caller checked the request is held. */
@@ -183,14 +182,11 @@ int xseg_prep_request(struct xseg *s, struct xseg_request *req,
 				 (unsigned long long)s->hdr->heap_size);
 	uint64_t need = data_off + datalen;
 	if (req->bufferlen < need) {
-		uint64_t got;
 		free_buffer(s, req);
-		int64_t off = xseg_heap_alloc(s->heap_meta, s->heap, need, &got);
-		if (off < 0)
+		if (xseg_heap_alloc(s->heap_meta, s->heap, need, &req->buffer,
+				    &req->bufferlen) < 0)
 			return xseg_fail(ENOMEM, "prep request: heap has no free block of %llu bytes",
 					 (unsigned long long)need);
-		req->buffer = (uint64_t)off;
-		req->bufferlen = got;
 	}
 	req->targetlen = targetlen;
 	req->data_off = data_off;

@@ -96,16 +96,28 @@ struct xseg_heap_meta {
 	uint64_t used;                    /* bytes in allocated blocks */
 	uint64_t allocs;                  /* blocks allocated */
 	uint64_t recovered;               /* times a dead holder was detected */
+	/* The block an allocation or a free under the lock is handing over
+	 * (~0: none) and, as an offset from this struct, the word that says
+	 * whether a request has it (its bufferlen): a holder killed in
+	 * between leaves the block to the rebuild when that word is 0, to
+	 * the request's reaper when not. */
+	uint64_t pending_off;
+	int64_t pending_ref;
 	uint64_t free_head[XSEG_HEAP_MAX_ORDERS]; /* heap offsets; ~0 = empty */
 	/* then: uint8_t block_state[size >> MIN_SHIFT] */
 };
 
 size_t xseg_heap_meta_bytes(uint64_t heap_size);
 int xseg_heap_init(struct xseg_heap_meta *m, void *heap, uint64_t heap_size);
-/* Returns the heap offset (>= 0 relative to the heap) or -ENOMEM. */
-int64_t xseg_heap_alloc(struct xseg_heap_meta *m, void *heap, uint64_t bytes,
-			uint64_t *got);
-int xseg_heap_free(struct xseg_heap_meta *m, void *heap, uint64_t off);
+/* Allocates a block of at least `bytes` and, under the heap's lock, stores
+ * its heap offset in *buffer, then its size in *bufferlen (0 before): a
+ * caller killed at any instruction leaves the block either recorded there
+ * or free. Returns 0 or -ENOMEM. Both words live in the segment. */
+int xseg_heap_alloc(struct xseg_heap_meta *m, void *heap, uint64_t bytes,
+		    uint64_t *buffer, uint64_t *bufferlen);
+/* Frees the block at off that *bufferlen records, zeroing *bufferlen
+ * under the lock (the same: the block is either still recorded or free). */
+int xseg_heap_free(struct xseg_heap_meta *m, void *heap, uint64_t off, uint64_t *bufferlen);
 void xseg_heap_usage(struct xseg_heap_meta *m, void *heap, uint64_t *used,
 		     uint64_t *allocs, uint64_t *largest_free);
 

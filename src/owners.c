@@ -16,6 +16,7 @@ static uint32_t settle_dead_owner(struct xseg *s, uint32_t port)
 {
 	xseg_reclaim_port_requests(s, port);
 	xseg_resume_pushes(s, port);
+	xseg_settle_pool(s, port);
 	uint32_t limbo = xseg_settle_limbo(s, port);
 	atomic_store(&s->ports[port].reserved, 0);   /* reclaimed just now */
 	return limbo;

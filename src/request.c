@@ -99,15 +99,13 @@ static void free_buffer(struct xseg *s, struct xseg_request *req)
 	req->targetlen = 0;
 }
 
+static void pool_push(struct xseg *s, struct xseg_request *req, uint32_t pusher);
+
 /* Back to the pool; the caller checked the request is held. */
 static void release_request(struct xseg *s, struct xseg_request *req)
 {
 	free_buffer(s, req);
-	set_holder(req, XSEG_NO_PORT);
-	__atomic_store_n(&req->pushing, 0, __ATOMIC_RELAXED);
-	store_state(req, XS_FREE);
-	xannotate_happens_before(&xseg_tsan_handoff);
-	xseg_ring_push(s->free_ring, req->index);
+	pool_push(s, req, req->holder);
 }
 
 /* The pool is empty: say who holds it, so that "in use" is never a
@@ -128,13 +126,37 @@ int xseg_pool_explain_empty(struct xseg *s, uint32_t src)
 			 s->nr_requests, mine, src, reserved);
 }
 
+/* A taker's claim of what it popped off the free ring at `at`: its own,
+ * unless a reaper took it back (RESUMED) or it is a stale copy. The claim
+ * names the taker (TAKEN), for its reaper should it die before it marks
+ * the request its own. */
+static bool claim_free(struct xseg_request *r, uint64_t at, uint32_t taker)
+{
+	uint64_t tag = __atomic_load_n(&r->pushing, __ATOMIC_ACQUIRE);
+	uint64_t mine = xseg_push_tag_base(taker, false) | XSEG_PUSH_DONE | XSEG_PUSH_TAKEN | at;
+	for (;;) {
+		if ((tag & XSEG_PUSH_TAKEN) || (tag & XSEG_RING_POS_MASK) != at)
+			return false;   /* (RESUMED has TAKEN set) */
+		if (__atomic_compare_exchange_n(&r->pushing, &tag, mine, false, __ATOMIC_ACQ_REL,
+						__ATOMIC_ACQUIRE))
+			return true;
+	}
+}
+
 struct xseg_request *xseg_pool_take(struct xseg *s, uint32_t src)
 {
+	_Atomic uint64_t *taking = &s->ports[src].pool_taking;
+	struct xseg_request *r;
 	uint32_t idx;
+	uint64_t at;
 
-	if (!xseg_ring_pop(s->free_ring, &idx))
-		return NULL;
-	struct xseg_request *r = &s->requests[idx];
+	do {
+		if (!xseg_ring_pop_announced(s->free_ring, &idx, &at, taking)) {
+			atomic_store_explicit(taking, 0, memory_order_relaxed);
+			return NULL;
+		}
+		r = &s->requests[idx];
+	} while (!claim_free(r, at, src));
 	xannotate_happens_after(&xseg_tsan_handoff);
 	r->generation++;
 	r->op = X_PING;
@@ -149,6 +171,7 @@ struct xseg_request *xseg_pool_take(struct xseg *s, uint32_t src)
 	set_holder(r, src);
 	r->path_len = 0;
 	store_state(r, XS_ALLOCATED);
+	atomic_store_explicit(taking, 0, memory_order_release);
 	return r;
 }
 
@@ -264,6 +287,72 @@ static inline uint64_t push_tag_base(uint32_t pusher, uint32_t state)
 static inline bool pushed_by(uint64_t tag, uint32_t port)
 {
 	return tag != PUSH_RESUMED && tag >> PUSH_PUSHER_SHIFT == port + 1u;
+}
+
+/*
+ * The pool's ring is tagged as a port's (pusher, position, DONE), so that
+ * a death at any instruction of a put or a get leaves the request to one
+ * side: a put stores its tag, marks the request FREE, pushes and says
+ * DONE; a get announces the position it pops at (ports[].pool_taking),
+ * pops, claims the request (TAKEN by it) and marks it its own. The reaper
+ * of a dead port finds a FREE request on no ring that the port was
+ * putting, had claimed, or was popping where it announced, and puts it
+ * back once (xseg_settle_pool; its CAS to RESUMED against a live taker's
+ * claim decides who has it).
+ */
+static void pool_push(struct xseg *s, struct xseg_request *req, uint32_t pusher)
+{
+	uint64_t base = xseg_push_tag_base(pusher, false), at;
+	__atomic_store_n(&req->pushing, base | XSEG_RING_POS_MASK, __ATOMIC_RELAXED);
+	store_state(req, XS_FREE);
+	set_holder(req, XSEG_NO_PORT);
+	xannotate_happens_before(&xseg_tsan_handoff);
+	xseg_ring_push_tagged(s->free_ring, req->index, &req->pushing, base, &at);
+	uint64_t tag = base | at;
+	__atomic_compare_exchange_n(&req->pushing, &tag, tag | PUSH_DONE, false, __ATOMIC_RELEASE,
+				    __ATOMIC_RELAXED);
+}
+
+#define POOL_WAIT_US    100
+#define POOL_WAIT_TRIES 200   /* 20 ms: a live pusher's DONE */
+
+uint32_t xseg_settle_pool(struct xseg *s, uint32_t port)
+{
+	xannotate_happens_after(&xseg_tsan_handoff);
+	uint64_t taking = atomic_load(&s->ports[port].pool_taking);
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < s->nr_requests; i++) {
+		struct xseg_request *r = &s->requests[i];
+		for (int tries = 0;; tries++) {
+			if (load_state(r) != XS_FREE)
+				break;
+			uint64_t tag = __atomic_load_n(&r->pushing, __ATOMIC_ACQUIRE);
+			uint64_t pos = tag & XSEG_RING_POS_MASK;
+			bool ours;
+			if (tag & XSEG_PUSH_TAKEN)          /* claimed, not marked; or RESUMED */
+				ours = tag != PUSH_RESUMED && pushed_by(tag, port);
+			else if (pushed_by(tag, port) && !(tag & PUSH_DONE))   /* a put */
+				ours = !xseg_ring_filled_at(s->free_ring, pos, i);
+			else if (taking && pos == (taking & XSEG_RING_POS_MASK)) {
+				/* popped where the port announced, unless still there;
+				 * a live put not yet DONE at that position is waited for */
+				if (!(tag & PUSH_DONE) && tries < POOL_WAIT_TRIES) {
+					usleep(POOL_WAIT_US);
+					continue;
+				}
+				ours = (tag & PUSH_DONE) && !xseg_ring_filled_at(s->free_ring, pos, i);
+			} else
+				ours = false;
+			if (ours && __atomic_compare_exchange_n(&r->pushing, &tag, PUSH_RESUMED, false,
+							       __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+				pool_push(s, r, port);
+				n++;
+			}
+			break;
+		}
+	}
+	atomic_store(&s->ports[port].pool_taking, 0);
+	return n;
 }
 
 /* An answer's tag keeps the return path's length from before the answer
@@ -677,8 +766,8 @@ uint32_t xseg_resume_pushes(struct xseg *s, uint32_t port)
 	for (uint32_t i = 0; i < s->nr_requests; i++) {
 		struct xseg_request *r = &s->requests[i];
 		uint64_t tag = __atomic_load_n(&r->pushing, __ATOMIC_ACQUIRE);
-		if (!pushed_by(tag, port) || (tag & PUSH_DONE))
-			continue;
+		if (!pushed_by(tag, port) || (tag & PUSH_DONE) || load_state(r) == XS_FREE)
+			continue;   /* (a put: xseg_settle_pool) */
 		uint32_t to = __atomic_load_n(&r->holder, __ATOMIC_ACQUIRE);
 		if (to >= s->nr_ports)
 			continue;

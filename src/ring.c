@@ -102,7 +102,11 @@ bool xseg_ring_push_tagged(struct xseg_ring *r, uint32_t value, uint64_t *tag,
 	return push(r, value, tag, tag_base, at);
 }
 
-bool xseg_ring_pop_at(struct xseg_ring *r, uint32_t *value, uint64_t *at)
+/* Empties the cell at head. Before each try at a position, stores
+ * XSEG_RING_ANNOUNCED | position in *announce (when not NULL): a taker
+ * killed right after the cell's CAS leaves word of where it took. */
+static inline bool pop(struct xseg_ring *r, uint32_t *value, uint64_t *at,
+		       _Atomic uint64_t *announce)
 {
 	for (;;) {
 		uint64_t pos = atomic_load_explicit(&r->head, memory_order_acquire);
@@ -110,6 +114,10 @@ bool xseg_ring_pop_at(struct xseg_ring *r, uint32_t *value, uint64_t *at)
 		uint64_t w = atomic_load_explicit(c, memory_order_acquire);
 		int64_t dif = seq_dif(w, pos + 1);
 		if (dif == 0) {
+			if (announce)
+				atomic_store_explicit(announce, XSEG_RING_ANNOUNCED |
+						      (pos & XSEG_RING_POS_MASK),
+						      memory_order_relaxed);
 			if (atomic_compare_exchange_strong_explicit(c, &w,
 					cell_word(pos + r->capacity, 0),
 					memory_order_acq_rel, memory_order_relaxed)) {
@@ -125,6 +133,23 @@ bool xseg_ring_pop_at(struct xseg_ring *r, uint32_t *value, uint64_t *at)
 		}
 		/* else head moved on meanwhile: look again */
 	}
+}
+
+bool xseg_ring_pop_at(struct xseg_ring *r, uint32_t *value, uint64_t *at)
+{
+	return pop(r, value, at, NULL);
+}
+
+bool xseg_ring_pop_announced(struct xseg_ring *r, uint32_t *value, uint64_t *at,
+			     _Atomic uint64_t *announce)
+{
+	return pop(r, value, at, announce);
+}
+
+bool xseg_ring_filled_at(struct xseg_ring *r, uint64_t pos, uint32_t value)
+{
+	uint64_t w = atomic_load_explicit(&r->cells[pos & r->mask].word, memory_order_acquire);
+	return seq_dif(w, pos + 1) == 0 && (w & VALUE_MASK) == value;
 }
 
 bool xseg_ring_pop(struct xseg_ring *r, uint32_t *value)

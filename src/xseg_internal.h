@@ -69,6 +69,14 @@ bool xseg_ring_pop(struct xseg_ring *r, uint32_t *value);
 bool xseg_ring_push_tagged(struct xseg_ring *r, uint32_t value, uint64_t *tag,
 			   uint64_t tag_base, uint64_t *at);
 bool xseg_ring_pop_at(struct xseg_ring *r, uint32_t *value, uint64_t *at);
+/* pop_at that stores XSEG_RING_ANNOUNCED | position in *announce before
+ * each try (the pool: a taker killed between its pop and its claim). */
+#define XSEG_RING_ANNOUNCED (1ull << 63)
+bool xseg_ring_pop_announced(struct xseg_ring *r, uint32_t *value, uint64_t *at,
+			     _Atomic uint64_t *announce);
+/* Whether the cell of position pos (40 bits) holds value pushed at pos,
+ * not yet popped. */
+bool xseg_ring_filled_at(struct xseg_ring *r, uint64_t pos, uint32_t value);
 /* Whether a cell holds value (exact only while nobody pushes or pops it). */
 bool xseg_ring_holds(struct xseg_ring *r, uint32_t value);
 uint32_t xseg_ring_count(struct xseg_ring *r);
@@ -199,6 +207,10 @@ struct xseg_port_shm {
 	_Atomic uint32_t reserved;
 	/* Replies that came back after the owner they were for had gone. */
 	_Atomic uint64_t dropped_replies;
+	/* Where the owner last tried to take a request from the pool
+	 * (XSEG_RING_ANNOUNCED | free ring position; 0 once it has marked
+	 * it its own): its reaper finds a request it popped and died with. */
+	_Atomic uint64_t pool_taking;
 };
 
 /* ---- process-local handle ------------------------------------------------- */
@@ -312,6 +324,9 @@ uint32_t xseg_settle_limbo(struct xseg *s, uint32_t port);
 #define XSEG_PUSH_PATH_SHIFT   40
 #define XSEG_PUSH_PATH_MASK    0x1full
 #define XSEG_PUSH_RESUMED      UINT64_MAX
+/* On a free request's tag: taken off the free ring by the port in the
+ * pusher bits, which had not yet marked it its own (request.c). */
+#define XSEG_PUSH_TAKEN        (1ull << 44)
 static inline uint64_t xseg_push_tag_base(uint32_t pusher, bool reply)
 {
 	return (uint64_t)(pusher + 1) << XSEG_PUSH_PUSHER_SHIFT | (reply ? XSEG_PUSH_REPLY : 0);
@@ -321,6 +336,10 @@ static inline uint64_t xseg_push_tag_base(uint32_t pusher, bool reply)
 uint32_t xseg_resume_pushes(struct xseg *s, uint32_t port);
 /* Requests held by a dead port's owner: fail them back or free them. */
 void xseg_reclaim_port_requests(struct xseg *s, uint32_t port);
+/* What the dead owner of `port` was putting in or taking out of the pool
+ * when it died (a request in no ring and held by nobody): back to the
+ * pool. Returns how many. */
+uint32_t xseg_settle_pool(struct xseg *s, uint32_t port);
 /* Remembers that this handle sent or replied to `port` (for reaping). */
 static inline void xseg_note_contact(struct xseg *s, uint32_t port)
 {

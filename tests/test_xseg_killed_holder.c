@@ -11,7 +11,10 @@
  */
 #include <check.h>
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -20,7 +23,7 @@
 #include "support/xseg_test_util.h"
 #include "../src/xseg_internal.h"   /* the heap's block marks */
 
-enum { CLIENT = 1, VICTIM = 6, BUF = 4096 };
+enum { CLIENT = 1, TAKER = 2, VICTIM = 6, BUF = 4096 };
 
 /* Binds VICTIM, says so on ready_fd, then gets, preps and puts for ever. */
 static void churn(int ready_fd)
@@ -45,14 +48,50 @@ static uint8_t block_mark(uint64_t off)
 	return ((uint8_t *)(xt_seg->heap_meta + 1))[off >> XSEG_HEAP_MIN_SHIFT];
 }
 
+/* A live thread beside the kills and reaps, taking from the pool and
+ * putting back (on the reaper's races with a live taker): a request it
+ * holds must stay its own (a copy handed out again is re-initialised). */
+static _Atomic bool stop_taker;
+static char taker_failure[200];
+
+static void *live_taker(void *arg)
+{
+	(void)arg;
+	for (uint64_t n = 1; !atomic_load(&stop_taker); n++) {
+		struct xseg_request *r = xseg_get_request(xt_seg, TAKER);
+		if (!r) {
+			snprintf(taker_failure, sizeof(taker_failure), "get: %s", xseg_last_error());
+			return NULL;
+		}
+		r->priv = n;
+		sched_yield();
+		if (r->priv != n || r->holder != TAKER || r->state != XS_ALLOCATED) {
+			snprintf(taker_failure, sizeof(taker_failure), "request %u was handed out "
+				 "again while held (priv %llu, holder %u, state %u)", r->index,
+				 (unsigned long long)r->priv, r->holder, r->state);
+			return NULL;
+		}
+		if (xseg_put_request(xt_seg, r) < 0) {
+			snprintf(taker_failure, sizeof(taker_failure), "put: %s", xseg_last_error());
+			return NULL;
+		}
+	}
+	return NULL;
+}
+
 START_TEST(what_a_killed_holder_had_is_never_given_back_twice_nor_lost)
 {
 	unsigned seed = (unsigned)getpid();
 	uint64_t t0 = xseg_now_ns();
 	int rounds = 0;
+	pthread_t taker;
 
 	ck_assert_int_eq(xseg_bind_port(xt_seg, CLIENT), 0);
-	/* About 1 kill in 100 lands in the window: up to 8 s of kills. */
+	ck_assert_int_eq(xseg_bind_port(xt_seg, TAKER), 0);
+	atomic_store(&stop_taker, false);
+	ck_assert_int_eq(pthread_create(&taker, NULL, live_taker, NULL), 0);
+	/* Kills land in those windows often (most on a page fault: a new
+	 * process faults the pool in piece by piece): up to 8 s of kills. */
 	while (xseg_now_ns() - t0 < 8000000000ull && rounds < 3000) {
 		int ready[2];
 		char ch;
@@ -92,6 +131,9 @@ START_TEST(what_a_killed_holder_had_is_never_given_back_twice_nor_lost)
 		ck_assert_int_eq(xseg_put_request(xt_seg, b), 0);
 		rounds++;
 	}
+	atomic_store(&stop_taker, true);
+	ck_assert_int_eq(pthread_join(taker, NULL), 0);
+	ck_assert_msg(!taker_failure[0], "live taker: %s", taker_failure);
 	/* Nothing is held now: a block the heap neither has free nor hands
 	 * to a request is lost (a kill inside the heap's own steps, or
 	 * between them and the request's record of the block). */

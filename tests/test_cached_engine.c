@@ -11,7 +11,9 @@
 #include "support/xseg_test_util.h"
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -1084,6 +1086,80 @@ START_TEST(policy_switch_flushes_everything)
 	fill(w, sizeof(w), 11);
 	ck_assert_int_eq(do_write("g", 0, sizeof(w), w), 0);
 	ck_assert(blk_has("g", 0, w, sizeof(w)));           /* now written through */
+	teardown();
+}
+END_TEST
+
+/* barrier.c: a switch to write-through under a write load. A write that
+ * read the policy (write-back) just before the switch and marks its object
+ * dirty just after the switch listed the dirty objects must still be on
+ * the blocker by the switch's answer: `xseg unplug` clears the route then,
+ * and what stayed dirty would be read stale there, and written back later
+ * over newer bytes. */
+static _Atomic bool switch_stop, switch_pause;
+static _Atomic int switch_paused;
+
+static void *switch_writer(void *arg)
+{
+	int id = (int)(intptr_t)arg;
+	static _Thread_local unsigned char buf[OBJ_SIZE];
+	char name[32];
+	rcu_register_thread();
+	for (unsigned k = 0; !atomic_load(&switch_stop); k++) {
+		if (atomic_load(&switch_pause)) {
+			atomic_fetch_add(&switch_paused, 1);
+			while (atomic_load(&switch_pause) && !atomic_load(&switch_stop))
+				sched_yield();
+			atomic_fetch_sub(&switch_paused, 1);
+			continue;
+		}
+		snprintf(name, sizeof(name), "sw%d-%u", id, k % 12);
+		fill(buf, sizeof(buf), k * 8 + (unsigned)id);
+		ck_assert_int_eq(do_write(name, 0, sizeof(buf), buf), 0);
+	}
+	rcu_unregister_thread();
+	return NULL;
+}
+
+START_TEST(policy_switch_under_writes_leaves_nothing_dirty)
+{
+	setup_with(4u << 20, 64, CACHE_WRITEBACK);
+	enum { WRITERS = 4 };
+	pthread_t t[WRITERS];
+	atomic_store(&switch_stop, false);
+	atomic_store(&switch_pause, false);
+	atomic_store(&switch_paused, 0);
+	for (int i = 0; i < WRITERS; i++)
+		pthread_create(&t[i], NULL, switch_writer, (void *)(intptr_t)i);
+	unsigned seed = 7, missed = 0, rounds = 1500;
+	uint64_t missed_bytes = 0;
+	for (unsigned r = 0; r < rounds; r++) {
+		struct sync_req s = { .r = { .op = X_CONTROL, .name = "", .done = sync_done } };
+		pthread_mutex_init(&s.lock, NULL);
+		pthread_cond_init(&s.cond, NULL);
+		cache_engine_set_policy(blk.engine, CACHE_WRITEBACK, &s.r);   /* answered at once */
+		ck_assert(s.r.served);
+		usleep((useconds_t)(rand_r(&seed) % 200));
+		ck_assert(switch_to_writethrough());
+		/* Answered: no write may make a bucket dirty any more. Let the
+		 * writes under way end, then look. */
+		atomic_store(&switch_pause, true);
+		while (atomic_load(&switch_paused) < WRITERS)
+			sched_yield();
+		struct cache_stats st;
+		cache_engine_stats(blk.engine, &st);
+		if (!cache_engine_clean(blk.engine)) {
+			missed++;
+			missed_bytes += st.dirty_bytes;
+			ck_assert_int_eq(do_flush(), 0);   /* start the next round clean */
+		}
+		atomic_store(&switch_pause, false);
+	}
+	atomic_store(&switch_stop, true);
+	for (int i = 0; i < WRITERS; i++)
+		pthread_join(t[i], NULL);
+	ck_assert_msg(missed == 0, "%u of %u switches to write-through answered while a write "
+		      "left %" PRIu64 " dirty bytes in all", missed, rounds, missed_bytes);
 	teardown();
 }
 END_TEST
@@ -2327,6 +2403,7 @@ int main(void)
 	tcase_set_timeout(threads, 120);
 	tcase_add_loop_test(threads, threads_share_a_small_cache_consistently, 0, 4);
 	tcase_add_test(threads, readers_of_a_hot_object_see_whole_acknowledged_writes);
+	tcase_add_test(threads, policy_switch_under_writes_leaves_nothing_dirty);
 	suite_add_tcase(s, threads);
 	TCase *rv = tcase_create("orders");   /* CK_RUN_CASE=orders */
 	tcase_set_timeout(rv, 60);

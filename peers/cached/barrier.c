@@ -174,8 +174,12 @@ void cache_engine_set_policy(struct cache_engine *e, enum cache_policy p,
 	if (p == CACHE_WRITETHROUGH && replica_refuses(e, req))
 		return;
 	atomic_store(&e->policy, (int)p);
-	if (p == CACHE_WRITETHROUGH)
+	if (p == CACHE_WRITETHROUGH) {
+		/* the write-back writes that read the old policy are dirty
+		 * (listed below) once their steps end: microseconds */
+		engine_wait_write_steps(e);
 		flush_all_to_blocker(e, req);   /* no dirty byte stays behind */
+	}
 	else
 		finish(e, req, true, 0, 0);
 }

@@ -7,6 +7,8 @@
  * engine again after another one finds its block on the engine's list,
  * so the list holds one block per thread at most.
  */
+#include <sched.h>
+
 #include "engine_private.h"
 
 _Thread_local struct count_cache tl_counts;
@@ -48,6 +50,15 @@ uint64_t engine_count_sum(struct cache_engine *e, size_t field)
 		sum += atomic_load_explicit((_Atomic uint64_t *)((char *)&b->c + field),
 					    memory_order_relaxed);
 	return sum;
+}
+
+void engine_wait_write_steps(struct cache_engine *e)
+{
+	for (struct count_block *b = atomic_load(&e->count_blocks); b; b = b->next) {
+		uint64_t begun = atomic_load(&b->c.write_steps_begun);
+		while (atomic_load_explicit(&b->c.write_steps_ended, memory_order_acquire) < begun)
+			sched_yield();
+	}
 }
 
 void engine_counts_free(struct cache_engine *e)

@@ -29,6 +29,15 @@ static bool fua_through(const struct cache_engine *e, const struct cache_req *re
 static void write_step(struct cache_object *o, struct cache_req *req, const struct bucket_span *sp)
 {
 	struct cache_engine *e = o->e;
+	/* A write that read "write-back" marks its object dirty only after
+	 * its copy: a switch to write-through that lists the dirty objects
+	 * meanwhile would miss it, answer, and leave it dirty behind an
+	 * unplug. Counted as begun (seq_cst, before the policy is read) and
+	 * ended, the switch waits for it (barrier.c). Only this thread
+	 * writes its counts: a load and a store, no locked instruction. */
+	struct engine_counts *c = engine_counts(e);
+	atomic_store(&c->write_steps_begun, atomic_load_explicit(&c->write_steps_begun,
+								 memory_order_relaxed) + 1);
 	bool writeback = atomic_load(&e->policy) == CACHE_WRITEBACK && !fua_through(e, req);
 	if (is_replica(e))
 		replica_write(o, req, sp);
@@ -38,6 +47,9 @@ static void write_step(struct cache_object *o, struct cache_req *req, const stru
 		write_back(o, req, sp);
 	else
 		write_through(o, req, sp);
+	atomic_store_explicit(&c->write_steps_ended,
+			      atomic_load_explicit(&c->write_steps_ended, memory_order_relaxed) + 1,
+			      memory_order_release);
 }
 
 /* A request's step on its object (e->resume): from QUEUED, PARKED or

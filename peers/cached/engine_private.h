@@ -79,6 +79,10 @@ struct engine_counts {
 	_Atomic uint64_t waits, uncached, failed, lent;
 	_Atomic uint64_t raced_writes;   /* uncached writes of one bucket out at once */
 	_Atomic uint64_t reread;         /* uncached reads read again: a cached copy went */
+	/* Writes' steps begun and ended on this thread (engine.c's
+	 * write_step): a switch to write-through waits for those begun
+	 * before it (engine_wait_write_steps). Not figures. */
+	_Atomic uint64_t write_steps_begun, write_steps_ended;
 };
 
 struct count_block {
@@ -98,6 +102,8 @@ struct cache_engine;
 struct engine_counts *engine_counts_slow(struct cache_engine *e);
 /* The sum of counter `field` (offsetof in struct engine_counts) over the blocks. */
 uint64_t engine_count_sum(struct cache_engine *e, size_t field);
+/* Returns once every write step begun on any thread before the call ended. */
+void engine_wait_write_steps(struct cache_engine *e);
 void engine_counts_free(struct cache_engine *e);
 uint64_t engine_new_id(void);
 

@@ -176,8 +176,8 @@ void cache_engine_set_policy(struct cache_engine *e, enum cache_policy p,
 	atomic_store(&e->policy, (int)p);
 	if (p == CACHE_WRITETHROUGH) {
 		/* the write-back writes that read the old policy are dirty
-		 * (listed below) once their steps end: microseconds */
-		engine_wait_write_steps(e);
+		 * (listed below) once they leave: microseconds */
+		engine_wait_writes(e);
 		flush_all_to_blocker(e, req);   /* no dirty byte stays behind */
 	}
 	else

@@ -289,9 +289,8 @@ static bool name_allowed(struct xseg_request *x)
 	return false;
 }
 
-static void on_request(struct peer_thread *t, struct xseg_request *x)
+static void take_request(struct xseg_request *x)
 {
-	(void)t;
 	struct glue_req *g = &C.slots[x->index].req;
 	memset(&g->req, 0, sizeof(g->req));
 	g->xreq = x;
@@ -345,6 +344,17 @@ static void on_request(struct peer_thread *t, struct xseg_request *x)
 	if (x->op == X_WRITE)
 		dirty_mark_write_begin();   /* before it can be acknowledged */
 	cache_engine_submit(C.engine, r);
+}
+
+static void on_request(struct peer_thread *t, struct xseg_request *x)
+{
+	(void)t;
+	/* Taken: a policy switch, mirror-reset or promote that comes after
+	 * it on the port waits until it is in the engine. */
+	void *w = x->op == X_WRITE ? cache_engine_write_begin(C.engine) : NULL;
+	take_request(x);
+	if (w)
+		cache_engine_write_end(w);
 }
 
 

@@ -52,11 +52,14 @@ uint64_t engine_count_sum(struct cache_engine *e, size_t field)
 	return sum;
 }
 
-void engine_wait_write_steps(struct cache_engine *e)
+void engine_wait_writes(struct cache_engine *e)
 {
 	for (struct count_block *b = atomic_load(&e->count_blocks); b; b = b->next) {
-		uint64_t begun = atomic_load(&b->c.write_steps_begun);
-		while (atomic_load_explicit(&b->c.write_steps_ended, memory_order_acquire) < begun)
+		/* none under way now, or the one under way left since */
+		uint64_t left = atomic_load(&b->c.writes_left);
+		if (!atomic_load(&b->c.writes_depth))
+			continue;
+		while (atomic_load(&b->c.writes_left) == left)
 			sched_yield();
 	}
 }

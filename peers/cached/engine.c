@@ -29,15 +29,7 @@ static bool fua_through(const struct cache_engine *e, const struct cache_req *re
 static void write_step(struct cache_object *o, struct cache_req *req, const struct bucket_span *sp)
 {
 	struct cache_engine *e = o->e;
-	/* A write that read "write-back" marks its object dirty only after
-	 * its copy: a switch to write-through that lists the dirty objects
-	 * meanwhile would miss it, answer, and leave it dirty behind an
-	 * unplug. Counted as begun (seq_cst, before the policy is read) and
-	 * ended, the switch waits for it (barrier.c). Only this thread
-	 * writes its counts: a load and a store, no locked instruction. */
-	struct engine_counts *c = engine_counts(e);
-	atomic_store(&c->write_steps_begun, atomic_load_explicit(&c->write_steps_begun,
-								 memory_order_relaxed) + 1);
+	struct engine_counts *c = write_enter(e);   /* before the policy is read */
 	bool writeback = atomic_load(&e->policy) == CACHE_WRITEBACK && !fua_through(e, req);
 	if (is_replica(e))
 		replica_write(o, req, sp);
@@ -47,9 +39,7 @@ static void write_step(struct cache_object *o, struct cache_req *req, const stru
 		write_back(o, req, sp);
 	else
 		write_through(o, req, sp);
-	atomic_store_explicit(&c->write_steps_ended,
-			      atomic_load_explicit(&c->write_steps_ended, memory_order_relaxed) + 1,
-			      memory_order_release);
+	write_leave(c);
 }
 
 /* A request's step on its object (e->resume): from QUEUED, PARKED or
@@ -192,7 +182,11 @@ void cache_engine_submit(struct cache_engine *e, struct cache_req *req)
 			finish(e, req, false, EINVAL, 0);   /* past the object's end */
 			return;
 		}
+		/* a write on its way to its object's queue is under way too */
+		struct engine_counts *c = req->op == X_WRITE ? write_enter(e) : NULL;
 		dispatch_object(e, req);
+		if (c)
+			write_leave(c);
 		return;
 	}
 	case X_INFO: {
@@ -601,6 +595,16 @@ uint64_t cache_engine_maintain(struct cache_engine *e)
 	xwaitq_signal(&e->entry_waitq);
 	/* A 1 ms tick only while it helps: not while the flusher pauses. */
 	return (e->flushing && !paused) || short_of_buckets ? 1000000ull : 10000000ull;
+}
+
+void *cache_engine_write_begin(struct cache_engine *e)
+{
+	return write_enter(e);
+}
+
+void cache_engine_write_end(void *token)
+{
+	write_leave(token);
 }
 
 bool cache_engine_is_replica(struct cache_engine *e)

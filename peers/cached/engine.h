@@ -251,6 +251,14 @@ void cache_engine_destroy(struct cache_engine *e);
  * before this returns. The calling thread must be an RCU reader. */
 void cache_engine_submit(struct cache_engine *e, struct cache_req *req);
 
+/* The glue took a write (from its port) and submits it before calling
+ * cache_engine_write_end(e, token): a switch to write-through, a
+ * mirror-reset or a promote begun meanwhile waits for it, as for a write
+ * already in the engine (a replica's reset must drop what the primary
+ * sent before it, however late a thread submits it). Calls may nest. */
+void *cache_engine_write_begin(struct cache_engine *e);
+void cache_engine_write_end(void *token);
+
 /* The bytes of a bucket pool for cache_size (whole buckets). */
 static inline uint64_t cache_pool_bytes(uint64_t cache_size, uint32_t bucket_size)
 {

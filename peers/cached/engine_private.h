@@ -79,10 +79,11 @@ struct engine_counts {
 	_Atomic uint64_t waits, uncached, failed, lent;
 	_Atomic uint64_t raced_writes;   /* uncached writes of one bucket out at once */
 	_Atomic uint64_t reread;         /* uncached reads read again: a cached copy went */
-	/* Writes' steps begun and ended on this thread (engine.c's
-	 * write_step): a switch to write-through waits for those begun
-	 * before it (engine_wait_write_steps). Not figures. */
-	_Atomic uint64_t write_steps_begun, write_steps_ended;
+	/* Writes under way on this thread (write_enter/leave: a submit, a
+	 * step), nested, and how often it had none left: a policy switch,
+	 * a reset or a promote waits for those begun before it
+	 * (engine_wait_writes). Not figures. */
+	_Atomic uint64_t writes_depth, writes_left;
 };
 
 struct count_block {
@@ -102,8 +103,9 @@ struct cache_engine;
 struct engine_counts *engine_counts_slow(struct cache_engine *e);
 /* The sum of counter `field` (offsetof in struct engine_counts) over the blocks. */
 uint64_t engine_count_sum(struct cache_engine *e, size_t field);
-/* Returns once every write step begun on any thread before the call ended. */
-void engine_wait_write_steps(struct cache_engine *e);
+/* Returns once every write begun (write_enter) on any thread before the
+ * call has left (write_leave). */
+void engine_wait_writes(struct cache_engine *e);
 void engine_counts_free(struct cache_engine *e);
 uint64_t engine_new_id(void);
 
@@ -390,6 +392,34 @@ static inline struct engine_counts *engine_counts(struct cache_engine *e)
 	return engine_counts_slow(e);
 }
 #define STAT_ADD(e, field, n) count_add(&engine_counts(e)->field, (n))
+
+/*
+ * A write reads the policy (or whether the engine is a replica) and marks
+ * its object dirty only after copying its bytes: a switch to
+ * write-through, a mirror-reset or a promote that lists the dirty objects
+ * meanwhile would miss it. Between write_enter (seq_cst: before what it
+ * reads) and write_leave (after the object is marked) such a switch,
+ * which stores first and then calls engine_wait_writes, waits for it.
+ * Only the calling thread writes its counts: a load and a store, no
+ * locked instruction.
+ */
+static inline struct engine_counts *write_enter(struct cache_engine *e)
+{
+	struct engine_counts *c = engine_counts(e);
+	atomic_store(&c->writes_depth,
+		     atomic_load_explicit(&c->writes_depth, memory_order_relaxed) + 1);
+	return c;
+}
+
+static inline void write_leave(struct engine_counts *c)
+{
+	uint64_t d = atomic_load_explicit(&c->writes_depth, memory_order_relaxed) - 1;
+	if (!d)
+		atomic_store_explicit(&c->writes_left,
+				      atomic_load_explicit(&c->writes_left, memory_order_relaxed) + 1,
+				      memory_order_release);
+	atomic_store_explicit(&c->writes_depth, d, memory_order_release);
+}
 #define STAT_SUM(e, field) engine_count_sum((e), offsetof(struct engine_counts, field))
 /* the same, for a counter outside e->st (mst, rst) */
 #define COUNT_ADD(e, field, n) atomic_fetch_add_explicit(&(e)->field, (n), memory_order_relaxed)

@@ -111,6 +111,9 @@ void cache_engine_replica_reset(struct cache_engine *e, struct cache_req *req)
 		finish(e, req, false, ENOMEM, 0);
 		return;
 	}
+	/* what the primary sent before may still be copied in: dirty (and
+	 * listed below) once its write leaves */
+	engine_wait_writes(e);
 	size_t n;
 	errno = 0;
 	struct cache_object **snap = dirty_snapshot(e, &n);
@@ -136,5 +139,6 @@ void cache_engine_promote(struct cache_engine *e, struct cache_req *req)
 {
 	req_init(e, req);
 	atomic_store(&e->replica, false);   /* flushes, reads, stops as any cache */
+	engine_wait_writes(e);   /* what it took as a replica is dirty: listed */
 	flush_all_to_blocker(e, req);
 }

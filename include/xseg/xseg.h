@@ -69,7 +69,11 @@ enum xseg_op {
 /* Request flags. */
 #define XF_FUA    (1u << 0)  /* this write is durable before it is answered */
 #define XF_FLUSH  (1u << 1)  /* a flush barrier precedes this request */
-#define XF_ALL    (XF_FUA | XF_FLUSH)
+/* a primary cache's copy of a write for its replica (cached --mirror-port):
+ * a cache that is no replica (one promoted since) refuses it, or it would
+ * hold the primary's bytes as its own and write them back later */
+#define XF_MIRROR (1u << 2)
+#define XF_ALL    (XF_FUA | XF_FLUSH | XF_MIRROR)
 
 /* Request states. A request is in exactly one of these. */
 enum xseg_state {

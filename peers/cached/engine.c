@@ -33,6 +33,8 @@ static void write_step(struct cache_object *o, struct cache_req *req, const stru
 	bool writeback = atomic_load(&e->policy) == CACHE_WRITEBACK && !fua_through(e, req);
 	if (is_replica(e))
 		replica_write(o, req, sp);
+	else if (req->flags & XF_MIRROR)
+		finish(e, req, false, EPERM, 0);   /* promoted: the primary degrades */
 	else if (writeback && mirror_down(e) && e->cfg.mirror_fail_stop)
 		finish(e, req, false, ENOTCONN, 0);
 	else if (writeback && !mirror_down(e))

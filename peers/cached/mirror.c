@@ -140,6 +140,7 @@ static bool take_bio(struct cache_object *o, struct mirror_op *op)
 		memcpy(op->bio->data, op->buf, size);
 		free(op->buf);
 		op->buf = NULL;
+		op->bio->flags = XF_MIRROR;
 	} else {
 		char text[64];
 		int n = snprintf(text, sizeof(text), "mirror-clean %" PRIu64 " %" PRIu64, off, size);
@@ -355,8 +356,10 @@ static bool enqueue(struct cache_object *o, struct cache_req *req, uint32_t firs
 		}
 		for (uint32_t i = first; i < first + count; i++)
 			bucket_copy(o, i, off, size, op->bio ? op->bio->data : op->buf, false);
-		if (op->bio)
+		if (op->bio) {
 			op->bio->mirror = true;
+			op->bio->flags = XF_MIRROR;   /* a promoted replica refuses it */
+		}
 	}
 	append(o, op);
 	send_ready(o);

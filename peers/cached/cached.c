@@ -41,9 +41,15 @@ struct cached {
 	struct cache_engine *engine;
 	union glue_slot *slots;            /* one per request of the pool, by index */
 	bool clean;                        /* the drain wrote every dirty byte back */
+	/* Set when the drain begins: from then on no control turns write-back
+	 * on again (the stop would drop what it made dirty). Under
+	 * policy_lock with such a control's switch. */
+	bool stopping;
+	pthread_mutex_t policy_lock;
 };
 
-static struct cached C;
+static struct cached C = { .policy_lock = PTHREAD_MUTEX_INITIALIZER };
+
 
 /* ---- blocker requests (the engine's backend) ------------------------------ */
 
@@ -225,6 +231,24 @@ static bool replica_control(struct glue_req *g)
 	return true;
 }
 
+/* A control that would turn write-back on (policy writeback, plug): false,
+ * and refused, once the stop began. */
+static bool write_back_on(struct cache_req *r, struct xseg_request *x, const char *what,
+			  enum cache_policy p)
+{
+	pthread_mutex_lock(&C.policy_lock);
+	bool ok = !C.stopping;
+	if (ok)
+		cache_engine_set_policy(C.engine, p, r);   /* write-back: answered at once */
+	pthread_mutex_unlock(&C.policy_lock);
+	if (!ok) {
+		peer_warn("refused '%s': stopping (every dirty byte written back, write-through "
+			  "until it exits)", what);
+		respond(x, false, ESHUTDOWN, 0);
+	}
+	return ok;
+}
+
 /* X_CONTROL: "policy writeback|writethrough", "flush", "plug", "unplug",
  * "promote", a primary's "mirror-*" ("stats" is the runtime's:
  * stats_fields). */
@@ -250,10 +274,13 @@ static void handle_control(struct glue_req *g)
 			 "port %u; an ordinary cache from now on", C.blocker_port);
 		cache_engine_promote(C.engine, &g->req);
 	} else if (!strcmp(g->control, "policy writeback")) {
-		cache_engine_set_policy(C.engine, CACHE_WRITEBACK, &g->req);
+		write_back_on(&g->req, x, g->control, CACHE_WRITEBACK);
 	} else if (!strcmp(g->control, "plug")) {
 		/* back in a path: the policy it was started with */
-		cache_engine_set_policy(C.engine, C.cfg.policy, &g->req);
+		if (C.cfg.policy == CACHE_WRITEBACK)
+			write_back_on(&g->req, x, g->control, CACHE_WRITEBACK);
+		else
+			cache_engine_set_policy(C.engine, C.cfg.policy, &g->req);
 	} else if (!strcmp(g->control, "policy writethrough") || !strcmp(g->control, "unplug")) {
 		/* Unplugging: no new dirty data, every dirty byte on the blocker,
 		 * and only then the answer (xseg unplug then clears the route). */
@@ -621,6 +648,9 @@ static void restore_route(void)
 static int drain(struct peer *p, uint64_t deadline)
 {
 	(void)p;
+	pthread_mutex_lock(&C.policy_lock);
+	C.stopping = true;   /* write_back_on refuses from now on */
+	pthread_mutex_unlock(&C.policy_lock);
 	struct cache_stats st;
 	cache_engine_stats(C.engine, &st);
 	if (st.replica) {

@@ -7,9 +7,29 @@
  * engine again after another one finds its block on the engine's list,
  * so the list holds one block per thread at most.
  */
+#include <linux/membarrier.h>
+#include <pthread.h>
 #include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "engine_private.h"
+
+bool engine_asym_fence;
+_Atomic uint32_t engine_fence_word;
+static pthread_once_t fence_once = PTHREAD_ONCE_INIT;
+
+static void fence_register(void)
+{
+	long cmds = syscall(__NR_membarrier, MEMBARRIER_CMD_QUERY, 0);
+	engine_asym_fence = cmds > 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
+			    syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0) == 0;
+}
+
+void engine_fence_init(void)
+{
+	pthread_once(&fence_once, fence_register);
+}
 
 _Thread_local struct count_cache tl_counts;
 static _Thread_local int tl_thread_mark;   /* its address names the thread */
@@ -54,6 +74,14 @@ uint64_t engine_count_sum(struct cache_engine *e, size_t field)
 
 void engine_wait_writes(struct cache_engine *e)
 {
+	/* every thread's count stored before our caller's store is seen now,
+	 * or that thread reads what our caller stored (write_enter); the
+	 * writers rely on it: one that fails (it cannot, registered) must not
+	 * pass for done */
+	if (!engine_asym_fence)
+		engine_full_fence();
+	else if (syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0) < 0)
+		abort();
 	for (struct count_block *b = atomic_load(&e->count_blocks); b; b = b->next) {
 		/* none under way now, or the one under way left since */
 		uint64_t left = atomic_load(&b->c.writes_left);

@@ -468,6 +468,7 @@ struct cache_engine *cache_engine_create(const struct cache_config *cfg,
 					 const struct cache_backend *backend,
 					 const char **why)
 {
+	engine_fence_init();   /* before any write (write_enter) */
 	struct cache_engine *e = calloc(1, sizeof(*e));
 	if (!e) {
 		*why = "out of memory";

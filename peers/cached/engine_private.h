@@ -397,17 +397,41 @@ static inline struct engine_counts *engine_counts(struct cache_engine *e)
  * A write reads the policy (or whether the engine is a replica) and marks
  * its object dirty only after copying its bytes: a switch to
  * write-through, a mirror-reset or a promote that lists the dirty objects
- * meanwhile would miss it. Between write_enter (seq_cst: before what it
- * reads) and write_leave (after the object is marked) such a switch,
- * which stores first and then calls engine_wait_writes, waits for it.
- * Only the calling thread writes its counts: a load and a store, no
- * locked instruction.
+ * meanwhile would miss it. Between write_enter (its count stored before
+ * what it reads) and write_leave (after the object is marked) such a
+ * switch, which stores first and then calls engine_wait_writes, waits for
+ * it. Only the calling thread writes its counts: a load and a store, no
+ * locked instruction. The store-then-read order on both sides is paid by
+ * the rare waiter alone where membarrier(2) serves (engine_asym_fence:
+ * the writer's order is then the compiler's only, a write pays nothing);
+ * else by a full fence on each write.
  */
+extern bool engine_asym_fence;
+/* Registers for membarrier once per process (cache_engine_create). */
+void engine_fence_init(void);
+
+/* A full barrier; gcc refuses fences under ThreadSanitizer, where a
+ * seq_cst RMW of one word stands in (as xseg_full_fence). */
+extern _Atomic uint32_t engine_fence_word;
+static inline void engine_full_fence(void)
+{
+#ifdef __SANITIZE_THREAD__
+	atomic_fetch_add(&engine_fence_word, 0);
+#else
+	atomic_thread_fence(memory_order_seq_cst);
+#endif
+}
+
 static inline struct engine_counts *write_enter(struct cache_engine *e)
 {
 	struct engine_counts *c = engine_counts(e);
-	atomic_store(&c->writes_depth,
-		     atomic_load_explicit(&c->writes_depth, memory_order_relaxed) + 1);
+	atomic_store_explicit(&c->writes_depth,
+			      atomic_load_explicit(&c->writes_depth, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+	if (engine_asym_fence)
+		atomic_signal_fence(memory_order_seq_cst);
+	else
+		engine_full_fence();
 	return c;
 }
 

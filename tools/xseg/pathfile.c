@@ -166,14 +166,22 @@ static bool find_program(const char *program, char *out, size_t outlen)
 	return false;
 }
 
-/* A peer's persist=FILE (the last one, as getopt takes it), or NULL. */
+const char *path_peer_option(const struct path_peer *pp, const char *key)
+{
+	size_t len = strlen(key);
+	const char *v = NULL;
+	for (unsigned i = 0; i < pp->argc; i++)
+		if (!strncmp(pp->argv[i], "--", 2) && !strncmp(pp->argv[i] + 2, key, len) &&
+		    (pp->argv[i][2 + len] == '=' || !pp->argv[i][2 + len]))
+			v = pp->argv[i][2 + len] ? pp->argv[i] + 3 + len : "";
+	return v;   /* the last one, as getopt takes it */
+}
+
+/* A peer's persist=FILE, or NULL (none, or the key alone). */
 static const char *persist_of(const struct path_peer *pp)
 {
-	const char *f = NULL;
-	for (unsigned i = 0; i < pp->argc; i++)
-		if (!strncmp(pp->argv[i], "--persist=", 10))
-			f = pp->argv[i] + 10;
-	return f;
+	const char *f = path_peer_option(pp, "persist");
+	return f && *f ? f : NULL;
 }
 
 /* The same file: the same name, or (both there) the same inode. */

@@ -49,6 +49,9 @@ struct path_file {
  * cannot be read), and returns -1: a bad argument (exit 2).
  */
 int path_file_read(const char *file, struct path_file *pf);
+/* The value of a peer's key=value (its --KEY=VALUE), "" for the key
+ * alone, NULL when absent; the last one, as getopt takes it. */
+const char *path_peer_option(const struct path_peer *pp, const char *key);
 void path_file_free(struct path_file *pf);
 
 #endif

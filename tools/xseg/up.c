@@ -391,18 +391,6 @@ static int start_peer(struct xseg *seg, const struct path_file *pf, const struct
 	return 0;
 }
 
-/* The value of a peer's --KEY=VALUE (the file's key=value), or NULL. */
-static const char *peer_option(const struct path_peer *pp, const char *key)
-{
-	size_t len = strlen(key);
-	const char *v = NULL;
-	for (unsigned i = 0; i < pp->argc; i++)
-		if (!strncmp(pp->argv[i], "--", 2) && !strncmp(pp->argv[i] + 2, key, len) &&
-		    (pp->argv[i][2 + len] == '=' || !pp->argv[i][2 + len]))
-			v = pp->argv[i][2 + len] ? pp->argv[i] + 3 + len : "";
-	return v;   /* the last one, as getopt takes it */
-}
-
 /* The dirty bytes `PROGRAM --persist-inspect FILE --json` says FILE holds;
  * 0 when it is not a persist file (yet) or cannot be read. */
 static uint64_t persisted_dirty(const struct path_peer *pp, const char *file)
@@ -464,8 +452,8 @@ static int guard_persisted(struct xseg *seg, const struct path_file *pf, bool *g
 {
 	for (unsigned i = 0; i < pf->nr_peers; i++) {
 		const struct path_peer *pp = &pf->peers[i];
-		const char *file = peer_option(pp, "persist");
-		if (pp->plug == XSEG_NO_PORT || !file || !*file || peer_option(pp, "persist-discard"))
+		const char *file = path_peer_option(pp, "persist");
+		if (pp->plug == XSEG_NO_PORT || !file || !*file || path_peer_option(pp, "persist-discard"))
 			continue;
 		uint64_t dirty = persisted_dirty(pp, file);
 		if (!dirty)
@@ -495,7 +483,7 @@ static bool kept_in_file(struct xseg *seg, const struct path_peer *pp, bool guar
 	if (!guarded || port_owner(seg, pp->port_first))
 		return false;
 	fprintf(stderr, "xseg: up: those dirty bytes stay in %s for the next start\n",
-		peer_option(pp, "persist"));
+		path_peer_option(pp, "persist"));
 	return true;
 }
 

@@ -69,6 +69,8 @@ assert all(d['failed'] == 0 and d['corrupted'] == 0 for d in bs + dp + th if not
 assert json.load(open(os.path.join(r, 'meta.json')))['cpus'] >= 1
 EOF
 
+# bench/plot is Python only: a sanitized build has nothing more to show it
+if [ -n "${SANITIZE:-}" ]; then echo "bench/plot not run again under SANITIZE=$SANITIZE"; exit 0; fi
 if ! python3 -c 'import matplotlib' 2>/dev/null && ! /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then
 	echo "SKIP: bench/plot not run: no matplotlib (tools/install-deps installs python3-matplotlib)"
 	exit 0

@@ -13,13 +13,8 @@ SEG_PREFIX=nbdd-heap
 . "$(dirname "$0")/lib.sh"
 ACKED="timeout 120 python3 $(cd "$(dirname "$0")" && pwd)/support/nbd_acked_writes.py"
 
-"$BIN/xseg" create --segment "$SEG" --ports 16 --requests 1024 --heap 32M || fail "create"
-"$BIN/filed" --segment "$SEG" --port 1 --dir "$DIR/data" 2> "$DIR/filed.log" & filed=$!
-pids+=($filed)
-wait_bound 1
-"$BIN/vlmcd" --segment "$SEG" --port 2 --blocker-port 1 --volume vol:64M 2> "$DIR/vlmcd.log" &
-pids+=($!)
-wait_bound 2
+. "$(dirname "$0")/path_lib.sh"
+path_start 1024 32M 64M
 "$BIN/nulld" --segment "$SEG" --port 5 2> "$DIR/nulld.log" & pids+=($!)
 wait_bound 5
 

@@ -10,23 +10,10 @@ SEG_PREFIX=xseg-plug-dirty
 . "$(dirname "$0")/lib.sh"
 
 VOL=16M
-bench() {   # OP SEED OUT
-	"$BIN/bench-xseg" --segment "$SEG" --port 10 --target-port 2 --volume vol --op "$1" \
-		--pattern seq --total-size $VOL --block-size 64K --iodepth 8 --seed "$2" \
-		--verify full --timeout 30 --json > "$3" 2> "$3.err"
-}
-cached_on() {   # PORT
-	"$BIN/cached" --segment "$SEG" --port "$1" --blocker-port 1 --cache-size 64M \
-		--object-size 1M --write-policy writeback --dirty-high 100 --dirty-low 100 \
-		2>> "$DIR/cached$1.log" & pids+=($!)
-	wait_bound "$1"
-}
-
-"$BIN/xseg" create --segment "$SEG" --ports 16 --requests 512 --heap 64M || fail "create"
-"$BIN/filed" --segment "$SEG" --port 1 --dir "$DIR/data" 2> "$DIR/filed.log" & pids+=($!)
-"$BIN/vlmcd" --segment "$SEG" --port 2 --blocker-port 1 --volume vol:$VOL --object-size 1M \
-	2> "$DIR/vlmcd.log" & pids+=($!)
-wait_bound 1; wait_bound 2
+. "$(dirname "$0")/path_lib.sh"
+bench() { chain_bench "$@"; }
+cached_on() { chain_cache "$1"; }
+path_start 512 64M "$VOL" --object-size 1M
 
 bench write 1 "$DIR/w0.out" || fail "old data: $(tail -2 "$DIR/w0.out.err")"
 cached_on 3

@@ -9,6 +9,9 @@
 #   (d) cached write-through writes / bare hop writes        aim >= 0.9
 #   (e) cold read misses through cached (a fresh cached each
 #       round, over objects filed has) / bare hop reads      aim >= 0.9
+# and, with no aim, (a) and (b) against `nulld --copy TOTAL`: the IPC
+# limit plus the one copy a hit cannot skip (each request's bytes into or
+# out of a random block of TOTAL): what a hit costs beyond moving its data.
 # and, where nbdkit is installed, the sixth row: fio's nbd engine (4K
 # random, depth 16) through nbdd -> vlmcd -> cached (write-back, hits)
 # -> filed against `nbdkit memory` served to the same fio, writes and
@@ -136,11 +139,12 @@ echo "$(date -u '+%F %T UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg), $(
 peer filed "$BIN/filed" --segment "$SEG" --port 1 --dir "$DATA/objects" --threads 2; filed=$pid
 peer nulld "$BIN/nulld" --segment "$SEG" --port 3 --threads 2; nulld=$pid
 peer hop "$BIN/nulld" --segment "$SEG" --port 4 --forward 1; hop=$pid
+peer nulld-copy "$BIN/nulld" --segment "$SEG" --port 11 --threads 2 --copy "$TOTAL"; ncopy=$pid
 peer cached-wb "$BIN/cached" "${cthreads[@]}" --segment "$SEG" --port $wbp --blocker-port 1 --cache-size 1G \
 	--max-objects 4096 --write-policy writeback; wb=$pid
 peer cached-wt "$BIN/cached" "${cthreads[@]}" --segment "$SEG" --port $wtp --blocker-port 1 --cache-size 1G \
 	--max-objects 4096 --write-policy writethrough; wt=$pid
-for p in 1 $wbp 3 4 $wtp; do wait_bound $p; done
+for p in 1 $wbp 3 4 11 $wtp; do wait_bound $p; done
 npeers=${#pids[@]}
 
 # The first passes: seed 1's blocks into the write-back cache (the hits),
@@ -155,6 +159,8 @@ pair() {   # round: run $a then $b, or $b then $a on even rounds
 for r in $(seq "$ROUNDS"); do
 	A=(xrun wb-write "$r" $wbp write 1 cached:$wb) B=(xrun nulld-write "$r" 3 write 7 nulld:$nulld); pair "$r"
 	A=(xrun wb-read "$r" $wbp read 1 cached:$wb) B=(xrun nulld-read "$r" 3 read 7 nulld:$nulld); pair "$r"
+	A=(xrun wb-write2 "$r" $wbp write 1 cached:$wb) B=(xrun copy-write "$r" 11 write 7 nulld:$ncopy); pair "$r"
+	A=(xrun wb-read2 "$r" $wbp read 1 cached:$wb) B=(xrun copy-read "$r" 11 read 7 nulld:$ncopy); pair "$r"
 	A=(xrun hop-write "$r" 4 write 5 hop:$hop filed:$filed) B=(xrun filed-write "$r" 1 write 5 filed:$filed); pair "$r"
 	A=(xrun wt-write "$r" $wtp write 5 cached:$wt filed:$filed) B=(xrun hop-write2 "$r" 4 write 5 hop:$hop filed:$filed); pair "$r"
 	# a fresh, empty cache: every read a miss over what filed has (seed 5)
@@ -243,8 +249,9 @@ def row(label, a, b, aim):
         print(f"{label:44} n/a (runs failed)"); return
     m = med(rs)
     ia = med([runs[a][r][0] for r in runs[a] if r > 0]); ib = med([runs[b][r][0] for r in runs[b] if r > 0])
+    verdict = f"aim {aim}  {'met' if m >= aim else 'NOT met'}" if aim else "(no aim)"
     print(f"{label:44} {m:5.2f}  (rounds {' '.join('%.2f' % x for x in rs)}; "
-          f"{ia/1000:.0f}K / {ib/1000:.0f}K IOPS)  aim {aim}  {'met' if m >= aim else 'NOT met'}")
+          f"{ia/1000:.0f}K / {ib/1000:.0f}K IOPS)  {verdict}")
 print("ratio, median of the rounds:")
 row("(a) cached WB hits writes / nulld", 'wb-write', 'nulld-write', 0.8)
 row("(b) cached hits reads / nulld", 'wb-read', 'nulld-read', 0.8)
@@ -254,6 +261,9 @@ row("(e) cold read misses via cached / bare hop", 'cold-read', 'hop-read', 0.9)
 if sys.argv[3]:
     row("(f) fio nbd: nbdd->vlmcd->cached / nbdkit, W", 'nbdd-write', 'nbdkit-write', 0.9)
     row("(f) fio nbd: nbdd->vlmcd->cached / nbdkit, R", 'nbdd-read', 'nbdkit-read', 0.9)
+print("the copy's share: (a) and (b) against nulld --copy (the IPC limit plus the copy):")
+row("(a') cached WB hits writes / nulld --copy", 'wb-write2', 'copy-write', None)
+row("(b') cached hits reads / nulld --copy", 'wb-read2', 'copy-read', None)
 print("context switches per request, median of the rounds (client = bench-xseg or fio):")
 for name in runs:
     rs = [runs[name][r] for r in runs[name] if r > 0]

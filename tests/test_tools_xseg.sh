@@ -109,6 +109,8 @@ bad_arg "'$SEG-none'" "$BIN/nulld" --segment "$SEG-none" --port 1
 bad_arg "'$SEG-none'" "$BIN/nulld" --segment "$SEG-none" --port 1 --daemon --pidfile "$DIR/none.pid"
 bad_arg "--port 16" "$BIN/nulld" --segment "$SEG" --port 16
 bad_arg "--forward 16" "$BIN/nulld" --segment "$SEG" --port 1 --forward 16
+bad_arg "'1K'" "$BIN/nulld" --segment "$SEG" --port 1 --copy 1K
+bad_arg "--copy and --forward" "$BIN/nulld" --segment "$SEG" --port 1 --copy 1M --forward 2
 bad_arg "'0'" "$BIN/ipc-bench" --segment "$SEG" --port 2 --target-port 1 --iodepth 0
 bad_arg "'99999'" "$BIN/ipc-bench" --segment "$SEG" --port 2 --target-port 1 --iodepth 99999
 bad_arg "'-1'" "$BIN/ipc-bench" --segment "$SEG" --port 2 --target-port 1 --seconds -1
@@ -188,6 +190,19 @@ kill -TERM "$dpid"
 wait_gone "$dpid" 5
 [ -e "$DIR/nulld.pid" ] && fail "the daemon left its pidfile"
 check_json '1 not in ports'
+
+echo "--- nulld --copy: reads and writes answered whole, moving their bytes"
+"$BIN/nulld" --segment "$SEG" --port 1 --copy 1M 2> "$DIR/copy.log" & cpid=$!
+pids+=($cpid)
+wait_bound 1
+for op in write read; do
+	expect_exit 0 "$BIN/bench-xseg" --segment "$SEG" --port 2 --target-port 1 --op $op \
+		--pattern rand --total-size 2M --block-size 64K --iodepth 4 --json
+	grep -q '"failed":0' "$DIR/out" || fail "nulld --copy, $op: $(tail -n 1 "$DIR/out")"
+done
+kill -TERM "$cpid"
+wait_gone "$cpid" 5
+[ "$gone_rc" -eq 0 ] || fail "nulld --copy exited $gone_rc on SIGTERM: $(cat "$DIR/copy.log")"
 
 echo "--- destroy"
 expect_exit 0 "$BIN/xseg" destroy --segment "$SEG"

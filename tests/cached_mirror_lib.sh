@@ -177,6 +177,8 @@ host_a_lost() {
 	echo "xseg promote: $(( (t1 - t0) / 1000000 )) ms: $(head -1 "$DIR/promote.out")"
 	[ "$(rstat dirty_bytes)" = 0 ] || fail "$(rstat dirty_bytes) bytes still dirty on B after promote"
 	[ "$(rstat replica)" = false ] || fail "still a replica after promote"
+	[ "$(rstat promote_marker_said)" = mirrored ] ||
+		fail "promoted, yet the marker read says '$(rstat promote_marker_said)'"
 	for s in "$seed" "$@"; do
 		verified_ok "$SEGB" 1 read "$s" "$DIR/a-after-$s.out"
 	done

@@ -1193,7 +1193,7 @@ static int replica_reset_now(void)
 	struct sync_req s = { .r = { .op = X_CONTROL, .name = "", .done = sync_done } };
 	pthread_mutex_init(&s.lock, NULL);
 	pthread_cond_init(&s.cond, NULL);
-	cache_engine_replica_reset(blk.engine, &s.r);
+	cache_engine_replica_reset(blk.engine, &s.r, "");
 	pthread_mutex_lock(&s.lock);
 	while (!s.done)
 		pthread_cond_wait(&s.cond, &s.lock);

@@ -24,6 +24,8 @@
 #define OBJ_SIZE   (64u * 1024)
 #define BKT_SIZE   4096u
 #define MAX_OBJS   16
+/* the primary's stale-replica marker (as cached's default gives one) */
+#define MARKER     "cached-mirror-marker.test.3"
 
 /*
  * Threads. The engine keeps one magazine of free bucket slots per thread
@@ -60,6 +62,7 @@ static struct {
 	_Atomic int hold;                  /* serve nothing while set */
 	_Atomic int hold_side[2];          /* serve nothing of that engine while set */
 	_Atomic int fail_writes[2];        /* fail that engine's writes with this error */
+	_Atomic int fail_marker;           /* fail the primary's marker writes with this */
 	_Atomic int writes, flushes;
 	bool stop;
 	pthread_t threads[2];
@@ -92,7 +95,8 @@ static void blk_serve(struct fake_bio *fb)
 		b->serviced = b->size;
 		break;
 	case X_WRITE:
-		atomic_fetch_add(&blk.writes, 1);
+		if (strcmp(fb->name, MARKER))   /* the data's writes */
+			atomic_fetch_add(&blk.writes, 1);
 		memcpy(o->data + b->offset, b->data, b->size);
 		o->exists = true;
 		b->serviced = b->size;
@@ -132,6 +136,8 @@ static void *blk_thread(void *arg)
 		blk.queue[side] = fb->next;
 		pthread_mutex_unlock(&blk.lock);
 		int fail = atomic_load(&blk.fail_writes[side]);
+		if (!fail && !strcmp(fb->name, MARKER))
+			fail = atomic_load(&blk.fail_marker);
 		if (fail && fb->bio.op == X_WRITE) {
 			fb->bio.served = false;
 			fb->bio.error = fail;
@@ -154,6 +160,7 @@ static void blk_release_hold(void)
 	atomic_store(&blk.hold_side[REPLICA], 0);
 	atomic_store(&blk.fail_writes[PRIMARY], 0);
 	atomic_store(&blk.fail_writes[REPLICA], 0);
+	atomic_store(&blk.fail_marker, 0);
 	pthread_cond_broadcast(&blk.cond);
 	pthread_mutex_unlock(&blk.lock);
 }
@@ -282,14 +289,14 @@ static void mir_serve(void *arg)
 		return;
 	}
 	ck_assert_uint_eq(bio->op, X_CONTROL);
-	char text[64];
+	char text[64 + MARKER_NAME_MAX];
 	size_t n = bio->size < sizeof(text) - 1 ? bio->size : sizeof(text) - 1;
 	memcpy(text, bio->data, n);
 	text[n] = '\0';
 	unsigned long long off, len;
-	if (!strcmp(text, "mirror-reset")) {
+	if (!strcmp(text, "mirror-reset") || !strncmp(text, "mirror-reset ", 13)) {
 		atomic_fetch_add(&mir.resets, 1);
-		cache_engine_replica_reset(replica, &m->r);
+		cache_engine_replica_reset(replica, &m->r, text[12] ? text + 13 : "");
 	} else if (sscanf(text, "mirror-clean %llu %llu", &off, &len) == 2) {
 		m->r.op = CACHE_OP_MIRROR_CLEAN;
 		m->r.offset = off;
@@ -443,7 +450,7 @@ static struct cache_engine *make_engine(bool is_primary)
 		.dirty_high_pct = 50, .dirty_low_pct = 25, .blocker_port = 1,
 		.persist_path = is_primary ? primary_persist : NULL,
 		.mirror = is_primary, .mirror_fail_stop = is_primary && fail_stop,
-		.replica = !is_primary,
+		.replica = !is_primary, .mirror_marker = is_primary ? MARKER : NULL,
 	};
 	struct cache_backend be = { .alloc = fake_alloc, .release = fake_release, .lend = fake_lend,
 				    .submit = is_primary ? primary_submit : replica_submit };
@@ -516,6 +523,7 @@ static void setup(bool connect)
 #define OP_PROMOTE  (CACHE_OP_MIRROR_CLEAN + 2)
 #define OP_WT       (CACHE_OP_MIRROR_CLEAN + 3)
 #define OP_FLUSH    (CACHE_OP_MIRROR_CLEAN + 4)   /* cached's "flush" control */
+#define OP_PROMOTE_CHECKED (CACHE_OP_MIRROR_CLEAN + 5)   /* promote, not forced */
 static int run_on(struct cache_engine *e, uint32_t op, const char *name, uint64_t off,
 		  uint64_t size, void *data);
 
@@ -573,9 +581,11 @@ static void areq_start(void *arg)
 	struct areq *a = arg;
 	uint32_t op = a->r.op;
 	if (op == OP_RESET)
-		cache_engine_replica_reset(a->e, &a->r);
+		cache_engine_replica_reset(a->e, &a->r, "");
 	else if (op == OP_PROMOTE)
-		cache_engine_promote(a->e, &a->r);
+		cache_engine_promote(a->e, &a->r, true);   /* forced: the marker unread */
+	else if (op == OP_PROMOTE_CHECKED)
+		cache_engine_promote(a->e, &a->r, false);
 	else if (op == OP_WT)
 		cache_engine_set_policy(a->e, CACHE_WRITETHROUGH, &a->r);
 	else if (op == OP_FLUSH)
@@ -1212,6 +1222,119 @@ START_TEST(clean_of_an_object_the_replica_evicted_drops_its_copy)
 }
 END_TEST
 
+/* ---- the stale-replica marker (marker.c) ------------------------------------------ */
+
+/* The blocker's marker object, set as a primary would have left it. */
+static void blk_put_marker(const char *text)
+{
+	pthread_mutex_lock(&blk.lock);
+	struct fake_object *o = blk_find(MARKER, true);
+	memset(o->data, '\n', MARKER_SIZE);
+	memcpy(o->data, text, strlen(text));
+	o->exists = true;
+	pthread_mutex_unlock(&blk.lock);
+}
+
+static void blk_drop_marker(void)
+{
+	pthread_mutex_lock(&blk.lock);
+	struct fake_object *o = blk_find(MARKER, false);
+	if (o)
+		o->exists = false;
+	pthread_mutex_unlock(&blk.lock);
+}
+
+static bool blk_marker_says(const char *state)
+{
+	char want[64];
+	snprintf(want, sizeof(want), "cached-mirror-marker %s ", state);
+	pthread_mutex_lock(&blk.lock);
+	struct fake_object *o = blk_find(MARKER, false);
+	bool ok = o && o->exists && !memcmp(o->data, want, strlen(want));
+	pthread_mutex_unlock(&blk.lock);
+	return ok;
+}
+
+/* 12. Degraded, a write the replica lacks is on the blocker but not
+ * answered until the blocker's marker says degraded: were the primary's
+ * host lost in between, a promote would find "mirrored" and write the
+ * replica's older bytes over an acknowledged write. */
+START_TEST(degraded_answers_wait_for_the_marker)
+{
+	setup(true);
+	MAINTAIN_UNTIL(stats_of(primary).marker_state == MARKER_MIRRORED);
+	ck_assert(blk_marker_says("mirrored"));
+	unsigned char w[BKT_SIZE];
+	fill(w, sizeof(w), 50);
+	atomic_store(&blk.fail_marker, EIO);
+	atomic_store(&mir.fail, EHOSTDOWN);
+	struct areq a;
+	start_on(primary, &a, X_WRITE, "m", 0, BKT_SIZE, w);
+	MAINTAIN_UNTIL(stats_of(primary).mirror_state == MIRROR_DEGRADED &&
+		       blk_has("m", 0, w, BKT_SIZE) && stats_of(primary).marker_held == 1);
+	ck_assert(!answered_within(&a, 100));      /* on the blocker, not answered */
+	struct cache_stats ps = stats_of(primary);
+	ck_assert_uint_ge(ps.marker_failures, 1);
+	ck_assert_int_ne(ps.marker_state, MARKER_DEGRADED);
+	ck_assert(blk_marker_says("mirrored"));
+	/* a write through while degraded waits the same way */
+	unsigned char w2[BKT_SIZE];
+	fill(w2, sizeof(w2), 51);
+	struct areq b;
+	start_on(primary, &b, X_WRITE, "m2", 0, BKT_SIZE, w2);
+	MAINTAIN_UNTIL(blk_has("m2", 0, w2, BKT_SIZE) && stats_of(primary).marker_held == 2);
+	ck_assert(!answered_within(&b, 50));
+
+	atomic_store(&blk.fail_marker, 0);         /* the tick writes it again */
+	MAINTAIN_UNTIL(atomic_load(&a.done) && atomic_load(&b.done));
+	ck_assert_int_eq(result(&a), 0);
+	ck_assert_int_eq(result(&b), 0);
+	ps = stats_of(primary);
+	ck_assert_uint_ge(ps.marker_writes, 2);    /* mirrored, then degraded */
+	ck_assert_str_eq(ps.marker_name, MARKER);
+	teardown();
+}
+END_TEST
+
+/* 13. A replica holding dirty data is promoted only where the blocker's
+ * marker says mirrored: degraded, or missing, it refuses (ESTALE) and
+ * stays a replica with everything it held. */
+START_TEST(promote_reads_the_marker)
+{
+	setup(true);
+	MAINTAIN_UNTIL(stats_of(primary).marker_state == MARKER_MIRRORED);
+	unsigned char w[BKT_SIZE];
+	fill(w, sizeof(w), 60);
+	ck_assert_int_eq(run_on(primary, X_WRITE, "p", 0, BKT_SIZE, w), 0);
+	ck_assert_uint_eq(stats_of(replica).dirty_bytes, BKT_SIZE);
+	ck_assert_str_eq(stats_of(replica).marker_name, MARKER);   /* from the reset */
+
+	blk_put_marker("cached-mirror-marker degraded 1700000000");
+	ck_assert_int_eq(run_on(replica, OP_PROMOTE_CHECKED, "", 0, 0, NULL), ESTALE);
+	struct cache_stats rs = stats_of(replica);
+	ck_assert(rs.replica);
+	ck_assert_uint_eq(rs.promotes_refused, 1);
+	ck_assert_int_eq(rs.promote_marker_said, MARKER_DEGRADED);
+	ck_assert_uint_eq(rs.dirty_bytes, BKT_SIZE);
+	ck_assert(!blk_has("p", 0, w, BKT_SIZE));
+
+	blk_drop_marker();
+	ck_assert_int_eq(run_on(replica, OP_PROMOTE_CHECKED, "", 0, 0, NULL), ESTALE);
+	rs = stats_of(replica);
+	ck_assert_uint_eq(rs.promotes_refused, 2);
+	ck_assert_int_eq(rs.promote_marker_said, MARKER_UNKNOWN);
+	ck_assert(rs.replica);
+
+	blk_put_marker("cached-mirror-marker mirrored 1700000000");
+	ck_assert_int_eq(run_on(replica, OP_PROMOTE_CHECKED, "", 0, 0, NULL), 0);
+	rs = stats_of(replica);
+	ck_assert(!rs.replica);
+	ck_assert_int_eq(rs.promote_marker_said, MARKER_MIRRORED);
+	ck_assert(blk_has("p", 0, w, BKT_SIZE));
+	teardown();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("cached_mirror_engine");
@@ -1233,6 +1356,8 @@ int main(void)
 	tcase_add_test(tc, unreplicated_write_of_an_evicted_object_waits_for_the_blocker);
 	tcase_add_test(tc, replica_evicting_a_dirty_object_never_writes_it_back);
 	tcase_add_test(tc, clean_of_an_object_the_replica_evicted_drops_its_copy);
+	tcase_add_test(tc, degraded_answers_wait_for_the_marker);
+	tcase_add_test(tc, promote_reads_the_marker);
 	suite_add_tcase(s, tc);
 	return xt_run(s);
 }

@@ -23,6 +23,12 @@ bad_arg "--bucket-size: '3000'" "${C[@]}" --cache-size 1M --bucket-size 3000
 bad_arg "--max-request-size: '1K'" "${C[@]}" --cache-size 1M --max-request-size 1K
 bad_arg "--dirty-low 80" "${C[@]}" --cache-size 1M --dirty-low 80
 
+echo "--- replication"
+bad_arg "--mirror-marker: 'a b'" "${C[@]}" --cache-size 1M --mirror-port 5 --mirror-marker "a b"
+bad_arg "--mirror-marker: ''" "${C[@]}" --cache-size 1M --mirror-port 5 --mirror-marker ""
+bad_arg "--mirror-marker goes with --mirror-port" "${C[@]}" --cache-size 1M --mirror-marker m
+bad_arg "--mirror-port and --replica" "${C[@]}" --cache-size 1M --mirror-port 5 --replica
+
 echo "--- segment and ports"
 bad_arg "'a/b'" "$BIN/cached" --segment a/b --port 3 --blocker-port 1 --cache-size 1M
 bad_arg "'$SEG-none'" "$BIN/cached" --segment "$SEG-none" --port 3 --blocker-port 1 --cache-size 1M

@@ -349,6 +349,46 @@ START_TEST(a_seq_near_its_end_is_damage_not_a_wrap)
 }
 END_TEST
 
+/* A replica's marker name lives in the superblock: kept across reopens
+ * (and across later superblock writes), refused when too long, read as
+ * none where its own sum does not check out (a file of an older build
+ * has zeros there). */
+START_TEST(the_marker_name_is_kept_in_the_superblock)
+{
+	struct persist p;
+	open_ok(&p);
+	ck_assert_str_eq(p.marker, "");
+	ck_assert_int_eq(persist_set_marker(&p, "cached-mirror-marker.a.3"), 0);
+	char longer[PERSIST_MARKER_MAX + 2];
+	memset(longer, 'x', sizeof(longer) - 1);
+	longer[sizeof(longer) - 1] = '\0';
+	ck_assert_int_eq(persist_set_marker(&p, longer), -EINVAL);
+	ck_assert_str_eq(p.marker, "cached-mirror-marker.a.3");
+	persist_close(&p, false);                        /* killed */
+	open_ok(&p);
+	ck_assert_str_eq(p.marker, "cached-mirror-marker.a.3");
+	struct seen s;
+	struct persist_recovery r;
+	recover(&p, &s, &r);                             /* writes the superblock again */
+	persist_close(&p, true);
+	open_ok(&p);
+	ck_assert_str_eq(p.marker, "cached-mirror-marker.a.3");
+	persist_close(&p, true);
+
+	/* one byte of the name in both copies changed: no name, the rest read */
+	int fd = open(path, O_RDWR);
+	ck_assert_int_ge(fd, 0);
+	for (int copy = 0; copy < 2; copy++) {
+		off_t at = (off_t)copy * 4096 + (off_t)offsetof(struct persist_super, marker);
+		ck_assert_int_eq(pwrite(fd, "y", 1, at), 1);
+	}
+	close(fd);
+	open_ok(&p);
+	ck_assert_str_eq(p.marker, "");
+	persist_close(&p, true);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("cached_persist");
@@ -360,6 +400,7 @@ int main(void)
 	tcase_add_test(tc, object_records_are_reused_only_when_free);
 	tcase_add_test(tc, data_given_up_on_the_port_is_refused);
 	tcase_add_test(tc, a_seq_near_its_end_is_damage_not_a_wrap);
+	tcase_add_test(tc, the_marker_name_is_kept_in_the_superblock);
 	suite_add_tcase(s, tc);
 	return xt_run(s);
 }

@@ -63,7 +63,7 @@ struct glue_req {
 	struct cache_req req;
 	struct xseg_request *xreq;
 	struct glue_bio lent;      /* xreq itself as a blocker request */
-	char control[128];
+	char control[64 + MARKER_NAME_MAX];   /* "mirror-reset NAME" the longest */
 	char copy_src[XSEG_MAX_TARGETLEN + 1];
 	/* The target's targetlen bytes, NUL-terminated: the buffer may hold
 	 * more before a NUL (room to rename in place), and the engine would
@@ -210,9 +210,16 @@ static bool replica_control(struct glue_req *g)
 	struct cache_req *r = &g->req;
 	unsigned long long off, len;
 	char end;
-	if (!strcmp(g->control, "mirror-reset")) {
-		peer_log(PEER_LOG_INFO, "the primary resets the replica: dropping what it holds");
-		cache_engine_replica_reset(C.engine, r);
+	if (!strcmp(g->control, "mirror-reset") || !strncmp(g->control, "mirror-reset ", 13)) {
+		const char *marker = g->control[12] ? g->control + 13 : "";
+		if (*marker && !cached_marker_name_ok(marker)) {
+			peer_warn("bad mirror-reset '%s': not a marker name", g->control);
+			respond(x, false, EINVAL, 0);
+			return true;
+		}
+		peer_log(PEER_LOG_INFO, "the primary resets the replica: dropping what it holds "
+			 "(its marker: %s)", *marker ? marker : "none");
+		cache_engine_replica_reset(C.engine, r, marker);
 		return true;
 	}
 	if (strncmp(g->control, "mirror-clean ", 13))
@@ -264,15 +271,19 @@ static void handle_control(struct glue_req *g)
 
 	if (mirror && replica_control(g)) {
 		return;
-	} else if (cache_engine_is_replica(C.engine) && strcmp(g->control, "promote")) {
+	} else if (cache_engine_is_replica(C.engine) && strcmp(g->control, "promote") &&
+		   strcmp(g->control, "promote force")) {
 		/* each would write the primary's data back: promote says so */
 		peer_warn("refused '%s': a replica writes back only when promoted (xseg promote)",
 			  g->control);
 		respond(x, false, EPERM, 0);
-	} else if (!strcmp(g->control, "promote")) {
-		peer_log(PEER_LOG_WARN, "promoted: writing back everything the replica holds to "
-			 "port %u; an ordinary cache from now on", C.blocker_port);
-		cache_engine_promote(C.engine, &g->req);
+	} else if (!strcmp(g->control, "promote") || !strcmp(g->control, "promote force")) {
+		bool force = g->control[7] != '\0';
+		peer_log(PEER_LOG_WARN, "promote%s: writing back everything the replica holds to "
+			 "port %u%s; an ordinary cache from then on", force ? " (forced)" : "",
+			 C.blocker_port, force ? "" : " where the primary's marker on it says "
+			 "mirrored (else refused: it stays a replica)");
+		cache_engine_promote(C.engine, &g->req, force);
 	} else if (!strcmp(g->control, "policy writeback")) {
 		write_back_on(&g->req, x, g->control, CACHE_WRITEBACK);
 	} else if (!strcmp(g->control, "plug")) {

@@ -338,6 +338,7 @@ static void engine_free(struct cache_engine *e)
 	pthread_mutex_destroy(&e->retire_lock);
 	pthread_mutex_destroy(&e->backoff_lock);
 	pthread_mutex_destroy(&e->mirror_lock);
+	pthread_mutex_destroy(&e->marker_lock);
 	engine_counts_free(e);
 	free(e);
 }
@@ -409,6 +410,7 @@ static int persist_start(struct cache_engine *e, const char **why)
 		return rc;
 	}
 	e->persisting = true;
+	memcpy(e->replica_marker, e->persist.marker, sizeof(e->replica_marker));
 	struct recovering r = { .e = e };
 	r.objs = calloc(cfg->max_objects, sizeof(*r.objs));
 	r.used = calloc(nr_slots, 1);
@@ -511,6 +513,7 @@ struct cache_engine *cache_engine_create(const struct cache_config *cfg,
 	e->written_back = cfg->mirror ? mirror_written_back : NULL;
 	pthread_mutex_init(&e->mirror_lock, NULL);
 	CDS_INIT_LIST_HEAD(&e->mirror_out);
+	marker_init(e);
 	atomic_init(&e->replica, cfg->replica);
 	static const struct xcache_ops ops = {
 		.on_node_init = on_node_init, .on_node_fini = on_node_fini,
@@ -718,6 +721,16 @@ static void mirror_stats(struct cache_engine *e, struct cache_stats *s)
 	s->replica_cleans = atomic_load(&e->rst.cleans);
 	s->replica_resets = atomic_load(&e->rst.resets);
 	s->replica_refused = atomic_load(&e->rst.refused);
+	pthread_mutex_lock(&e->marker_lock);
+	s->marker_state = e->marker_written;
+	snprintf(s->marker_name, sizeof(s->marker_name), "%s", s->replica ? e->replica_marker :
+		 e->cfg.mirror_marker ? e->cfg.mirror_marker : "");
+	pthread_mutex_unlock(&e->marker_lock);
+	s->marker_writes = atomic_load(&e->marker_writes);
+	s->marker_failures = atomic_load(&e->marker_failures);
+	s->marker_held = atomic_load(&e->marker_held_total);
+	s->promotes_refused = atomic_load(&e->promotes_refused);
+	s->promote_marker_said = atomic_load(&e->promote_marker_said);
 }
 
 /* The volume an object belongs to: vlmcd names its objects

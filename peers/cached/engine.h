@@ -83,10 +83,22 @@ struct cache_config {
 	 * writes while it cannot, instead of writing them through. */
 	bool mirror;
 	bool mirror_fail_stop;
+	/* A primary's stale-replica marker (marker.c): the blocker object in
+	 * which it says whether its replica holds every write it answered;
+	 * its name goes to the replica with each mirror-reset, and a promote
+	 * reads it. NULL: none (a primary without one is a replica's
+	 * promote's unknown). */
+	const char *mirror_marker;
 	/* --replica: holds a primary's mirrored writes, never writes them
 	 * back on its own, serves no reads, until promoted (replica.c). */
 	bool replica;
 };
+
+/* The marker's name, at most (it rides in the reset's control text). */
+#define MARKER_NAME_MAX 200u
+/* What the blocker's marker says (or a promote read there). */
+enum marker_state { MARKER_UNKNOWN, MARKER_DEGRADED, MARKER_MIRRORED };
+const char *marker_state_name(int state);
 
 /* ---- I/O to the blocker, provided by the glue ------------------------------ */
 
@@ -168,6 +180,7 @@ struct cache_req {
 	bool raced;
 	uint32_t released_seen;    /* an uncached read: its object's valid_released then */
 	uint32_t fwd_op;           /* op of the forward in progress */
+	bool on_replica;           /* a write the replica acknowledged */
 	struct xwork work;
 };
 
@@ -215,6 +228,14 @@ struct cache_stats {
 	uint64_t mirror_in_flight, mirror_rtt_avg_us, mirror_waits, mirror_lost;
 	uint64_t degradations, degraded_ns_total, exposure_bytes, exposure_ns;
 	int mirror_error;                       /* of the last failure */
+	/* the stale-replica marker: a primary's (what the blocker holds, its
+	 * writes, answers it held), a replica's (its name, promotes refused,
+	 * what the last checked one read) */
+	int marker_state;
+	uint64_t marker_writes, marker_failures, marker_held;
+	char marker_name[MARKER_NAME_MAX + 1];
+	uint64_t promotes_refused;
+	int promote_marker_said;
 	/* --replica */
 	bool replica;
 	uint64_t replica_writes, replica_cleans, replica_resets, replica_refused;
@@ -279,11 +300,18 @@ void cache_engine_set_policy(struct cache_engine *e, enum cache_policy p,
 void cache_engine_flush_all(struct cache_engine *e, struct cache_req *req);
 
 /* --replica: drops everything it holds ("mirror-reset": the primary has
- * nothing dirty); done(req) when it is gone. */
-void cache_engine_replica_reset(struct cache_engine *e, struct cache_req *req);
+ * nothing dirty); done(req) when it is gone. `marker`: the primary's
+ * stale-replica marker ("" none), kept (and in the persist file) for a
+ * promote to read. */
+void cache_engine_replica_reset(struct cache_engine *e, struct cache_req *req,
+				const char *marker);
 /* --replica: an ordinary cache from now on: writes everything it holds
- * back to the blocker (and its FLUSH); done(req) when that is done. */
-void cache_engine_promote(struct cache_engine *e, struct cache_req *req);
+ * back to the blocker (and its FLUSH); done(req) when that is done.
+ * Holding dirty data, and unless `force`, only where the primary's
+ * marker on the blocker says MIRRORED: else refused with ESTALE (the
+ * primary answered writes this replica may not hold; stats say what the
+ * marker said) and it stays a replica. */
+void cache_engine_promote(struct cache_engine *e, struct cache_req *req, bool force);
 /* The mirror port's owner died or changed (the glue watches it): the
  * primary degrades, and every mirror request out fails now with `error`. A request that owner had
  * taken off its queue but not yet marked as its own is in no queue and is

@@ -18,6 +18,8 @@
  *              "clean"
  *   barrier.c  FLUSH, policy switch, COPY's source: wait for objects to
  *              be clean
+ *   marker.c   the stale-replica marker on the blocker: the primary's
+ *              writes of it, answers held until it says degraded
  *   mirror.c   --mirror-port: a write-back write's buckets to the
  *              replica before its answer, cleans after write-back, the
  *              state with the replica (degraded, reset)
@@ -238,6 +240,9 @@ struct cache_engine {
 	/* Buckets [first, first+count) of o went from WRITING to VALID: on
 	 * the blocker (flush.c -> mirror.c's mirror_written_back, or NULL). */
 	void (*written_back)(struct cache_object *o, uint32_t first, uint32_t count);
+	/* marker.c's hold on answers (a primary with its marker), or NULL:
+	 * true when req's successful answer waits. */
+	bool (*answer_gate)(struct cache_engine *e, struct cache_req *req, uint64_t serviced);
 
 	pthread_mutex_t dirty_lock;        /* guards `dirty` */
 	struct cds_list_head dirty;        /* oldest-dirtied first */
@@ -307,6 +312,19 @@ struct cache_engine {
 		_Atomic uint64_t writes, bytes, failures, cleans, in_flight, rtt_ns_total, waits, lost;
 		_Atomic uint64_t degradations, degraded_ns_total, exposure_bytes, exposure_ns;
 	} mst;
+	/* The stale-replica marker (marker.c). A primary's: the state it wants
+	 * on the blocker, the one the blocker holds (MARKER_UNKNOWN while a
+	 * write is out), answers held until it is DEGRADED. A replica's: the
+	 * name its primary's last reset gave (also in its persist file). All
+	 * under marker_lock. */
+	pthread_mutex_t marker_lock;
+	int marker_want, marker_written;
+	bool marker_out;
+	struct cache_req *marker_held;     /* linked by next_parked */
+	char replica_marker[MARKER_NAME_MAX + 1];
+	_Atomic uint64_t marker_writes, marker_failures, marker_held_total;
+	_Atomic uint64_t promotes_refused;
+	_Atomic int promote_marker_said;   /* what the last checked promote read */
 	/* --replica (replica.c) */
 	_Atomic bool replica;
 	struct {
@@ -381,8 +399,12 @@ static inline void req_set(struct cache_req *req, enum cache_req_state to)
 
 /* Resets the engine's fields of a request it is handed: NEW. */
 void req_init(struct cache_engine *e, struct cache_req *req);
-/* Answers req (-> DONE) and drops its object reference. */
+/* Answers req (-> DONE) and drops its object reference; a successful
+ * answer the engine's answer_gate holds is answered later (answer()). */
 void finish(struct cache_engine *e, struct cache_req *req, bool served, int error,
+	    uint64_t serviced);
+/* finish() past the gate. */
+void answer(struct cache_engine *e, struct cache_req *req, bool served, int error,
 	    uint64_t serviced);
 
 static inline struct engine_counts *engine_counts(struct cache_engine *e)
@@ -570,6 +592,21 @@ struct barrier *barrier_new(struct cache_engine *e, struct cache_req *req,
 			    void (*then)(struct barrier *));
 /* Every dirty byte to the blocker, then its FLUSH, then req answered. */
 void flush_all_to_blocker(struct cache_engine *e, struct cache_req *req);
+
+/* ---- marker.c: the stale-replica marker ------------------------------------------- */
+
+#define MARKER_SIZE 64u   /* the marker object's bytes */
+/* The primary wants the marker to say `state` (MARKER_DEGRADED, or
+ * MARKER_MIRRORED via marker_mirrored) and writes it when it can. */
+void marker_want(struct cache_engine *e, int state);
+/* A reset was answered: held answers go, the marker is to say MIRRORED. */
+void marker_mirrored(struct cache_engine *e);
+/* The maintenance tick: a marker write that failed or found no request. */
+void marker_tick(struct cache_engine *e);
+/* At create: the lock, and the gate where the primary has a marker. */
+void marker_init(struct cache_engine *e);
+/* What a marker's bytes say: MARKER_MIRRORED, _DEGRADED or _UNKNOWN. */
+int marker_says(const char *data, uint64_t len);
 
 /* ---- mirror.c: --mirror-port ------------------------------------------------------- */
 

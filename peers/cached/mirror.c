@@ -57,6 +57,7 @@ static void degrade(struct cache_engine *e, int error)
 	atomic_store(&e->mst.exposure_bytes, dirty_bytes_now(e));
 	atomic_store(&e->mst.exposure_ns, 0);
 	COUNT_ADD(e, mst.degradations, 1);
+	marker_want(e, MARKER_DEGRADED);   /* before any answer the replica lacks */
 }
 
 /* ---- an object's mirror requests, in issue order -------------------------------- */
@@ -281,6 +282,7 @@ static void mirror_done_job(struct xwork *w, void *arg)
 	}
 	drop_op(o, op);
 	if (req) {
+		req->on_replica = ok;   /* the marker holds no such answer */
 		if (ok)
 			finish(e, req, true, 0, req->size);
 		else
@@ -407,6 +409,7 @@ static void reset_done(struct cache_bio *bio)
 		if (was == MIRROR_DEGRADED)
 			COUNT_ADD(e, mst.degraded_ns_total, now - atomic_load(&e->degraded_since_ns));
 		atomic_store_explicit(&e->mirror_state, MIRROR_MIRRORED, memory_order_release);
+		marker_mirrored(e);   /* after the state: see marker.c's hold_answer */
 	} else {
 		atomic_store(&e->mirror_error, bio->error ? bio->error : EIO);
 	}
@@ -416,7 +419,10 @@ static void reset_done(struct cache_bio *bio)
 
 void mirror_tick(struct cache_engine *e)
 {
-	if (!e->cfg.mirror || !mirror_down(e))
+	if (!e->cfg.mirror)
+		return;
+	marker_tick(e);
+	if (!mirror_down(e))
 		return;
 	uint64_t now = now_ns();
 	bool clean = atomic_load(&e->totals.count[BUCKET_DIRTY]) == 0 &&
@@ -428,11 +434,14 @@ void mirror_tick(struct cache_engine *e)
 	if (!clean || atomic_load(&e->mst.in_flight) || atomic_load(&e->reset_out) ||
 	    now < atomic_load(&e->next_reset_ns))
 		return;
-	static const char cmd[] = "mirror-reset";
-	struct cache_bio *bio = bio_alloc(e, X_CONTROL, "", 0, sizeof(cmd) - 1, NULL);
+	/* the marker's name rides along: a promote of the replica reads it */
+	char cmd[sizeof("mirror-reset ") + MARKER_NAME_MAX];
+	int n = snprintf(cmd, sizeof(cmd), "mirror-reset%s%s", e->cfg.mirror_marker ? " " : "",
+			 e->cfg.mirror_marker ? e->cfg.mirror_marker : "");
+	struct cache_bio *bio = bio_alloc(e, X_CONTROL, "", 0, (uint64_t)n, NULL);
 	if (!bio)
 		return;
-	memcpy(bio->data, cmd, sizeof(cmd) - 1);
+	memcpy(bio->data, cmd, (size_t)n);
 	bio->mirror = true;
 	bio->engine = e;
 	bio->done = reset_done;

@@ -7,6 +7,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "xseg/xseg.h"
 #include "options.h"
@@ -20,7 +21,7 @@ struct cached_opts cached_opts = {
 #define O cached_opts
 
 enum { O_BPORT = 1, O_CSIZE, O_MAXOBJ, O_OSIZE, O_BSIZE, O_MRS, O_POLICY, O_HIGH, O_LOW,
-       O_PERSIST, O_PSYNC, O_PDISCARD, O_MPORT, O_MFAIL, O_REPLICA };
+       O_PERSIST, O_PSYNC, O_PDISCARD, O_MPORT, O_MFAIL, O_REPLICA, O_MARKER };
 
 const struct option cached_options[] = {
 	{ "blocker-port", required_argument, NULL, O_BPORT },
@@ -38,6 +39,7 @@ const struct option cached_options[] = {
 	{ "mirror-port", required_argument, NULL, O_MPORT },
 	{ "mirror-fail", required_argument, NULL, O_MFAIL },
 	{ "replica", no_argument, NULL, O_REPLICA },
+	{ "mirror-marker", required_argument, NULL, O_MARKER },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -64,6 +66,10 @@ const char cached_options_usage[] =
 "                          (reached through port M, a synapsed) holds it too\n"
 "  --mirror-fail degrade|stop   the replica unreachable: write through until it\n"
 "                          answers again (default degrade), or fail the writes\n"
+"  --mirror-marker NAME    the blocker object in which the primary says whether\n"
+"                          its replica holds every write it answered; a promote\n"
+"                          of the replica reads it (default\n"
+"                          cached-mirror-marker.HOSTNAME.PORT)\n"
 "  --replica               hold a primary's mirrored writes: no reads, never\n"
 "                          written back until `xseg promote --port PORT`\n"
 "  (--threads: default half the online CPUs, 1 to 8; --stop-timeout: how long\n"
@@ -160,8 +166,36 @@ int cached_parse_option(struct peer *p, int val, const char *arg)
 	case O_REPLICA:
 		O.cfg.replica = true;
 		return 0;
+	case O_MARKER:
+		if (!cached_marker_name_ok(arg))
+			return peer_arg_error("--mirror-marker", arg, "is not a name of 1 to 200 of "
+					      "A-Z a-z 0-9 . _ -");
+		O.cfg.mirror_marker = arg;
+		return 0;
 	}
 	return -1;
+}
+
+bool cached_marker_name_ok(const char *name)
+{
+	size_t n = strlen(name);
+	return n && n <= MARKER_NAME_MAX &&
+	       strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") == n;
+}
+
+/* A primary's marker, unless named: this host's and this port's, the same
+ * at every start (its replica must find what it said last). */
+static const char *default_marker(uint32_t port)
+{
+	static char name[MARKER_NAME_MAX + 1];
+	char host[65] = "";
+	if (gethostname(host, sizeof(host) - 1) < 0 || !host[0])
+		snprintf(host, sizeof(host), "localhost");
+	for (char *c = host; *c; c++)   /* a hostname is already of these, nearly */
+		if (!strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.-", *c))
+			*c = '_';
+	snprintf(name, sizeof(name), "cached-mirror-marker.%s.%u", host, port);
+	return name;
 }
 
 /* The relations between the options; the engine would refuse most of
@@ -199,6 +233,13 @@ int cached_check_options(struct peer *p)
 			"replica, not both\n");
 		return -1;
 	}
+	if (O.cfg.mirror_marker && !O.cfg.mirror) {
+		fprintf(stderr, "cached: --mirror-marker goes with --mirror-port (a replica "
+			"learns its primary's from the primary)\n");
+		return -1;
+	}
+	if (O.cfg.mirror && !O.cfg.mirror_marker)
+		O.cfg.mirror_marker = default_marker(O.port);
 	if (bs < 512 || (bs & (bs - 1)))
 		return peer_arg_error("--bucket-size", O.bsize_arg,
 				      "is not a power of two of at least 512");

@@ -28,5 +28,8 @@ extern const struct option cached_options[];
 extern const char cached_options_usage[];
 int cached_parse_option(struct peer *p, int val, const char *arg);
 int cached_check_options(struct peer *p);
+/* A stale-replica marker name one may give (--mirror-marker, a reset's):
+ * 1 to MARKER_NAME_MAX of A-Z a-z 0-9 . _ - */
+bool cached_marker_name_ok(const char *name);
 
 #endif

@@ -42,9 +42,22 @@ static void write_super(struct persist *p, uint32_t state)
 	s.seg_instance = p->geo.segment;
 	s.seg_given_up = p->geo.given_up;
 	s.sum = super_sum(&s);
+	s.marker_len = (uint32_t)strlen(p->marker);
+	memcpy(s.marker, p->marker, s.marker_len);
+	s.marker_sum = marker_sum(&s);
 	struct persist_super *dst = cur == &p->super[0] ? &p->super[1] : &p->super[0];
 	memcpy(dst, &s, sizeof(s));
 	msync(p->map, 2 * PAGE, MS_SYNC);
+}
+
+int persist_set_marker(struct persist *p, const char *name)
+{
+	size_t len = strlen(name);
+	if (len > PERSIST_MARKER_MAX)
+		return -EINVAL;
+	memcpy(p->marker, name, len + 1);
+	write_super(p, SUPER_IN_USE);   /* synced (msync) before it returns */
+	return 0;
 }
 
 /* Checks an existing file's superblock against what we were asked for,
@@ -204,6 +217,7 @@ int persist_open(struct persist *p, const char *path, const struct persist_geome
 			     (unsigned long long)held, g->cache_port);
 	if (!rc) {
 		p->super_gen = s->generation;
+		super_marker(s, p->marker);
 		bool sane = s->seq_floor && s->seq_floor < PERSIST_SEQ_LIMIT;
 		atomic_store(&p->next_seq, sane ? s->seq_floor : 1);
 	}

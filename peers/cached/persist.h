@@ -46,6 +46,7 @@
 #include <stdint.h>
 
 #define PERSIST_NAME_MAX 255u
+#define PERSIST_MARKER_MAX 200u   /* a replica's primary's marker name */
 #define PERSIST_NO_OBJECT UINT32_MAX
 
 /* What the file was made for: all of it must match on reopen. */
@@ -93,6 +94,7 @@ struct persist {
 	uint32_t *obj_free;                /* stack of free record indexes */
 	uint32_t nr_free_objects;
 	_Atomic int sync_error;            /* the first fdatasync failure, for good */
+	char marker[PERSIST_MARKER_MAX + 1];   /* kept in the superblock ("": none) */
 };
 
 /*
@@ -153,6 +155,12 @@ uint64_t persist_slot_seq(const struct persist *p, uint32_t slot);
  * 0 or -errno; the first failure is final (the kernel may have dropped the
  * pages: a retry could wrongly succeed). */
 int persist_sync(struct persist *p);
+
+/* A replica's: its primary's stale-replica marker name (at most
+ * PERSIST_MARKER_MAX bytes, "" none), in the superblock and synced before
+ * it returns; p->marker holds it (read back by persist_open). 0 or
+ * -errno. One caller at a time. */
+int persist_set_marker(struct persist *p, const char *name);
 
 /* Syncs, marks the file clean when `clean` (nothing dirty is in it) and
  * unmaps and unlocks it. */

@@ -36,7 +36,12 @@ struct persist_super {
 	uint64_t seg_instance;       /* ... its segment (0: unknown) */
 	uint64_t seg_given_up;       /* ... and the port's give-ups, when last written */
 	uint64_t sum;                /* of everything above */
-	unsigned char unused[PAGE - 120];
+	/* A replica's: its primary's stale-replica marker (engine.h). Summed
+	 * on its own: a file of a build before it has zeros here, no name. */
+	uint64_t marker_sum;         /* of marker_len and marker */
+	uint32_t marker_len;
+	char marker[PERSIST_MARKER_MAX + 1];
+	unsigned char unused[PAGE - 120 - 12 - (PERSIST_MARKER_MAX + 1)];
 };
 _Static_assert(sizeof(struct persist_super) == PAGE, "one page per superblock copy");
 
@@ -69,6 +74,23 @@ static inline uint64_t round_page(uint64_t n) { return (n + PAGE - 1) / PAGE * P
 static inline uint64_t super_sum(const struct persist_super *s)
 {
 	return XXH3_64bits(s, offsetof(struct persist_super, sum));
+}
+
+static inline uint64_t marker_sum(const struct persist_super *s)
+{
+	return XXH3_64bits(&s->marker_len, sizeof(s->marker_len) + sizeof(s->marker));
+}
+
+/* The replica's marker name a superblock holds into out (at least
+ * PERSIST_MARKER_MAX + 1 bytes), "" where none is valid. */
+static inline void super_marker(const struct persist_super *s, char *out)
+{
+	out[0] = '\0';
+	if (s && s->marker_len <= PERSIST_MARKER_MAX && s->marker_sum == marker_sum(s) &&
+	    !memchr(s->marker, '\0', s->marker_len)) {
+		memcpy(out, s->marker, s->marker_len);
+		out[s->marker_len] = '\0';
+	}
 }
 
 static inline uint64_t object_sum(const struct persist_object *o)

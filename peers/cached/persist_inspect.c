@@ -180,6 +180,7 @@ int persist_inspect(const char *path, struct persist_report *r, char *why, size_
 		r->seg_instance = s->seg_instance;
 		r->seg_port = s->seg_port;
 		r->seg_given_up = s->seg_given_up;
+		super_marker(s, r->marker);
 		r->lock_pid = lock_holder(&st);
 		rc = scan(map, s, r);
 		if (rc)
@@ -221,7 +222,9 @@ void persist_report_print(FILE *f, const char *path, const struct persist_report
 			r->file_size, r->dirty_buckets, r->dirty_bytes, r->objects, r->max_seq,
 			r->older_versions, r->torn_headers, r->torn_data, r->orphans, r->bad_objects);
 		fprintf(f, ",\"segment_instance\":\"%016" PRIx64 "\",\"cache_port\":%u,"
-			"\"given_up_seen\":%" PRIu64, r->seg_instance, r->seg_port, r->seg_given_up);
+			"\"given_up_seen\":%" PRIu64 ",\"mirror_marker\":", r->seg_instance, r->seg_port,
+			r->seg_given_up);
+		json_string(f, r->marker);
 		if (r->have_page_cache)
 			fprintf(f, ",\"cached_pages\":%" PRIu64 ",\"dirty_pages\":%" PRIu64
 				",\"writeback_pages\":%" PRIu64, r->cached_pages, r->dirty_pages,
@@ -241,6 +244,9 @@ void persist_report_print(FILE *f, const char *path, const struct persist_report
 	fprintf(f, "  last used: cache port %u of segment instance %016" PRIx64 " (0: unknown), "
 		"which had given dirty data up %" PRIu64 " times\n", r->seg_port, r->seg_instance,
 		r->seg_given_up);
+	if (r->marker[0])
+		fprintf(f, "  a replica's: its primary's marker is '%s' (a promote reads it)\n",
+			r->marker);
 	fprintf(f, "  dirty: %" PRIu64 " bytes in %" PRIu64 " buckets of %" PRIu64 " objects\n",
 		r->dirty_bytes, r->dirty_buckets, r->objects);
 	fprintf(f, "  recovery would drop: %" PRIu64 " older versions, %" PRIu64 " torn headers, %"

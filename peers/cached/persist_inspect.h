@@ -25,6 +25,7 @@ struct persist_report {
 	/* the segment stamp: where it was last used (persist_geometry.segment) */
 	uint64_t seg_instance, seg_given_up;
 	uint32_t seg_port;
+	char marker[PERSIST_MARKER_MAX + 1];   /* a replica's primary's marker, "" none */
 	/* what recovery would hand back */
 	uint64_t dirty_buckets, dirty_bytes, objects, max_seq;
 	/* what recovery would drop */

@@ -12,7 +12,9 @@
  *
  * Promoted (`xseg promote`), it is an ordinary cache from then on: it
  * writes everything it holds to its blocker, and answers once that and
- * the blocker's FLUSH are done.
+ * the blocker's FLUSH are done. Holding dirty data, it is promoted only
+ * where its primary's stale-replica marker on the blocker (marker.c; its
+ * name came with the primary's last reset) says MIRRORED, unless forced.
  */
 #include "engine_private.h"
 
@@ -98,11 +100,33 @@ static void reset_then(struct barrier *b)
 	finish(e, req, !error, error, 0);
 }
 
-void cache_engine_replica_reset(struct cache_engine *e, struct cache_req *req)
+/* The primary's marker name, for a promote (in the persist file too: a
+ * replica restarted on its data must still find it). */
+static int keep_marker(struct cache_engine *e, const char *marker)
+{
+	size_t len = strlen(marker);
+	if (len > MARKER_NAME_MAX)
+		return EINVAL;
+	pthread_mutex_lock(&e->marker_lock);
+	bool same = !strcmp(e->replica_marker, marker);
+	memcpy(e->replica_marker, marker, len + 1);
+	pthread_mutex_unlock(&e->marker_lock);
+	if (!same && e->persisting)
+		return -persist_set_marker(&e->persist, marker);
+	return 0;
+}
+
+void cache_engine_replica_reset(struct cache_engine *e, struct cache_req *req,
+				const char *marker)
 {
 	req_init(e, req);
 	if (!is_replica(e)) {
 		finish(e, req, false, EPERM, 0);   /* promoted: its data is the path's */
+		return;
+	}
+	int rc = keep_marker(e, marker ? marker : "");
+	if (rc) {
+		finish(e, req, false, rc, 0);   /* the primary stays degraded */
 		return;
 	}
 	COUNT_ADD(e, rst.resets, 1);
@@ -135,10 +159,61 @@ void cache_engine_replica_reset(struct cache_engine *e, struct cache_req *req)
 	barrier_arrive(b, 0);
 }
 
-void cache_engine_promote(struct cache_engine *e, struct cache_req *req)
+/* ---- promote ---------------------------------------------------------------------- */
+
+static void promote_now(struct cache_engine *e, struct cache_req *req)
 {
-	req_init(e, req);
 	atomic_store(&e->replica, false);   /* flushes, reads, stops as any cache */
 	engine_wait_writes(e);   /* what it took as a replica is dirty: listed */
 	flush_all_to_blocker(e, req);
+}
+
+static void refuse_promote(struct cache_engine *e, struct cache_req *req, int said)
+{
+	atomic_store(&e->promote_marker_said, said);
+	COUNT_ADD(e, promotes_refused, 1);
+	finish(e, req, false, ESTALE, 0);
+}
+
+static void marker_read_done(struct cache_bio *bio)
+{
+	struct cache_engine *e = bio->engine;
+	struct cache_req *req = bio->priv;
+	int said = bio->served ? marker_says(bio->data, bio->serviced) : MARKER_UNKNOWN;
+	bio_release(e, bio);
+	if (said != MARKER_MIRRORED) {
+		refuse_promote(e, req, said);
+		return;
+	}
+	atomic_store(&e->promote_marker_said, said);
+	promote_now(e, req);
+}
+
+void cache_engine_promote(struct cache_engine *e, struct cache_req *req, bool force)
+{
+	req_init(e, req);
+	engine_wait_writes(e);   /* what it took so far counts as held */
+	bool holds = atomic_load(&e->totals.count[BUCKET_DIRTY]) ||
+		     atomic_load(&e->totals.count[BUCKET_WRITING]);
+	if (force || !holds || !is_replica(e)) {
+		promote_now(e, req);
+		return;
+	}
+	char name[MARKER_NAME_MAX + 1];
+	pthread_mutex_lock(&e->marker_lock);
+	memcpy(name, e->replica_marker, sizeof(name));
+	pthread_mutex_unlock(&e->marker_lock);
+	if (!name[0]) {   /* no reset told it one: nothing to go by */
+		refuse_promote(e, req, MARKER_UNKNOWN);
+		return;
+	}
+	struct cache_bio *bio = bio_alloc(e, X_READ, name, 0, MARKER_SIZE, NULL);
+	if (!bio) {
+		finish(e, req, false, ENOBUFS, 0);
+		return;
+	}
+	bio->engine = e;
+	bio->priv = req;
+	bio->done = marker_read_done;
+	e->be.submit(e->be.ctx, bio);
 }

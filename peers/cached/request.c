@@ -80,9 +80,18 @@ void req_init(struct cache_engine *e, struct cache_req *req)
 	req->load_error = 0;
 	req->counted = false;
 	req->info_size = 0;
+	req->on_replica = false;
 }
 
 void finish(struct cache_engine *e, struct cache_req *req, bool served, int error,
+	    uint64_t serviced)
+{
+	if (served && e->answer_gate && e->answer_gate(e, req, serviced))
+		return;   /* answered once the marker allows it */
+	answer(e, req, served, error, serviced);
+}
+
+void answer(struct cache_engine *e, struct cache_req *req, bool served, int error,
 	    uint64_t serviced)
 {
 	req->served = served;

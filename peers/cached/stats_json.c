@@ -13,7 +13,10 @@
  * what it mirrored, a mirror request's round trip, how often and how long
  * it was degraded, and the last degradation's exposure (the dirty bytes
  * on the primary alone, and how long until they were on the blocker); a
- * replica's: what it took, dropped, refused. */
+ * replica's: what it took, dropped, refused. The stale-replica marker:
+ * its name (a replica's: from its primary's last reset), what the
+ * blocker holds (a primary's writes of it, failed ones, answers held for
+ * it), a replica's promotes refused and what the last checked one read. */
 static int mirror_json(char *buf, size_t len, const struct cache_stats *s, int mirror_port)
 {
 	char port[16] = "null";
@@ -28,13 +31,18 @@ static int mirror_json(char *buf, size_t len, const struct cache_stats *s, int m
 		",\"mirror_error\":\"%s\",\"degradations\":%" PRIu64 ",\"degraded_ms_total\":%" PRIu64
 		",\"exposure_bytes\":%" PRIu64 ",\"exposure_ms\":%" PRIu64
 		",\"replica\":%s,\"replica_writes\":%" PRIu64 ",\"replica_cleans\":%" PRIu64
-		",\"replica_resets\":%" PRIu64 ",\"replica_refused\":%" PRIu64,
+		",\"replica_resets\":%" PRIu64 ",\"replica_refused\":%" PRIu64
+		",\"mirror_marker\":\"%s\",\"marker_state\":\"%s\",\"marker_writes\":%" PRIu64
+		",\"marker_failures\":%" PRIu64 ",\"marker_held\":%" PRIu64
+		",\"promotes_refused\":%" PRIu64 ",\"promote_marker_said\":\"%s\"",
 		cache_mirror_state_name(s->mirror_state), port, s->mirror_writes, s->mirrored_bytes,
 		s->mirror_cleans, s->mirror_failures, s->mirror_in_flight, s->mirror_rtt_avg_us,
 		s->mirror_waits, s->mirror_lost, s->mirror_error ? strerror(s->mirror_error) : "",
 		s->degradations, s->degraded_ns_total / 1000000, s->exposure_bytes,
 		s->exposure_ns / 1000000, s->replica ? "true" : "false", s->replica_writes,
-		s->replica_cleans, s->replica_resets, s->replica_refused);
+		s->replica_cleans, s->replica_resets, s->replica_refused, s->marker_name,
+		marker_state_name(s->marker_state), s->marker_writes, s->marker_failures,
+		s->marker_held, s->promotes_refused, marker_state_name(s->promote_marker_said));
 }
 
 #define STATS_VOLUMES 16   /* volumes named in "stats"; the rest summed */

@@ -10,7 +10,7 @@
  *   xseg stats   --segment NAME [--port N] [--json | --prometheus | --watch S [--count N]]
  *   xseg exporter --segment NAME --listen ADDR:PORT [--port N]
  *   xseg policy  --segment NAME --port N --set writeback|writethrough
- *   xseg promote --segment NAME --port N [--timeout S]
+ *   xseg promote --segment NAME --port N [--force] [--timeout S]
  *   xseg up      FILE [--run-dir DIR] [--timeout S]
  *   xseg down    FILE [--run-dir DIR] [--timeout S]
  *   xseg status  FILE [--run-dir DIR]
@@ -144,8 +144,8 @@ static void parse(int argc, char **argv, const struct command *cmd, struct args 
 			a->set = optarg;
 			break;
 		case O_FORCE:
-			if (strcmp(cmd->name, "unplug"))
-				bad("--force goes with unplug, not %s%s", cmd->name, "");
+			if (strcmp(cmd->name, "unplug") && strcmp(cmd->name, "promote"))
+				bad("--force goes with unplug and promote, not %s%s", cmd->name, "");
 			a->force = true;
 			break;
 		case O_RUN_DIR:
@@ -468,8 +468,17 @@ static int cmd_promote(struct args *a)
 	char reply[64];
 	const char *why = "";
 	unsigned timeout = a->timeout ? (unsigned)a->timeout : 3600;
-	int rc = control_call(seg, a->port, "promote", reply, sizeof(reply), timeout, &why);
+	int rc = control_call(seg, a->port, a->force ? "promote force" : "promote", reply,
+			      sizeof(reply), timeout, &why);
 	xseg_leave(seg);
+	if (rc == ESTALE) {
+		fprintf(stderr, "xseg: promote: port %u: refused: the replica holds dirty data and "
+			"its primary's marker on the blocker does not say mirrored (the primary "
+			"went on without it, or the marker is missing or unreadable: `xseg stats` "
+			"says which); it stays a replica. --force writes its data back anyway, "
+			"over whatever newer data the blocker holds\n", a->port);
+		return 1;
+	}
 	if (rc != 0) {
 		fprintf(stderr, "xseg: promote: port %u: %s\n", a->port, why);
 		return 1;
@@ -555,11 +564,14 @@ static const struct command commands[] = {
 	  "xseg policy --segment NAME --port N --set writeback|writethrough",
 	  "Switches cached's write policy online; switching to writethrough returns\n"
 	  "once all dirty data is written.\n", false },
-	{ "promote", cmd_promote, "xseg promote --segment NAME --port N [--timeout S]",
+	{ "promote", cmd_promote, "xseg promote --segment NAME --port N [--force] [--timeout S]",
 	  "Makes a replica cached (--replica) write everything it holds back to\n"
 	  "its blocker; returns 0 once that is done (waits up to --timeout S,\n"
 	  "default 3600). It is an ordinary cache from then on. Fence the primary\n"
-	  "first: a primary still running would go on mirroring to it.\n", false },
+	  "first: a primary still running would go on mirroring to it. A replica\n"
+	  "holding dirty data is promoted only where its primary's marker on the\n"
+	  "blocker says mirrored (the primary never answered a write the replica\n"
+	  "lacks); else refused (exit 1). --force: promote anyway.\n", false },
 	{ "up", cmd_up, "xseg up FILE [--run-dir DIR] [--timeout S]",
 	  "Creates FILE's segment (refused if it exists) and starts its peers in\n"
 	  "order, each serving before the next, plugging where plug=B says; returns\n"

@@ -1,0 +1,181 @@
+/*
+ * The stale-replica marker (--mirror-port): a small object on the blocker
+ * in which a primary says whether its replica holds every write it
+ * acknowledged. A promote reads it there (replica.c), so a replica whose
+ * primary went on without it, and was then lost, is not promoted on its
+ * word alone: its older buckets would be written over newer bytes. This
+ * is DRBD's "outdate-peer", kept where both hosts can read it.
+ *
+ * The primary wants the marker to say DEGRADED from its start and from
+ * each degradation, and MIRRORED once a mirror-reset was answered (the
+ * replica then holds nothing older than the blocker). One marker write is
+ * out at a time (FUA); while one is out, what the blocker holds is not
+ * known. The rule it keeps: while the mirror is down, no write, DELETE or
+ * COPY that the replica did not acknowledge is answered before the
+ * blocker's marker says DEGRADED. Such answers wait here (the engine's
+ * answer_gate, called by finish()) and go when that write lands, or when
+ * the primary is MIRRORED again: after a reset the replica holds nothing
+ * those requests changed.
+ */
+#include "engine_private.h"
+
+/* The marker's bytes: "cached-mirror-marker STATE UNIX-SECONDS", then
+ * newlines up to MARKER_SIZE. */
+#define MARKER_PREFIX "cached-mirror-marker "
+
+static const char *const marker_names[] = {
+	[MARKER_UNKNOWN] = "unknown", [MARKER_DEGRADED] = "degraded",
+	[MARKER_MIRRORED] = "mirrored",
+};
+
+const char *marker_state_name(int state)
+{
+	return state >= MARKER_UNKNOWN && state <= MARKER_MIRRORED ? marker_names[state] : "?";
+}
+
+/* ---- the primary's marker writes ---------------------------------------------- */
+
+static void marker_send(struct cache_engine *e);
+
+/* Answers held while the marker could still say MIRRORED: all of them. */
+static void release_held(struct cache_engine *e, struct cache_req *held)
+{
+	while (held) {
+		struct cache_req *next = held->next_parked;
+		held->next_parked = NULL;
+		answer(e, held, true, 0, held->serviced);
+		held = next;
+	}
+}
+
+static void marker_written(struct cache_bio *bio)
+{
+	struct cache_engine *e = bio->engine;
+	bool ok = bio->served && bio->serviced == MARKER_SIZE;
+	int said = (int)bio->first;
+	struct cache_req *held = NULL;
+	bio_release(e, bio);
+	pthread_mutex_lock(&e->marker_lock);
+	e->marker_out = false;
+	e->marker_written = ok ? said : MARKER_UNKNOWN;
+	if (ok && said == MARKER_DEGRADED) {
+		held = e->marker_held;
+		e->marker_held = NULL;
+	}
+	bool again = ok && e->marker_want != e->marker_written;
+	pthread_mutex_unlock(&e->marker_lock);
+	if (ok)
+		COUNT_ADD(e, marker_writes, 1);
+	else
+		COUNT_ADD(e, marker_failures, 1);   /* the tick tries again */
+	release_held(e, held);
+	if (again)
+		marker_send(e);
+}
+
+/* Writes the wanted state unless a write is out or the blocker holds it. */
+static void marker_send(struct cache_engine *e)
+{
+	pthread_mutex_lock(&e->marker_lock);
+	int want = e->marker_want;
+	bool go = !e->marker_out && e->marker_written != want;
+	if (go) {
+		e->marker_out = true;
+		e->marker_written = MARKER_UNKNOWN;   /* until this one lands */
+	}
+	pthread_mutex_unlock(&e->marker_lock);
+	if (!go)
+		return;
+	struct cache_bio *bio = bio_alloc(e, X_WRITE, e->cfg.mirror_marker, 0, MARKER_SIZE, NULL);
+	if (!bio) {
+		pthread_mutex_lock(&e->marker_lock);
+		e->marker_out = false;   /* the tick tries again */
+		pthread_mutex_unlock(&e->marker_lock);
+		return;
+	}
+	char *d = bio->data;
+	memset(d, '\n', MARKER_SIZE);
+	int n = snprintf(d, MARKER_SIZE, MARKER_PREFIX "%s %lld", marker_state_name(want),
+			 (long long)time(NULL));
+	d[n >= 0 && (size_t)n < MARKER_SIZE ? (size_t)n : MARKER_SIZE - 1] = '\n';   /* not NUL */
+	bio->flags = XF_FUA;   /* durable when answered */
+	bio->first = (uint32_t)want;
+	bio->engine = e;
+	bio->done = marker_written;
+	e->be.submit(e->be.ctx, bio);
+}
+
+void marker_want(struct cache_engine *e, int state)
+{
+	if (!e->cfg.mirror_marker)
+		return;
+	pthread_mutex_lock(&e->marker_lock);
+	e->marker_want = state;
+	pthread_mutex_unlock(&e->marker_lock);
+	marker_send(e);
+}
+
+void marker_mirrored(struct cache_engine *e)
+{
+	if (!e->cfg.mirror_marker)
+		return;
+	pthread_mutex_lock(&e->marker_lock);
+	struct cache_req *held = e->marker_held;   /* the reset emptied the replica */
+	e->marker_held = NULL;
+	e->marker_want = MARKER_MIRRORED;
+	pthread_mutex_unlock(&e->marker_lock);
+	release_held(e, held);
+	marker_send(e);
+}
+
+void marker_tick(struct cache_engine *e)
+{
+	if (e->cfg.mirror_marker)
+		marker_send(e);
+}
+
+/* The engine's answer_gate: true when req's answer waits here. The state
+ * is read again under the lock, as marker_mirrored and marker_written
+ * take the list under it: an answer is never left behind. */
+static bool hold_answer(struct cache_engine *e, struct cache_req *req, uint64_t serviced)
+{
+	if (req->on_replica || (req->op != X_WRITE && req->op != X_DELETE && req->op != X_COPY) ||
+	    !mirror_down(e))
+		return false;
+	bool held = false;
+	pthread_mutex_lock(&e->marker_lock);
+	if (mirror_down(e) && e->marker_written != MARKER_DEGRADED) {
+		req->serviced = serviced;
+		req->next_parked = e->marker_held;
+		e->marker_held = req;
+		held = true;
+	}
+	pthread_mutex_unlock(&e->marker_lock);
+	if (held) {
+		COUNT_ADD(e, marker_held_total, 1);
+		marker_send(e);
+	}
+	return held;
+}
+
+void marker_init(struct cache_engine *e)
+{
+	pthread_mutex_init(&e->marker_lock, NULL);
+	e->marker_want = MARKER_DEGRADED;   /* CONNECTING: not mirrored yet */
+	e->marker_written = MARKER_UNKNOWN;
+	if (e->cfg.mirror && e->cfg.mirror_marker)
+		e->answer_gate = hold_answer;
+}
+
+/* ---- what a promote reads ---------------------------------------------------------- */
+
+int marker_says(const char *d, uint64_t len)
+{
+	static const char mirrored[] = MARKER_PREFIX "mirrored ";
+	static const char degraded[] = MARKER_PREFIX "degraded ";
+	if (len >= sizeof(mirrored) - 1 && !memcmp(d, mirrored, sizeof(mirrored) - 1))
+		return MARKER_MIRRORED;
+	if (len >= sizeof(degraded) - 1 && !memcmp(d, degraded, sizeof(degraded) - 1))
+		return MARKER_DEGRADED;
+	return MARKER_UNKNOWN;
+}

@@ -593,6 +593,14 @@ struct barrier *barrier_new(struct cache_engine *e, struct cache_req *req,
 /* Every dirty byte to the blocker, then its FLUSH, then req answered. */
 void flush_all_to_blocker(struct cache_engine *e, struct cache_req *req);
 
+/* True where a write-back write must go through (or fail) instead: a
+ * mirror is configured and not MIRRORED (mirror.c keeps the state). */
+static inline bool mirror_down(const struct cache_engine *e)
+{
+	return e->cfg.mirror &&
+	       atomic_load_explicit(&e->mirror_state, memory_order_acquire) != MIRROR_MIRRORED;
+}
+
 /* ---- marker.c: the stale-replica marker ------------------------------------------- */
 
 #define MARKER_SIZE 64u   /* the marker object's bytes */
@@ -610,9 +618,7 @@ int marker_says(const char *data, uint64_t len);
 
 /* ---- mirror.c: --mirror-port ------------------------------------------------------- */
 
-/* True where a write-back write must go through (or fail) instead: a
- * mirror is configured and not MIRRORED. */
-bool mirror_down(const struct cache_engine *e);
+
 /* A write-back write stored in buckets [first, last] (RUNNING): sent to
  * the replica, answered when it has them (-> MIRROR). */
 void mirror_write(struct cache_object *o, struct cache_req *req, uint32_t first, uint32_t last);

@@ -34,12 +34,6 @@ const char *cache_mirror_state_name(int state)
 	return state >= MIRROR_OFF && state <= MIRROR_DEGRADED ? state_names[state] : "?";
 }
 
-bool mirror_down(const struct cache_engine *e)
-{
-	return e->cfg.mirror &&
-	       atomic_load_explicit(&e->mirror_state, memory_order_acquire) != MIRROR_MIRRORED;
-}
-
 static uint64_t dirty_bytes_now(struct cache_engine *e)
 {
 	return (atomic_load(&e->totals.count[BUCKET_DIRTY]) +

@@ -128,8 +128,11 @@ static inline bool pop(struct xseg_ring *r, uint32_t *value, uint64_t *at,
 			}
 		} else if (dif == -1) {
 			return false;   /* empty for this lap: cells fill in order */
-		} else if (seq_dif(w, pos + r->capacity) == 0) {
-			step_past(&r->head, pos);   /* emptied; its consumer did not move on */
+		} else if (seq_dif(w, pos + r->capacity) == 0 ||
+			   seq_dif(w, pos + r->capacity + 1) == 0) {
+			/* emptied (and maybe filled again for the next lap: the
+			 * ring full since); its consumer did not move on */
+			step_past(&r->head, pos);
 		}
 		/* else head moved on meanwhile: look again */
 	}

@@ -5,9 +5,12 @@
  * and the ring must keep working at full capacity. The killed peer is
  * simulated by doing its first step by hand.
  */
+#define _GNU_SOURCE   /* pthread_timedjoin_np */
 #include <check.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "../src/xseg_internal.h"
 #include "support/xseg_test_util.h"
@@ -109,6 +112,66 @@ START_TEST(consumer_killed_after_its_cell)
 			ck_assert_uint_eq(v, 10 * lap + i);
 		}
 	}
+	free(r);
+}
+END_TEST
+
+/* A pop in a thread of its own, given up after a second (it spun). */
+struct timed_pop {
+	struct xseg_ring *r;
+	uint32_t v;
+	bool ok;
+};
+
+static void *timed_pop_fn(void *arg)
+{
+	struct timed_pop *tp = arg;
+	tp->ok = xseg_ring_pop(tp->r, &tp->v);
+	return NULL;
+}
+
+static bool pop_within_a_second(struct xseg_ring *r, uint32_t *v, bool *ok)
+{
+	static struct timed_pop tp;   /* outlives a pop that spins */
+	pthread_t t;
+	struct timespec until;
+	tp.r = r;
+	ck_assert_int_eq(pthread_create(&t, NULL, timed_pop_fn, &tp), 0);
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 1;
+	if (pthread_timedjoin_np(t, NULL, &until) == ETIMEDOUT)
+		return false;
+	*v = tp.v;
+	*ok = tp.ok;
+	return true;
+}
+
+/*
+ * The same, and the ring filled to its capacity before anyone popped: the
+ * cell head points at is emptied and already filled again for the next
+ * lap. A pool whose taker was killed so, and whose request the reap put
+ * back (every request free again), has exactly that: the next pop looked
+ * again for ever (every xseg_get_request of the segment spun at 100% CPU).
+ */
+START_TEST(consumer_killed_after_its_cell_then_ring_filled)
+{
+	struct xseg_ring *r = new_ring(4);
+	uint32_t v;
+	bool ok;
+	for (uint32_t i = 0; i < 4; i++)
+		ck_assert(xseg_ring_push(r, i));
+	uint64_t full = word(1, 0);
+	ck_assert(atomic_compare_exchange_strong(&r->cells[0].word, &full, word(4, 0)));
+	ck_assert(xseg_ring_push(r, 0));                /* put back: 4 values again */
+	ck_assert(!xseg_ring_push(r, 99));              /* really full */
+	for (uint32_t i = 1; i <= 4; i++) {
+		ck_assert_msg(pop_within_a_second(r, &v, &ok),
+			      "pop %u behind the emptied and refilled cell spins", i);
+		ck_assert_msg(ok, "pop %u: empty", i);
+		ck_assert_uint_eq(v, i % 4);
+	}
+	ck_assert(!xseg_ring_pop(r, &v));
+	ck_assert_uint_eq(xseg_ring_count(r), 0);
 	free(r);
 }
 END_TEST
@@ -215,6 +278,7 @@ int main(void)
 	tcase_add_test(tc, fifo_full_empty);
 	tcase_add_test(tc, producer_killed_after_its_cell);
 	tcase_add_test(tc, consumer_killed_after_its_cell);
+	tcase_add_test(tc, consumer_killed_after_its_cell_then_ring_filled);
 	tcase_add_test(tc, values_fit_24_bits);
 	tcase_add_test(tc, tagged_push_and_pop_agree_on_the_position);
 	tcase_add_test(tc, tokens_survive_contention);

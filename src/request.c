@@ -145,16 +145,13 @@ static bool claim_free(struct xseg_request *r, uint64_t at, uint32_t taker)
 
 struct xseg_request *xseg_pool_take(struct xseg *s, uint32_t src)
 {
-	_Atomic uint64_t *taking = &s->ports[src].pool_taking;
 	struct xseg_request *r;
 	uint32_t idx;
 	uint64_t at;
 
 	do {
-		if (!xseg_ring_pop_announced(s->free_ring, &idx, &at, taking)) {
-			atomic_store_explicit(taking, 0, memory_order_relaxed);
+		if (!xseg_ring_pop_at(s->free_ring, &idx, &at))
 			return NULL;
-		}
 		r = &s->requests[idx];
 	} while (!claim_free(r, at, src));
 	xannotate_happens_after(&xseg_tsan_handoff);
@@ -171,7 +168,6 @@ struct xseg_request *xseg_pool_take(struct xseg *s, uint32_t src)
 	set_holder(r, src);
 	r->path_len = 0;
 	store_state(r, XS_ALLOCATED);
-	atomic_store_explicit(taking, 0, memory_order_release);
 	return r;
 }
 
@@ -293,12 +289,15 @@ static inline bool pushed_by(uint64_t tag, uint32_t port)
  * The pool's ring is tagged as a port's (pusher, position, DONE), so that
  * a death at any instruction of a put or a get leaves the request to one
  * side: a put stores its tag, marks the request FREE, pushes and says
- * DONE; a get announces the position it pops at (ports[].pool_taking),
- * pops, claims the request (TAKEN by it) and marks it its own. The reaper
- * of a dead port finds a FREE request on no ring that the port was
- * putting, had claimed, or was popping where it announced, and puts it
+ * DONE; a get pops, claims the request (TAKEN by it) and marks it its
+ * own. The reaper of a dead port finds a FREE request on no ring that the
+ * port was putting or had claimed, and any that was popped at the
+ * position its tag says and not claimed, whoever popped it, and puts it
  * back once (xseg_settle_pool; its CAS to RESUMED against a live taker's
- * claim decides who has it).
+ * claim decides who has it, and a live taker that loses pops another).
+ * Not only what the dead port announced it popped: several threads of a
+ * peer take from the pool on one port at once, and a note per port kept
+ * the last taker's position only (the others' pops were lost).
  */
 static void pool_push(struct xseg *s, struct xseg_request *req, uint32_t pusher)
 {
@@ -319,7 +318,6 @@ static void pool_push(struct xseg *s, struct xseg_request *req, uint32_t pusher)
 uint32_t xseg_settle_pool(struct xseg *s, uint32_t port)
 {
 	xannotate_happens_after(&xseg_tsan_handoff);
-	uint64_t taking = atomic_load(&s->ports[port].pool_taking);
 	uint32_t n = 0;
 	for (uint32_t i = 0; i < s->nr_requests; i++) {
 		struct xseg_request *r = &s->requests[i];
@@ -331,18 +329,22 @@ uint32_t xseg_settle_pool(struct xseg *s, uint32_t port)
 			bool ours;
 			if (tag & XSEG_PUSH_TAKEN)          /* claimed, not marked; or RESUMED */
 				ours = tag != PUSH_RESUMED && pushed_by(tag, port);
-			else if (pushed_by(tag, port) && !(tag & PUSH_DONE))   /* a put */
-				ours = !xseg_ring_filled_at(s->free_ring, pos, i);
-			else if (taking && pos == (taking & XSEG_RING_POS_MASK)) {
-				/* popped where the port announced, unless still there;
-				 * a live put not yet DONE at that position is waited for */
-				if (!(tag & PUSH_DONE) && tries < POOL_WAIT_TRIES) {
+			else if (xseg_ring_filled_at(s->free_ring, pos, i))
+				ours = false;               /* on the ring: its taker has it */
+			else if (pushed_by(tag, port) && !(tag & PUSH_DONE))
+				ours = true;                /* a put that never got there, or
+							     * popped before its DONE */
+			else if (!(tag & PUSH_DONE)) {
+				/* another's put: a live one says DONE within
+				 * instructions (not yet pushed, it must not be
+				 * pushed twice); a dead one's reap has it */
+				if (tries < POOL_WAIT_TRIES) {
 					usleep(POOL_WAIT_US);
 					continue;
 				}
-				ours = (tag & PUSH_DONE) && !xseg_ring_filled_at(s->free_ring, pos, i);
-			} else
 				ours = false;
+			} else
+				ours = true;                /* popped, never claimed */
 			if (ours && __atomic_compare_exchange_n(&r->pushing, &tag, PUSH_RESUMED, false,
 							       __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
 				pool_push(s, r, port);
@@ -351,7 +353,6 @@ uint32_t xseg_settle_pool(struct xseg *s, uint32_t port)
 			break;
 		}
 	}
-	atomic_store(&s->ports[port].pool_taking, 0);
 	return n;
 }
 

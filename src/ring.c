@@ -102,11 +102,8 @@ bool xseg_ring_push_tagged(struct xseg_ring *r, uint32_t value, uint64_t *tag,
 	return push(r, value, tag, tag_base, at);
 }
 
-/* Empties the cell at head. Before each try at a position, stores
- * XSEG_RING_ANNOUNCED | position in *announce (when not NULL): a taker
- * killed right after the cell's CAS leaves word of where it took. */
-static inline bool pop(struct xseg_ring *r, uint32_t *value, uint64_t *at,
-		       _Atomic uint64_t *announce)
+/* Empties the cell at head. */
+static inline bool pop(struct xseg_ring *r, uint32_t *value, uint64_t *at)
 {
 	for (;;) {
 		uint64_t pos = atomic_load_explicit(&r->head, memory_order_acquire);
@@ -114,10 +111,6 @@ static inline bool pop(struct xseg_ring *r, uint32_t *value, uint64_t *at,
 		uint64_t w = atomic_load_explicit(c, memory_order_acquire);
 		int64_t dif = seq_dif(w, pos + 1);
 		if (dif == 0) {
-			if (announce)
-				atomic_store_explicit(announce, XSEG_RING_ANNOUNCED |
-						      (pos & XSEG_RING_POS_MASK),
-						      memory_order_relaxed);
 			if (atomic_compare_exchange_strong_explicit(c, &w,
 					cell_word(pos + r->capacity, 0),
 					memory_order_acq_rel, memory_order_relaxed)) {
@@ -140,13 +133,7 @@ static inline bool pop(struct xseg_ring *r, uint32_t *value, uint64_t *at,
 
 bool xseg_ring_pop_at(struct xseg_ring *r, uint32_t *value, uint64_t *at)
 {
-	return pop(r, value, at, NULL);
-}
-
-bool xseg_ring_pop_announced(struct xseg_ring *r, uint32_t *value, uint64_t *at,
-			     _Atomic uint64_t *announce)
-{
-	return pop(r, value, at, announce);
+	return pop(r, value, at);
 }
 
 bool xseg_ring_filled_at(struct xseg_ring *r, uint64_t pos, uint32_t value)

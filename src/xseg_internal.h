@@ -69,11 +69,6 @@ bool xseg_ring_pop(struct xseg_ring *r, uint32_t *value);
 bool xseg_ring_push_tagged(struct xseg_ring *r, uint32_t value, uint64_t *tag,
 			   uint64_t tag_base, uint64_t *at);
 bool xseg_ring_pop_at(struct xseg_ring *r, uint32_t *value, uint64_t *at);
-/* pop_at that stores XSEG_RING_ANNOUNCED | position in *announce before
- * each try (the pool: a taker killed between its pop and its claim). */
-#define XSEG_RING_ANNOUNCED (1ull << 63)
-bool xseg_ring_pop_announced(struct xseg_ring *r, uint32_t *value, uint64_t *at,
-			     _Atomic uint64_t *announce);
 /* Whether the cell of position pos (40 bits) holds value pushed at pos,
  * not yet popped. */
 bool xseg_ring_filled_at(struct xseg_ring *r, uint64_t pos, uint32_t value);
@@ -207,9 +202,9 @@ struct xseg_port_shm {
 	_Atomic uint32_t reserved;
 	/* Replies that came back after the owner they were for had gone. */
 	_Atomic uint64_t dropped_replies;
-	/* Where the owner last tried to take a request from the pool
-	 * (XSEG_RING_ANNOUNCED | free ring position; 0 once it has marked
-	 * it its own): its reaper finds a request it popped and died with. */
+	/* Unused (layout 12 kept it): one note per port of where its taker
+	 * popped could not tell several threads' pops apart; the pool's
+	 * reaper finds what was popped and not claimed by its tag. */
 	_Atomic uint64_t pool_taking;
 };
 
@@ -337,8 +332,9 @@ uint32_t xseg_resume_pushes(struct xseg *s, uint32_t port);
 /* Requests held by a dead port's owner: fail them back or free them. */
 void xseg_reclaim_port_requests(struct xseg *s, uint32_t port);
 /* What the dead owner of `port` was putting in or taking out of the pool
- * when it died (a request in no ring and held by nobody): back to the
- * pool. Returns how many. */
+ * when it died (a request in no ring and held by nobody), and whatever
+ * else was popped off the pool and never claimed: back to the pool.
+ * Returns how many. */
 uint32_t xseg_settle_pool(struct xseg *s, uint32_t port);
 /* Remembers that this handle sent or replied to `port` (for reaping). */
 static inline void xseg_note_contact(struct xseg *s, uint32_t port)

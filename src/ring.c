@@ -187,9 +187,18 @@ bool xseg_ring_holds(struct xseg_ring *r, uint32_t value)
 	return false;
 }
 
+/* As the next pop and push see it: past a cell at head already emptied
+ * (its consumer killed before it moved head on; maybe filled again since)
+ * and one at tail already filled (its producer killed likewise). */
 uint32_t xseg_ring_count(struct xseg_ring *r)
 {
 	uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
 	uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
+	uint64_t w = atomic_load_explicit(&r->cells[head & r->mask].word, memory_order_acquire);
+	if (seq_dif(w, head + r->capacity) == 0 || seq_dif(w, head + r->capacity + 1) == 0)
+		head++;
+	w = atomic_load_explicit(&r->cells[tail & r->mask].word, memory_order_acquire);
+	if (seq_dif(w, tail + 1) == 0)
+		tail++;
 	return tail > head ? (uint32_t)(tail - head) : 0;
 }

@@ -58,8 +58,8 @@ static void kill_and_reap(pid_t pid, int fd, unsigned delay_us)
 	ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL,
 		      "the child ended by itself (status %#x)", st);
 	ck_assert_int_ge(xseg_reap_port(xt_seg, VICTIM, EHOSTDOWN), 0);
-	/* A pop moves the ring's head past a cell the dead taker emptied
-	 * (free_requests counts from head to tail). */
+	/* The pool serves at once (a taker killed after its pop left the
+	 * ring's head behind). */
 	struct xseg_request *r = xseg_get_request(xt_seg, CLIENT);
 	ck_assert_ptr_nonnull(r);
 	ck_assert_int_eq(xseg_put_request(xt_seg, r), 0);

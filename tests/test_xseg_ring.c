@@ -176,6 +176,37 @@ START_TEST(consumer_killed_after_its_cell_then_ring_filled)
 }
 END_TEST
 
+/*
+ * The count (xseg info's free requests, a port's queue depths) as the next
+ * pop and push see the ring: a producer killed after its cell left tail
+ * before a value that is there, a consumer killed after its cell left head
+ * on one that is gone. Before, the pool of an idle segment said '4095 of
+ * 4096 free' (a request looked lost) or '4097 of 4096' until the next push
+ * or pop.
+ */
+START_TEST(count_past_killed_producer_and_consumer)
+{
+	struct xseg_ring *r = new_ring(4);
+	uint32_t v;
+	uint64_t empty = word(0, 0);
+	ck_assert(atomic_compare_exchange_strong(&r->cells[0].word, &empty, word(1, 5)));
+	ck_assert_uint_eq(xseg_ring_count(r), 1);            /* tail not moved */
+	ck_assert(xseg_ring_push(r, 6));
+	ck_assert(xseg_ring_push(r, 7));
+	ck_assert_uint_eq(xseg_ring_count(r), 3);
+	uint64_t full = word(1, 5);
+	ck_assert(atomic_compare_exchange_strong(&r->cells[0].word, &full, word(4, 0)));
+	ck_assert_uint_eq(xseg_ring_count(r), 2);            /* head not moved */
+	ck_assert(xseg_ring_push(r, 8));
+	ck_assert(xseg_ring_push(r, 9));                     /* full: cell 0 again */
+	ck_assert_uint_eq(xseg_ring_count(r), 4);
+	ck_assert(xseg_ring_pop(r, &v));
+	ck_assert_uint_eq(v, 6);
+	ck_assert_uint_eq(xseg_ring_count(r), 3);
+	free(r);
+}
+END_TEST
+
 START_TEST(values_fit_24_bits)
 {
 	struct xseg_ring *r = new_ring(4);
@@ -279,6 +310,7 @@ int main(void)
 	tcase_add_test(tc, producer_killed_after_its_cell);
 	tcase_add_test(tc, consumer_killed_after_its_cell);
 	tcase_add_test(tc, consumer_killed_after_its_cell_then_ring_filled);
+	tcase_add_test(tc, count_past_killed_producer_and_consumer);
 	tcase_add_test(tc, values_fit_24_bits);
 	tcase_add_test(tc, tagged_push_and_pop_agree_on_the_position);
 	tcase_add_test(tc, tokens_survive_contention);

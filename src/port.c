@@ -110,6 +110,27 @@ int xseg_port_take(struct xseg *s, uint32_t port, bool reaper)
 }
 
 /*
+ * The ports from..to that still follow `leader` become groups of their own
+ * (each run of them one). A port of a dead owner's range that a live peer
+ * took over with a range of its own follows that peer's leader: the reap
+ * of the dead owner's other ports must leave it there (it was regrouped
+ * under a dead port: its peer's waits slept on the wrong word, its lanes
+ * ended).
+ */
+static void regroup_followers(struct xseg *s, uint32_t leader, uint32_t from, uint32_t to)
+{
+	for (uint32_t p = from; p <= to; p++) {
+		if (atomic_load(&s->ports[p].group_leader) != leader)
+			continue;
+		uint32_t q = p;
+		while (q < to && atomic_load(&s->ports[q + 1].group_leader) == leader)
+			q++;
+		xseg_port_set_group(s, p, q);
+		p = q;
+	}
+}
+
+/*
  * Takes `port` out of the group it was bound in: the ports before and after
  * it stay groups of their own, so that a wait on any of them still sees its
  * own queues (they kept pointing at a leader whose group no longer covered
@@ -127,9 +148,9 @@ void xseg_port_ungroup(struct xseg *s, uint32_t port)
 		return;
 	uint32_t last = first + count - 1;
 	if (port > first)
-		xseg_port_set_group(s, first, port - 1);
+		regroup_followers(s, leader, first, port - 1);
 	if (port < last)
-		xseg_port_set_group(s, port + 1, last);
+		regroup_followers(s, leader, port + 1, last);
 	xseg_port_set_group(s, port, port);
 	xseg_wake_all(s, leader);
 }

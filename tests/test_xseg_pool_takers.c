@@ -168,6 +168,12 @@ START_TEST(threads_of_a_killed_taker_lose_no_request)
 	char what[80];
 	snprintf(what, sizeof(what), "after %d kills of %d takers on one port", rounds, THREADS);
 	expect_pool_whole(what);
+	/* Nor a heap block: each thread's buffer went back once. */
+	struct xseg_segment_info si;
+	ck_assert_int_eq(xseg_segment_info(xt_seg, &si), 0);
+	ck_assert_msg(si.heap_used == 0 && si.heap_free_largest == si.heap_size,
+		      "%s: %llu heap bytes in %llu blocks are lost", what,
+		      (unsigned long long)si.heap_used, (unsigned long long)si.heap_allocs);
 	fprintf(stderr, "pool takers: %d kills of %d threads on one port, no request lost\n",
 		rounds, THREADS);
 }

@@ -118,7 +118,11 @@ int xseg_wait_on(struct xseg *s, uint32_t port, uint64_t timeout_ns,
 	 * signaller's fence between its push and its read of waiters. */
 	xseg_full_fence();
 	uint32_t seq = atomic_load(&l->wake_seq);
-	if (!has_work(s, leader, ready, arg))
+	/* A port of the range left since we read the leader (its ungroup
+	 * sets the new leaders, then bumps the old one's word, which this
+	 * seq may already count): nobody signals that word for this port
+	 * any more. The caller looks again instead of sleeping on it. */
+	if (leader_of(s, port) == leader && !has_work(s, leader, ready, arg))
 		futex(&l->wake_seq, FUTEX_WAIT, seq, tsp);
 	/* Woken (or not asleep at all): the next submit may wake another. */
 	atomic_exchange(&l->wake_pending, 0);

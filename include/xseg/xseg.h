@@ -435,8 +435,9 @@ struct xseg_request *xseg_request_at(struct xseg *seg, uint32_t index);
 /*
  * Sleeps until a request or reply is queued on `port` (or on any port of its
  * bound group), or `timeout_ns` passes (0 = no timeout). Returns 1 when work
- * is there, 0 on timeout or a signal, -errno on bad arguments. Never misses a
- * submit made before or during the call.
+ * is there, 0 on timeout or a signal (or at once when a port of the group
+ * left meanwhile: look, and wait, again), -errno on bad arguments. Never
+ * misses a submit made before or during the call.
  */
 int xseg_wait(struct xseg *seg, uint32_t port, uint64_t timeout_ns);
 

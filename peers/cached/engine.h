@@ -181,6 +181,7 @@ struct cache_req {
 	uint32_t released_seen;    /* an uncached read: its object's valid_released then */
 	uint32_t fwd_op;           /* op of the forward in progress */
 	bool on_replica;           /* a write the replica acknowledged */
+	struct cache_req *next_held;   /* answers the stale-replica marker holds */
 	struct xwork work;
 };
 

@@ -320,7 +320,7 @@ struct cache_engine {
 	pthread_mutex_t marker_lock;
 	int marker_want, marker_written;
 	bool marker_out;
-	struct cache_req *marker_held;     /* linked by next_parked */
+	struct cache_req *marker_held;     /* linked by next_held */
 	char replica_marker[MARKER_NAME_MAX + 1];
 	_Atomic uint64_t marker_writes, marker_failures, marker_held_total;
 	_Atomic uint64_t promotes_refused;

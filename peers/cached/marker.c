@@ -41,8 +41,8 @@ static void marker_send(struct cache_engine *e);
 static void release_held(struct cache_engine *e, struct cache_req *held)
 {
 	while (held) {
-		struct cache_req *next = held->next_parked;
-		held->next_parked = NULL;
+		struct cache_req *next = held->next_held;
+		held->next_held = NULL;
 		answer(e, held, true, 0, held->serviced);
 		held = next;
 	}
@@ -146,7 +146,7 @@ static bool hold_answer(struct cache_engine *e, struct cache_req *req, uint64_t 
 	pthread_mutex_lock(&e->marker_lock);
 	if (mirror_down(e) && e->marker_written != MARKER_DEGRADED) {
 		req->serviced = serviced;
-		req->next_parked = e->marker_held;
+		req->next_held = e->marker_held;
 		e->marker_held = req;
 		held = true;
 	}

@@ -35,7 +35,8 @@
  *
  * Timeouts: a connection in the handshake, or one that has sent part of
  * a request (header or payload) and is being read, is closed after
- * --io-timeout seconds without a byte from it; so is one whose socket takes
+ * --io-timeout seconds without a byte from it while nbdd reads it (one
+ * paced for its unsent replies owes nothing); so is one whose socket takes
  * none of its replies for that long (a client that stopped reading would
  * otherwise hold its connection and its replies for ever). An idle
  * connection between requests has no limit.
@@ -724,8 +725,12 @@ static void expire_stalled(struct loop *L)
 		}
 		if (!limit)
 			continue;
-		if (!handshake && (not_read || (!c->in_len && !c->filling && !c->discard))) {
-			c->last_rx_ns = now;   /* owes nothing now: the clock starts later */
+		/* Not read by us (paused, in the handshake too: its unsent
+		 * option replies), or idle between requests: it owes nothing
+		 * now, the clock starts later. One that takes no reply is
+		 * closed above. */
+		if (not_read || (!handshake && !c->in_len && !c->filling && !c->discard)) {
+			c->last_rx_ns = now;
 			continue;
 		}
 		if (elapsed_ns(now, c->last_rx_ns) < limit)

@@ -611,6 +611,32 @@ static bool write_back_all(uint64_t deadline)
 	return d.req.served;
 }
 
+/* Takes us out of the blocker's route (spliced): false if we were not in
+ * it. Any stop does it: a route left to our port hands the blocker's
+ * requests to whatever peer binds the port next. */
+static bool unroute(void)
+{
+	if (xseg_get_next_hop(C.seg, C.blocker_port) != C.port)
+		return false;
+	/* A cache plugged in front of us (stopping anyway, after the stop
+	 * timeout) stays in the path: its dirty data must not be bypassed. */
+	uint32_t front = xseg_get_next_hop(C.seg, C.port);
+	if (xseg_replace_next_hop(C.seg, C.blocker_port, C.port, front) < 0) {
+		peer_log(PEER_LOG_WARN, "cannot restore the route of port %u: %s", C.blocker_port,
+		       xseg_last_error());
+		return false;
+	}
+	if (front != XSEG_NO_PORT) {
+		xseg_replace_next_hop(C.seg, C.port, front, XSEG_NO_PORT);
+		peer_log(PEER_LOG_INFO, "port %u routes to cache port %u, in front of us, again",
+			 C.blocker_port, front);
+	} else {
+		peer_log(PEER_LOG_INFO, "port %u routes straight to its blocker again",
+			 C.blocker_port);
+	}
+	return true;
+}
+
 /*
  * After a clean drain, does what `xseg unplug` would: if the blocker's
  * port routes to us, requests for it go straight to it again and what
@@ -625,24 +651,8 @@ static bool write_back_all(uint64_t deadline)
 #define QUIET_MAX_MS 2000
 static void restore_route(void)
 {
-	if (xseg_get_next_hop(C.seg, C.blocker_port) != C.port)
+	if (!unroute())
 		return;
-	/* A cache plugged in front of us (stopping anyway, after the stop
-	 * timeout) stays in the path: its dirty data must not be bypassed. */
-	uint32_t front = xseg_get_next_hop(C.seg, C.port);
-	if (xseg_replace_next_hop(C.seg, C.blocker_port, C.port, front) < 0) {
-		peer_log(PEER_LOG_WARN, "cannot restore the route of port %u: %s", C.blocker_port,
-		       xseg_last_error());
-		return;
-	}
-	if (front != XSEG_NO_PORT) {
-		xseg_replace_next_hop(C.seg, C.port, front, XSEG_NO_PORT);
-		peer_log(PEER_LOG_INFO, "port %u routes to cache port %u, in front of us, again",
-			 C.blocker_port, front);
-	} else {
-		peer_log(PEER_LOG_INFO, "port %u routes straight to its blocker again",
-			 C.blocker_port);
-	}
 	unsigned quiet = 0;
 	for (unsigned ms = 0; quiet < QUIET_MS && ms < QUIET_MAX_MS; ms++) {
 		struct xseg_port_info pi;
@@ -675,6 +685,7 @@ static int drain(struct peer *p, uint64_t deadline)
 	if (clean_and_blocker_down()) {
 		peer_log(PEER_LOG_INFO, "nothing dirty and blocker port %u is down: stopping at once",
 		       C.blocker_port);
+		unroute();   /* nothing to serve for a blocker that is down */
 		C.clean = true;
 		return 0;
 	}

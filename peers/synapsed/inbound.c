@@ -251,62 +251,55 @@ static void submit_waiting(struct peer_thread *t, struct peer_work *w)
 	}
 }
 
-/* Submits `in` (network thread), or leaves it to a worker. */
-static void submit_in_order(struct conn *c, struct inbound *in)
-{
-	/* In arrival order: behind an earlier request of c that waits for
-	 * room, this one waits too (else a request its sender gave up on,
-	 * and followed with others, could land after them: a timed-out
-	 * mirror write over the writes after it). Only this thread adds. */
-	pthread_mutex_lock(&S.lock);
-	bool behind = c->wait_busy != NULL;
-	if (behind) {
-		if (c->wait_last)
-			c->wait_last->next = in;
-		else
-			c->wait_first = in;
-		c->wait_last = in;
-	}
-	pthread_mutex_unlock(&S.lock);
-	if (behind)
-		return;
-	/* Submitted from the network thread itself: a hand-off to a worker
-	 * would cost a wake-up per request. Only a full pool or heap goes to a
-	 * worker, which retries as replies free them. */
-	if (!try_submit(in)) {
-		pthread_mutex_lock(&S.lock);
-		c->wait_busy = in;
-		pthread_mutex_unlock(&S.lock);
-		peer_post(S.peer, &in->work, submit_waiting);
-	}
-}
-
 void inbound_request_done(void *owner)
 {
 	struct inbound *in = owner;
 	in->deadline_ns = xseg_now_ns() + RETRY_LIMIT_NS;
 	in->next = NULL;
 
-	pthread_mutex_lock(&S.lock);
-	struct conn *c = &S.conns[in->conn];
-	bool same = c->gen == in->conn_gen;
-	if (same) {
-		c->incoming++;
-		atomic_fetch_add(&S.inbound_live, 1);
-	} else {
-		inbound_free_locked(in);
-	}
-	pthread_mutex_unlock(&S.lock);
-	if (!same)
-		return;
-	in->stats_ns = peer_stats_begin();   /* the runtime's figures count it */
 	/* Not stopping yet: the send (or the post to a worker) below is
 	 * counted by the runtime before on_stop returns, so the workers do
 	 * not end without its reply (copying 64 MiB takes milliseconds). */
 	atomic_fetch_add(&S.submitting, 1);
-	if (atomic_load(&S.stopping))
+	bool stopping = atomic_load(&S.stopping);
+	pthread_mutex_lock(&S.lock);
+	struct conn *c = &S.conns[in->conn];
+	bool same = c->gen == in->conn_gen, behind = false;
+	if (same) {
+		c->incoming++;
+		atomic_fetch_add(&S.inbound_live, 1);
+		in->stats_ns = peer_stats_begin();   /* the runtime's figures count it */
+		/* In arrival order: behind an earlier request of c that waits
+		 * for room, this one waits too (else a request its sender gave
+		 * up on, and followed with others, could land after them: a
+		 * timed-out mirror write over the writes after it). Only this
+		 * thread adds. Stopping, it is answered at once instead. */
+		behind = !stopping && c->wait_busy;
+		if (behind) {
+			if (c->wait_last)
+				c->wait_last->next = in;
+			else
+				c->wait_first = in;
+			c->wait_last = in;
+		}
+	} else {
+		inbound_free_locked(in);
+	}
+	pthread_mutex_unlock(&S.lock);
+	if (!same || behind) {
+		atomic_fetch_sub(&S.submitting, 1);
+		return;
+	}
+	if (stopping) {
 		reply_failed(in, ESHUTDOWN);
-	else
-		submit_in_order(c, in);
+	} else if (!try_submit(in)) {
+		/* Submitted from the network thread itself: a hand-off to a
+		 * worker would cost a wake-up per request. Only a full pool or
+		 * heap goes to a worker, which retries as replies free them. */
+		pthread_mutex_lock(&S.lock);
+		c->wait_busy = in;
+		pthread_mutex_unlock(&S.lock);
+		peer_post(S.peer, &in->work, submit_waiting);
+	}
 	atomic_fetch_sub(&S.submitting, 1);
 }

@@ -12,7 +12,8 @@
  * Every write marks, whatever the policy: the engine reads the policy when
  * it runs the write, so a write accepted under write-through can still
  * land dirty after a switch. A write-through cache is marked only while
- * writes are under way, and so dies clean unless it dies mid-write.
+ * writes are under way (the last one to end clears it), and so dies
+ * clean unless it dies mid-write.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -62,7 +63,7 @@ static void set_locked(void)
 {
 	if (atomic_load(&M.marked))
 		return;
-	uint64_t d = dirty_bytes();
+	uint64_t d = cache_engine_clean(M.engine) ? 0 : dirty_bytes();
 	publish(d ? d : 1);
 	atomic_store(&M.marked, true);
 }
@@ -79,19 +80,26 @@ void dirty_mark_write_begin(void)
 
 void dirty_mark_write_end(void)
 {
-	atomic_fetch_sub(&M.writes, 1);
+	/* The last write under way, nothing dirty (write-through): cleared
+	 * now, before its answer, not at the next maintenance tick. Killed
+	 * in between, the cache died marked and its blocker's path failed
+	 * EIO for good, over data the blocker already had. */
+	if (atomic_fetch_sub(&M.writes, 1) == 1 && atomic_load(&M.marked) &&
+	    cache_engine_clean(M.engine))
+		dirty_mark_update();
 }
 
 void dirty_mark_update(void)
 {
 	pthread_mutex_lock(&M.lock);
-	uint64_t d = dirty_bytes();
+	/* cache_engine_clean first: cheap, for the writes' calls */
+	uint64_t d = cache_engine_clean(M.engine) ? 0 : dirty_bytes();
 	if (d) {
 		publish(d);
 		atomic_store(&M.marked, true);
 	} else if (atomic_load(&M.marked)) {
 		atomic_store(&M.clearing, true);
-		if (!atomic_load(&M.writes) && !dirty_bytes()) {
+		if (!atomic_load(&M.writes) && cache_engine_clean(M.engine)) {
 			publish(0);
 			atomic_store(&M.marked, false);
 		}

@@ -140,6 +140,13 @@ struct peer_ops {
 	 * (xseg_reserve) so that clients holding the whole pool are served one
 	 * by one instead of waiting forever. A client-only peer leaves it. */
 	bool reserve_requests;
+	/* A cache that publishes whether it holds data its blocker lacks
+	 * (xseg_port_set_dirty) sets this: it checks a mark left on its port
+	 * itself (cached serves it only with the data recovered). Any other
+	 * peer refuses to start on a port left marked dirty: routing ends
+	 * there to fail closed, and the peer would be sent the blocker's
+	 * requests and answer them with data that is not the cache's. */
+	bool keeps_dirty_mark;
 
 	/* After the options (and after --daemon has forked), before the
 	 * segment is joined and the ports bound: slow set-up that must not

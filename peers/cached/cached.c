@@ -866,6 +866,7 @@ int main(int argc, char **argv)
 		.check_options = cached_check_options,
 		/* blocker requests from a reserve when clients hold the pool */
 		.reserve_requests = true,
+		.keeps_dirty_mark = true,
 		.prepare = prepare,
 		.init = init,
 		.thread_init = thread_init,

@@ -4,6 +4,7 @@
  * still writing back.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -69,6 +70,22 @@ int peer_join_and_bind(struct peer *p)
 	if (!p->slots || !p->accept_tick) {
 		peer_error("out of memory for %u request slots", si.nr_requests);
 		return -1;
+	}
+	/* Looked at before the bind: bound, the port would be routed the
+	 * blocker's requests at once, and leaving it passes them on to the
+	 * blocker, past the data the mark stands for. Only a live owner sets
+	 * the mark, and a live owner makes the bind fail anyway. */
+	for (uint32_t port = p->cfg.port_first; !p->ops->keeps_dirty_mark &&
+	     port <= p->cfg.port_last; port++) {
+		struct xseg_port_info pi;
+		if (xseg_port_info(p->seg, port, &pi) == 0 && pi.dirty_bytes &&
+		    !(pi.owner && pi.owner_alive)) {
+			peer_error("port %u was left by a cache holding %" PRIu64 " dirty bytes: "
+				   "requests routed there fail until that cache is started again on "
+				   "its persist file, or the data is given up with xseg unplug --force "
+				   "--via %u; not serving it", port, pi.dirty_bytes, port);
+			return -1;
+		}
 	}
 	if ((p->cfg.lanes > 1 ? xseg_bind_lanes : xseg_bind_range)(p->seg, p->cfg.port_first,
 								    p->cfg.port_last) < 0) {

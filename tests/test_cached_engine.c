@@ -16,12 +16,14 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <urcu.h>
 
 /* The engine's objects are linked in (Makefile: CACHED_ENGINE_TESTS); its
  * private header lets the tests look at its counters. */
 #include "../peers/cached/engine_private.h"
+#include "../peers/cached/persist_format.h"
 
 #define OBJ_SIZE   (64u * 1024)
 #define BKT_SIZE   4096u
@@ -1429,7 +1431,7 @@ END_TEST
 
 /* ---- --persist (issue 22) ------------------------------------------------------ */
 
-static char pdir[64], ppath[96], pcopy[96];
+static char pdir[64], ppath[96], pcopy[96], pdev[96], pcrash[96];
 
 static void persist_dir(void)
 {
@@ -1437,12 +1439,16 @@ static void persist_dir(void)
 	ck_assert_ptr_nonnull(mkdtemp(pdir));
 	snprintf(ppath, sizeof(ppath), "%s/cache.pf", pdir);
 	snprintf(pcopy, sizeof(pcopy), "%s/crashed.pf", pdir);
+	snprintf(pdev, sizeof(pdev), "%s/device.pf", pdir);
+	snprintf(pcrash, sizeof(pcrash), "%s/crash2.pf", pdir);
 }
 
 static void persist_dir_remove(void)
 {
 	unlink(ppath);
 	unlink(pcopy);
+	unlink(pdev);
+	unlink(pcrash);
 	rmdir(pdir);
 }
 
@@ -1458,6 +1464,35 @@ static void copy_file(const char *from, const char *to)
 		ck_assert_uint_eq(fwrite(buf, 1, n, out), n);
 	fclose(in);
 	fclose(out);
+}
+
+/* The device under the persist file, for host-crash tests: while set,
+ * every fdatasync of the engine copies the file there (what a sync made
+ * durable; pages the kernel wrote back on its own a test adds itself). The
+ * engine's objects are linked into this program, so this one is theirs. */
+static const char *device_copy;
+
+int fdatasync(int fd)
+{
+	int rc = (int)syscall(SYS_fdatasync, fd);
+	if (rc == 0 && device_copy) {
+		char src[64];
+		snprintf(src, sizeof(src), "/proc/self/fd/%d", fd);
+		copy_file(src, device_copy);
+	}
+	return rc;
+}
+
+/* Puts the 4 KiB page of the live mapping that holds `at` into the
+ * device image `to`: the kernel wrote that page back on its own. */
+static void page_reaches_device(const void *at, const char *to)
+{
+	const unsigned char *map = blk.engine->persist.map;
+	off_t off = (off_t)(((const unsigned char *)at - map) / 4096 * 4096);
+	int fd = open(to, O_WRONLY);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pwrite(fd, map + off, 4096, off), 4096);
+	close(fd);
 }
 
 /* Bucket i of object `name`: its pool slot (BUCKET_NO_SLOT if none). */
@@ -1837,6 +1872,67 @@ START_TEST(persist_write_back_waits_for_a_sync_under_way)
 	ck_assert(!persist_slot_published(&e->persist, s0));
 	ck_assert(!persist_slot_published(&e->persist, s1));
 	ck_assert(blk_has("v", 0, w, sizeof(w)));
+	teardown();
+	persist_dir_remove();
+}
+END_TEST
+
+/*
+ * A restart knows nothing of the clears the dead process had not made
+ * durable yet (its cleared list), nor are the clears recovery itself
+ * makes (older versions, damage) durable: the file must be synced before
+ * a write-back clears a newer header, or a host crash can keep an older
+ * version's header with the newer one's gone, and recovery replays the
+ * older bytes over what the blocker holds. Here: v1 FLUSHed, v2 FLUSHed
+ * (v1's clear made after that sync, in the page cache only), SIGKILL; the
+ * restarted cache writes v2 back and clears its header; the host dies
+ * with that header's page written back by the kernel, v1's not.
+ */
+START_TEST(persist_restart_makes_old_clears_durable_before_a_write_back)
+{
+	persist_dir();
+	setup_persist(ppath, 1 << 20);
+	unsigned char v1[BKT_SIZE], v2[BKT_SIZE], r[BKT_SIZE];
+	fill(v1, sizeof(v1), 60);
+	fill(v2, sizeof(v2), 61);
+	/* 32 buckets first: k's lands on the next header page's last slot */
+	static unsigned char pad[OBJ_SIZE];
+	ck_assert_int_eq(do_write("pad0", 0, OBJ_SIZE, pad), 0);
+	ck_assert_int_eq(do_write("pad1", 0, OBJ_SIZE, pad), 0);
+	ck_assert_int_eq(do_write("k", 0, BKT_SIZE, v1), 0);
+	ck_assert_int_eq(do_flush(), 0);
+	uint32_t s1 = slot_of("k", 0);
+	ck_assert_int_eq(do_write("k", 0, BKT_SIZE, v2), 0);   /* v1 retired */
+	uint32_t s2 = slot_of("k", 0);
+	/* the two headers on pages of their own, so the kernel may write one back alone */
+	ck_assert_uint_ne(s1 / (4096 / sizeof(struct persist_slot)),
+			  s2 / (4096 / sizeof(struct persist_slot)));
+	device_copy = pdev;
+	ck_assert_int_eq(do_flush(), 0);       /* the device: v1 and v2; v1 cleared after */
+	device_copy = NULL;
+	ck_assert(!persist_slot_published(&blk.engine->persist, s1));
+	copy_file(ppath, pcopy);               /* SIGKILL: the page cache stays */
+	ck_assert(switch_to_writethrough());
+	teardown();
+
+	/* the restart: the host's page cache is pcopy, its device pdev */
+	device_copy = pdev;
+	setup_persist(pcopy, 1 << 20);
+	ck_assert_uint_eq(stats_now().recovered_bytes, 2 * OBJ_SIZE + BKT_SIZE);
+	ck_assert(switch_to_writethrough());   /* v2 written back, its header cleared */
+	ck_assert(blk_has("k", 0, v2, BKT_SIZE));
+	device_copy = NULL;
+	/* power lost: the kernel had written back the page of v2's cleared header */
+	copy_file(pdev, pcrash);
+	page_reaches_device(&blk.engine->persist.slots[s2], pcrash);
+	teardown();
+
+	setup_persist(pcrash, 1 << 20);
+	blk_put("k", 0, v2, BKT_SIZE);         /* the blocker had it (FUA) */
+	ck_assert_int_eq(do_read("k", 0, BKT_SIZE, r), 0);
+	ck_assert_msg(!memcmp(r, v2, BKT_SIZE), "recovery replayed %s over the blocker's newer "
+		      "bytes", !memcmp(r, v1, BKT_SIZE) ? "the older version" : "something");
+	ck_assert(switch_to_writethrough());
 	teardown();
 	persist_dir_remove();
 }
@@ -2474,6 +2570,7 @@ int main(void)
 	tcase_add_test(pc, persist_forced_syncs_count_only_retired_versions);
 	tcase_add_test(pc, persist_host_crash_mid_overwrite_keeps_the_flushed_version);
 	tcase_add_test(pc, persist_refusals_and_discard);
+	tcase_add_test(pc, persist_restart_makes_old_clears_durable_before_a_write_back);
 	suite_add_tcase(s, pc);
 	/* its own case, so that CK_RUN_CASE=threads repeats only the stress */
 	TCase *threads = tcase_create("threads");

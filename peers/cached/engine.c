@@ -439,8 +439,18 @@ static int persist_start(struct cache_engine *e, const char **why)
 			 cfg->persist_path, strerror(r.error ? r.error : rc < 0 ? -rc : ENOMEM));
 		return rc < 0 ? rc : -(r.error ? r.error : ENOMEM);
 	}
+	/* With a sync mode, synced before a write-back clears any header: the
+	 * clears recovery made (older versions, damage) and those the dead
+	 * process had not made durable yet are in the page cache only, and a
+	 * host crash that kept an older version's header but not its newer
+	 * one's clear would replay the older bytes over the blocker's. What
+	 * recovery kept is then on the device: as good as synced. */
+	if (cfg->persist_sync != PERSIST_SYNC_NONE && (rc = persist_sync(&e->persist))) {
+		snprintf(persist_why, sizeof(persist_why), "--persist: syncing '%s' failed: %s",
+			 cfg->persist_path, strerror(-rc));
+		return rc;
+	}
 	bucket_pool_set_reserve(&e->pool, PERSIST_SPARE_SLOTS);
-	/* What recovery kept was on the device: as good as synced. */
 	atomic_store(&e->synced_below, atomic_load(&e->persist.next_seq));
 	return 0;
 }

@@ -1938,6 +1938,47 @@ START_TEST(persist_restart_makes_old_clears_durable_before_a_write_back)
 }
 END_TEST
 
+/*
+ * --persist-sync flush: a FUA write is answered once it is durable. One
+ * that goes uncached (past a full pool) is FUA on the blocker, but where
+ * it lands on a DIRTY bucket its bytes go into a new version of that
+ * bucket in the file, over a FLUSHed older one that stays until a sync:
+ * answered with no sync, a host crash kept the older version, and
+ * recovery replayed it over the FUA write's bytes on the blocker.
+ */
+START_TEST(persist_uncached_fua_write_on_a_dirty_bucket_is_synced)
+{
+	persist_dir();
+	setup_persist(ppath, OBJ_SIZE);        /* 16 buckets */
+	static unsigned char v1[BKT_SIZE], fua[2 * BKT_SIZE], pad[OBJ_SIZE], r[BKT_SIZE];
+	fill(v1, sizeof(v1), 62);
+	fill(fua, sizeof(fua), 63);
+	ck_assert_int_eq(do_write("a", 0, BKT_SIZE, v1), 0);
+	device_copy = pdev;
+	ck_assert_int_eq(do_flush(), 0);       /* v1 durable */
+	ck_assert_int_eq(do_write("b", 0, OBJ_SIZE - BKT_SIZE, pad), 0);   /* the pool full */
+	uint64_t uncached = stats_now().uncached;
+	/* a's bucket 1 finds no slot: uncached, over a's DIRTY bucket 0 */
+	ck_assert_int_eq(run_req(X_WRITE, XF_FUA, "a", 0, sizeof(fua), fua, NULL, NULL), 0);
+	ck_assert_uint_eq(stats_now().uncached, uncached + 1);
+	ck_assert(blk_has("a", 0, fua, sizeof(fua)));
+	device_copy = NULL;
+	copy_file(pdev, pcrash);               /* power lost: the device as last synced */
+	ck_assert(switch_to_writethrough());
+	teardown();
+
+	setup_persist(pcrash, OBJ_SIZE);
+	blk_put("a", 0, fua, sizeof(fua));     /* the blocker had it (FUA) */
+	ck_assert_int_eq(do_read("a", 0, BKT_SIZE, r), 0);
+	ck_assert_msg(!memcmp(r, fua, BKT_SIZE), "an answered FUA write lost in a host crash: "
+		      "recovery replayed %s over it", !memcmp(r, v1, BKT_SIZE) ?
+		      "the FLUSHed older version" : "something");
+	ck_assert(switch_to_writethrough());
+	teardown();
+	persist_dir_remove();
+}
+END_TEST
+
 /* A sync forced at RETIRE_SYNC_AT retired versions clears them; cleared,
  * they wait for the next sync to be durable, and are not counted for the
  * next forced one: they were, so an overwrite right after a forced sync
@@ -2571,6 +2612,7 @@ int main(void)
 	tcase_add_test(pc, persist_host_crash_mid_overwrite_keeps_the_flushed_version);
 	tcase_add_test(pc, persist_refusals_and_discard);
 	tcase_add_test(pc, persist_restart_makes_old_clears_durable_before_a_write_back);
+	tcase_add_test(pc, persist_uncached_fua_write_on_a_dirty_bucket_is_synced);
 	suite_add_tcase(s, pc);
 	/* its own case, so that CK_RUN_CASE=threads repeats only the stress */
 	TCase *threads = tcase_create("threads");

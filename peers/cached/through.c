@@ -87,7 +87,7 @@ static void through_done_job(struct xwork *w, void *arg)
 	struct cache_object *o = bio->owner;
 	struct cache_engine *e = o->e;
 	struct cache_req *req = bio->req;
-	bool ok = bio->served && bio->serviced == req->size;
+	bool ok = bio->served && bio->serviced == req->size, stored_dirty = false;
 	struct bucket_span sp;
 
 	bucket_span_of(&e->geo, req->offset, req->size, &sp);
@@ -114,6 +114,7 @@ static void through_done_job(struct xwork *w, void *arg)
 			if (s == BUCKET_DIRTY) {
 				/* --persist: out of place, never over its published bytes */
 				store_bucket(o, i, req->offset, req->size, req->data);
+				stored_dirty = true;
 			} else if (s == BUCKET_VALID) {
 				if (racing) {
 					release_bucket(o, i);
@@ -137,6 +138,18 @@ static void through_done_job(struct xwork *w, void *arg)
 				release_bucket(o, i);
 	}
 	int error = bio->error ? bio->error : EIO;
+	/* A FUA write's bytes in a DIRTY bucket are a new version in the
+	 * persist file, over an older one a FLUSH may have made durable: the
+	 * blocker has them durable, the file must too before the answer, or
+	 * a host crash replays the older version over them. */
+	if (stored_dirty && (req->flags & XF_FUA) && e->persisting &&
+	    e->cfg.persist_sync != PERSIST_SYNC_NONE) {
+		int rc = engine_sync(e);
+		if (rc) {
+			ok = false;
+			error = -rc;
+		}
+	}
 	o->throughs--;
 	if (req->op == X_WRITE)
 		through_write_back(o, req);

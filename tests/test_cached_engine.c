@@ -1472,8 +1472,22 @@ static void copy_file(const char *from, const char *to)
  * engine's objects are linked into this program, so this one is theirs. */
 static const char *device_copy;
 
+/* While set, the next fdatasync copies the file to device_at_start, says
+ * so (sync_held) and waits until this is cleared: a sync under way. */
+static _Atomic int sync_hold, sync_held;
+static const char *device_at_start;
+
 int fdatasync(int fd)
 {
+	if (atomic_load(&sync_hold)) {
+		char src[64];
+		snprintf(src, sizeof(src), "/proc/self/fd/%d", fd);
+		copy_file(src, device_at_start);
+		atomic_store(&sync_held, 1);
+		while (atomic_load(&sync_hold))
+			usleep(1000);
+		atomic_store(&sync_held, 0);
+	}
 	int rc = (int)syscall(SYS_fdatasync, fd);
 	if (rc == 0 && device_copy) {
 		char src[64];
@@ -1973,6 +1987,61 @@ START_TEST(persist_uncached_fua_write_on_a_dirty_bucket_is_synced)
 	ck_assert_msg(!memcmp(r, fua, BKT_SIZE), "an answered FUA write lost in a host crash: "
 		      "recovery replayed %s over it", !memcmp(r, v1, BKT_SIZE) ?
 		      "the FLUSHed older version" : "something");
+	ck_assert(switch_to_writethrough());
+	teardown();
+	persist_dir_remove();
+}
+END_TEST
+
+static void *flush_thread(void *rc)
+{
+	*(int *)rc = do_flush();
+	return NULL;
+}
+
+/*
+ * A FLUSH promises every write answered before it. An overwrite that
+ * comes while the FLUSH's fdatasync is under way must keep the version
+ * that sync is making durable (retire it), not clear it at once as never
+ * synced: the sync may write the page of that clear (dirty at its start)
+ * and not the new version's data (dirtied after its start), and the FLUSH
+ * is answered with the bucket lost on the device.
+ */
+START_TEST(persist_overwrite_during_a_flush_keeps_the_version_it_promised)
+{
+	persist_dir();
+	setup_persist(ppath, 1 << 20);
+	struct persist *p = &blk.engine->persist;
+	unsigned char v1[BKT_SIZE], v2[BKT_SIZE], r[BKT_SIZE];
+	fill(v1, sizeof(v1), 64);
+	fill(v2, sizeof(v2), 65);
+	ck_assert_int_eq(do_write("c", 0, BKT_SIZE, v1), 0);   /* never synced yet */
+	uint32_t s1 = slot_of("c", 0);
+	device_at_start = pdev;
+	atomic_store(&sync_hold, 1);
+	pthread_t t;
+	int flush_rc = -1;
+	ck_assert_int_eq(pthread_create(&t, NULL, flush_thread, &flush_rc), 0);
+	for (int ms = 0; ms < 5000 && !atomic_load(&sync_held); ms++)
+		usleep(1000);
+	ck_assert(atomic_load(&sync_held));          /* the FLUSH's sync under way */
+	ck_assert_int_eq(do_write("c", 0, BKT_SIZE, v2), 0);
+	uint32_t s2 = slot_of("c", 0);
+	ck_assert_uint_ne(s2, s1);
+	/* the sync writes v1's header page as it is now; v2's data page was
+	 * clean at its start and is not written */
+	copy_file(pdev, pcrash);
+	page_reaches_device(&p->slots[s1], pcrash);
+	atomic_store(&sync_hold, 0);
+	pthread_join(t, NULL);
+	ck_assert_int_eq(flush_rc, 0);               /* v1 promised */
+	ck_assert(switch_to_writethrough());
+	teardown();
+
+	setup_persist(pcrash, 1 << 20);              /* power lost after the answer */
+	ck_assert_int_eq(do_read("c", 0, BKT_SIZE, r), 0);
+	ck_assert_msg(!memcmp(r, v1, BKT_SIZE) || !memcmp(r, v2, BKT_SIZE),
+		      "a write answered before a FLUSH was lost in a host crash after it");
 	ck_assert(switch_to_writethrough());
 	teardown();
 	persist_dir_remove();
@@ -2613,6 +2682,7 @@ int main(void)
 	tcase_add_test(pc, persist_refusals_and_discard);
 	tcase_add_test(pc, persist_restart_makes_old_clears_durable_before_a_write_back);
 	tcase_add_test(pc, persist_uncached_fua_write_on_a_dirty_bucket_is_synced);
+	tcase_add_test(pc, persist_overwrite_during_a_flush_keeps_the_version_it_promised);
 	suite_add_tcase(s, pc);
 	/* its own case, so that CK_RUN_CASE=threads repeats only the stress */
 	TCase *threads = tcase_create("threads");

@@ -294,9 +294,10 @@ struct cache_engine {
 	 * bucket hash: taken off only once their clear is durable. */
 	_Atomic uint16_t old_counts[OLD_VERSION_COUNTERS];
 	/* Versions of a lower seq were published before the last sync that
-	 * succeeded: durable. Only those are retired when overwritten; a later
-	 * one was never promised a host crash (no FLUSH since) and goes at once,
-	 * so a bucket rewritten between syncs keeps reusing its slot. */
+	 * began: durable once it ends, promised by the FLUSH it answers from
+	 * its start. Only those are retired when overwritten; a later one was
+	 * never promised a host crash (no FLUSH since) and goes at once, so a
+	 * bucket rewritten between syncs keeps reusing its slot. */
 	_Atomic uint64_t synced_below;
 
 	/* --mirror-port (mirror.c) */

@@ -327,12 +327,15 @@ static int sync_and_retire(struct cache_engine *e, bool clears_durable)
 	e->nr_retired = e->nr_cleared = 0;
 	pthread_mutex_unlock(&e->retire_lock);
 
-	uint64_t upto = atomic_load(&e->persist.next_seq);   /* published before the sync */
+	/* Published before the sync: raised before it starts, as the FLUSH it
+	 * answers promises them from then on (an overwrite during the sync
+	 * retires them; see store_bucket). */
+	uint64_t upto = atomic_load(&e->persist.next_seq);
+	uint64_t was = atomic_load(&e->synced_below);
+	while (upto > was && !atomic_compare_exchange_weak(&e->synced_below, &was, upto))
+		;
 	int rc = persist_sync(&e->persist);   /* the new versions, earlier clears */
 	if (rc == 0) {
-		uint64_t was = atomic_load(&e->synced_below);
-		while (upto > was && !atomic_compare_exchange_weak(&e->synced_below, &was, upto))
-			;
 		for (uint32_t k = 0; k < nc; k++)
 			bucket_pool_put_spare(&e->pool, c[k].slot);
 		forget(e, c, nc);
@@ -433,8 +436,11 @@ void store_bucket(struct cache_object *o, uint32_t i, uint64_t offset, uint64_t 
 	o->b.slot[i] = fresh;
 	bucket_copy(o, i, offset, size, (void *)buf, true);
 	persist_publish(&e->persist, fresh, o->pobj, i);
-	/* A process crash only (sync none), or a version never synced (no
-	 * promise for it past a process crash): cleared at once. */
+	/* A process crash only (sync none), or a version no sync began after
+	 * (no promise for it past a process crash): cleared at once. The fence:
+	 * a sync that begins after synced_below is read here finds the new
+	 * version whole in the page cache, so the clear never goes alone. */
+	atomic_thread_fence(memory_order_seq_cst);
 	if (e->cfg.persist_sync == PERSIST_SYNC_NONE ||
 	    persist_slot_seq(&e->persist, old) >= atomic_load(&e->synced_below)) {
 		persist_clear(&e->persist, old);

@@ -2048,6 +2048,43 @@ START_TEST(persist_overwrite_during_a_flush_keeps_the_version_it_promised)
 }
 END_TEST
 
+/*
+ * A switch to write-through (and so an unplug) writes every dirty bucket
+ * back and clears its header; answered, the path writes to the blocker
+ * past the cache (write-through here, or straight to it after an unplug).
+ * Those clears must be durable by the answer: else a host crash keeps the
+ * FLUSHed headers, and the restarted cache replays their older bytes over
+ * what was written to the blocker since (here a FUA write).
+ */
+START_TEST(persist_switch_to_writethrough_makes_its_clears_durable)
+{
+	persist_dir();
+	setup_persist(ppath, 1 << 20);
+	unsigned char x[BKT_SIZE], w[BKT_SIZE], r[BKT_SIZE];
+	fill(x, sizeof(x), 66);
+	fill(w, sizeof(w), 67);
+	ck_assert_int_eq(do_write("u", 0, BKT_SIZE, x), 0);
+	device_copy = pdev;
+	ck_assert_int_eq(do_flush(), 0);             /* x durable in the file */
+	ck_assert(switch_to_writethrough());         /* x written back, its header cleared */
+	ck_assert_int_eq(run_req(X_WRITE, XF_FUA, "u", 0, BKT_SIZE, w, NULL, NULL), 0);
+	ck_assert(blk_has("u", 0, w, BKT_SIZE));
+	device_copy = NULL;
+	copy_file(pdev, pcrash);                     /* power lost: the device as last synced */
+	teardown();
+
+	setup_persist(pcrash, 1 << 20);
+	blk_put("u", 0, w, BKT_SIZE);                /* the blocker had it (FUA) */
+	ck_assert_int_eq(do_read("u", 0, BKT_SIZE, r), 0);
+	ck_assert_msg(!memcmp(r, w, BKT_SIZE), "recovery replayed %s over a FUA write made "
+		      "after the switch", !memcmp(r, x, BKT_SIZE) ? "the written-back version" :
+		      "something");
+	ck_assert(switch_to_writethrough());
+	teardown();
+	persist_dir_remove();
+}
+END_TEST
+
 /* A sync forced at RETIRE_SYNC_AT retired versions clears them; cleared,
  * they wait for the next sync to be durable, and are not counted for the
  * next forced one: they were, so an overwrite right after a forced sync
@@ -2683,6 +2720,7 @@ int main(void)
 	tcase_add_test(pc, persist_restart_makes_old_clears_durable_before_a_write_back);
 	tcase_add_test(pc, persist_uncached_fua_write_on_a_dirty_bucket_is_synced);
 	tcase_add_test(pc, persist_overwrite_during_a_flush_keeps_the_version_it_promised);
+	tcase_add_test(pc, persist_switch_to_writethrough_makes_its_clears_durable);
 	suite_add_tcase(s, pc);
 	/* its own case, so that CK_RUN_CASE=threads repeats only the stress */
 	TCase *threads = tcase_create("threads");

@@ -84,6 +84,13 @@ static void flush_barrier_then(struct barrier *b)
 	struct cache_req *req = b->req;
 	int error = atomic_load(&b->error);
 	free(b);
+	/* --persist with syncs: the write-backs cleared their headers in the
+	 * page cache only. A policy switch (an unplug, the stop's drain, a
+	 * promote) is answered and then the path writes to the blocker past
+	 * us: a host crash must not bring back those headers, older than
+	 * what it writes. */
+	if (!error && e->persisting && e->cfg.persist_sync != PERSIST_SYNC_NONE)
+		error = -engine_sync(e);
 	if (error) {
 		finish(e, req, false, error, 0);
 		return;

@@ -2085,6 +2085,51 @@ START_TEST(persist_switch_to_writethrough_makes_its_clears_durable)
 }
 END_TEST
 
+/*
+ * --persist-sync flush: the flusher writes a FLUSHed bucket back and
+ * clears its header (in the page cache: no promise needs it durable yet).
+ * A FUA write that then goes uncached (past a full pool) over that bucket
+ * is durable on the blocker at its answer; the header's clear must be
+ * durable by then too, or a host crash brings the written-back version
+ * back and recovery replays it over the FUA write.
+ */
+START_TEST(persist_uncached_fua_write_after_a_write_back_is_not_undone)
+{
+	persist_dir();
+	setup_persist(ppath, OBJ_SIZE);        /* 16 buckets */
+	static unsigned char x[BKT_SIZE], fua[2 * BKT_SIZE], pad[OBJ_SIZE], r[BKT_SIZE];
+	fill(x, sizeof(x), 68);
+	fill(fua, sizeof(fua), 69);
+	ck_assert_int_eq(do_write("a", 0, BKT_SIZE, x), 0);
+	device_copy = pdev;
+	ck_assert_int_eq(do_flush(), 0);       /* x durable in the file */
+	queue_flush_of("a");                   /* the flusher writes it back */
+	for (int ms = 0; ms < 2000 && stats_now().dirty_bytes; ms++)
+		usleep(1000);
+	ck_assert_uint_eq(stats_now().persist_dirty_bytes, 0);
+	ck_assert(blk_has("a", 0, x, BKT_SIZE));
+	ck_assert_int_eq(do_write("b", 0, OBJ_SIZE - BKT_SIZE, pad), 0);   /* the pool full */
+	uint64_t uncached = stats_now().uncached;
+	ck_assert_int_eq(run_req(X_WRITE, XF_FUA, "a", 0, sizeof(fua), fua, NULL, NULL), 0);
+	ck_assert_uint_eq(stats_now().uncached, uncached + 1);
+	ck_assert(blk_has("a", 0, fua, sizeof(fua)));
+	device_copy = NULL;
+	copy_file(pdev, pcrash);               /* power lost: the device as last synced */
+	ck_assert(switch_to_writethrough());
+	teardown();
+
+	setup_persist(pcrash, OBJ_SIZE);
+	blk_put("a", 0, fua, sizeof(fua));     /* the blocker had it (FUA) */
+	ck_assert_int_eq(do_read("a", 0, BKT_SIZE, r), 0);
+	ck_assert_msg(!memcmp(r, fua, BKT_SIZE), "an answered FUA write lost in a host crash: "
+		      "recovery replayed %s over it", !memcmp(r, x, BKT_SIZE) ?
+		      "the written-back version" : "something");
+	ck_assert(switch_to_writethrough());
+	teardown();
+	persist_dir_remove();
+}
+END_TEST
+
 /* A sync forced at RETIRE_SYNC_AT retired versions clears them; cleared,
  * they wait for the next sync to be durable, and are not counted for the
  * next forced one: they were, so an overwrite right after a forced sync
@@ -2721,6 +2766,7 @@ int main(void)
 	tcase_add_test(pc, persist_uncached_fua_write_on_a_dirty_bucket_is_synced);
 	tcase_add_test(pc, persist_overwrite_during_a_flush_keeps_the_version_it_promised);
 	tcase_add_test(pc, persist_switch_to_writethrough_makes_its_clears_durable);
+	tcase_add_test(pc, persist_uncached_fua_write_after_a_write_back_is_not_undone);
 	suite_add_tcase(s, pc);
 	/* its own case, so that CK_RUN_CASE=threads repeats only the stress */
 	TCase *threads = tcase_create("threads");

@@ -299,6 +299,10 @@ struct cache_engine {
 	 * never promised a host crash (no FLUSH since) and goes at once, so a
 	 * bucket rewritten between syncs keeps reusing its slot. */
 	_Atomic uint64_t synced_below;
+	/* Headers cleared by write-backs, and of them those a sync that
+	 * succeeded made durable: while they differ, an uncached FUA write
+	 * syncs before its answer (through.c). */
+	_Atomic uint64_t written_back_clears, clears_synced;
 
 	/* --mirror-port (mirror.c) */
 	_Atomic int mirror_state;          /* enum mirror_state */

@@ -334,8 +334,12 @@ static int sync_and_retire(struct cache_engine *e, bool clears_durable)
 	uint64_t was = atomic_load(&e->synced_below);
 	while (upto > was && !atomic_compare_exchange_weak(&e->synced_below, &was, upto))
 		;
+	uint64_t clears = atomic_load(&e->written_back_clears);   /* made before the sync */
 	int rc = persist_sync(&e->persist);   /* the new versions, earlier clears */
 	if (rc == 0) {
+		was = atomic_load(&e->clears_synced);
+		while (clears > was && !atomic_compare_exchange_weak(&e->clears_synced, &was, clears))
+			;
 		for (uint32_t k = 0; k < nc; k++)
 			bucket_pool_put_spare(&e->pool, c[k].slot);
 		forget(e, c, nc);
@@ -471,6 +475,7 @@ void unpublish(struct cache_object *o, uint32_t i)
 		(void)sync_and_retire(e, true);
 	}   /* its older versions' clears durable first */
 	persist_clear(&e->persist, o->b.slot[i]);
+	atomic_fetch_add(&e->written_back_clears, 1);   /* after the clear: see sync_and_retire */
 	atomic_fetch_sub(&e->published, 1);
 }
 

@@ -139,11 +139,12 @@ static void through_done_job(struct xwork *w, void *arg)
 	}
 	int error = bio->error ? bio->error : EIO;
 	/* A FUA write's bytes in a DIRTY bucket are a new version in the
-	 * persist file, over an older one a FLUSH may have made durable: the
-	 * blocker has them durable, the file must too before the answer, or
-	 * a host crash replays the older version over them. */
-	if (stored_dirty && (req->flags & XF_FUA) && e->persisting &&
-	    e->cfg.persist_sync != PERSIST_SYNC_NONE) {
+	 * persist file, over an older one a FLUSH may have made durable; and
+	 * a bucket written back may have its header's clear in the page cache
+	 * only. The blocker has the bytes durable: the file must hold nothing
+	 * older of them before the answer, or a host crash replays it. */
+	if ((req->flags & XF_FUA) && e->persisting && e->cfg.persist_sync != PERSIST_SYNC_NONE &&
+	    (stored_dirty || atomic_load(&e->written_back_clears) != atomic_load(&e->clears_synced))) {
 		int rc = engine_sync(e);
 		if (rc) {
 			ok = false;

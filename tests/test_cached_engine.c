@@ -2130,6 +2130,53 @@ START_TEST(persist_uncached_fua_write_after_a_write_back_is_not_undone)
 }
 END_TEST
 
+/*
+ * Two object records naming one object, each with a version of bucket 0.
+ * A host crash leaves this: x written under record A, FLUSHed, written
+ * back (its header's clear in the page cache), the object left the index
+ * (A freed, in the page cache too), came back under record B and wrote
+ * bucket 0 again; the kernel wrote back B's pages, not A's. Every version
+ * under A is older than B (A was freed only once none was dirty): the
+ * cache must serve B's, and A's must leave the file.
+ */
+START_TEST(persist_two_records_of_one_object_recover_the_newer)
+{
+	persist_dir();
+	const struct persist_geometry g = {
+		.bucket_size = BKT_SIZE, .object_size = OBJ_SIZE,
+		.nr_slots = (1u << 20) / BKT_SIZE + PERSIST_SPARE_SLOTS, .nr_objects = 16,
+		.blocker_port = 1,
+	};
+	struct persist f;
+	char why[256] = "";
+	ck_assert_msg(persist_open(&f, pcrash, &g, false, NULL, why, sizeof(why)) == 0, "%s", why);
+	unsigned char v1[BKT_SIZE], v2[BKT_SIZE], r[BKT_SIZE];
+	fill(v1, sizeof(v1), 70);
+	fill(v2, sizeof(v2), 71);
+	uint32_t a = persist_object_get(&f, "X", 1);
+	memcpy(persist_slot_data(&f, 3), v1, BKT_SIZE);
+	persist_publish(&f, 3, a, 0);
+	uint32_t b = persist_object_get(&f, "X", 1);
+	ck_assert_uint_ne(a, b);
+	memcpy(persist_slot_data(&f, 70), v2, BKT_SIZE);
+	persist_publish(&f, 70, b, 0);
+	persist_close(&f, false);
+
+	setup_persist(pcrash, 1 << 20);
+	blk_put("X", 0, v1, BKT_SIZE);              /* written back before */
+	ck_assert_int_eq(do_read("X", 0, BKT_SIZE, r), 0);
+	ck_assert_msg(!memcmp(r, v2, BKT_SIZE), "served %s", !memcmp(r, v1, BKT_SIZE) ?
+		      "the older version" : "something else");
+	ck_assert(switch_to_writethrough());
+	ck_assert(blk_has("X", 0, v2, BKT_SIZE));
+	ck_assert_uint_eq(stats_now().persist_dirty_bytes, 0);
+	ck_assert(!persist_slot_published(&blk.engine->persist, 3));
+	ck_assert(!persist_slot_published(&blk.engine->persist, 70));
+	teardown();
+	persist_dir_remove();
+}
+END_TEST
+
 /* A sync forced at RETIRE_SYNC_AT retired versions clears them; cleared,
  * they wait for the next sync to be durable, and are not counted for the
  * next forced one: they were, so an overwrite right after a forced sync
@@ -2767,6 +2814,7 @@ int main(void)
 	tcase_add_test(pc, persist_overwrite_during_a_flush_keeps_the_version_it_promised);
 	tcase_add_test(pc, persist_switch_to_writethrough_makes_its_clears_durable);
 	tcase_add_test(pc, persist_uncached_fua_write_after_a_write_back_is_not_undone);
+	tcase_add_test(pc, persist_two_records_of_one_object_recover_the_newer);
 	suite_add_tcase(s, pc);
 	/* its own case, so that CK_RUN_CASE=threads repeats only the stress */
 	TCase *threads = tcase_create("threads");

@@ -72,7 +72,7 @@ struct persist_recovery {
 	uint64_t older_versions; /* superseded by a higher seq (killed mid-overwrite) */
 	uint64_t torn_headers;   /* header checksum wrong, or a seq past PERSIST_SEQ_LIMIT */
 	uint64_t torn_data;      /* data checksum wrong */
-	uint64_t orphans;        /* slot naming a missing or reused object record */
+	uint64_t orphans;        /* slot naming a missing, reused or superseded object record */
 	uint64_t bad_objects;    /* object record checksum wrong */
 	bool was_clean;          /* the last close was clean */
 };

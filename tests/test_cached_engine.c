@@ -1476,9 +1476,14 @@ static const char *device_copy;
  * so (sync_held) and waits until this is cleared: a sync under way. */
 static _Atomic int sync_hold, sync_held;
 static const char *device_at_start;
+static _Atomic int sync_fail;   /* while set, fdatasync fails (EIO) */
 
 int fdatasync(int fd)
 {
+	if (atomic_load(&sync_fail)) {
+		errno = EIO;
+		return -1;
+	}
 	if (atomic_load(&sync_hold)) {
 		char src[64];
 		snprintf(src, sizeof(src), "/proc/self/fd/%d", fd);
@@ -2177,6 +2182,67 @@ START_TEST(persist_two_records_of_one_object_recover_the_newer)
 }
 END_TEST
 
+struct overwrites {
+	unsigned objects;
+	_Atomic int done, failed;
+};
+
+/* Overwrites every bucket of objects o0.. once. */
+static void *overwrite_thread(void *arg)
+{
+	struct overwrites *w = arg;
+	unsigned char b[BKT_SIZE];
+	char name[16];
+	for (unsigned k = 0; k < w->objects * (OBJ_SIZE / BKT_SIZE); k++) {
+		fill(b, sizeof(b), 74 + k);
+		snprintf(name, sizeof(name), "o%u", k / (OBJ_SIZE / BKT_SIZE));
+		if (do_write(name, (uint64_t)(k % (OBJ_SIZE / BKT_SIZE)) * BKT_SIZE, BKT_SIZE, b))
+			atomic_fetch_add(&w->failed, 1);
+	}
+	atomic_store(&w->done, 1);
+	return NULL;
+}
+
+/*
+ * Once an fdatasync of the file failed every later one fails (the first
+ * failure is final): a retired version's slot never comes back, and with
+ * the pool full of FLUSHed buckets the spares (32) ran out after as many
+ * overwrites; the next one yielded in bucket_pool_get_spare for ever, its
+ * object's queue with it. The promise is broken already (every FLUSH
+ * fails): the old version goes at once, as retire() says it does once the
+ * list is full, and writes go on.
+ */
+START_TEST(persist_overwrites_go_on_after_a_failed_sync)
+{
+	persist_dir();
+	setup_persist(ppath, 4 * OBJ_SIZE);    /* 64 buckets: the pool full below */
+	static unsigned char w[OBJ_SIZE];
+	fill(w, sizeof(w), 73);
+	char name[16];
+	for (unsigned k = 0; k < 4; k++) {
+		snprintf(name, sizeof(name), "o%u", k);
+		ck_assert_int_eq(do_write(name, 0, OBJ_SIZE, w), 0);
+	}
+	ck_assert_int_eq(do_flush(), 0);       /* synced: each overwrite retires */
+	atomic_store(&sync_fail, 1);
+	ck_assert_int_ne(do_flush(), 0);
+	struct overwrites ow = { .objects = 4 };
+	pthread_t t;
+	ck_assert_int_eq(pthread_create(&t, NULL, overwrite_thread, &ow), 0);
+	for (int ms = 0; ms < 5000 && !atomic_load(&ow.done); ms++)
+		usleep(1000);
+	ck_assert_msg(atomic_load(&ow.done), "overwrites hung after a failed sync");
+	pthread_join(t, NULL);
+	ck_assert_int_eq(atomic_load(&ow.failed), 0);
+	atomic_store(&sync_fail, 0);
+	blk.engine->cfg.persist_sync = PERSIST_SYNC_NONE;   /* the drain's sync would fail */
+	ck_assert(switch_to_writethrough());
+	ck_assert_uint_eq(stats_now().dirty_bytes, 0);
+	teardown();
+	persist_dir_remove();
+}
+END_TEST
+
 /* A sync forced at RETIRE_SYNC_AT retired versions clears them; cleared,
  * they wait for the next sync to be durable, and are not counted for the
  * next forced one: they were, so an overwrite right after a forced sync
@@ -2815,6 +2881,7 @@ int main(void)
 	tcase_add_test(pc, persist_switch_to_writethrough_makes_its_clears_durable);
 	tcase_add_test(pc, persist_uncached_fua_write_after_a_write_back_is_not_undone);
 	tcase_add_test(pc, persist_two_records_of_one_object_recover_the_newer);
+	tcase_add_test(pc, persist_overwrites_go_on_after_a_failed_sync);
 	suite_add_tcase(s, pc);
 	/* its own case, so that CK_RUN_CASE=threads repeats only the stress */
 	TCase *threads = tcase_create("threads");

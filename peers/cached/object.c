@@ -355,6 +355,20 @@ static int sync_and_retire(struct cache_engine *e, bool clears_durable)
 			nc = 0;
 		}
 	}
+	if (rc) {
+		/* Failed for good (persist_sync): nothing will be durable, so
+		 * nothing waits for a sync; kept, their slots never came back
+		 * and overwrites waited for a spare for ever. */
+		for (uint32_t k = 0; k < nr; k++)
+			persist_clear(&e->persist, r[k].slot);
+		for (uint32_t k = 0; k < nr; k++)
+			bucket_pool_put_spare(&e->pool, r[k].slot);
+		for (uint32_t k = 0; k < nc; k++)
+			bucket_pool_put_spare(&e->pool, c[k].slot);
+		forget(e, r, nr);
+		forget(e, c, nc);
+		nr = nc = 0;
+	}
 	pthread_mutex_lock(&e->retire_lock);   /* what is left goes back */
 	put_back(e, e->retired, &e->nr_retired, r, nr);
 	put_back(e, e->cleared, &e->nr_cleared, c, nc);
@@ -365,14 +379,15 @@ static int sync_and_retire(struct cache_engine *e, bool clears_durable)
 
 /* Keeps an overwritten version's slot until its clear may be durable. A
  * sync is forced before the list fills, and while the pool's shared stack
- * runs short of spares (a full cache: every overwrite takes one). With the
- * list full anyway (syncs failing: the promise is broken already), the old
- * version is cleared at once. */
+ * runs short of spares (a full cache: every overwrite takes one). Once a
+ * sync failed (for good: the promise is broken already), or with the list
+ * full anyway, the old version is cleared at once. */
 static void retire(struct cache_object *o, uint32_t i, uint32_t slot)
 {
 	struct cache_engine *e = o->e;
 	pthread_mutex_lock(&e->retire_lock);
-	bool kept = e->nr_retired + e->nr_cleared < RETIRE_CAP;
+	bool kept = e->nr_retired + e->nr_cleared < RETIRE_CAP &&
+		    !atomic_load(&e->persist.sync_error);   /* no sync will come */
 	if (kept) {
 		e->retired[e->nr_retired++] = (struct old_version){ slot, o->pobj, i };
 		atomic_fetch_add(old_count(e, o->pobj, i), 1);

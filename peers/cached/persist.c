@@ -312,46 +312,6 @@ static void keep_newest(struct persist *p, uint32_t *best, uint64_t mask, uint32
 	}
 }
 
-struct named {
-	uint64_t hash;
-	uint32_t object;
-};
-
-static int by_hash(const void *a, const void *b)
-{
-	const struct named *x = a, *y = b;
-	return x->hash < y->hash ? -1 : x->hash > y->hash;
-}
-
-/* Of two valid records naming one object, only the newer (higher
- * generation) stands. The object took the newer one after the older was
- * freed, which needs every version under it written back: those headers
- * are there only because a host crash lost their clears (and the
- * record's), and are older than what the blocker has. Left in, both
- * records' versions of a bucket were handed back, the older first, and
- * the cache kept it (the bucket's slot taken). */
-static int drop_older_records(struct persist *p, bool *obj_valid)
-{
-	struct named *v = malloc((size_t)p->geo.nr_objects * sizeof(*v));
-	if (!v)
-		return -ENOMEM;
-	uint32_t n = 0;
-	for (uint32_t i = 0; i < p->geo.nr_objects; i++)
-		if (obj_valid[i])
-			v[n++] = (struct named){ XXH3_64bits(p->objects[i].name, p->objects[i].name_len), i };
-	qsort(v, n, sizeof(*v), by_hash);
-	for (uint32_t i = 0; i < n; i++)
-		for (uint32_t j = i + 1; j < n && v[j].hash == v[i].hash; j++) {
-			struct persist_object *a = &p->objects[v[i].object], *b = &p->objects[v[j].object];
-			if (!obj_valid[v[i].object] || !obj_valid[v[j].object] ||
-			    a->name_len != b->name_len || memcmp(a->name, b->name, a->name_len))
-				continue;
-			obj_valid[a->gen < b->gen ? v[i].object : v[j].object] = false;
-		}
-	free(v);
-	return 0;
-}
-
 static uint64_t pow2_at_least(uint64_t n)
 {
 	uint64_t x = 1;
@@ -377,7 +337,7 @@ int persist_recover(struct persist *p, persist_recover_fn fn, void *arg,
 	memset(best, 0xff, table * sizeof(*best));
 	for (uint32_t i = 0; i < p->geo.nr_objects; i++)
 		obj_valid[i] = object_ok(p, i, r);
-	if (drop_older_records(p, obj_valid)) {
+	if (drop_superseded_records(p->objects, p->geo.nr_objects, obj_valid)) {
 		free(obj_valid); free(best); free(c);
 		return -ENOMEM;
 	}

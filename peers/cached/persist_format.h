@@ -6,8 +6,11 @@
 #ifndef CACHED_PERSIST_FORMAT_H
 #define CACHED_PERSIST_FORMAT_H
 
+#include <errno.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
 
@@ -133,6 +136,45 @@ static inline const struct persist_super *newest_super(const struct persist_supe
 			best = s;
 	}
 	return best;
+}
+
+struct persist_named {
+	uint64_t hash;
+	uint32_t object;
+};
+
+static inline int persist_by_hash(const void *a, const void *b)
+{
+	const struct persist_named *x = a, *y = b;
+	return x->hash < y->hash ? -1 : x->hash > y->hash;
+}
+
+/* Of two valid records (valid[i]) naming one object, only the newer
+ * (higher generation) stands: valid[] of the older is cleared. The object
+ * took the newer one after the older was freed, which needs every version
+ * under it written back: those headers are there only because a host
+ * crash lost their clears (and the record's), and are older than what the
+ * blocker has. 0 or -ENOMEM. */
+static inline int drop_superseded_records(const struct persist_object *o, uint32_t nr, bool *valid)
+{
+	struct persist_named *v = malloc((size_t)nr * sizeof(*v) + 1);
+	if (!v)
+		return -ENOMEM;
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < nr; i++)
+		if (valid[i])
+			v[n++] = (struct persist_named){ XXH3_64bits(o[i].name, o[i].name_len), i };
+	qsort(v, n, sizeof(*v), persist_by_hash);
+	for (uint32_t i = 0; i < n; i++)
+		for (uint32_t j = i + 1; j < n && v[j].hash == v[i].hash; j++) {
+			const struct persist_object *a = &o[v[i].object], *b = &o[v[j].object];
+			if (!valid[v[i].object] || !valid[v[j].object] || a->name_len != b->name_len ||
+			    memcmp(a->name, b->name, a->name_len))
+				continue;
+			valid[a->gen < b->gen ? v[i].object : v[j].object] = false;
+		}
+	free(v);
+	return 0;
 }
 
 #endif

@@ -90,17 +90,30 @@ static int scan(const unsigned char *map, const struct persist_super *s, struct 
 		free(keys); free(named);
 		return -ENOMEM;
 	}
-	for (uint32_t i = 0; i < s->nr_objects; i++)
-		if (obj[i].gen && (obj[i].sum != object_sum(&obj[i]) || !obj[i].name_len ||
-				   obj[i].name_len > PERSIST_NAME_MAX))
+	bool *valid = calloc(s->nr_objects, sizeof(*valid));
+	if (!valid) {
+		free(keys); free(named);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < s->nr_objects; i++) {
+		if (!obj[i].gen)
+			continue;
+		if (obj[i].sum != object_sum(&obj[i]) || !obj[i].name_len ||
+		    obj[i].name_len > PERSIST_NAME_MAX)
 			r->bad_objects++;
+		else
+			valid[i] = true;
+	}
+	if (drop_superseded_records(obj, s->nr_objects, valid)) {
+		free(keys); free(named); free(valid);
+		return -ENOMEM;
+	}
 	for (uint32_t i = 0; i < s->nr_slots; i++) {
 		if (!h[i].seq)
 			continue;
 		if (h[i].sum != slot_sum(&h[i]) || h[i].seq >= PERSIST_SEQ_LIMIT) {
 			r->torn_headers++;
-		} else if (h[i].object >= s->nr_objects || !obj[h[i].object].gen ||
-			   obj[h[i].object].sum != object_sum(&obj[h[i].object]) ||
+		} else if (h[i].object >= s->nr_objects || !valid[h[i].object] ||
 			   obj[h[i].object].gen != h[i].object_gen || h[i].bucket >= per_object) {
 			r->orphans++;
 		} else if (XXH3_64bits(data + (uint64_t)i * s->bucket_size, s->bucket_size) !=
@@ -123,7 +136,7 @@ static int scan(const unsigned char *map, const struct persist_super *s, struct 
 	r->dirty_bytes = r->dirty_buckets * s->bucket_size;
 	for (uint32_t i = 0; i < s->nr_objects; i++)
 		r->objects += named[i];
-	free(keys); free(named);
+	free(keys); free(named); free(valid);
 	return 0;
 }
 

@@ -45,6 +45,12 @@ struct cached {
 	 * on again (the stop would drop what it made dirty). Under
 	 * policy_lock with such a control's switch. */
 	bool stopping;
+	/* Under policy_lock too: write-back turned on (policy writeback,
+	 * plug) this many times; a switch to write-through that saw it change
+	 * must not say "nothing dirty" (xseg unplug would then clear the
+	 * route). `unplugged`: an unplug answered; write-back waits for plug. */
+	uint64_t write_back_gen;
+	bool unplugged;
 	pthread_mutex_t policy_lock;
 };
 
@@ -64,6 +70,7 @@ struct glue_req {
 	struct xseg_request *xreq;
 	struct glue_bio lent;      /* xreq itself as a blocker request */
 	char control[64 + MARKER_NAME_MAX];   /* "mirror-reset NAME" the longest */
+	uint64_t write_back_gen;   /* a switch to write-through: C's when it began */
 	char copy_src[XSEG_MAX_TARGETLEN + 1];
 	/* The target's targetlen bytes, NUL-terminated: the buffer may hold
 	 * more before a NUL (room to rename in place), and the engine would
@@ -243,17 +250,44 @@ static bool replica_control(struct glue_req *g)
 static bool write_back_on(struct cache_req *r, struct xseg_request *x, const char *what,
 			  enum cache_policy p)
 {
+	bool plug = !strcmp(what, "plug");
 	pthread_mutex_lock(&C.policy_lock);
-	bool ok = !C.stopping;
-	if (ok)
+	int err = C.stopping ? ESHUTDOWN : C.unplugged && !plug ? EBUSY : 0;
+	if (!err) {
+		C.write_back_gen++;
+		C.unplugged = false;
 		cache_engine_set_policy(C.engine, p, r);   /* write-back: answered at once */
+	}
 	pthread_mutex_unlock(&C.policy_lock);
-	if (!ok) {
+	if (err == ESHUTDOWN)
 		peer_warn("refused '%s': stopping (every dirty byte written back, write-through "
 			  "until it exits)", what);
-		respond(x, false, ESHUTDOWN, 0);
+	else if (err)
+		peer_warn("refused '%s': unplugged (its route may be gone: a write-back write "
+			  "would be hidden from the path); xseg plug puts it back first", what);
+	if (err)
+		respond(x, false, err, 0);
+	return !err;
+}
+
+/* A switch to write-through (policy writethrough, unplug) written back:
+ * failed if write-back was turned on again meanwhile, since writes after
+ * that may be dirty and not listed by the switch. */
+static void write_through_done(struct cache_req *r)
+{
+	struct glue_req *g = (struct glue_req *)r;
+	pthread_mutex_lock(&C.policy_lock);
+	bool turned = C.write_back_gen != g->write_back_gen;
+	if (r->served && !turned && !strcmp(g->control, "unplug"))
+		C.unplugged = true;
+	pthread_mutex_unlock(&C.policy_lock);
+	if (r->served && turned) {
+		peer_warn("'%s' failed: write-back was turned on again while it wrote back",
+			  g->control);
+		respond(g->xreq, false, EBUSY, 0);
+		return;
 	}
-	return ok;
+	client_done(r);
 }
 
 /* X_CONTROL: "policy writeback|writethrough", "flush", "plug", "unplug",
@@ -288,13 +322,21 @@ static void handle_control(struct glue_req *g)
 		write_back_on(&g->req, x, g->control, CACHE_WRITEBACK);
 	} else if (!strcmp(g->control, "plug")) {
 		/* back in a path: the policy it was started with */
-		if (C.cfg.policy == CACHE_WRITEBACK)
+		if (C.cfg.policy == CACHE_WRITEBACK) {
 			write_back_on(&g->req, x, g->control, CACHE_WRITEBACK);
-		else
+		} else {
+			pthread_mutex_lock(&C.policy_lock);
+			C.unplugged = false;
+			pthread_mutex_unlock(&C.policy_lock);
 			cache_engine_set_policy(C.engine, C.cfg.policy, &g->req);
+		}
 	} else if (!strcmp(g->control, "policy writethrough") || !strcmp(g->control, "unplug")) {
 		/* Unplugging: no new dirty data, every dirty byte on the blocker,
 		 * and only then the answer (xseg unplug then clears the route). */
+		pthread_mutex_lock(&C.policy_lock);
+		g->write_back_gen = C.write_back_gen;
+		pthread_mutex_unlock(&C.policy_lock);
+		g->req.done = write_through_done;
 		cache_engine_set_policy(C.engine, CACHE_WRITETHROUGH, &g->req);
 	} else if (!strcmp(g->control, "flush")) {
 		cache_engine_flush_all(C.engine, &g->req);

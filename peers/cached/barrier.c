@@ -174,6 +174,12 @@ void flush_one(struct cache_engine *e, struct cache_req *req)
 	barrier_one(e, req, req->name, flush_barrier_then);
 }
 
+void cache_engine_stop_write_back(struct cache_engine *e)
+{
+	atomic_store(&e->policy, (int)CACHE_WRITETHROUGH);
+	engine_wait_writes(e);
+}
+
 void cache_engine_set_policy(struct cache_engine *e, enum cache_policy p,
 			     struct cache_req *req)
 {

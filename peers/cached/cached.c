@@ -724,6 +724,10 @@ static int drain(struct peer *p, uint64_t deadline)
 		C.clean = st.dirty_bytes == 0;
 		return 0;
 	}
+	/* Write-through before looking: a write taken after the look goes to
+	 * the blocker (and fails while it is down) instead of being
+	 * acknowledged from a cache that stops at once and drops it. */
+	cache_engine_stop_write_back(C.engine);
 	if (clean_and_blocker_down()) {
 		peer_log(PEER_LOG_INFO, "nothing dirty and blocker port %u is down: stopping at once",
 		       C.blocker_port);

@@ -290,6 +290,11 @@ static inline uint64_t cache_pool_bytes(uint64_t cache_size, uint32_t bucket_siz
 /* The glue freed a blocker request: wake what waited for one. */
 void cache_engine_bio_freed(struct cache_engine *e);
 
+/* Write-through from now on, nothing written back: returns once every
+ * write that read write-back is dirty (a stop that then finds nothing
+ * dirty may drop the engine: no later write is acknowledged from it). */
+void cache_engine_stop_write_back(struct cache_engine *e);
+
 /* Switches the write policy; to write-through first flushes every dirty
  * byte. done(req) when finished (req->op is ignored). */
 void cache_engine_set_policy(struct cache_engine *e, enum cache_policy p,

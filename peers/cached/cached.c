@@ -311,6 +311,12 @@ static void handle_control(struct glue_req *g)
 		peer_warn("refused '%s': a replica writes back only when promoted (xseg promote)",
 			  g->control);
 		respond(x, false, EPERM, 0);
+	} else if ((!strcmp(g->control, "promote") || !strcmp(g->control, "promote force")) &&
+		   !C.cfg.replica) {
+		/* a wrong port: "promoted" would have the operator believe the
+		 * replica writes back, while it still holds its data */
+		peer_warn("refused '%s': not a replica (started without --replica)", g->control);
+		respond(x, false, EINVAL, 0);
 	} else if (!strcmp(g->control, "promote") || !strcmp(g->control, "promote force")) {
 		bool force = g->control[7] != '\0';
 		peer_log(PEER_LOG_WARN, "promote%s: writing back everything the replica holds to "

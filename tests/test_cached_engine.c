@@ -1243,6 +1243,85 @@ START_TEST(replica_reset_drops_writes_under_way)
 }
 END_TEST
 
+/* replica.c: a write the primary sent before its mirror-reset, still
+ * queued behind another job of its object (a clean running there) when
+ * the reset listed the dirty objects: its object was clean, so not
+ * listed, and the write landed after the reset's answer. A promote would
+ * then write its older bytes back over what the primary wrote since. A
+ * held job of the object stands in for the clean; the write is tagged
+ * when taken from the port (cache_engine_replica_tag), as the glue does. */
+static pthread_mutex_t hold_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t hold_cond = PTHREAD_COND_INITIALIZER;
+static int hold_state;   /* 1: the job runs, 2: let it end */
+
+static void hold_job(struct xwork *w, void *arg)
+{
+	(void)w; (void)arg;
+	pthread_mutex_lock(&hold_lock);
+	hold_state = 1;
+	pthread_cond_broadcast(&hold_cond);
+	while (hold_state != 2)
+		pthread_cond_wait(&hold_cond, &hold_lock);
+	pthread_mutex_unlock(&hold_lock);
+}
+
+static void *hold_object(void *arg)
+{
+	static struct xwork w;
+	rcu_register_thread();
+	obj_enqueue(arg, &w, hold_job, NULL);   /* runs here, holds the queue */
+	rcu_unregister_thread();
+	return NULL;
+}
+
+START_TEST(replica_reset_drops_a_write_queued_behind_its_object)
+{
+	setup_replica = true;
+	setup_with(4u << 20, 64, CACHE_WRITEBACK);
+	static unsigned char buf[BKT_SIZE];
+	fill(buf, sizeof(buf), 3);
+	ck_assert_int_eq(do_write("q", 0, sizeof(buf), buf), 0);
+	ck_assert_int_eq(replica_reset_now(), 0);   /* q: known, clean */
+	struct cache_object *o = object_find(blk.engine, "q");
+	ck_assert_ptr_nonnull(o);
+	hold_state = 0;
+	pthread_t t;
+	pthread_create(&t, NULL, hold_object, o);
+	pthread_mutex_lock(&hold_lock);
+	while (hold_state != 1)
+		pthread_cond_wait(&hold_cond, &hold_lock);
+	pthread_mutex_unlock(&hold_lock);
+	/* the primary's write, taken from the port before the reset */
+	fill(buf, sizeof(buf), 4);
+	struct sync_req s = { .r = { .op = X_WRITE, .name = "q", .size = sizeof(buf),
+				     .data = buf, .done = sync_done } };
+	pthread_mutex_init(&s.lock, NULL);
+	pthread_cond_init(&s.cond, NULL);
+	s.r.replica_tag = cache_engine_replica_tag(blk.engine);
+	void *taken = cache_engine_write_begin(blk.engine);
+	cache_engine_submit(blk.engine, &s.r);
+	cache_engine_write_end(taken);
+	ck_assert(!s.done);   /* queued behind the held job */
+	ck_assert_int_eq(replica_reset_now(), 0);
+	pthread_mutex_lock(&hold_lock);
+	hold_state = 2;
+	pthread_cond_broadcast(&hold_cond);
+	pthread_mutex_unlock(&hold_lock);
+	pthread_join(t, NULL);
+	pthread_mutex_lock(&s.lock);
+	while (!s.done)
+		pthread_cond_wait(&s.cond, &s.lock);
+	pthread_mutex_unlock(&s.lock);
+	obj_put(o);
+	struct cache_stats st;
+	cache_engine_stats(blk.engine, &st);
+	ck_assert_msg(cache_engine_clean(blk.engine), "a write sent before the mirror-reset "
+		      "survived it: %" PRIu64 " dirty bytes after its answer (write %s)",
+		      st.dirty_bytes, s.r.served ? "served" : "refused");
+	teardown();
+}
+END_TEST
+
 /* Threads own disjoint objects, so each can check reads against its model
  * while all share the cache, the pool and the blocker. */
 struct worker { int id; unsigned char model[4][OBJ_SIZE]; int failures, bad_writes, bad_reads, mismatches; };
@@ -2890,6 +2969,7 @@ int main(void)
 	tcase_add_test(threads, readers_of_a_hot_object_see_whole_acknowledged_writes);
 	tcase_add_test(threads, policy_switch_under_writes_leaves_nothing_dirty);
 	tcase_add_test(threads, replica_reset_drops_writes_under_way);
+	tcase_add_test(threads, replica_reset_drops_a_write_queued_behind_its_object);
 	suite_add_tcase(s, threads);
 	TCase *rv = tcase_create("orders");   /* CK_RUN_CASE=orders */
 	tcase_set_timeout(rv, 60);

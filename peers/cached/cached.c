@@ -55,6 +55,7 @@ struct cached {
 };
 
 static struct cached C = { .policy_lock = PTHREAD_MUTEX_INITIALIZER };
+static struct peer_ops *cached_ops;   /* main's; init adds on_accept for a replica */
 
 
 /* ---- blocker requests (the engine's backend) ------------------------------ */
@@ -70,6 +71,7 @@ struct glue_req {
 	struct xseg_request *xreq;
 	struct glue_bio lent;      /* xreq itself as a blocker request */
 	char control[64 + MARKER_NAME_MAX];   /* "mirror-reset NAME" the longest */
+	uint64_t replica_tag;      /* --replica: set as accepted (on_accept) */
 	uint64_t write_back_gen;   /* a switch to write-through: C's when it began */
 	char copy_src[XSEG_MAX_TARGETLEN + 1];
 	/* The target's targetlen bytes, NUL-terminated: the buffer may hold
@@ -381,6 +383,8 @@ static void take_request(struct xseg_request *x)
 	memset(&g->req, 0, sizeof(g->req));
 	g->xreq = x;
 	struct cache_req *r = &g->req;
+	if (C.cfg.replica)
+		r->replica_tag = g->replica_tag;
 	r->op = x->op;
 	r->flags = x->flags;
 	const char *target = xseg_get_target(C.seg, x);
@@ -430,6 +434,17 @@ static void take_request(struct xseg_request *x)
 	if (x->op == X_WRITE)
 		dirty_mark_write_begin();   /* before it can be acknowledged */
 	cache_engine_submit(C.engine, r);
+}
+
+/* --replica (the runtime's on_accept_in_order): a write is tagged before
+ * another worker may take what follows it on the port, so a mirror-reset
+ * that follows it refuses it if it reaches the engine after the reset,
+ * however late its worker hands it on. */
+static void on_accept(struct peer_thread *t, struct xseg_request *x)
+{
+	(void)t;
+	C.slots[x->index].req.replica_tag =
+		x->op == X_WRITE ? cache_engine_replica_tag(C.engine) : 0;
 }
 
 static void on_request(struct peer_thread *t, struct xseg_request *x)
@@ -890,6 +905,8 @@ static int init(struct peer *p)
 		cache_engine_destroy(C.engine);
 		return 1;
 	}
+	if (C.cfg.replica)
+		cached_ops->on_accept_in_order = on_accept;   /* before the workers start */
 	dirty_mark_init(C.seg, C.port, C.engine);
 	dirty_mark_update();   /* dirty data recovered from --persist: marked before serving */
 	peer_log(PEER_LOG_INFO, "serving port %u in front of %u: %" PRIu64 " bytes of cache, %s%s",
@@ -930,5 +947,6 @@ int main(int argc, char **argv)
 		.stats = stats_fields,
 	};
 	ops.default_threads = default_threads();
+	cached_ops = &ops;
 	return peer_main(argc, argv, &ops, &C);
 }

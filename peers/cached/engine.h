@@ -162,6 +162,9 @@ struct cache_req {
 	const char *copy_src;      /* X_COPY: the source object */
 	const char *control;       /* X_CONTROL: the command text */
 	cache_req_done_fn done;
+	/* A replica's write: cache_engine_replica_tag() when the glue took it
+	 * from its port (0: none); one taken before a reset is refused. */
+	uint64_t replica_tag;
 	/* set by the engine before done(): */
 	bool served;
 	int error;
@@ -311,6 +314,12 @@ void cache_engine_flush_all(struct cache_engine *e, struct cache_req *req);
  * promote to read. */
 void cache_engine_replica_reset(struct cache_engine *e, struct cache_req *req,
 				const char *marker);
+/* --replica: a write's tag, read in the port's order (as it is taken,
+ * before any later request of the port is): a write the primary sent
+ * before a reset, still on its way when the reset answered (behind
+ * another job of its object, waiting for a node), is refused (ESTALE)
+ * when it arrives instead of outliving the reset. */
+uint64_t cache_engine_replica_tag(struct cache_engine *e);
 /* --replica: an ordinary cache from now on: writes everything it holds
  * back to the blocker (and its FLUSH); done(req) when that is done.
  * Holding dirty data, and unless `force`, only where the primary's

@@ -332,6 +332,7 @@ struct cache_engine {
 	_Atomic int promote_marker_said;   /* what the last checked promote read */
 	/* --replica (replica.c) */
 	_Atomic bool replica;
+	_Atomic uint64_t reset_epoch;      /* resets begun: a write's tag is this + 1 */
 	struct {
 		_Atomic uint64_t writes, cleans, resets, refused;
 	} rst;

@@ -42,6 +42,8 @@ void replica_write(struct cache_object *o, struct cache_req *req, const struct b
 	int refuse = 0;
 	if (bucket_span_head_partial(&e->geo, sp) || bucket_span_tail_partial(&e->geo, sp))
 		refuse = EINVAL;   /* not from a primary: it sends whole buckets */
+	else if (req->replica_tag && req->replica_tag != atomic_load(&e->reset_epoch) + 1)
+		refuse = ESTALE;   /* sent before a reset that answered: the primary gave it up */
 	else if (!persist_hold(o) || !claim_range(o, sp->first, sp->last))
 		refuse = ENOSPC;   /* never written through: the primary writes back */
 	if (refuse) {
@@ -130,6 +132,10 @@ void cache_engine_replica_reset(struct cache_engine *e, struct cache_req *req,
 		return;
 	}
 	COUNT_ADD(e, rst.resets, 1);
+	/* the writes taken before us are refused from here (write_step reads
+	 * it after write_enter: the ones that read the old epoch are waited
+	 * for below) */
+	atomic_fetch_add(&e->reset_epoch, 1);
 	struct barrier *b = barrier_new(e, req, reset_then);
 	if (!b) {
 		finish(e, req, false, ENOMEM, 0);
@@ -157,6 +163,11 @@ void cache_engine_replica_reset(struct cache_engine *e, struct cache_req *req,
 	}
 	free(snap);
 	barrier_arrive(b, 0);
+}
+
+uint64_t cache_engine_replica_tag(struct cache_engine *e)
+{
+	return atomic_load(&e->reset_epoch) + 1;
 }
 
 /* ---- promote ---------------------------------------------------------------------- */

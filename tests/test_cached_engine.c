@@ -1322,6 +1322,73 @@ START_TEST(replica_reset_drops_a_write_queued_behind_its_object)
 }
 END_TEST
 
+/* counters.c: engine_wait_writes against a write that leaves while the
+ * waiter looks. write_leave bumps the thread's writes_left and then drops
+ * its depth to 0: a waiter that read the bumped count and then the depth
+ * still 1 (the writer preempted between its two stores) waited for the
+ * count to move again, i.e. for that thread's next write: a switch to
+ * write-through, an unplug, a stop's drain or a reset hung while the
+ * client was idle. The writer here stops between the two stores as a
+ * preemption would, then ends its write and writes no more. */
+static _Atomic int leave_step;
+static struct cache_engine *leave_engine;
+
+static void *leaving_writer(void *arg)
+{
+	(void)arg;
+	struct engine_counts *c = write_enter(leave_engine);
+	/* write_leave's first store ... */
+	atomic_store(&c->writes_left, atomic_load(&c->writes_left) + 1);
+	atomic_store(&leave_step, 1);
+	while (atomic_load(&leave_step) != 2)
+		sched_yield();
+	/* ... and its second, then idle */
+	atomic_store(&c->writes_depth, 0);
+	atomic_store(&leave_step, 3);
+	while (atomic_load(&leave_step) != 4)
+		usleep(1000);
+	return NULL;
+}
+
+static _Atomic bool waited;
+static void *waiter(void *arg)
+{
+	(void)arg;
+	engine_wait_writes(leave_engine);
+	atomic_store(&waited, true);
+	return NULL;
+}
+
+START_TEST(wait_writes_ends_when_the_last_write_left_meanwhile)
+{
+	setup_with(4u << 20, 64, CACHE_WRITEBACK);
+	leave_engine = blk.engine;
+	atomic_store(&leave_step, 0);
+	atomic_store(&waited, false);
+	pthread_t w, t;
+	pthread_create(&w, NULL, leaving_writer, NULL);
+	while (atomic_load(&leave_step) != 1)
+		sched_yield();
+	pthread_create(&t, NULL, waiter, NULL);   /* reads the bumped count, depth 1 */
+	usleep(20000);
+	atomic_store(&leave_step, 2);
+	while (atomic_load(&leave_step) != 3)
+		sched_yield();
+	for (int i = 0; i < 1000 && !atomic_load(&waited); i++)
+		usleep(1000);
+	bool ok = atomic_load(&waited);
+	atomic_store(&leave_step, 4);
+	if (!ok) {   /* free the waiter: one more write of that thread */
+		pthread_join(w, NULL);
+		ck_abort_msg("engine_wait_writes still waits 1 s after the only write under way "
+			     "left (it waits for that thread's next write)");
+	}
+	pthread_join(w, NULL);
+	pthread_join(t, NULL);
+	teardown();
+}
+END_TEST
+
 /* Threads own disjoint objects, so each can check reads against its model
  * while all share the cache, the pool and the blocker. */
 struct worker { int id; unsigned char model[4][OBJ_SIZE]; int failures, bad_writes, bad_reads, mismatches; };
@@ -2970,6 +3037,7 @@ int main(void)
 	tcase_add_test(threads, policy_switch_under_writes_leaves_nothing_dirty);
 	tcase_add_test(threads, replica_reset_drops_writes_under_way);
 	tcase_add_test(threads, replica_reset_drops_a_write_queued_behind_its_object);
+	tcase_add_test(threads, wait_writes_ends_when_the_last_write_left_meanwhile);
 	suite_add_tcase(s, threads);
 	TCase *rv = tcase_create("orders");   /* CK_RUN_CASE=orders */
 	tcase_set_timeout(rv, 60);

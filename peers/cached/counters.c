@@ -83,11 +83,13 @@ void engine_wait_writes(struct cache_engine *e)
 	else if (syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0) < 0)
 		abort();
 	for (struct count_block *b = atomic_load(&e->count_blocks); b; b = b->next) {
-		/* none under way now, or the one under way left since */
+		/* none under way now, or the one under way left since. A write
+		 * that leaves bumps writes_left before its depth drops: seen
+		 * between the two, the count we read moves only with that
+		 * thread's next write, which may never come; its depth at 0
+		 * says it left too (and no write is under way there). */
 		uint64_t left = atomic_load(&b->c.writes_left);
-		if (!atomic_load(&b->c.writes_depth))
-			continue;
-		while (atomic_load(&b->c.writes_left) == left)
+		while (atomic_load(&b->c.writes_depth) && atomic_load(&b->c.writes_left) == left)
 			sched_yield();
 	}
 }

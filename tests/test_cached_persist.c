@@ -387,6 +387,9 @@ START_TEST(the_marker_name_is_kept_in_the_superblock)
 	open_ok(&p);
 	ck_assert_str_eq(p.marker, "");
 	persist_close(&p, true);
+}
+END_TEST
+
 /* Two valid records naming one object (a host crash: the object was
  * written back under the first, left the cache, came back under the
  * second; the kernel wrote the second's pages, not the first's clears):

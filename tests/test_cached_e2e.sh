@@ -75,7 +75,7 @@ start_load() {
 	  while [ ! -e "$DIR/stop-load" ]; do
 		"$BIN/bench-xseg" --segment "$SEG" --port 11 --target-port 1 --op write --pattern rand \
 			--object-size 64K --verify full --timeout 60 --total-size 8M --block-size 4K \
-			--iodepth 16 --seed $seed --json > "$DIR/load.out" 2> "$DIR/load.err" || exit 1
+			--iodepth 4 --seed $seed --json > "$DIR/load.out" 2> "$DIR/load.err" || exit 1
 		tail -1 "$DIR/load.out" | grep -q '"failed":0,' || exit 1
 		echo $seed >> "$DIR/seeds"; seed=$((seed + 1))
 	  done ) & load=$!

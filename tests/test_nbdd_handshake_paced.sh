@@ -27,7 +27,7 @@ import os, socket, struct, sys, threading, time
 sys.path.insert(0, os.environ["SUPPORT"])
 import nbd_raw_client as R
 R.args = type("A", (), {"case": "handshake-paced", "addr": sys.argv[1]})()
-N = 12000   # LIST replies for one export: 47 bytes each, about 560K
+N = 6000    # LIST replies for one export: 47 bytes each, about 280K
 s = R.connect(sys.argv[1], timeout=30)
 R.recv_exact(s, 18)
 s.sendall(struct.pack(">I", 1))
@@ -85,7 +85,7 @@ R.recv_exact(s, 18)
 s.sendall(struct.pack(">I", 1))
 opts = (R.IHAVEOPT + struct.pack(">II", R.OPT_LIST, 0)) * 12000
 threading.Thread(target=s.sendall, args=(opts,), daemon=True).start()
-time.sleep(5)   # nothing read: nbdd must close it (--io-timeout 1)
+time.sleep(3)   # nothing read: nbdd must close it (--io-timeout 1)
 s.settimeout(10)
 try:
     while s.recv(65536):

@@ -18,12 +18,8 @@ bench() {   # OP SEED OUT
 		--verify full --timeout 30 --json > "$3" 2> "$3.err"
 }
 
-"$BIN/xseg" create --segment "$SEG" --ports 16 --requests 512 --heap 64M || fail "create"
-"$BIN/filed" --segment "$SEG" --port 1 --dir "$DIR/data" 2> "$DIR/filed.log" & pids+=($!)
-wait_bound 1
-"$BIN/vlmcd" --segment "$SEG" --port 2 --blocker-port 1 --volume vol:$VOL --object-size 1M \
-	2> "$DIR/vlmcd.log" & pids+=($!)
-wait_bound 2
+. "$(dirname "$0")/path_lib.sh"
+path_start 512 64M "$VOL" --object-size 1M
 for i in 1 2 3 4 5; do
 	"$BIN/cached" --segment "$SEG" --port 3 --blocker-port 1 --cache-size 16M --object-size 1M \
 		--write-policy writethrough 2>> "$DIR/cached.log" & cached=$!

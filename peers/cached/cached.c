@@ -821,6 +821,11 @@ static int make_engine(const struct cache_backend *be)
 		cache_engine_persist_report(C.engine, line, sizeof(line));
 		peer_log(s.recoveries || s.persist_dropped || s.persist_discarded_bytes ?
 			 PEER_LOG_WARN : PEER_LOG_INFO, "%s", line);
+		if (s.replica_unsure)
+			peer_warn("a replica recovered from a file not closed clean (a host crash "
+				  "may have lost its primary's cleans): its data is not trusted until "
+				  "the primary resets it; mirrored writes are refused (the primary "
+				  "degrades, writes back and resets it) and so is promote");
 	}
 	return 0;
 }

@@ -452,6 +452,14 @@ static int persist_start(struct cache_engine *e, const char **why)
 	}
 	bucket_pool_set_reserve(&e->pool, PERSIST_SPARE_SLOTS);
 	atomic_store(&e->synced_below, atomic_load(&e->persist.next_seq));
+	/* A replica's clears (the primary's cleans) are not synced: after a
+	 * host crash its file can hold a version the primary wrote back and
+	 * then overwrote, older than the blocker's. Not closed clean, what it
+	 * recovered is not to be trusted until the primary resets it. */
+	if (cfg->replica && !e->recovery.was_clean && e->recovery.slots) {
+		atomic_store(&e->replica_unsure, true);
+		e->replica_marker[0] = '\0';   /* a promote refuses: nothing to go by */
+	}
 	return 0;
 }
 
@@ -727,6 +735,7 @@ static void mirror_stats(struct cache_engine *e, struct cache_stats *s)
 	s->exposure_ns = atomic_load(&e->mst.exposure_ns);
 	s->mirror_error = atomic_load(&e->mirror_error);
 	s->replica = is_replica(e);
+	s->replica_unsure = atomic_load(&e->replica_unsure);
 	s->replica_writes = atomic_load(&e->rst.writes);
 	s->replica_cleans = atomic_load(&e->rst.cleans);
 	s->replica_resets = atomic_load(&e->rst.resets);

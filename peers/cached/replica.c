@@ -42,6 +42,8 @@ void replica_write(struct cache_object *o, struct cache_req *req, const struct b
 	int refuse = 0;
 	if (bucket_span_head_partial(&e->geo, sp) || bucket_span_tail_partial(&e->geo, sp))
 		refuse = EINVAL;   /* not from a primary: it sends whole buckets */
+	else if (atomic_load(&e->replica_unsure))
+		refuse = ESTALE;   /* the primary degrades, writes back and resets it */
 	else if (req->replica_tag && req->replica_tag != atomic_load(&e->reset_epoch) + 1)
 		refuse = ESTALE;   /* sent before a reset that answered: the primary gave it up */
 	else if (!persist_hold(o) || !claim_range(o, sp->first, sp->last))
@@ -131,6 +133,7 @@ void cache_engine_replica_reset(struct cache_engine *e, struct cache_req *req,
 		finish(e, req, false, rc, 0);   /* the primary stays degraded */
 		return;
 	}
+	atomic_store(&e->replica_unsure, false);   /* what it held goes below */
 	COUNT_ADD(e, rst.resets, 1);
 	/* the writes taken before us are refused from here (write_step reads
 	 * it after write_enter: the ones that read the old epoch are waited

@@ -30,7 +30,7 @@ static int mirror_json(char *buf, size_t len, const struct cache_stats *s, int m
 		",\"mirror_lost\":%" PRIu64
 		",\"mirror_error\":\"%s\",\"degradations\":%" PRIu64 ",\"degraded_ms_total\":%" PRIu64
 		",\"exposure_bytes\":%" PRIu64 ",\"exposure_ms\":%" PRIu64
-		",\"replica\":%s,\"replica_writes\":%" PRIu64 ",\"replica_cleans\":%" PRIu64
+		",\"replica\":%s,\"replica_unsure\":%s,\"replica_writes\":%" PRIu64 ",\"replica_cleans\":%" PRIu64
 		",\"replica_resets\":%" PRIu64 ",\"replica_refused\":%" PRIu64
 		",\"mirror_marker\":\"%s\",\"marker_state\":\"%s\",\"marker_writes\":%" PRIu64
 		",\"marker_failures\":%" PRIu64 ",\"marker_held\":%" PRIu64
@@ -39,7 +39,8 @@ static int mirror_json(char *buf, size_t len, const struct cache_stats *s, int m
 		s->mirror_cleans, s->mirror_failures, s->mirror_in_flight, s->mirror_rtt_avg_us,
 		s->mirror_waits, s->mirror_lost, s->mirror_error ? strerror(s->mirror_error) : "",
 		s->degradations, s->degraded_ns_total / 1000000, s->exposure_bytes,
-		s->exposure_ns / 1000000, s->replica ? "true" : "false", s->replica_writes,
+		s->exposure_ns / 1000000, s->replica ? "true" : "false",
+		s->replica_unsure ? "true" : "false", s->replica_writes,
 		s->replica_cleans, s->replica_resets, s->replica_refused, s->marker_name,
 		marker_state_name(s->marker_state), s->marker_writes, s->marker_failures,
 		s->marker_held, s->promotes_refused, marker_state_name(s->promote_marker_said));

@@ -51,6 +51,18 @@ import json,sys
 print([p for p in json.load(sys.stdin)['port_list'] if p['port']==int(sys.argv[1])][0][sys.argv[2]])" "$1" "$2"
 }
 
+# Waits until nobody owns port $1 (10 s at most): a killed peer's port
+# is reaped by a live peer within about 100 ms; until then routing still
+# sends there and what it queues is failed back (EHOSTDOWN).
+wait_unbound() {
+	for _ in $(seq 200); do
+		"$BIN/xseg" info --segment "$SEG" --json 2>/dev/null |
+			grep -Eq "\"port\":$1,\"owner\":[1-9]" || return 0
+		sleep 0.05
+	done
+	fail "port $1 is still owned"
+}
+
 # Waits until someone has bound port $1 (10 s at most).
 wait_bound() {
 	for _ in $(seq 200); do

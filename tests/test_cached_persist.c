@@ -428,6 +428,32 @@ START_TEST(two_records_of_one_object_keep_the_newer)
 }
 END_TEST
 
+/* A stop that keeps dirty data on purpose marks the file KEPT after
+ * syncing it; the next start sees it (was_kept), and once it runs on the
+ * file, a crash leaves it IN_USE again (neither clean nor kept). */
+START_TEST(a_stop_that_keeps_data_says_so)
+{
+	struct persist p;
+	struct seen s;
+	struct persist_recovery r;
+	open_ok(&p);
+	uint32_t o = persist_object_get(&p, "k", 1);
+	put_bucket(&p, 0, o, 0, 'k');
+	persist_close_kept(&p);
+	open_ok(&p);
+	recover(&p, &s, &r);
+	ck_assert(r.was_kept);
+	ck_assert(!r.was_clean);
+	ck_assert_uint_eq(s.n, 1);
+	persist_close(&p, false);                        /* killed while running */
+	open_ok(&p);
+	recover(&p, &s, &r);
+	ck_assert(!r.was_kept);
+	ck_assert(!r.was_clean);
+	persist_close(&p, false);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("cached_persist");
@@ -441,6 +467,7 @@ int main(void)
 	tcase_add_test(tc, a_seq_near_its_end_is_damage_not_a_wrap);
 	tcase_add_test(tc, the_marker_name_is_kept_in_the_superblock);
 	tcase_add_test(tc, two_records_of_one_object_keep_the_newer);
+	tcase_add_test(tc, a_stop_that_keeps_data_says_so);
 	suite_add_tcase(s, tc);
 	return xt_run(s);
 }

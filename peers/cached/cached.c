@@ -773,6 +773,8 @@ static void fini(struct peer *p)
 	if (C.clean) {
 		dirty_mark_update();   /* nothing dirty, nothing under way: clear */
 		cache_engine_destroy(C.engine);
+	} else if (C.engine) {
+		cache_engine_keep(C.engine);   /* synced, and says it was not a crash */
 	}
 	free(C.slots);
 	C.slots = NULL;
@@ -908,6 +910,7 @@ static int init(struct peer *p)
 			   "port %u; start the cache on its persist file, or give them up with "
 			   "xseg unplug --force --via %u", C.port, left, C.blocker_port, C.port);
 		cache_engine_destroy(C.engine);
+		C.engine = NULL;
 		return 1;
 	}
 	if (C.cfg.replica)

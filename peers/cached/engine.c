@@ -331,7 +331,9 @@ static void engine_free(struct cache_engine *e)
 	xwaitq_destroy(&e->io_waitq);
 	xwaitq_destroy(&e->flush_waitq);
 	bucket_pool_destroy(&e->pool);
-	if (e->persist.map)
+	if (e->persist.map && e->close_kept)
+		persist_close_kept(&e->persist);
+	else if (e->persist.map)
 		persist_close(&e->persist, e->close_clean);
 	pthread_mutex_destroy(&e->dirty_lock);
 	pthread_mutex_destroy(&e->settle_lock);
@@ -456,7 +458,7 @@ static int persist_start(struct cache_engine *e, const char **why)
 	 * host crash its file can hold a version the primary wrote back and
 	 * then overwrote, older than the blocker's. Not closed clean, what it
 	 * recovered is not to be trusted until the primary resets it. */
-	if (cfg->replica && !e->recovery.was_clean && e->recovery.slots) {
+	if (cfg->replica && !e->recovery.was_clean && !e->recovery.was_kept && e->recovery.slots) {
 		atomic_store(&e->replica_unsure, true);
 		e->replica_marker[0] = '\0';   /* a promote refuses: nothing to go by */
 	}
@@ -479,7 +481,8 @@ void cache_engine_persist_report(struct cache_engine *e, char *buf, size_t len)
 	snprintf(buf, len, "persist: '%s' (%s): recovered %" PRIu64 " dirty bytes of %" PRIu64
 		 " objects; dropped %" PRIu64 " torn headers, %" PRIu64 " torn data, %" PRIu64
 		 " orphans, %" PRIu64 " bad object records, %" PRIu64 " older versions",
-		 e->cfg.persist_path, r->was_clean ? "closed clean" : "not closed clean",
+		 e->cfg.persist_path, r->was_clean ? "closed clean" :
+		 r->was_kept ? "kept at a stop" : "not closed clean",
 		 r->bytes, r->objects, r->torn_headers, r->torn_data, r->orphans, r->bad_objects,
 		 r->older_versions);
 }
@@ -575,10 +578,18 @@ void cache_engine_destroy(struct cache_engine *e)
 {
 	/* A stop that gave up leaves the persist file dirty for the next start. */
 	e->close_clean = cache_engine_clean(e);
+	/* dirty on purpose, and trusted: the next start may trust it too */
+	e->close_kept = !e->close_clean && !atomic_load(&e->replica_unsure);
 	while (xcache_evict_coldest(e->index) == 0)
 		;
 	drain_magazine(e);
 	engine_free(e);
+}
+
+void cache_engine_keep(struct cache_engine *e)
+{
+	if (e->persist.map && !atomic_load(&e->replica_unsure))
+		persist_close_kept(&e->persist);
 }
 
 uint64_t cache_engine_maintain(struct cache_engine *e)

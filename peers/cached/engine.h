@@ -272,6 +272,12 @@ struct cache_engine *cache_engine_create(const struct cache_config *cfg,
  * closed, marked clean only when nothing is dirty (else it is left for
  * the next start to recover). */
 void cache_engine_destroy(struct cache_engine *e);
+/* The glue stops, leaving an engine that holds dirty data (a replica's,
+ * a stop that gave up), with nothing in flight: its persist file is
+ * synced, closed and marked as kept at a stop (the next start knows no
+ * crash left it; a replica then trusts it), unless it was not to be
+ * trusted itself. The engine must not be used after. */
+void cache_engine_keep(struct cache_engine *e);
 
 /* Starts serving `req`; req->done(req) is called exactly once, possibly
  * before this returns. The calling thread must be an RCU reader. */

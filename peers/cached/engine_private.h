@@ -272,6 +272,7 @@ struct cache_engine {
 	 * DIRTY or WRITING bucket's slot has a published header. */
 	bool persisting;
 	bool close_clean;                  /* nothing was dirty at destroy */
+	bool close_kept;                   /* dirty at destroy, on purpose: marked KEPT */
 	struct persist persist;
 	struct persist_recovery recovery;
 	uint64_t discarded_bytes;

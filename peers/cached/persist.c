@@ -326,6 +326,7 @@ int persist_recover(struct persist *p, persist_recover_fn fn, void *arg,
 	memset(r, 0, sizeof(*r));
 	const struct persist_super *s = newest_super(p->super);
 	r->was_clean = s && s->state == SUPER_CLEAN;
+	r->was_kept = s && s->state == SUPER_KEPT;
 	uint64_t table = pow2_at_least((uint64_t)p->geo.nr_slots * 2);
 	bool *obj_valid = calloc(p->geo.nr_objects, sizeof(*obj_valid));
 	uint32_t *best = malloc(table * sizeof(*best));
@@ -481,6 +482,15 @@ int persist_sync(struct persist *p)
 		return -err;
 	}
 	return 0;
+}
+
+void persist_close_kept(struct persist *p)
+{
+	if (p->map && !atomic_load(&p->sync_error)) {
+		msync(p->map, p->map_bytes, MS_SYNC);   /* the data and headers first */
+		write_super(p, SUPER_KEPT);
+	}
+	persist_close(p, false);
 }
 
 void persist_close(struct persist *p, bool clean)

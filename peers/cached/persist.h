@@ -75,6 +75,7 @@ struct persist_recovery {
 	uint64_t orphans;        /* slot naming a missing, reused or superseded object record */
 	uint64_t bad_objects;    /* object record checksum wrong */
 	bool was_clean;          /* the last close was clean */
+	bool was_kept;           /* ... or kept its dirty data, all synced first */
 };
 
 struct persist {
@@ -165,5 +166,9 @@ int persist_set_marker(struct persist *p, const char *name);
 /* Syncs, marks the file clean when `clean` (nothing dirty is in it) and
  * unmaps and unlocks it. */
 void persist_close(struct persist *p, bool clean);
+/* persist_close of a file that keeps dirty data on purpose (a stop):
+ * everything synced, then marked KEPT, so that the next start knows no
+ * crash left it (persist_recovery.was_kept). */
+void persist_close_kept(struct persist *p);
 
 #endif

@@ -20,12 +20,15 @@
 #define PERSIST_VERSION 2u   /* 2: the segment stamp */
 #define PAGE            4096u
 
-enum { SUPER_CLEAN = 1, SUPER_IN_USE = 2 };
+/* KEPT: its cached stopped with dirty data in it, everything synced
+ * first (a replica's data, a stop that gave up); IN_USE: open, or left by
+ * a crash. */
+enum { SUPER_CLEAN = 1, SUPER_IN_USE = 2, SUPER_KEPT = 3 };
 
 struct persist_super {
 	char magic[8];
 	uint32_t version;
-	uint32_t state;              /* SUPER_CLEAN or SUPER_IN_USE */
+	uint32_t state;              /* SUPER_CLEAN, SUPER_IN_USE or SUPER_KEPT */
 	uint64_t generation;         /* the higher valid copy counts */
 	uint64_t object_size;
 	uint32_t bucket_size;

@@ -185,6 +185,7 @@ int persist_inspect(const char *path, struct persist_report *r, char *why, size_
 	if (!rc) {
 		r->version = s->version;
 		r->clean = s->state == SUPER_CLEAN;
+		r->kept = s->state == SUPER_KEPT;
 		r->owner_pid = s->owner_pid;
 		r->geo = (struct persist_geometry){ .bucket_size = s->bucket_size,
 			.object_size = s->object_size, .nr_slots = s->nr_slots,
@@ -235,8 +236,8 @@ void persist_report_print(FILE *f, const char *path, const struct persist_report
 			r->file_size, r->dirty_buckets, r->dirty_bytes, r->objects, r->max_seq,
 			r->older_versions, r->torn_headers, r->torn_data, r->orphans, r->bad_objects);
 		fprintf(f, ",\"segment_instance\":\"%016" PRIx64 "\",\"cache_port\":%u,"
-			"\"given_up_seen\":%" PRIu64 ",\"mirror_marker\":", r->seg_instance, r->seg_port,
-			r->seg_given_up);
+			"\"given_up_seen\":%" PRIu64 ",\"kept\":%s,\"mirror_marker\":", r->seg_instance,
+			r->seg_port, r->seg_given_up, r->kept ? "true" : "false");
 		json_string(f, r->marker);
 		if (r->have_page_cache)
 			fprintf(f, ",\"cached_pages\":%" PRIu64 ",\"dirty_pages\":%" PRIu64
@@ -245,8 +246,8 @@ void persist_report_print(FILE *f, const char *path, const struct persist_report
 		fprintf(f, "}\n");
 		return;
 	}
-	fprintf(f, "%s: %s, last opened by pid %d, ", path, r->clean ? "clean" : "not closed cleanly",
-		r->owner_pid);
+	fprintf(f, "%s: %s, last opened by pid %d, ", path, r->clean ? "clean" :
+		r->kept ? "dirty data kept at a stop (synced)" : "not closed cleanly", r->owner_pid);
 	if (r->lock_pid)
 		fprintf(f, "in use by cached pid %d\n", r->lock_pid);
 	else

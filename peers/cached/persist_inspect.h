@@ -18,6 +18,7 @@
 struct persist_report {
 	uint32_t version;
 	bool clean;                 /* the last close was clean */
+	bool kept;                  /* ... or kept its dirty data at a stop, synced */
 	int owner_pid;              /* the last process that opened it */
 	int lock_pid;               /* the live cached holding it, or 0 */
 	struct persist_geometry geo;

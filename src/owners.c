@@ -140,10 +140,12 @@ int xseg_reap_port(struct xseg *s, uint32_t port, int err)
 	}
 	s->bound[port] = 1;
 	uint32_t limbo = settle_dead_owner(s, port);
-	/* A dead owner's queue fails (it may have held data the route past
-	 * it lacks: a cache); what slipped into a cleanly left port's queue
-	 * goes on where the route leads now. */
-	uint32_t failed = limbo + (owner ? xseg_fail_queued_requests(s, port, err)
+	/* A dead owner's queue goes on past it, unless it says it held data
+	 * the route past it lacks (a dirty cache: fail closed): the dead
+	 * never saw those requests, and routing sends every later one past
+	 * it too. What slipped into a cleanly left port's queue goes on
+	 * where the route leads now. */
+	uint32_t failed = limbo + (owner ? xseg_pass_on_dead_queue(s, port, err)
 					 : xseg_pass_on_queued_requests(s, port));
 	xseg_port_ungroup(s, port);
 	xseg_port_release(s, port);

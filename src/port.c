@@ -390,6 +390,13 @@ bool xseg_route_reaches(struct xseg *s, uint32_t dst, uint32_t port)
  */
 uint32_t xseg_resolve_route(struct xseg *s, uint32_t from, uint32_t dst)
 {
+	return xseg_resolve_route_past(s, from, dst, XSEG_NO_PORT);
+}
+
+/* As xseg_resolve_route, `gone` counted as unbound (its reaper owns it for
+ * the reap). */
+uint32_t xseg_resolve_route_past(struct xseg *s, uint32_t from, uint32_t dst, uint32_t gone)
+{
 	uint32_t chain[XSEG_MAX_PATH + 1];
 	uint32_t n = 0, cur = dst;
 
@@ -408,7 +415,8 @@ uint32_t xseg_resolve_route(struct xseg *s, uint32_t from, uint32_t dst)
 		 * holding dirty data: then the route ends there (submit fails).
 		 * Skipped, not the end: the hops in front of it stay in the
 		 * path (a live cache there may hold newer data than behind). */
-		if (!atomic_load_explicit(&s->ports[next].owner, memory_order_relaxed) &&
+		if ((next == gone || !atomic_load_explicit(&s->ports[next].owner,
+							    memory_order_relaxed)) &&
 		    !atomic_load(&s->ports[next].dirty_bytes))
 			continue;
 		chain[n++] = next;

@@ -634,14 +634,19 @@ int xseg_receive(struct xseg *s, uint32_t port, struct xseg_request **reqs, unsi
 	return take(s, port, xseg_rep_ring(s, port), reqs, max, XS_RECEIVED);
 }
 
+/* What settle_queued does with a request that reached `port` as a hop. */
+enum settle { SETTLE_FAIL, SETTLE_PASS_ON, SETTLE_PASS_ON_DEAD };
+
 /*
- * Empties `port`'s request queue (the caller owns the port). With pass_on,
- * a request that reached the port as a hop for another port goes on where
- * the route leads now, unless a route still names this port (a cache that
- * could not write back); every other request fails back to its issuer with
- * `err`. Returns how many failed.
+ * Empties `port`'s request queue (the caller owns the port). Passing on
+ * (SETTLE_PASS_ON: the port is left), a request that reached the port as a
+ * hop for another port goes on where the route leads now, unless a route
+ * still names this port (a cache that could not write back). Its owner
+ * dead (SETTLE_PASS_ON_DEAD: the reap), the route may still name it: the
+ * request goes on past it unless it says it holds dirty data. Every other
+ * request fails back to its issuer with `err`. Returns how many failed.
  */
-static uint32_t settle_queued(struct xseg *s, uint32_t port, int err, bool pass_on)
+static uint32_t settle_queued(struct xseg *s, uint32_t port, int err, enum settle how)
 {
 	uint32_t idx, failed = 0;
 
@@ -650,12 +655,15 @@ static uint32_t settle_queued(struct xseg *s, uint32_t port, int err, bool pass_
 		xannotate_happens_after(&xseg_tsan_handoff);
 		set_holder(r, port);
 		store_state(r, XS_ACCEPTED);
-		if (pass_on) {
+		if (how != SETTLE_FAIL) {
 			uint32_t issuer = r->path_len ? r->path[r->path_len - 1].port
 						      : XSEG_NO_PORT;
+			bool dead = how == SETTLE_PASS_ON_DEAD;
 			uint32_t to = r->dst_port == port || issuer >= s->nr_ports ||
-				      xseg_route_reaches(s, r->dst_port, port)
-				      ? XSEG_NO_PORT : xseg_resolve_route(s, issuer, r->dst_port);
+				      (!dead && xseg_route_reaches(s, r->dst_port, port))
+				      ? XSEG_NO_PORT
+				      : xseg_resolve_route_past(s, issuer, r->dst_port,
+								dead ? port : XSEG_NO_PORT);
 			if (to != XSEG_NO_PORT && to != port &&
 			    atomic_load(&s->ports[to].owner) &&
 			    deliver(s, r, port, to, xseg_req_ring(s, to),
@@ -674,12 +682,17 @@ static uint32_t settle_queued(struct xseg *s, uint32_t port, int err, bool pass_
 
 uint32_t xseg_fail_queued_requests(struct xseg *s, uint32_t port, int err)
 {
-	return settle_queued(s, port, err, false);
+	return settle_queued(s, port, err, SETTLE_FAIL);
 }
 
 uint32_t xseg_pass_on_queued_requests(struct xseg *s, uint32_t port)
 {
-	return settle_queued(s, port, EHOSTDOWN, true);
+	return settle_queued(s, port, EHOSTDOWN, SETTLE_PASS_ON);
+}
+
+uint32_t xseg_pass_on_dead_queue(struct xseg *s, uint32_t port, int err)
+{
+	return settle_queued(s, port, err, SETTLE_PASS_ON_DEAD);
 }
 
 /*

@@ -288,6 +288,12 @@ void xseg_port_ungroup(struct xseg *s, uint32_t port);
 /* Whether a next hop of dst's chain is `port` (or the service it is a lane
  * of), bound or not. */
 bool xseg_route_reaches(struct xseg *s, uint32_t dst, uint32_t port);
+/* xseg_resolve_route with port `gone` taken for unbound (a reap). */
+uint32_t xseg_resolve_route_past(struct xseg *s, uint32_t from, uint32_t dst, uint32_t gone);
+/* A dead owner's queue (the reap): a request that reached `port` as a hop
+ * goes on where the route leads past it, unless the port says it holds
+ * dirty data (fail closed); everything else fails back with `err`. */
+uint32_t xseg_pass_on_dead_queue(struct xseg *s, uint32_t port, int err);
 
 /* request.c: the pool, and settling what a port leaves behind. */
 /* xseg_submit and xseg_respond without owners.c's look at a destination

@@ -36,15 +36,20 @@ stop_cache() {   # SIGSTOP, and wait until every thread of it is stopped
 	fail "cached did not stop"
 }
 
+# SEED OUT: a verified read load ($reader) queued on the stopped cache's port
+read_into_stopped_cache() {
+	bench read "$1" "$2" & reader=$!
+	for _ in $(seq 100); do
+		[ "$(port_info 3 request_depth)" -ge 16 ] && break
+		sleep 0.02
+	done
+}
+
 echo "--- a write-through cache stopped, requests queued on it, then killed"
 cache_on_3 writethrough
 bench write 1 "$DIR/w1.out" || fail "write through the cache: $(tail -2 "$DIR/w1.out.err")"
 stop_cache
-bench read 1 "$DIR/r1.out" & reader=$!
-for _ in $(seq 100); do
-	[ "$(port_info 3 request_depth)" -ge 16 ] && break
-	sleep 0.02
-done
+read_into_stopped_cache 1 "$DIR/r1.out"
 echo "queued on the stopped cache's port: $(port_info 3 request_depth)"
 kill -KILL $cached; wait $cached 2>/dev/null
 wait $reader
@@ -59,11 +64,7 @@ cache_on_3 writeback
 bench write 2 "$DIR/w2.out" || fail "write into the cache: $(tail -2 "$DIR/w2.out.err")"
 [ "$(peer_stat 3 dirty_bytes)" -gt 0 ] || fail "nothing dirty: the case shows nothing"
 stop_cache
-bench read 2 "$DIR/r2.out" & reader=$!
-for _ in $(seq 100); do
-	[ "$(port_info 3 request_depth)" -ge 16 ] && break
-	sleep 0.02
-done
+read_into_stopped_cache 2 "$DIR/r2.out"
 kill -KILL $cached; wait $cached 2>/dev/null
 wait $reader
 f=$(json "$DIR/r2.out" failed) c=$(json "$DIR/r2.out" corrupted)

@@ -176,11 +176,13 @@ int cached_parse_option(struct peer *p, int val, const char *arg)
 	return -1;
 }
 
+/* What a marker's name may hold: a blocker object name any store takes. */
+#define MARKER_NAME_CHARS "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-"
+
 bool cached_marker_name_ok(const char *name)
 {
 	size_t n = strlen(name);
-	return n && n <= MARKER_NAME_MAX &&
-	       strspn(name, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") == n;
+	return n && n <= MARKER_NAME_MAX && strspn(name, MARKER_NAME_CHARS) == n;
 }
 
 /* A primary's marker, unless named: this host's and this port's, the same
@@ -192,7 +194,7 @@ static const char *default_marker(uint32_t port)
 	if (gethostname(host, sizeof(host) - 1) < 0 || !host[0])
 		snprintf(host, sizeof(host), "localhost");
 	for (char *c = host; *c; c++)   /* a hostname is already of these, nearly */
-		if (!strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.-", *c))
+		if (!strchr(MARKER_NAME_CHARS, *c))
 			*c = '_';
 	snprintf(name, sizeof(name), "cached-mirror-marker.%s.%u", host, port);
 	return name;

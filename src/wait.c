@@ -39,13 +39,21 @@ static long futex(_Atomic uint32_t *word, int op, uint32_t val, const struct tim
 	return syscall(SYS_futex, (uint32_t *)word, op, val, ts, NULL, 0);
 }
 
-void xseg_signal_port(struct xseg *s, uint32_t port)
+static uint32_t leader_of(struct xseg *s, uint32_t port)
 {
 	uint32_t leader = atomic_load_explicit(&s->ports[port].group_leader,
 					       memory_order_relaxed);
-	struct xseg_port_shm *l = &s->ports[leader < s->nr_ports ? leader : port];
+	return leader < s->nr_ports ? leader : port;
+}
 
+void xseg_signal_port(struct xseg *s, uint32_t port)
+{
+	/* The leader is read after the fence: read before it, it could
+	 * predate a regroup whose new leader's waiter, asleep already, did not
+	 * see our push (a wake-up lost until its timeout). */
 	xseg_full_fence();
+	struct xseg_port_shm *l = &s->ports[leader_of(s, port)];
+
 	if (atomic_load_explicit(&l->waiters, memory_order_relaxed) &&
 	    !atomic_exchange(&l->wake_pending, 1)) {
 		atomic_fetch_add(&l->wake_seq, 1);
@@ -58,13 +66,6 @@ void xseg_wake_all(struct xseg *s, uint32_t port)
 	struct xseg_port_shm *l = &s->ports[port];
 	atomic_fetch_add(&l->wake_seq, 1);
 	futex(&l->wake_seq, FUTEX_WAKE, INT_MAX, NULL);
-}
-
-static uint32_t leader_of(struct xseg *s, uint32_t port)
-{
-	uint32_t leader = atomic_load_explicit(&s->ports[port].group_leader,
-					       memory_order_relaxed);
-	return leader < s->nr_ports ? leader : port;
 }
 
 static bool group_has_work(struct xseg *s, uint32_t leader)

@@ -322,9 +322,19 @@ uint32_t xseg_settle_pool(struct xseg *s, uint32_t port)
 	for (uint32_t i = 0; i < s->nr_requests; i++) {
 		struct xseg_request *r = &s->requests[i];
 		for (int tries = 0;; tries++) {
+			/* The tag first, then the state: a FREE state read
+			 * before the tag may be older than it. A live thread
+			 * that got the request meanwhile and submitted it left
+			 * its push's tag (DONE, not TAKEN, on no pool cell),
+			 * which reads as popped and never claimed: the CAS
+			 * below won, and the request went back to the pool
+			 * from the queue it was on, never answered. Read
+			 * after the tag, FREE is at least as new (a put marks
+			 * the request FREE before its tag says DONE), and the
+			 * CAS fails if the tag changed since. */
+			uint64_t tag = __atomic_load_n(&r->pushing, __ATOMIC_ACQUIRE);
 			if (load_state(r) != XS_FREE)
 				break;
-			uint64_t tag = __atomic_load_n(&r->pushing, __ATOMIC_ACQUIRE);
 			uint64_t pos = tag & XSEG_RING_POS_MASK;
 			bool ours;
 			if (tag & XSEG_PUSH_TAKEN)          /* claimed, not marked; or RESUMED */

@@ -188,6 +188,7 @@ void cache_engine_set_policy(struct cache_engine *e, enum cache_policy p,
 		return;
 	atomic_store(&e->policy, (int)p);
 	if (p == CACHE_WRITETHROUGH) {
+		req->switching = true;   /* a primary answers once its replica is safe */
 		/* the write-back writes that read the old policy are dirty
 		 * (listed below) once they leave: microseconds */
 		engine_wait_writes(e);

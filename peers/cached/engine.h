@@ -185,6 +185,10 @@ struct cache_req {
 	uint32_t fwd_op;           /* op of the forward in progress */
 	bool on_replica;           /* a write the replica acknowledged */
 	struct cache_req *next_held;   /* answers the stale-replica marker holds */
+	/* A switch to write-through (set_policy): the path may write past the
+	 * cache once it is answered, so a primary's answer waits until its
+	 * replica holds nothing older than the blocker (marker.c). */
+	bool switching;
 	struct xwork work;
 };
 

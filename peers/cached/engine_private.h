@@ -317,6 +317,7 @@ struct cache_engine {
 	struct {
 		_Atomic uint64_t writes, bytes, failures, cleans, in_flight, rtt_ns_total, waits, lost;
 		_Atomic uint64_t degradations, degraded_ns_total, exposure_bytes, exposure_ns;
+		_Atomic uint64_t ops;   /* on objects' lists: queued or out, not settled */
 	} mst;
 	/* The stale-replica marker (marker.c). A primary's: the state it wants
 	 * on the blocker, the one the blocker holds (MARKER_UNKNOWN while a
@@ -327,6 +328,7 @@ struct cache_engine {
 	int marker_want, marker_written;
 	bool marker_out;
 	struct cache_req *marker_held;     /* linked by next_held */
+	struct cache_req *switch_held;     /* switches to write-through, the same */
 	char replica_marker[MARKER_NAME_MAX + 1];
 	_Atomic uint64_t marker_writes, marker_failures, marker_held_total;
 	_Atomic uint64_t promotes_refused;
@@ -621,6 +623,8 @@ void marker_want(struct cache_engine *e, int state);
 void marker_mirrored(struct cache_engine *e);
 /* The maintenance tick: a marker write that failed or found no request. */
 void marker_tick(struct cache_engine *e);
+/* A mirror request settled: held switches to write-through may go. */
+void marker_switches(struct cache_engine *e);
 /* At create: the lock, and the gate where the primary has a marker. */
 void marker_init(struct cache_engine *e);
 /* What a marker's bytes say: MARKER_MIRRORED, _DEGRADED or _UNKNOWN. */

@@ -16,6 +16,12 @@
  * answer_gate, called by finish()) and go when that write lands, or when
  * the primary is MIRRORED again: after a reset the replica holds nothing
  * those requests changed.
+ *
+ * A switch to write-through (an unplug, the stop's drain) waits too: once
+ * it is answered the path may write to the blocker past us, where no
+ * answer can be held. It goes when the replica holds nothing older than
+ * the blocker: MIRRORED with every clean of what it wrote back answered,
+ * or, the mirror down, once the blocker's marker says DEGRADED.
  */
 #include "engine_private.h"
 
@@ -37,6 +43,18 @@ const char *marker_state_name(int state)
 
 static void marker_send(struct cache_engine *e);
 
+/* Under marker_lock: a switch to write-through may be answered. The count
+ * first: a failed request degrades before it leaves the count. */
+static bool switch_may_go(struct cache_engine *e)
+{
+	uint64_t ops = atomic_load(&e->mst.ops);
+	if (atomic_load(&e->policy) != CACHE_WRITETHROUGH)
+		return true;   /* write-back again: the switch's caller fails it */
+	if (mirror_down(e))
+		return e->marker_written == MARKER_DEGRADED;
+	return ops == 0;   /* the replica dropped all that went back */
+}
+
 /* Answers held while the marker could still say MIRRORED: all of them. */
 static void release_held(struct cache_engine *e, struct cache_req *held)
 {
@@ -46,6 +64,20 @@ static void release_held(struct cache_engine *e, struct cache_req *held)
 		answer(e, held, true, 0, held->serviced);
 		held = next;
 	}
+}
+
+void marker_switches(struct cache_engine *e)
+{
+	if (!e->answer_gate)
+		return;
+	struct cache_req *held = NULL;
+	pthread_mutex_lock(&e->marker_lock);
+	if (e->switch_held && switch_may_go(e)) {
+		held = e->switch_held;
+		e->switch_held = NULL;
+	}
+	pthread_mutex_unlock(&e->marker_lock);
+	release_held(e, held);
 }
 
 static void marker_written(struct cache_bio *bio)
@@ -69,6 +101,7 @@ static void marker_written(struct cache_bio *bio)
 	else
 		COUNT_ADD(e, marker_failures, 1);   /* the tick tries again */
 	release_held(e, held);
+	marker_switches(e);
 	if (again)
 		marker_send(e);
 }
@@ -125,6 +158,7 @@ void marker_mirrored(struct cache_engine *e)
 	e->marker_want = MARKER_MIRRORED;
 	pthread_mutex_unlock(&e->marker_lock);
 	release_held(e, held);
+	marker_switches(e);
 	marker_send(e);
 }
 
@@ -132,6 +166,7 @@ void marker_tick(struct cache_engine *e)
 {
 	if (e->cfg.mirror_marker)
 		marker_send(e);
+	marker_switches(e);
 }
 
 /* The engine's answer_gate: true when req's answer waits here. The state
@@ -139,6 +174,22 @@ void marker_tick(struct cache_engine *e)
  * take the list under it: an answer is never left behind. */
 static bool hold_answer(struct cache_engine *e, struct cache_req *req, uint64_t serviced)
 {
+	if (req->switching) {
+		bool held = false;
+		pthread_mutex_lock(&e->marker_lock);
+		if (!switch_may_go(e)) {
+			req->serviced = serviced;
+			req->next_held = e->switch_held;
+			e->switch_held = req;
+			held = true;
+		}
+		pthread_mutex_unlock(&e->marker_lock);
+		if (held) {
+			COUNT_ADD(e, marker_held_total, 1);
+			marker_send(e);
+		}
+		return held;
+	}
 	if (req->on_replica || (req->op != X_WRITE && req->op != X_DELETE && req->op != X_COPY) ||
 	    !mirror_down(e))
 		return false;

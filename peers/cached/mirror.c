@@ -78,6 +78,7 @@ static void append(struct cache_object *o, struct mirror_op *op)
 	else
 		o->mirror_head = op;
 	o->mirror_tail = op;
+	atomic_fetch_add(&o->e->mst.ops, 1);
 }
 
 static void unlink_op(struct cache_object *o, struct mirror_op *op)
@@ -90,6 +91,7 @@ static void unlink_op(struct cache_object *o, struct mirror_op *op)
 	*pp = op->next;
 	if (o->mirror_tail == op)
 		o->mirror_tail = prev;
+	atomic_fetch_sub(&o->e->mst.ops, 1);   /* after a failure's degrade() */
 }
 
 /* ---- a write the replica could not take ------------------------------------------ */
@@ -244,6 +246,7 @@ static void after_settled(struct cache_object *o)
 	 * last one: write-throughs parked for an empty list (write.c) go on. */
 	if (!o->mirror_head)
 		run_parked(o);
+	marker_switches(o->e);
 }
 
 static void mirror_done_job(struct xwork *w, void *arg)

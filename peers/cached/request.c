@@ -81,6 +81,7 @@ void req_init(struct cache_engine *e, struct cache_req *req)
 	req->counted = false;
 	req->info_size = 0;
 	req->on_replica = false;
+	req->switching = false;
 }
 
 void finish(struct cache_engine *e, struct cache_req *req, bool served, int error,

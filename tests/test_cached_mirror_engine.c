@@ -1422,6 +1422,36 @@ START_TEST(write_through_switch_while_degraded_waits_for_the_marker)
 }
 END_TEST
 
+/* 16. A reset's answer landing after a new degradation: reset_done stores
+ * MIRRORED, another thread degrades, then reset_done's marker_mirrored
+ * runs. The answers held since that degradation are of writes the replica
+ * lacks; releasing them (and wanting "mirrored") would let a promote write
+ * the replica's older copies over them. Called here directly, the mirror
+ * down, as that late half of reset_done. */
+START_TEST(late_reset_end_keeps_a_new_degradations_answers)
+{
+	setup(true);
+	MAINTAIN_UNTIL(stats_of(primary).marker_state == MARKER_MIRRORED);
+	unsigned char w[BKT_SIZE];
+	fill(w, sizeof(w), 90);
+	atomic_store(&blk.fail_marker, EIO);
+	atomic_store(&mir.fail, EHOSTDOWN);
+	struct areq a;
+	start_on(primary, &a, X_WRITE, "late", 0, BKT_SIZE, w);
+	MAINTAIN_UNTIL(stats_of(primary).mirror_state == MIRROR_DEGRADED &&
+		       stats_of(primary).marker_held == 1);
+	marker_mirrored(primary);
+	ck_assert_msg(!answered_within(&a, 100),
+		      "a reset's late end answered a write the replica lacks");
+	ck_assert_int_eq(primary->marker_want, MARKER_DEGRADED);
+	atomic_store(&blk.fail_marker, 0);           /* the tick writes it again */
+	MAINTAIN_UNTIL(atomic_load(&a.done));
+	ck_assert_int_eq(result(&a), 0);
+	ck_assert(blk_marker_says("degraded"));
+	teardown();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("cached_mirror_engine");
@@ -1447,6 +1477,7 @@ int main(void)
 	tcase_add_test(tc, promote_reads_the_marker);
 	tcase_add_test(tc, write_through_switch_waits_for_the_replica_cleans);
 	tcase_add_test(tc, write_through_switch_while_degraded_waits_for_the_marker);
+	tcase_add_test(tc, late_reset_end_keeps_a_new_degradations_answers);
 	suite_add_tcase(s, tc);
 	return xt_run(s);
 }

@@ -153,6 +153,13 @@ void marker_mirrored(struct cache_engine *e)
 	if (!e->cfg.mirror_marker)
 		return;
 	pthread_mutex_lock(&e->marker_lock);
+	if (mirror_down(e)) {
+		/* Degraded again since the reset's answer set MIRRORED: what is
+		 * held now may be younger than the reset, and the marker must
+		 * say degraded (the degradation wanted it). */
+		pthread_mutex_unlock(&e->marker_lock);
+		return;
+	}
 	struct cache_req *held = e->marker_held;   /* the reset emptied the replica */
 	e->marker_held = NULL;
 	e->marker_want = MARKER_MIRRORED;

@@ -15,6 +15,21 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <sys/mman.h>
+#include <sys/syscall.h>
+
+static int msync_fails;   /* while set, msync fails (EIO) */
+
+/* persist.c's msync, failing on demand: a device that took no write. */
+int msync(void *addr, size_t len, int flags)
+{
+	if (msync_fails) {
+		errno = EIO;
+		return -1;
+	}
+	return (int)syscall(SYS_msync, addr, len, flags);
+}
+
 #include "../peers/cached/persist.c"
 #include "../peers/cached/persist_inspect.c"
 
@@ -454,6 +469,28 @@ START_TEST(a_stop_that_keeps_data_says_so)
 }
 END_TEST
 
+/* A KEPT superblock says the data under it is on the device: a stop
+ * whose sync of the data failed must not write it (the next start would
+ * trust what may not be there). */
+START_TEST(a_failed_sync_is_not_kept)
+{
+	struct persist p;
+	struct seen s;
+	struct persist_recovery r;
+	open_ok(&p);
+	uint32_t o = persist_object_get(&p, "k", 1);
+	put_bucket(&p, 0, o, 0, 'k');
+	msync_fails = 1;
+	persist_close_kept(&p);
+	msync_fails = 0;
+	open_ok(&p);
+	recover(&p, &s, &r);
+	ck_assert_msg(!r.was_kept, "marked KEPT though the data's sync failed");
+	ck_assert(!r.was_clean);
+	persist_close(&p, false);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("cached_persist");
@@ -468,6 +505,7 @@ int main(void)
 	tcase_add_test(tc, the_marker_name_is_kept_in_the_superblock);
 	tcase_add_test(tc, two_records_of_one_object_keep_the_newer);
 	tcase_add_test(tc, a_stop_that_keeps_data_says_so);
+	tcase_add_test(tc, a_failed_sync_is_not_kept);
 	suite_add_tcase(s, tc);
 	return xt_run(s);
 }

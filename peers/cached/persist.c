@@ -486,10 +486,9 @@ int persist_sync(struct persist *p)
 
 void persist_close_kept(struct persist *p)
 {
-	if (p->map && !atomic_load(&p->sync_error)) {
-		msync(p->map, p->map_bytes, MS_SYNC);   /* the data and headers first */
+	/* The data and headers first: KEPT says they are on the device. */
+	if (p->map && !atomic_load(&p->sync_error) && msync(p->map, p->map_bytes, MS_SYNC) == 0)
 		write_super(p, SUPER_KEPT);
-	}
 	persist_close(p, false);
 }
 

@@ -2978,6 +2978,87 @@ START_TEST(failed_write_through_leaves_no_clean_bucket_unlike_the_blocker)
 }
 END_TEST
 
+/* ---- blocker requests all out (review4) --------------------------------------- */
+
+#define SATURATE MAX_BIOS_IN_FLIGHT
+static struct sync_req sat_reqs[SATURATE];
+static unsigned char sat_bufs[SATURATE][BKT_SIZE];
+
+/* The blocker held, read misses of one bucket each (a lent load apiece)
+ * until every blocker request the engine may have out is out. */
+static void saturate_blocker_requests(void)
+{
+	static char names[SATURATE / (OBJ_SIZE / BKT_SIZE)][16];
+	const uint32_t per = OBJ_SIZE / BKT_SIZE;
+	atomic_store(&blk.hold, 1);
+	for (uint32_t i = 0; i < SATURATE; i++) {
+		snprintf(names[i / per], sizeof(names[0]), "sat%u", i / per);
+		start_req(&sat_reqs[i], X_READ, names[i / per], (uint64_t)(i % per) * BKT_SIZE,
+			  BKT_SIZE, sat_bufs[i]);
+	}
+	ck_assert_uint_eq(atomic_load(&blk.engine->bios_in_flight), MAX_BIOS_IN_FLIGHT);
+}
+
+static void saturated_reads_done(void)
+{
+	for (uint32_t i = 0; i < SATURATE; i++) {
+		wait_sync(&sat_reqs[i]);
+		ck_assert(sat_reqs[i].r.served);
+	}
+}
+
+static _Atomic bool submit_returned;
+static void *submit_in_thread(void *arg)
+{
+	rcu_register_thread();
+	cache_engine_submit(blk.engine, arg);
+	atomic_store(&submit_returned, true);
+	rcu_unregister_thread();
+	return NULL;
+}
+
+/* drop.c: a DELETE of a dirty object writes it back first; with every
+ * blocker request out, that flush waits for one (flush_when_freed). The
+ * DELETE must wait too, not re-queue the flush: flush_job found no
+ * request, ended its cycle at once, the cycle's end ran the DELETE again,
+ * which queued the flush again, for as long as no request came back (the
+ * thread running the object's queue, here the submitter, spun; with
+ * --threads 1 none was left to take the blocker's replies). */
+START_TEST(delete_waits_for_a_free_blocker_request_without_spinning)
+{
+	setup_with(4 << 20, 64, CACHE_WRITEBACK);
+	unsigned char w[BKT_SIZE], r[BKT_SIZE];
+	fill(w, sizeof(w), 80);
+	ck_assert_int_eq(do_write("dsp", 0, sizeof(w), w), 0);        /* dirty */
+	saturate_blocker_requests();
+	uint64_t waits = stats_now().waits;
+	struct sync_req del;
+	memset(&del, 0, sizeof(del));
+	del.r = (struct cache_req){ .op = X_DELETE, .name = "dsp", .done = sync_done };
+	pthread_mutex_init(&del.lock, NULL);
+	pthread_cond_init(&del.cond, NULL);
+	atomic_store(&submit_returned, false);
+	pthread_t t;
+	pthread_create(&t, NULL, submit_in_thread, &del.r);
+	for (int ms = 0; ms < 500 && !atomic_load(&submit_returned); ms++)
+		usleep(1000);
+	bool returned = atomic_load(&submit_returned);
+	uint64_t spun = stats_now().waits - waits;
+	blk_release_hold();                /* requests come back: the spin, if any, ends */
+	pthread_join(t, NULL);
+	wait_sync(&del);
+	saturated_reads_done();
+	ck_assert_msg(returned && spun < 100, "a DELETE waiting for a blocker request spun on "
+		      "its object's queue (submit returned: %d, parked %" PRIu64 " times)",
+		      returned, spun);
+	ck_assert(del.r.served);
+	ck_assert_int_eq(do_read("dsp", 0, sizeof(r), r), 0);
+	static const unsigned char zero[BKT_SIZE];
+	ck_assert_msg(!memcmp(r, zero, sizeof(r)), "read bytes of the deleted object");
+	teardown();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("cached_engine");
@@ -3047,6 +3128,7 @@ int main(void)
 	tcase_add_test(rv, failed_delete_keeps_acknowledged_writes);
 	tcase_add_test(rv, failed_write_through_leaves_no_clean_bucket_unlike_the_blocker);
 	tcase_add_test(rv, flush_of_an_evicted_dirty_object_waits_for_its_write_back);
+	tcase_add_test(rv, delete_waits_for_a_free_blocker_request_without_spinning);
 	suite_add_tcase(s, rv);
 	return xt_run(s);
 }

@@ -49,7 +49,11 @@ void drop_step(struct cache_object *o, struct cache_req *req)
 			return;
 		}
 		o->drop_flushed = true;   /* flush_cycle_done runs us again */
-		queue_flush(o);
+		/* A flush waiting for a free blocker request runs when one
+		 * comes back; another queued now would find none, end its
+		 * cycle at once and run us again: a spin on this queue. */
+		if (!atomic_load(&o->flush_io_wait))
+			queue_flush(o);
 		park(o, req, REQ_PARKED);
 		return;
 	}

@@ -3059,6 +3059,39 @@ START_TEST(delete_waits_for_a_free_blocker_request_without_spinning)
 }
 END_TEST
 
+/* write.c, through.c: a write that waits for a blocker request runs its
+ * step again when one comes back; it counted its bytes (write_bytes) and
+ * its going past a full pool (uncached) on each run, so a cache short of
+ * blocker requests said it took more bytes from its clients than it did. */
+START_TEST(a_write_that_waits_for_a_blocker_request_counts_once)
+{
+	setup_with(16 * BKT_SIZE, 64, CACHE_WRITEBACK);
+	unsigned char full[16 * BKT_SIZE], w[BKT_SIZE], r[BKT_SIZE];
+	fill(full, sizeof(full), 81);
+	fill(w, sizeof(w), 82);
+	ck_assert_int_eq(do_write("full", 0, sizeof(full), full), 0);   /* every bucket dirty */
+	saturate_blocker_requests();       /* reads past the full pool, all held */
+	struct cache_stats before = stats_now();
+	struct sync_req wr;
+	start_req(&wr, X_WRITE, "wc", 0, sizeof(w), w);               /* past the full pool */
+	wait_req_state(&wr.r, REQ_WAIT_IO);                           /* no request free */
+	blk_release_hold();
+	wait_sync(&wr);
+	saturated_reads_done();
+	ck_assert(wr.r.served);
+	struct cache_stats after = stats_now();
+	ck_assert_msg(after.write_bytes - before.write_bytes == sizeof(w) &&
+		      after.uncached - before.uncached == 1,
+		      "one write of %zu bytes counted as %" PRIu64 " bytes, %" PRIu64 " uncached",
+		      sizeof(w), after.write_bytes - before.write_bytes,
+		      after.uncached - before.uncached);
+	ck_assert_int_eq(do_read("wc", 0, sizeof(r), r), 0);
+	ck_assert(!memcmp(r, w, sizeof(r)));
+	ck_assert(switch_to_writethrough());   /* destroy wants nothing dirty */
+	teardown();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("cached_engine");
@@ -3129,6 +3162,7 @@ int main(void)
 	tcase_add_test(rv, failed_write_through_leaves_no_clean_bucket_unlike_the_blocker);
 	tcase_add_test(rv, flush_of_an_evicted_dirty_object_waits_for_its_write_back);
 	tcase_add_test(rv, delete_waits_for_a_free_blocker_request_without_spinning);
+	tcase_add_test(rv, a_write_that_waits_for_a_blocker_request_counts_once);
 	suite_add_tcase(s, rv);
 	return xt_run(s);
 }

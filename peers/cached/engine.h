@@ -175,6 +175,7 @@ struct cache_req {
 	struct cache_object *obj;
 	uint8_t state;             /* enum cache_req_state: where it is in its life */
 	bool counted;              /* a read's hit or miss is counted (once) */
+	bool counted_uncached;     /* its going past a full pool is counted (once) */
 	int load_error;            /* a load it waited for failed: answer this */
 	struct cache_req *next_parked;  /* its object's parked list */
 	/* An uncached write in flight: on its object's list of them, and

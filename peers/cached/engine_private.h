@@ -426,6 +426,15 @@ static inline struct engine_counts *engine_counts(struct cache_engine *e)
 	return engine_counts_slow(e);
 }
 #define STAT_ADD(e, field, n) count_add(&engine_counts(e)->field, (n))
+/* req goes past a full pool: counted once, though its step may run again
+ * (after a wait for a blocker request, a reread). */
+static inline void count_uncached(struct cache_engine *e, struct cache_req *req)
+{
+	if (!req->counted_uncached) {
+		req->counted_uncached = true;
+		STAT_ADD(e, uncached, 1);
+	}
+}
 
 /*
  * A write reads the policy (or whether the engine is a replica) and marks

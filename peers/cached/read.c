@@ -166,7 +166,7 @@ void read_step(struct cache_object *o, struct cache_req *req, const struct bucke
 			return;
 		}
 		if (!load_runs(o, sp->first, sp->last, &no_io, req)) {
-			STAT_ADD(e, uncached, 1);
+			count_uncached(e, req);
 			go_through(o, req);
 			return;
 		}

@@ -79,6 +79,7 @@ void req_init(struct cache_engine *e, struct cache_req *req)
 	req->next_parked = NULL;
 	req->load_error = 0;
 	req->counted = false;
+	req->counted_uncached = false;
 	req->info_size = 0;
 	req->on_replica = false;
 	req->switching = false;

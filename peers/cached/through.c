@@ -70,6 +70,8 @@ void go_through(struct cache_object *o, struct cache_req *req)
 	bio->flags = req->flags;
 	if (req->op == X_WRITE && bio->data != req->data)
 		memcpy(bio->data, req->data, req->size);
+	if (req->op == X_WRITE)   /* here, not where it may wait for a request */
+		STAT_ADD(e, write_bytes, req->size);
 	bio->req = req;
 	req_set(req, REQ_THROUGH);
 	o->throughs++;

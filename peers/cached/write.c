@@ -39,7 +39,7 @@ void write_back(struct cache_object *o, struct cache_req *req, const struct buck
 		if (ok && tail && !no_io)
 			ok = load_runs(o, sp->last, sp->last, &no_io, NULL);
 		if (!ok) {
-			STAT_ADD(e, uncached, 1);
+			count_uncached(e, req);
 			write_through(o, req, sp);
 		} else if (no_io && !o->loads) {
 			wait_for_io(o, req);
@@ -50,7 +50,7 @@ void write_back(struct cache_object *o, struct cache_req *req, const struct buck
 	}
 	/* No bucket, or (--persist) no object record: uncached. */
 	if (!persist_hold(o) || !claim_range(o, sp->first, sp->last)) {
-		STAT_ADD(e, uncached, 1);
+		count_uncached(e, req);
 		write_through(o, req, sp);
 		return;
 	}
@@ -100,6 +100,5 @@ void write_through(struct cache_object *o, struct cache_req *req, const struct b
 		park(o, req, REQ_PARKED_WRITE);   /* counted in writes_waiting */
 		return;
 	}
-	STAT_ADD(o->e, write_bytes, req->size);
-	go_through(o, req);
+	go_through(o, req);   /* counts its bytes once they go */
 }

@@ -105,6 +105,7 @@ static void through_done_job(struct xwork *w, void *arg)
 		if (bio->data != req->data)
 			memcpy(req->data, bio->data, req->size);
 		STAT_ADD(e, blocker_read_bytes, req->size);
+		STAT_ADD(e, read_bytes, req->size);   /* a client's read, as a hit's */
 		for (uint32_t i = sp.first; i <= sp.last; i++)   /* cached is newer */
 			if (o->b.slot[i] != BUCKET_NO_SLOT && bucket_readable(o->b.state[i]))
 				bucket_copy(o, i, req->offset, req->size, req->data, false);

@@ -3117,6 +3117,44 @@ START_TEST(a_read_past_a_full_pool_counts_its_bytes)
 }
 END_TEST
 
+/* read.c: a load that fails fails the requests parked on its buckets, as
+ * they needed its bytes. A write-back write that covers those buckets
+ * whole needs none of them (it waited only so as not to be overwritten by
+ * the load): it failed too, with the read's error, though nothing kept it
+ * from being stored. One covering a bucket in part does need the load. */
+START_TEST(a_failed_load_fails_no_write_that_covers_its_buckets_whole)
+{
+	setup_with(1 << 20, 16, CACHE_WRITEBACK);
+	unsigned char r[BKT_SIZE], w[2 * BKT_SIZE], p[512], back[2 * BKT_SIZE];
+	fill(w, sizeof(w), 85);
+	fill(p, sizeof(p), 86);
+	atomic_store(&blk.hold, 1);
+	struct sync_req rd, whole, part;
+	start_req(&rd, X_READ, "lf", 0, sizeof(r), r);                /* a miss: bucket 0 loads */
+	wait_blk_queued(1);
+	start_req(&whole, X_WRITE, "lf", 0, sizeof(w), w);            /* buckets 0 and 1 whole */
+	start_req(&part, X_WRITE, "lf", 512, sizeof(p), p);           /* bucket 0 in part */
+	ck_assert_int_eq(whole.r.state, REQ_PARKED);
+	ck_assert_int_eq(part.r.state, REQ_PARKED);
+	struct fake_bio *load = blk_take(0);
+	load->bio.served = false;          /* the blocker fails the read */
+	load->bio.error = EIO;
+	blk_answer(load);
+	wait_sync(&rd);
+	wait_sync(&part);
+	ck_assert(!rd.r.served);
+	ck_assert(!part.r.served);         /* its bucket's other bytes are unknown */
+	ck_assert_msg(wait_sync_ms(&whole, 2000) && whole.r.served,
+		      "a write of whole buckets failed with a read's error (%d)", whole.r.error);
+	blk_release_hold();
+	ck_assert_int_eq(do_read("lf", 0, sizeof(back), back), 0);
+	ck_assert(!memcmp(back, w, sizeof(w)));
+	ck_assert(switch_to_writethrough());   /* destroy wants nothing dirty */
+	ck_assert(blk_has("lf", 0, w, sizeof(w)));
+	teardown();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("cached_engine");
@@ -3189,6 +3227,7 @@ int main(void)
 	tcase_add_test(rv, delete_waits_for_a_free_blocker_request_without_spinning);
 	tcase_add_test(rv, a_write_that_waits_for_a_blocker_request_counts_once);
 	tcase_add_test(rv, a_read_past_a_full_pool_counts_its_bytes);
+	tcase_add_test(rv, a_failed_load_fails_no_write_that_covers_its_buckets_whole);
 	suite_add_tcase(s, rv);
 	return xt_run(s);
 }

@@ -7,6 +7,24 @@
  */
 #include "engine_private.h"
 
+/* Whether parked request r needed the bytes of buckets [first, first+count)
+ * that a load failed to bring: a write only those of a bucket it covers in
+ * part (the rest of it); one it covers whole it overwrites. */
+static bool needed_load(struct cache_engine *e, const struct cache_req *r, uint32_t first,
+			uint32_t count)
+{
+	uint64_t bs = e->geo.bucket_size, lo = (uint64_t)first * bs, hi = lo + (uint64_t)count * bs;
+	struct bucket_span sp;
+	if (!(r->offset < hi && r->offset + r->size > lo))
+		return false;
+	if (r->op != X_WRITE || bucket_span_of(&e->geo, r->offset, r->size, &sp) < 0)
+		return true;
+	return (bucket_span_head_partial(&e->geo, &sp) && sp.first >= first &&
+		sp.first < first + count) ||
+	       (bucket_span_tail_partial(&e->geo, &sp) && sp.last >= first &&
+		sp.last < first + count);
+}
+
 static void load_done_job(struct xwork *w, void *arg)
 {
 	(void)w;
@@ -33,10 +51,9 @@ static void load_done_job(struct xwork *w, void *arg)
 	if (bio->served)
 		STAT_ADD(e, blocker_read_bytes, bio->serviced);
 	if (error) {
-		/* requests waiting for these buckets fail rather than retry */
-		uint64_t lo = (uint64_t)bio->first * bs, hi = lo + (uint64_t)bio->count * bs;
+		/* requests waiting for these buckets' bytes fail rather than retry */
 		for (struct cache_req *r = o->parked; r; r = r->next_parked)
-			if (r->offset < hi && r->offset + r->size > lo)
+			if (needed_load(e, r, bio->first, bio->count))
 				r->load_error = error;
 	}
 	o->loads--;

@@ -3155,6 +3155,44 @@ START_TEST(a_failed_load_fails_no_write_that_covers_its_buckets_whole)
 }
 END_TEST
 
+/* flush.c, barrier.c: a FLUSH waits for what was written before it, not
+ * for a moment when its object holds nothing dirty. It waited for the
+ * latter: a write-back pass that ended with a bucket written meanwhile
+ * (dirty again) went round again, and again, so under a steady stream of
+ * writes to the object the FLUSH was not answered until they stopped (a
+ * guest's fsync beside a busy writer). Here each pass is answered only
+ * once a new write made its bucket dirty again. */
+START_TEST(flush_of_an_object_written_without_pause_is_answered)
+{
+	setup_with(1 << 20, 16, CACHE_WRITEBACK);
+	unsigned char first[BKT_SIZE], w[BKT_SIZE];
+	fill(first, sizeof(first), 87);
+	ck_assert_int_eq(do_write("fhot", 0, sizeof(first), first), 0);      /* dirty */
+	atomic_store(&blk.hold, 1);
+	struct sync_req fl;
+	start_req(&fl, X_FLUSH, "fhot", 0, 0, NULL);
+	int passes = 0;
+	bool forwarded = false;
+	for (; passes < 20 && !forwarded; passes++) {
+		wait_blk_queued(1);
+		fill(w, sizeof(w), 88 + (unsigned)passes);
+		ck_assert_int_eq(do_write("fhot", 0, sizeof(w), w), 0);      /* dirty again */
+		struct fake_bio *fb = blk_take(0);
+		forwarded = fb->bio.op == X_FLUSH;
+		blk_serve(fb);
+		blk_answer(fb);
+	}
+	ck_assert_msg(forwarded && wait_sync_ms(&fl, 2000),
+		      "a FLUSH was not answered after %d write-back passes, each of which "
+		      "carried every byte written before it", passes);
+	ck_assert(fl.r.served);
+	blk_release_hold();
+	ck_assert(switch_to_writethrough());   /* destroy wants nothing dirty */
+	ck_assert(blk_has("fhot", 0, w, sizeof(w)));
+	teardown();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("cached_engine");
@@ -3228,6 +3266,7 @@ int main(void)
 	tcase_add_test(rv, a_write_that_waits_for_a_blocker_request_counts_once);
 	tcase_add_test(rv, a_read_past_a_full_pool_counts_its_bytes);
 	tcase_add_test(rv, a_failed_load_fails_no_write_that_covers_its_buckets_whole);
+	tcase_add_test(rv, flush_of_an_object_written_without_pause_is_answered);
 	suite_add_tcase(s, rv);
 	return xt_run(s);
 }

@@ -1,7 +1,8 @@
 /*
  * Barriers: a FLUSH (of one object or of all), a switch to write-through
- * and COPY's source each wait until the objects dirty when they came are
- * clean on the blocker (flush.c tells a barrier as each one is), and then
+ * and COPY's source each wait until what the objects held dirty when they
+ * came is on the blocker (each clean, or a whole write-back pass begun
+ * after they came back: flush.c tells a barrier as each one is), and then
  * go on: a FLUSH forwards the blocker's own FLUSH, COPY goes to its
  * target (engine.c), a policy switch answers.
  */

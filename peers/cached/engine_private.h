@@ -172,6 +172,13 @@ struct cache_object {
 	 * behind it, or a steady stream of them would hold it off for ever. */
 	bool flush_deferred;
 	int flush_error;                   /* of the current flush cycle */
+	/* Write-back passes begun (flush_job, nothing out): the last one is
+	 * whole when it sent every bucket DIRTY at its start. Once such a pass
+	 * is back without error, what was written before it began is on the
+	 * blocker: the waiters that came before it are answered, even if the
+	 * object is dirty again (else a steady writer held a FLUSH off). */
+	uint64_t passes;
+	bool pass_whole;
 	int last_flush_error;              /* of the last one that ended */
 	bool drop_flushed;                 /* a DELETE or COPY wrote it back first (drop.c) */
 	_Atomic bool flush_queued;
@@ -219,6 +226,7 @@ struct barrier {
 struct flush_waiter {
 	struct barrier *b;
 	struct cache_object *obj;
+	uint64_t after;                    /* o->passes when it came */
 	struct flush_waiter *next;
 	struct xwork work;
 };

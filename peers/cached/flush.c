@@ -3,9 +3,10 @@
  * most max_run buckets (a flush), never two flushes of one object at once
  * nor a flush beside an uncached write of it; at most MAX_FLUSH_BIOS flush
  * writes in flight; a blocker that fails writes gets a growing pause.
- * When an object's flushes all came back and it is clean, the barriers
- * waiting for it (its waiters: a FLUSH, a policy switch, COPY's source)
- * are told; barrier.c builds those barriers.
+ * When an object's flushes all came back and it is clean, or they were a
+ * whole pass (every bucket dirty when it began) begun after a waiter came,
+ * the barriers waiting for it (its waiters: a FLUSH, a policy switch,
+ * COPY's source) are told; barrier.c builds those barriers.
  */
 #include "engine_private.h"
 
@@ -21,12 +22,20 @@ void queue_flush(struct cache_object *o)
 	obj_enqueue(o, &o->flush_work, flush_job, o);
 }
 
-static void notify_waiters(struct cache_object *o, int error)
+/* Tells the waiters that came before pass `before` began (all: UINT64_MAX). */
+static void notify_waiters(struct cache_object *o, int error, uint64_t before)
 {
-	struct flush_waiter *w = o->waiters;
+	struct flush_waiter *w = o->waiters, **keep = &o->waiters;
 	o->waiters = NULL;
 	while (w) {
 		struct flush_waiter *next = w->next;
+		if (w->after >= before) {
+			w->next = NULL;
+			*keep = w;
+			keep = &w->next;
+			w = next;
+			continue;
+		}
 		atomic_fetch_sub(&o->e->barrier_waiters, 1);
 		barrier_arrive(w->b, error);
 		obj_put(w->obj);
@@ -43,14 +52,18 @@ static void flush_cycle_done(struct cache_object *o)
 	o->last_flush_error = error;
 	if (object_clean(o)) {
 		o->flush_deferred = false;
-		notify_waiters(o, 0);
+		notify_waiters(o, 0, UINT64_MAX);
 		mark_clean(o);
 	} else if (error) {
-		notify_waiters(o, error);   /* dirty data stays for a later try */
-	} else if ((o->flush_again || o->waiters || o->flush_deferred) &&
-		   !atomic_load(&o->flush_io_wait)) {
-		queue_flush(o);
+		notify_waiters(o, error, UINT64_MAX);   /* dirty data stays for a later try */
+	} else {
+		if (o->pass_whole)   /* dirty again since it began: newer bytes */
+			notify_waiters(o, 0, o->passes);
+		if ((o->flush_again || o->waiters || o->flush_deferred) &&
+		    !atomic_load(&o->flush_io_wait))
+			queue_flush(o);
 	}
+	o->pass_whole = false;
 	o->flush_again = false;
 	run_parked(o);
 }
@@ -182,6 +195,8 @@ static void flush_job(struct xwork *w, void *arg)
 			run_parked(o);
 	} else {
 		uint32_t i = 0, len;
+		o->passes++;
+		o->pass_whole = true;
 		while ((i = bucket_find_run(&o->b, i, o->b.n - 1, BUCKET_DIRTY, e->max_run, &len)) < o->b.n) {
 			uint64_t off = (uint64_t)i * e->geo.bucket_size;
 			uint64_t size = (uint64_t)len * e->geo.bucket_size;
@@ -189,6 +204,7 @@ static void flush_job(struct xwork *w, void *arg)
 			struct cache_bio *bio = budget ? bio_alloc(e, X_WRITE, o->name, off, size,
 								   NULL) : NULL;
 			if (!bio) {
+				o->pass_whole = false;
 				if (o->flushes)
 					o->flush_again = true;   /* when those come back */
 				else
@@ -244,6 +260,7 @@ void waiter_job(struct xwork *work, void *arg)
 		free(w);
 		return;
 	}
+	w->after = o->passes;   /* a pass out now began before it */
 	w->next = o->waiters;
 	o->waiters = w;
 	atomic_fetch_add(&o->e->barrier_waiters, 1);

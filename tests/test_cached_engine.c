@@ -3193,6 +3193,36 @@ START_TEST(flush_of_an_object_written_without_pause_is_answered)
 }
 END_TEST
 
+/* read.c: a read that finds none of its buckets cached is a miss, also
+ * when another read's load of them is out already (it waits for the
+ * blocker all the same); it was counted a partial hit, so concurrent
+ * readers of cold data made the cache look warmer than it was. */
+START_TEST(a_read_of_buckets_another_read_loads_is_a_miss)
+{
+	setup_with(1 << 20, 16, CACHE_WRITEBACK);
+	unsigned char a[BKT_SIZE], b[BKT_SIZE], c[2 * BKT_SIZE];
+	struct cache_stats before = stats_now();
+	atomic_store(&blk.hold, 1);
+	struct sync_req ra, rb, rc;
+	start_req(&ra, X_READ, "pm", 0, sizeof(a), a);                /* a miss: bucket 0 loads */
+	wait_blk_queued(1);
+	start_req(&rb, X_READ, "pm", 0, sizeof(b), b);                /* bucket 0 loading */
+	blk_release_hold();
+	wait_sync(&ra);
+	wait_sync(&rb);
+	ck_assert_int_eq(do_read("pm", 0, sizeof(c), c), 0);          /* bucket 0 hit, 1 missed */
+	start_req(&rc, X_READ, "pm", 0, BKT_SIZE, c);                 /* a hit */
+	wait_sync(&rc);
+	ck_assert(ra.r.served && rb.r.served && rc.r.served);
+	struct cache_stats after = stats_now();
+	ck_assert_msg(after.misses - before.misses == 2 &&
+		      after.partial_hits - before.partial_hits == 1,
+		      "misses %" PRIu64 ", partial hits %" PRIu64 " (want 2 and 1)",
+		      after.misses - before.misses, after.partial_hits - before.partial_hits);
+	teardown();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("cached_engine");
@@ -3267,6 +3297,7 @@ int main(void)
 	tcase_add_test(rv, a_read_past_a_full_pool_counts_its_bytes);
 	tcase_add_test(rv, a_failed_load_fails_no_write_that_covers_its_buckets_whole);
 	tcase_add_test(rv, flush_of_an_object_written_without_pause_is_answered);
+	tcase_add_test(rv, a_read_of_buckets_another_read_loads_is_a_miss);
 	suite_add_tcase(s, rv);
 	return xt_run(s);
 }

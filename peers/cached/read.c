@@ -169,7 +169,8 @@ void read_step(struct cache_object *o, struct cache_req *req, const struct bucke
 	}
 	if (!req->counted) {   /* first look: count it once */
 		req->counted = true;
-		if (missing == sp->last - sp->first + 1)
+		/* none cached: a miss, whether or not another read loads them */
+		if (missing + loading == sp->last - sp->first + 1)
 			STAT_ADD(e, misses, 1);
 		else
 			STAT_ADD(e, partial_hits, 1);

@@ -47,3 +47,9 @@ start_ceph_and_sosd() {
 	"$BIN/sosd" --segment "$SEG" --port 1 --pool xseg --conf "$CONF" ${SOSD_OPTS:-} & spid=$!
 	wait_bound 1
 }
+
+# Context switches so far, all threads of process $1 (voluntary and not).
+cs_of() {
+	cat /proc/"$1"/task/*/status 2>/dev/null |
+		awk '/^(non)?voluntary_ctxt_switches/ { s += $2 } END { print s + 0 }'
+}

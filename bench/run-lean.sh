@@ -76,12 +76,6 @@ open(os.environ["CS_FILE"], "w").write("%d\n" % (ru.ru_nvcsw + ru.ru_nivcsw))
 sys.exit(os.waitstatus_to_exitcode(st))'
 export CS_FILE=$OUT/client_cs
 
-# Context switches so far, all threads of process $1.
-cs_of() {
-	cat /proc/"$1"/task/*/status 2>/dev/null |
-		awk '/^(non)?voluntary_ctxt_switches/ { s += $2 } END { print s + 0 }'
-}
-
 # alive PROC:PID...: exits (the trap stops the rest) where one has died,
 # rather than let every later run wait out its requests' timeout.
 alive() {

@@ -5,7 +5,8 @@
 #   -> filed,   and   `nbdkit memory`
 # in alternating rounds; prints each run and the medians, with the ratio to
 # nbdkit, and the CPU time the server's processes (the four peers, or
-# nbdkit) spent per op (the peers spin when idle: it falls as IOPS rise).
+# nbdkit) spent per op (the peers spin when idle: it falls as IOPS rise),
+# and the context switches per op of nbdd (issue 24: aim under 0.2).
 # Knobs: NBDD (nbdd binaries to compare, space-separated, e.g.
 # "/tmp/nbdd.orig build/bin/nbdd"; default $BIN/nbdd), ROUNDS (3), RUNTIME
 # (seconds per fio run, 5), SIZE (volume and RAM disk, 64M), CACHE
@@ -76,13 +77,17 @@ print('%.0f' % d['read' if '$1' == 'randread' else 'write']['iops'])"
 # CPU ticks (user + system) the processes $@ used so far.
 ticks() { local t=0 p; for p; do t=$((t + $(awk '{ print $14 + $15 }' /proc/$p/stat))); done; echo $t; }
 
-# One measured run: "IOPS CPU-us-per-op" of the server's processes ($srv).
+# One measured run: "IOPS CPU-us-per-op CS-per-op": the CPU of the
+# server's processes ($srv), the context switches of its front ($front:
+# nbdd, or nbdkit, whose per-connection threads end before they are read,
+# so its figure is low).
 measured() {   # $1: randwrite | randread
-	local t0 iops
-	t0=$(ticks $srv)
+	local t0 c0 iops
+	t0=$(ticks $srv) c0=$(cs_of $front)
 	iops=$(job $1) || return 1
 	awk -v i="$iops" -v t=$(( $(ticks $srv) - t0 )) -v hz=$(getconf CLK_TCK) -v s=$RUNTIME \
-		'BEGIN { printf "%d %.1f\n", i, t / hz * 1e6 / (i * s) }'
+		-v c=$(( $(cs_of $front) - c0 )) \
+		'BEGIN { printf "%d %.1f %.2f\n", i, t / hz * 1e6 / (i * s), c / (i * s) }'
 }
 
 # Fill, then the two measured runs; appends to $RES/NAME.{w,r}.
@@ -93,7 +98,7 @@ measure() {   # $1: name
 	[ -n "$w" ] && [ -n "$r" ] || { echo "fio failed on $1" >&2; exit 1; }
 	echo "$w" >> "$RES/$1.w"; echo "$r" >> "$RES/$1.r"
 	set -- "$1" $w $r
-	printf '  %-24s randwrite %7d (%5.1f us CPU/op)  randread %7d (%5.1f us CPU/op)\n' "$@"
+	printf '  %-24s randwrite %7d (%5.1f us CPU/op, %.2f cs/op)  randread %7d (%5.1f us CPU/op, %.2f cs/op)\n' "$@"
 }
 
 RES=$DATA/results
@@ -110,13 +115,13 @@ for round in $(seq "$ROUNDS"); do
 		start_path
 		"$nbdd" --segment "$SEG" --port 4 --target-port 2 --unix "$SOCK" ${NBDD_ARGS:-} & pids+=($!)
 		wait_sock
-		srv="${pids[*]}"
+		srv="${pids[*]}" front=${pids[-1]}
 		measure "$name"
 		stop_all
 	done
 	nbdkit --exit-with-parent -f -U "$SOCK" -e vol memory "$SIZE" & pids+=($!)
 	wait_sock
-	srv="${pids[*]}"
+	srv="${pids[*]}" front=${pids[-1]}
 	measure nbdkit
 	stop_all
 done
@@ -124,11 +129,12 @@ done
 
 median() { sort -n -k$1 | awk -v k=$1 '{ a[NR] = $k } END { print a[int((NR + 1) / 2)] }'; }
 kw=$(median 1 < "$RES/nbdkit.w") kr=$(median 1 < "$RES/nbdkit.r")
-echo "# medians: IOPS (ratio to nbdkit memory), CPU us per op of the server's processes"
+echo "# medians: IOPS (ratio to nbdkit memory), CPU us per op of the server's processes, context switches per op of the front (nbdd; nbdkit's undercounted)"
 for n in "${names[@]}"; do
 	awk -v n="$n" -v kw="$kw" -v kr="$kr" -v w="$(median 1 < "$RES/$n.w")" \
 		-v r="$(median 1 < "$RES/$n.r")" -v cw="$(median 2 < "$RES/$n.w")" \
-		-v cr="$(median 2 < "$RES/$n.r")" 'BEGIN {
-		printf "%-24s randwrite %7d (%.2fx, %5.1f us)  randread %7d (%.2fx, %5.1f us)\n",
-			n, w, w / kw, cw, r, r / kr, cr }'
+		-v cr="$(median 2 < "$RES/$n.r")" -v sw="$(median 3 < "$RES/$n.w")" \
+		-v sr="$(median 3 < "$RES/$n.r")" 'BEGIN {
+		printf "%-24s randwrite %7d (%.2fx, %5.1f us, %.2f cs)  randread %7d (%.2fx, %5.1f us, %.2f cs)\n",
+			n, w, w / kw, cw, sw, r, r / kr, cr, sr }'
 done

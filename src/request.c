@@ -127,7 +127,8 @@ int xseg_pool_explain_empty(struct xseg *s, uint32_t src)
 }
 
 /* A taker's claim of what it popped off the free ring at `at`: its own,
- * unless a reaper took it back (RESUMED) or it is a stale copy. The claim
+ * unless a reaper took it back (its tag then names no position) or it is
+ * a stale copy. The claim
  * names the taker (TAKEN), for its reaper should it die before it marks
  * the request its own. */
 static bool claim_free(struct xseg_request *r, uint64_t at, uint32_t taker)
@@ -136,7 +137,7 @@ static bool claim_free(struct xseg_request *r, uint64_t at, uint32_t taker)
 	uint64_t mine = xseg_push_tag_base(taker, false) | XSEG_PUSH_DONE | XSEG_PUSH_TAKEN | at;
 	for (;;) {
 		if ((tag & XSEG_PUSH_TAKEN) || (tag & XSEG_RING_POS_MASK) != at)
-			return false;   /* (RESUMED has TAKEN set) */
+			return false;
 		if (__atomic_compare_exchange_n(&r->pushing, &tag, mine, false, __ATOMIC_ACQ_REL,
 						__ATOMIC_ACQUIRE))
 			return true;
@@ -261,15 +262,19 @@ struct xseg_request *xseg_request_at(struct xseg *s, uint32_t index)
  * (CAS) before it marks the request its own. A reaper of a dead pusher
  * finds a tag naming it, not DONE, of a request on no ring: the push
  * never reached the ring, or its taker popped it and has not set DONE;
- * the CAS to RESUMED decides between the two, and a request the reaper
- * wins it pushes again at a new position (xseg_resume_pushes). The taker
- * of the first pop then finds RESUMED or another position, and drops
- * what it popped.
+ * the CAS of the tag to the one the reaper's push again starts with (as
+ * the reaper's port's, at no position yet) decides between the two, and
+ * the reaper pushes what it wins again at a new position
+ * (xseg_resume_pushes). The taker of the first pop then finds another
+ * position, and drops what it popped. A reaper killed after its CAS
+ * leaves a push of the port it reaped, not DONE, on no ring: the next
+ * reap of that port (its owner now the dead reaper) resumes it again.
+ * (A tag of its own, RESUMED, no reap took for one to finish: such a
+ * request stayed on no queue for good.)
  */
 #define PUSH_PUSHER_SHIFT XSEG_PUSH_PUSHER_SHIFT
 #define PUSH_REPLY        XSEG_PUSH_REPLY
 #define PUSH_DONE         XSEG_PUSH_DONE
-#define PUSH_RESUMED      XSEG_PUSH_RESUMED
 #define PUSH_SAVED        XSEG_PUSH_SAVED
 #define PUSH_PATH_SHIFT   XSEG_PUSH_PATH_SHIFT
 #define PUSH_PATH_MASK    XSEG_PUSH_PATH_MASK
@@ -279,10 +284,10 @@ static inline uint64_t push_tag_base(uint32_t pusher, uint32_t state)
 	return xseg_push_tag_base(pusher, state == XS_REPLIED);
 }
 
-/* Whether a live tag (not RESUMED) names `port` as its pusher. */
+/* Whether a tag names `port` as its pusher. */
 static inline bool pushed_by(uint64_t tag, uint32_t port)
 {
-	return tag != PUSH_RESUMED && tag >> PUSH_PUSHER_SHIFT == port + 1u;
+	return tag >> PUSH_PUSHER_SHIFT == port + 1u;
 }
 
 /*
@@ -293,8 +298,10 @@ static inline bool pushed_by(uint64_t tag, uint32_t port)
  * own. The reaper of a dead port finds a FREE request on no ring that the
  * port was putting or had claimed, and any that was popped at the
  * position its tag says and not claimed, whoever popped it, and puts it
- * back once (xseg_settle_pool; its CAS to RESUMED against a live taker's
- * claim decides who has it, and a live taker that loses pops another).
+ * back once (xseg_settle_pool; its CAS to its own put's first tag against
+ * a live taker's claim decides who has it, and a live taker that loses
+ * pops another; a reaper killed after the CAS leaves a put of the port it
+ * reaped that never got there, for the next reap).
  * Not only what the dead port announced it popped: several threads of a
  * peer take from the pool on one port at once, and a note per port kept
  * the last taker's position only (the others' pops were lost).
@@ -337,8 +344,8 @@ uint32_t xseg_settle_pool(struct xseg *s, uint32_t port)
 				break;
 			uint64_t pos = tag & XSEG_RING_POS_MASK;
 			bool ours;
-			if (tag & XSEG_PUSH_TAKEN)          /* claimed, not marked; or RESUMED */
-				ours = tag != PUSH_RESUMED && pushed_by(tag, port);
+			if (tag & XSEG_PUSH_TAKEN)          /* claimed, not marked */
+				ours = pushed_by(tag, port);
 			else if (xseg_ring_filled_at(s->free_ring, pos, i))
 				ours = false;               /* on the ring: its taker has it */
 			else if (pushed_by(tag, port) && !(tag & PUSH_DONE))
@@ -355,7 +362,9 @@ uint32_t xseg_settle_pool(struct xseg *s, uint32_t port)
 				ours = false;
 			} else
 				ours = true;                /* popped, never claimed */
-			if (ours && __atomic_compare_exchange_n(&r->pushing, &tag, PUSH_RESUMED, false,
+			if (ours && __atomic_compare_exchange_n(&r->pushing, &tag,
+							       xseg_push_tag_base(port, false) |
+							       XSEG_RING_POS_MASK, false,
 							       __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
 				pool_push(s, r, port);
 				n++;
@@ -423,7 +432,7 @@ static bool claim_pushed(struct xseg_request *r, uint64_t at)
 {
 	uint64_t tag = __atomic_load_n(&r->pushing, __ATOMIC_ACQUIRE);
 	for (;;) {
-		if (tag == PUSH_RESUMED || !(tag >> PUSH_PUSHER_SHIFT) ||
+		if (!(tag >> PUSH_PUSHER_SHIFT) ||
 		    (tag & XSEG_RING_POS_MASK) != at)
 			return false;
 		if (tag & PUSH_DONE)
@@ -730,7 +739,7 @@ static uint32_t find_limbo(struct xseg *s, uint32_t port, uint32_t *found, bool 
 		    __atomic_load_n(&r->holder, __ATOMIC_ACQUIRE) != port)
 			continue;
 		uint64_t tag = __atomic_load_n(&r->pushing, __ATOMIC_ACQUIRE);
-		if (tag != PUSH_RESUMED && (tag & PUSH_DONE))
+		if (tag & PUSH_DONE)
 			found[n++] = i;
 		else
 			*under_way = true;
@@ -797,8 +806,12 @@ uint32_t xseg_resume_pushes(struct xseg *s, uint32_t port)
 			continue;
 		bool reply = tag & PUSH_REPLY;
 		struct xseg_ring *ring = reply ? xseg_rep_ring(s, to) : xseg_req_ring(s, to);
+		/* The tag deliver starts with: killed after the CAS, this
+		 * reaper leaves the next one a push to resume, as before. */
+		uint64_t again = xseg_push_tag_base(port, reply) | saved_path_bits(tag) |
+				 XSEG_RING_POS_MASK;
 		if (xseg_ring_holds(ring, i) ||
-		    !__atomic_compare_exchange_n(&r->pushing, &tag, PUSH_RESUMED, false,
+		    !__atomic_compare_exchange_n(&r->pushing, &tag, again, false,
 						 __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
 			continue;
 		if (deliver(s, r, port, to, ring,

@@ -324,7 +324,6 @@ uint32_t xseg_settle_limbo(struct xseg *s, uint32_t port);
 #define XSEG_PUSH_SAVED        (1ull << 45)
 #define XSEG_PUSH_PATH_SHIFT   40
 #define XSEG_PUSH_PATH_MASK    0x1full
-#define XSEG_PUSH_RESUMED      UINT64_MAX
 /* On a free request's tag: taken off the free ring by the port in the
  * pusher bits, which had not yet marked it its own (request.c). */
 #define XSEG_PUSH_TAKEN        (1ull << 44)

@@ -1,0 +1,393 @@
+/*
+ * A reaper is a process too, and may die at any instruction of its reap:
+ * the port it reaped is then its own and dead, and the next reap must
+ * finish what it left. The reaper takes a request back from a push or a
+ * pool pop of the dead by a CAS of the request's tag, then pushes it
+ * again. Its CAS wrote RESUMED, a tag that no later reap takes for one
+ * it must finish: a reaper killed right after it left the request in no
+ * queue for good (a submit never answered), or out of the pool for good.
+ *
+ * A process is killed at an exact instruction by a hardware breakpoint
+ * on the request's tag (perf_event_open, a SIGTRAP right after the nth
+ * write to it, whose handler SIGKILLs the process). Where the kernel
+ * cannot do that, the tests say SKIP and pass.
+ */
+#define _GNU_SOURCE
+#include <check.h>
+#include <errno.h>
+#include <linux/hw_breakpoint.h>
+#include <linux/perf_event.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "support/xseg_test_util.h"
+#include "../src/xseg_internal.h"   /* the pool's ring, the push tags */
+
+enum { CLIENT = 1, SERVER = 2, VICTIM = 5, NO_BREAKPOINT = 77 };
+
+static volatile sig_atomic_t writes_left;
+
+static void on_write(int sig)
+{
+	(void)sig;
+	if (--writes_left == 0)
+		kill(getpid(), SIGKILL);
+}
+
+static bool watch_writes(const void *addr)
+{
+	struct perf_event_attr a = {
+		.type = PERF_TYPE_BREAKPOINT, .size = sizeof(a),
+		.bp_type = HW_BREAKPOINT_W, .bp_addr = (uintptr_t)addr, .bp_len = HW_BREAKPOINT_LEN_8,
+		.sample_period = 1, .sigtrap = 1, .remove_on_exec = 1,
+		.exclude_kernel = 1, .exclude_hv = 1 };
+	return syscall(SYS_perf_event_open, &a, 0, -1, -1, PERF_FLAG_FD_CLOEXEC) >= 0;
+}
+
+static bool on_trap(int nth)
+{
+	struct sigaction sa = { .sa_handler = on_write };
+	sigemptyset(&sa.sa_mask);
+	writes_left = nth;
+	return sigaction(SIGTRAP, &sa, NULL) == 0;
+}
+
+/* The calling thread dies right after its nth write to *addr; false
+ * where no hardware breakpoint can be had. */
+static bool die_after_write(const void *addr, int nth)
+{
+	return on_trap(nth) && watch_writes(addr);
+}
+
+/* The same, after its nth write to any of a request's words that say where
+ * it is (state and ports, holder, tag, return path's length). */
+static bool die_after_request_write(const struct xseg_request *r, int nth)
+{
+	return on_trap(nth) && watch_writes(&r->state) && watch_writes(&r->dst_port) &&
+	       watch_writes(&r->pushing) && watch_writes(&r->path_len);
+}
+
+/* Waits for pid: true when it was killed (at its breakpoint), false when
+ * it said there was none (the test then skips). */
+static bool killed(pid_t pid, const char *what)
+{
+	int st = xt_wait_child(pid, 10000);
+	ck_assert_msg(st != -1, "%s did not finish", what);
+	if (WIFEXITED(st) && WEXITSTATUS(st) == NO_BREAKPOINT) {
+		fprintf(stderr, "SKIP: no hardware breakpoint (perf_event_open) here\n");
+		return false;
+	}
+	ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL,
+		      "%s was not killed at its breakpoint (status %#x)", what, st);
+	return true;
+}
+
+/* A reaper of VICTIM killed right after its first write to request idx's
+ * tag. */
+static bool reaper_killed_at(uint32_t idx)
+{
+	pid_t pid = xt_fork(20);
+	if (pid == 0) {
+		struct xseg *seg;
+		XT_CHILD_CHECK(xseg_join(xt_name, &seg) == 0, 2, "%s", xseg_last_error());
+		if (!die_after_write(&xseg_request_at(seg, idx)->pushing, 1))
+			_exit(NO_BREAKPOINT);
+		XT_CHILD_CHECK(xseg_reap_port(seg, VICTIM, EHOSTDOWN) > 0, 3, "%s",
+			       xseg_last_error());
+		_exit(4);   /* it never wrote the tag */
+	}
+	return killed(pid, "the reaper");
+}
+
+/* Each request of the pool in its ring exactly once, nothing held. */
+static void expect_pool_whole(const char *what)
+{
+	struct xseg_segment_info si;
+	ck_assert_int_eq(xseg_segment_info(xt_seg, &si), 0);
+	uint8_t *queued = calloc(si.nr_requests, 1);
+	ck_assert_ptr_nonnull(queued);
+	xseg_ring_mark_queued(xt_seg->free_ring, queued, si.nr_requests);
+	uint32_t distinct = 0, lost = UINT32_MAX;
+	for (uint32_t i = 0; i < si.nr_requests; i++) {
+		distinct += queued[i];
+		if (!queued[i] && lost == UINT32_MAX)
+			lost = i;
+	}
+	free(queued);
+	struct xseg_request *l = lost < si.nr_requests ? xseg_request_at(xt_seg, lost) : NULL;
+	ck_assert_msg(si.free_requests == si.nr_requests && distinct == si.nr_requests,
+		      "%s: the pool has %u of %u requests (%u distinct; request %u is in no "
+		      "ring, state %u, holder %u, tag %#llx)", what, si.free_requests,
+		      si.nr_requests, distinct, lost, l ? l->state : 0, l ? l->holder : 0,
+		      l ? (unsigned long long)l->pushing : 0);
+}
+
+/*
+ * VICTIM's owner dies inside its submit to SERVER, before the ring took
+ * the request (right after the push's tag named its ring position); the
+ * reaper that pushes it again for the dead is killed right after its CAS
+ * of the tag. The next reap must still deliver it to SERVER.
+ */
+START_TEST(a_reaper_killed_inside_a_resumed_push_loses_no_request)
+{
+	ck_assert_int_eq(xseg_bind_port(xt_seg, SERVER), 0);
+	int idx_pipe[2];
+	ck_assert_int_eq(pipe(idx_pipe), 0);
+	pid_t pid = xt_fork(20);
+	if (pid == 0) {
+		struct xseg *seg;
+		XT_CHILD_CHECK(xseg_join(xt_name, &seg) == 0, 2, "%s", xseg_last_error());
+		XT_CHILD_CHECK(xseg_bind_port(seg, VICTIM) == 0, 3, "%s", xseg_last_error());
+		struct xseg_request *r = xseg_get_request(seg, VICTIM);
+		XT_CHILD_CHECK(r, 4, "%s", xseg_last_error());
+		XT_CHILD_CHECK(xseg_prep_target(seg, r, "lost", 512) == 0, 5, "%s",
+			       xseg_last_error());
+		r->op = X_READ;
+		r->size = 512;
+		XT_CHILD_CHECK(write(idx_pipe[1], &r->index, sizeof(r->index)) ==
+			       sizeof(r->index), 6, "write");
+		/* deliver's writes: its tag, then the ring's position */
+		if (!die_after_write(&r->pushing, 2))
+			_exit(NO_BREAKPOINT);
+		xseg_submit(seg, r, VICTIM, SERVER);
+		_exit(7);
+	}
+	close(idx_pipe[1]);
+	uint32_t idx;
+	ck_assert_int_eq(read(idx_pipe[0], &idx, sizeof(idx)), sizeof(idx));
+	close(idx_pipe[0]);
+	if (!killed(pid, "the submitter"))
+		return;
+	struct xseg_request *w = xseg_request_at(xt_seg, idx);
+	ck_assert_uint_eq(w->state, XS_QUEUED);
+	ck_assert(!(w->pushing & XSEG_PUSH_DONE));
+
+	if (!reaper_killed_at(idx))
+		return;
+	ck_assert_int_ge(xseg_reap_port(xt_seg, VICTIM, EHOSTDOWN), 1);
+
+	struct xseg_request *got = NULL;
+	int n = xseg_accept(xt_seg, SERVER, &got, 1);
+	ck_assert_msg(n == 1, "the request whose push a killed reaper resumed never reached "
+		      "its server (request %u: state %u, holder %u, tag %#llx)", idx, w->state,
+		      w->holder, (unsigned long long)w->pushing);
+	ck_assert_uint_eq(got->index, idx);
+	/* Its issuer is gone: the answer puts it back in the pool. */
+	got->result = XR_SERVED;
+	ck_assert_int_ge(xseg_respond(xt_seg, got, SERVER), 0);
+	expect_pool_whole("a reaper killed inside a resumed push");
+}
+END_TEST
+
+/*
+ * VICTIM's owner popped a request off the pool's ring and died before it
+ * claimed it; the reaper that puts it back is killed right after its CAS
+ * of the tag. The next reap must still put it back.
+ */
+START_TEST(a_reaper_killed_inside_a_pool_settle_loses_no_request)
+{
+	int idx_pipe[2];
+	ck_assert_int_eq(pipe(idx_pipe), 0);
+	pid_t pid = xt_fork(20);
+	if (pid == 0) {
+		struct xseg *seg;
+		XT_CHILD_CHECK(xseg_join(xt_name, &seg) == 0, 2, "%s", xseg_last_error());
+		XT_CHILD_CHECK(xseg_bind_port(seg, VICTIM) == 0, 3, "%s", xseg_last_error());
+		uint32_t idx;
+		uint64_t at;
+		XT_CHILD_CHECK(xseg_ring_pop_at(seg->free_ring, &idx, &at), 4, "pop");
+		XT_CHILD_CHECK(write(idx_pipe[1], &idx, sizeof(idx)) == sizeof(idx), 5, "write");
+		for (;;)
+			pause();
+	}
+	close(idx_pipe[1]);
+	uint32_t idx;
+	ck_assert_int_eq(read(idx_pipe[0], &idx, sizeof(idx)), sizeof(idx));
+	close(idx_pipe[0]);
+	ck_assert_int_eq(kill(pid, SIGKILL), 0);
+	ck_assert(killed(pid, "the taker"));
+
+	if (!reaper_killed_at(idx))
+		return;
+	ck_assert_int_ge(xseg_reap_port(xt_seg, VICTIM, EHOSTDOWN), 1);
+	expect_pool_whole("a reaper killed inside its pool settle");
+}
+END_TEST
+
+/*
+ * What a dead VICTIM leaves of a request W from CLIENT: queued on its
+ * ring, accepted, popped and not yet claimed (limbo), forwarded to SERVER
+ * and answered back onto its reply ring. Its reaper is killed right after
+ * its 1st, 2nd, ... write to W's words, until one finishes; after each,
+ * a reap by the test must answer W to CLIENT once, and the pool be whole
+ * once CLIENT puts it.
+ */
+enum left { QUEUED, ACCEPTED, LIMBO, REPLIED, LEFT_KINDS };
+static const char *const left_name[] = { "queued", "accepted", "limbo", "replied" };
+
+static void dead_victim_leaves(enum left how, int go_fd, int done_fd)
+{
+	struct xseg *seg;
+	XT_CHILD_CHECK(xseg_join(xt_name, &seg) == 0, 2, "%s", xseg_last_error());
+	XT_CHILD_CHECK(xseg_bind_port(seg, VICTIM) == 0, 3, "%s", xseg_last_error());
+	XT_CHILD_CHECK(write(done_fd, "b", 1) == 1, 4, "write");
+	char ch;
+	XT_CHILD_CHECK(read(go_fd, &ch, 1) == 1, 5, "read");
+	struct xseg_request *r = NULL;
+	uint32_t idx;
+	uint64_t at;
+	switch (how) {
+	case QUEUED:
+		break;
+	case ACCEPTED:
+	case REPLIED:
+		XT_CHILD_CHECK(xseg_accept(seg, VICTIM, &r, 1) == 1, 6, "accept");
+		if (how == REPLIED)
+			XT_CHILD_CHECK(xseg_forward(seg, r, VICTIM, SERVER) == SERVER, 7, "%s",
+				       xseg_last_error());
+		break;
+	case LIMBO:
+		XT_CHILD_CHECK(xseg_ring_pop_at(xseg_req_ring(seg, VICTIM), &idx, &at), 8, "pop");
+		break;
+	default:
+		break;
+	}
+	XT_CHILD_CHECK(write(done_fd, "d", 1) == 1, 9, "write");
+	for (;;)
+		pause();
+}
+
+/* Returns whether the reaper finished (was never killed). */
+static bool one_killed_reap(enum left how, const int *nth, int depth, bool *skip)
+{
+	int go[2], done[2];
+	ck_assert_int_eq(pipe(go), 0);
+	ck_assert_int_eq(pipe(done), 0);
+	pid_t pid = xt_fork(20);
+	if (pid == 0) {
+		close(go[1]);
+		close(done[0]);
+		dead_victim_leaves(how, go[0], done[1]);
+	}
+	close(go[0]);
+	close(done[1]);
+	char ch;
+	ck_assert_int_eq(read(done[0], &ch, 1), 1);
+	struct xseg_request *w = xseg_get_request(xt_seg, CLIENT);
+	ck_assert_ptr_nonnull(w);
+	w->op = X_READ;
+	w->size = 512;
+	w->priv = 0xc0ffee;
+	uint32_t idx = w->index;
+	ck_assert_int_eq(xseg_submit(xt_seg, w, CLIENT, VICTIM), VICTIM);
+	ck_assert_int_eq(write(go[1], "g", 1), 1);
+	ck_assert_int_eq(read(done[0], &ch, 1), 1);
+	close(go[1]);
+	close(done[0]);
+	ck_assert_int_eq(kill(pid, SIGKILL), 0);
+	ck_assert(killed(pid, "the victim"));
+	if (how == REPLIED) {
+		struct xseg_request *f = NULL;
+		ck_assert_int_eq(xseg_accept(xt_seg, SERVER, &f, 1), 1);
+		ck_assert_uint_eq(f->index, idx);
+		f->result = XR_SERVED;
+		f->serviced = f->size;
+		ck_assert_int_eq(xseg_respond(xt_seg, f, SERVER), VICTIM);
+	}
+
+	/* Reapers killed one after another, at their nth[k] writes. */
+	bool finished = false;
+	for (int k = 0; k < depth && !finished; k++) {
+		pid = xt_fork(20);
+		if (pid == 0) {
+			struct xseg *seg;
+			XT_CHILD_CHECK(xseg_join(xt_name, &seg) == 0, 2, "%s", xseg_last_error());
+			if (!die_after_request_write(xseg_request_at(seg, idx), nth[k]))
+				_exit(NO_BREAKPOINT);
+			XT_CHILD_CHECK(xseg_reap_port(seg, VICTIM, EHOSTDOWN) >= 0, 3, "%s",
+				       xseg_last_error());
+			_exit(0);
+		}
+		int st = xt_wait_child(pid, 10000);
+		ck_assert_msg(st != -1, "the reaper did not finish");
+		if (WIFEXITED(st) && WEXITSTATUS(st) == NO_BREAKPOINT) {
+			*skip = true;
+			return true;
+		}
+		ck_assert_msg((WIFEXITED(st) && WEXITSTATUS(st) == 0) ||
+			      (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL),
+			      "the reaper failed (status %#x)", st);
+		finished = WIFEXITED(st);
+	}
+	ck_assert_int_ge(xseg_reap_port(xt_seg, VICTIM, EHOSTDOWN), 0);
+
+	struct xseg_request *got = NULL;
+	int n = 0;
+	for (int tries = 0; tries < 500 && n == 0; tries++) {
+		n = xseg_receive(xt_seg, CLIENT, &got, 1);
+		if (n == 0)
+			usleep(1000);
+	}
+	struct xseg_request *l = xseg_request_at(xt_seg, idx);
+	char what[100];
+	snprintf(what, sizeof(what), "%s, reapers killed after their writes %d, %d to it",
+		 left_name[how], nth[0], depth > 1 ? nth[1] : 0);
+	ck_assert_msg(n == 1, "%s: request %u never "
+		      "answered (state %u, holder %u, tag %#llx, path_len %u)", what, idx, l->state, l->holder, (unsigned long long)l->pushing, l->path_len);
+	ck_assert_uint_eq(got->index, idx);
+	ck_assert_uint_eq(got->priv, 0xc0ffee);
+	ck_assert_int_eq(xseg_put_request(xt_seg, got), 0);
+	ck_assert_int_eq(xseg_receive(xt_seg, CLIENT, &got, 1), 0);
+	expect_pool_whole(what);
+	return finished;
+}
+
+START_TEST(a_reaper_killed_at_any_write_of_a_request_loses_it_not)
+{
+	ck_assert_int_eq(xseg_bind_port(xt_seg, SERVER), 0);
+	for (int how = 0; how < LEFT_KINDS; how++) {
+		bool skip = false;
+		int nth[2] = { 1, 1 }, runs = 0;
+		/* The first reaper killed at each of its writes, and then the
+		 * second one at each of its own. */
+		for (;; nth[0]++) {
+			bool first_finished = one_killed_reap((enum left)how, nth, 1, &skip);
+			if (skip) {
+				fprintf(stderr, "SKIP: no hardware breakpoint (perf_event_open) here\n");
+				return;
+			}
+			if (first_finished)
+				break;
+			for (nth[1] = 1; !one_killed_reap((enum left)how, nth, 2, &skip); nth[1]++)
+				runs++;
+		}
+		fprintf(stderr, "%s: a reaper killed after each of its %d writes, then %d more "
+			"reapers killed\n", left_name[how], nth[0] - 1, runs);
+	}
+}
+END_TEST
+
+static void setup(void)
+{
+	xt_setup_with(8, 64, 1 << 20);
+	ck_assert_int_eq(xseg_bind_port(xt_seg, CLIENT), 0);
+}
+
+int main(void)
+{
+	Suite *s = suite_create("xseg_killed_reaper");
+	TCase *tc = tcase_create("killed_reaper");
+	tcase_set_timeout(tc, 30);
+	tcase_add_checked_fixture(tc, setup, xt_teardown);
+	tcase_add_test(tc, a_reaper_killed_inside_a_resumed_push_loses_no_request);
+	tcase_add_test(tc, a_reaper_killed_inside_a_pool_settle_loses_no_request);
+	tcase_add_test(tc, a_reaper_killed_at_any_write_of_a_request_loses_it_not);
+	suite_add_tcase(s, tc);
+	return xt_run(s);
+}

@@ -5,6 +5,7 @@
  * it runs dry. Above port.c (ownership) and request.c (settling).
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "xseg_internal.h"
@@ -22,6 +23,8 @@ static uint32_t settle_dead_owner(struct xseg *s, uint32_t port)
 	return limbo;
 }
 
+static void settle_pushed_elsewhere(struct xseg *s, uint32_t port);
+
 static int bind_group(struct xseg *s, uint32_t first, uint32_t last, bool lanes)
 {
 	int rc = 0;
@@ -33,11 +36,14 @@ static int bind_group(struct xseg *s, uint32_t first, uint32_t last, bool lanes)
 				 s->nr_ports - 1);
 	pthread_mutex_lock(&s->bind_lock);
 	uint32_t p;
+	bool took_over = false;
 	for (p = first; p <= last; p++) {
 		if ((rc = xseg_port_take(s, p, false)) < 0)
 			break;
-		if (rc == 1)
+		if (rc == 1) {
 			settle_dead_owner(s, p);
+			took_over = true;
+		}
 		rc = 0;
 		s->bound[p] = 1;
 	}
@@ -52,6 +58,11 @@ static int bind_group(struct xseg *s, uint32_t first, uint32_t last, bool lanes)
 			xseg_port_set_lanes(s, first, last);
 	}
 	pthread_mutex_unlock(&s->bind_lock);
+	if (took_over) {
+		xseg_full_fence();
+		for (p = first; p <= last; p++)
+			settle_pushed_elsewhere(s, p);
+	}
 	return rc;
 }
 
@@ -88,12 +99,35 @@ static void reap_if_unbound(struct xseg *s, uint32_t port)
 		xseg_reap_port(s, port, EHOSTDOWN);
 }
 
+/*
+ * What was pushed in the name of `port` onto another port's queues, by
+ * its owner now dead or by our reap or leave of it, may have landed after
+ * that port's owner left and looked at its queues for the last time. A
+ * live pusher looks at the owner after its push (settle_if_released); one
+ * killed in between never did (the request stayed on a queue nobody
+ * takes from, its client waiting for ever), nor did a reap's or a leave's
+ * own pushes: we look in their stead. (After a full fence.)
+ */
+static void settle_pushed_elsewhere(struct xseg *s, uint32_t port)
+{
+	uint8_t *to = calloc(s->nr_ports, 1);
+	if (!to)
+		return;
+	xseg_mark_pushed_to(s, port, to);
+	for (uint32_t q = 0; q < s->nr_ports; q++)
+		if (to[q] && q != port)
+			reap_if_unbound(s, q);
+	free(to);
+}
+
 /* Our release of `port` is done: what a pusher that saw it owned put on
- * its queues since is settled now (see settle_if_released). */
+ * its queues since is settled now (see settle_if_released), and what was
+ * pushed in its name elsewhere. */
 static void settle_slipped(struct xseg *s, uint32_t port)
 {
 	xseg_full_fence();
 	reap_if_unbound(s, port);
+	settle_pushed_elsewhere(s, port);
 }
 
 int xseg_leave_port(struct xseg *s, uint32_t port)

@@ -823,6 +823,20 @@ uint32_t xseg_resume_pushes(struct xseg *s, uint32_t port)
 	return resumed;
 }
 
+void xseg_mark_pushed_to(struct xseg *s, uint32_t port, uint8_t *to)
+{
+	for (uint32_t i = 0; i < s->nr_requests; i++) {
+		struct xseg_request *r = &s->requests[i];
+		uint64_t tag = __atomic_load_n(&r->pushing, __ATOMIC_ACQUIRE);
+		uint32_t st = load_state(r);
+		if (!pushed_by(tag, port) || (st != XS_QUEUED && st != XS_REPLIED))
+			continue;
+		uint32_t h = __atomic_load_n(&r->holder, __ATOMIC_ACQUIRE);
+		if (h < s->nr_ports)
+			to[h] = 1;
+	}
+}
+
 void xseg_reclaim_port_requests(struct xseg *s, uint32_t port)
 {
 	struct xseg_request *r;

@@ -334,6 +334,9 @@ static inline uint64_t xseg_push_tag_base(uint32_t pusher, bool reply)
 /* What the dead owner of `port` was pushing onto a queue when it died and
  * no queue has: pushed again (request.c). Returns how many. */
 uint32_t xseg_resume_pushes(struct xseg *s, uint32_t port);
+/* Marks to[q] for each port q that a request pushed by `port` is queued
+ * for now (to: nr_ports bytes). */
+void xseg_mark_pushed_to(struct xseg *s, uint32_t port, uint8_t *to);
 /* Requests held by a dead port's owner: fail them back or free them. */
 void xseg_reclaim_port_requests(struct xseg *s, uint32_t port);
 /* What the dead owner of `port` was putting in or taking out of the pool

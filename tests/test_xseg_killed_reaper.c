@@ -373,6 +373,242 @@ START_TEST(a_reaper_killed_at_any_write_of_a_request_loses_it_not)
 }
 END_TEST
 
+/*
+ * VICTIM serves W (accept, respond) and is killed after its vn-th write
+ * to W's words; then the one that takes its port over, a reaper or a new
+ * owner binding it, is killed after its rn-th; then the test reaps. W
+ * must be answered to CLIENT once.
+ */
+static int serve_sweep_once(int vn, int rn, bool binder, bool *skip)
+{
+	int go[2], done[2];
+	ck_assert_int_eq(pipe(go), 0);
+	ck_assert_int_eq(pipe(done), 0);
+	pid_t pid = xt_fork(20);
+	if (pid == 0) {
+		close(go[1]);
+		close(done[0]);
+		struct xseg *seg;
+		XT_CHILD_CHECK(xseg_join(xt_name, &seg) == 0, 2, "%s", xseg_last_error());
+		XT_CHILD_CHECK(xseg_bind_port(seg, VICTIM) == 0, 3, "%s", xseg_last_error());
+		XT_CHILD_CHECK(write(done[1], "b", 1) == 1, 4, "write");
+		uint32_t idx;
+		XT_CHILD_CHECK(read(go[0], &idx, sizeof(idx)) == sizeof(idx), 5, "read");
+		if (!die_after_request_write(xseg_request_at(seg, idx), vn))
+			_exit(NO_BREAKPOINT);
+		struct xseg_request *r = NULL;
+		XT_CHILD_CHECK(xseg_accept(seg, VICTIM, &r, 1) == 1, 6, "accept");
+		r->result = XR_SERVED;
+		r->serviced = r->size;
+		XT_CHILD_CHECK(xseg_respond(seg, r, VICTIM) == CLIENT, 7, "%s", xseg_last_error());
+		_exit(0);
+	}
+	close(go[0]);
+	close(done[1]);
+	char ch;
+	ck_assert_int_eq(read(done[0], &ch, 1), 1);
+	close(done[0]);
+	struct xseg_request *w = xseg_get_request(xt_seg, CLIENT);
+	ck_assert_ptr_nonnull(w);
+	w->op = X_READ;
+	w->size = 512;
+	w->priv = 0xc0ffee;
+	uint32_t idx = w->index;
+	ck_assert_int_eq(xseg_submit(xt_seg, w, CLIENT, VICTIM), VICTIM);
+	ck_assert_int_eq(write(go[1], &idx, sizeof(idx)), sizeof(idx));
+	close(go[1]);
+	int st = xt_wait_child(pid, 10000);
+	ck_assert_msg(st != -1, "the victim did not finish");
+	if (WIFEXITED(st) && WEXITSTATUS(st) == NO_BREAKPOINT) {
+		*skip = true;
+		return 3;
+	}
+	ck_assert_msg((WIFEXITED(st) && WEXITSTATUS(st) == 0) ||
+		      (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL),
+		      "the victim failed (status %#x)", st);
+	int finished = WIFEXITED(st) ? 1 : 0;
+
+	pid = xt_fork(20);
+	if (pid == 0) {
+		struct xseg *seg;
+		XT_CHILD_CHECK(xseg_join(xt_name, &seg) == 0, 2, "%s", xseg_last_error());
+		if (!die_after_request_write(xseg_request_at(seg, idx), rn))
+			_exit(NO_BREAKPOINT);
+		if (binder)
+			XT_CHILD_CHECK(xseg_bind_port(seg, VICTIM) == 0, 3, "%s",
+				       xseg_last_error());
+		else
+			XT_CHILD_CHECK(xseg_reap_port(seg, VICTIM, EHOSTDOWN) >= 0, 3, "%s",
+				       xseg_last_error());
+		_exit(0);   /* a binder dies owning it */
+	}
+	st = xt_wait_child(pid, 10000);
+	ck_assert_msg(st != -1, "the reaper did not finish");
+	ck_assert_msg((WIFEXITED(st) && WEXITSTATUS(st) == 0) ||
+		      (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL),
+		      "the reaper failed (status %#x)", st);
+	if (WIFEXITED(st))
+		finished |= 2;
+	ck_assert_int_ge(xseg_reap_port(xt_seg, VICTIM, EHOSTDOWN), 0);
+
+	struct xseg_request *got = NULL;
+	int n = 0;
+	for (int tries = 0; tries < 500 && n == 0; tries++) {
+		n = xseg_receive(xt_seg, CLIENT, &got, 1);
+		if (n == 0)
+			usleep(1000);
+	}
+	struct xseg_request *l = xseg_request_at(xt_seg, idx);
+	char what[120];
+	snprintf(what, sizeof(what), "served, victim killed after its write %d, %s after its %d",
+		 vn, binder ? "binder" : "reaper", rn);
+	ck_assert_msg(n == 1, "%s: request %u never answered (state %u, holder %u, tag %#llx, "
+		      "path_len %u)", what, idx, l->state, l->holder,
+		      (unsigned long long)l->pushing, l->path_len);
+	ck_assert_uint_eq(got->index, idx);
+	ck_assert_uint_eq(got->priv, 0xc0ffee);
+	ck_assert_int_eq(xseg_put_request(xt_seg, got), 0);
+	ck_assert_int_eq(xseg_receive(xt_seg, CLIENT, &got, 1), 0);
+	expect_pool_whole(what);
+	return finished;
+}
+
+START_TEST(a_server_and_its_heir_killed_at_any_write_lose_no_answer)
+{
+	int runs = 0;
+	for (int binder = 0; binder < 2; binder++)
+		for (int vn = 1;; vn++) {
+			bool skip = false;
+			int rn = 1, f;
+			while (!((f = serve_sweep_once(vn, rn, binder, &skip)) & 2))
+				rn++, runs++;
+			if (skip) {
+				fprintf(stderr, "SKIP: no hardware breakpoint (perf_event_open) here\n");
+				return;
+			}
+			if (f & 1)
+				break;
+		}
+	fprintf(stderr, "served: %d kills of a server and its heir\n", runs);
+}
+END_TEST
+
+/*
+ * A push that saw its port owned can land after the owner left and looked
+ * at its queue for the last time: the pusher then looks at the owner and
+ * reaps the port (settle_if_released). A pusher killed between its push
+ * and that look leaves the request on the queue of a port nobody owns,
+ * which nobody takes from: its reaper must look in its stead. VICTIM
+ * forwards CLIENT's request to SERVER; stalled in its push (after its
+ * first write to the tag, past its look at SERVER's owner), SERVER's owner
+ * leaves; VICTIM then pushes and is killed right after its push is DONE.
+ * The client's reap of the dead VICTIM must get the request answered.
+ */
+static volatile sig_atomic_t traps;
+static int stall_at, kill_at, stall_note_fd, stall_go_fd;
+
+static void stall_or_die(int sig)
+{
+	(void)sig;
+	int n = ++traps;
+	char ch = 's';
+	if (n == stall_at && write(stall_note_fd, &ch, 1) == 1 && read(stall_go_fd, &ch, 1))
+		return;
+	if (n == kill_at)
+		kill(getpid(), SIGKILL);
+}
+
+static void pusher_killed_after_push_onto_left_port(bool bind_heir)
+{
+	ck_assert_int_eq(xseg_bind_port(xt_seg, SERVER), 0);
+	int go[2], note[2];
+	ck_assert_int_eq(pipe(go), 0);
+	ck_assert_int_eq(pipe(note), 0);
+	pid_t pid = xt_fork(20);
+	if (pid == 0) {
+		close(go[1]);
+		close(note[0]);
+		struct xseg *seg;
+		XT_CHILD_CHECK(xseg_join(xt_name, &seg) == 0, 2, "%s", xseg_last_error());
+		XT_CHILD_CHECK(xseg_bind_port(seg, VICTIM) == 0, 3, "%s", xseg_last_error());
+		XT_CHILD_CHECK(write(note[1], "b", 1) == 1, 4, "write");
+		uint32_t idx;
+		XT_CHILD_CHECK(read(go[0], &idx, sizeof(idx)) == sizeof(idx), 5, "read");
+		struct xseg_request *r = NULL;
+		XT_CHILD_CHECK(xseg_accept(seg, VICTIM, &r, 1) == 1, 6, "accept");
+		/* deliver's writes to the tag: its own, the ring's, DONE */
+		struct sigaction sa = { .sa_handler = stall_or_die };
+		sigemptyset(&sa.sa_mask);
+		stall_at = 1;
+		kill_at = 3;
+		stall_note_fd = note[1];
+		stall_go_fd = go[0];
+		if (sigaction(SIGTRAP, &sa, NULL) < 0 || !watch_writes(&r->pushing))
+			_exit(NO_BREAKPOINT);
+		xseg_forward(seg, r, VICTIM, SERVER);
+		_exit(7);
+	}
+	close(go[0]);
+	close(note[1]);
+	char ch;
+	ck_assert_int_eq(read(note[0], &ch, 1), 1);
+	struct xseg_request *w = xseg_get_request(xt_seg, CLIENT);
+	ck_assert_ptr_nonnull(w);
+	w->op = X_READ;
+	w->size = 512;
+	w->priv = 0xc0ffee;
+	uint32_t idx = w->index;
+	ck_assert_int_eq(xseg_submit(xt_seg, w, CLIENT, VICTIM), VICTIM);
+	ck_assert_int_eq(write(go[1], &idx, sizeof(idx)), sizeof(idx));
+	if (read(note[0], &ch, 1) != 1) {   /* no stall: it said why */
+		ck_assert(!killed(pid, "the forwarder"));
+		return;
+	}
+	ck_assert_int_eq(xseg_leave_port(xt_seg, SERVER), 0);
+	ck_assert_int_eq(write(go[1], "g", 1), 1);
+	close(go[1]);
+	close(note[0]);
+	ck_assert(killed(pid, "the forwarder"));
+	w = xseg_request_at(xt_seg, idx);
+	ck_assert_uint_eq(w->state, XS_QUEUED);
+	ck_assert_uint_eq(w->holder, SERVER);
+
+	/* As the client's wait does; or a new owner of the port. */
+	if (bind_heir)
+		ck_assert_int_eq(xseg_bind_port(xt_seg, VICTIM), 0);
+	else
+		ck_assert_int_ge(xseg_reap_dead_peers(xt_seg), 1);
+	struct xseg_request *got = NULL;
+	int n = 0;
+	for (int tries = 0; tries < 200 && n == 0; tries++) {
+		n = xseg_receive(xt_seg, CLIENT, &got, 1);
+		if (n == 0)
+			usleep(1000);
+	}
+	ck_assert_msg(n == 1, "the request a killed forwarder pushed onto a left port was never "
+		      "answered after %s (request %u: state %u, holder %u, tag %#llx)",
+		      bind_heir ? "a new owner bound its port" : "its reap", idx, w->state,
+		      w->holder, (unsigned long long)w->pushing);
+	ck_assert_uint_eq(got->index, idx);
+	ck_assert_uint_eq(got->result, XR_FAILED);
+	ck_assert_int_eq(xseg_put_request(xt_seg, got), 0);
+	expect_pool_whole("a forwarder killed after its push onto a left port");
+	if (bind_heir)
+		ck_assert_int_eq(xseg_leave_port(xt_seg, VICTIM), 0);
+}
+
+START_TEST(a_pusher_killed_after_its_push_onto_a_left_port_leaves_no_request_there)
+{
+	pusher_killed_after_push_onto_left_port(false);
+}
+END_TEST
+
+START_TEST(a_pusher_killed_after_its_push_onto_a_left_port_leaves_its_heir_nothing)
+{
+	pusher_killed_after_push_onto_left_port(true);
+}
+END_TEST
+
 static void setup(void)
 {
 	xt_setup_with(8, 64, 1 << 20);
@@ -388,6 +624,9 @@ int main(void)
 	tcase_add_test(tc, a_reaper_killed_inside_a_resumed_push_loses_no_request);
 	tcase_add_test(tc, a_reaper_killed_inside_a_pool_settle_loses_no_request);
 	tcase_add_test(tc, a_reaper_killed_at_any_write_of_a_request_loses_it_not);
+	tcase_add_test(tc, a_server_and_its_heir_killed_at_any_write_lose_no_answer);
+	tcase_add_test(tc, a_pusher_killed_after_its_push_onto_a_left_port_leaves_no_request_there);
+	tcase_add_test(tc, a_pusher_killed_after_its_push_onto_a_left_port_leaves_its_heir_nothing);
 	suite_add_tcase(s, tc);
 	return xt_run(s);
 }

@@ -231,11 +231,16 @@ END_TEST
 enum left { QUEUED, ACCEPTED, LIMBO, REPLIED, LEFT_KINDS };
 static const char *const left_name[] = { "queued", "accepted", "limbo", "replied" };
 
+/* VICTIM and VICTIM + 1 bound as lanes: the request queued on either. */
+static bool lanes_mode;
+
 static void dead_victim_leaves(enum left how, int go_fd, int done_fd)
 {
 	struct xseg *seg;
 	XT_CHILD_CHECK(xseg_join(xt_name, &seg) == 0, 2, "%s", xseg_last_error());
-	XT_CHILD_CHECK(xseg_bind_port(seg, VICTIM) == 0, 3, "%s", xseg_last_error());
+	XT_CHILD_CHECK((lanes_mode ? xseg_bind_lanes(seg, VICTIM, VICTIM + 1)
+				   : xseg_bind_port(seg, VICTIM)) == 0, 3, "%s", xseg_last_error());
+	uint32_t lane = VICTIM;
 	XT_CHILD_CHECK(write(done_fd, "b", 1) == 1, 4, "write");
 	char ch;
 	XT_CHILD_CHECK(read(go_fd, &ch, 1) == 1, 5, "read");
@@ -247,13 +252,17 @@ static void dead_victim_leaves(enum left how, int go_fd, int done_fd)
 		break;
 	case ACCEPTED:
 	case REPLIED:
-		XT_CHILD_CHECK(xseg_accept(seg, VICTIM, &r, 1) == 1, 6, "accept");
+		if (xseg_accept(seg, lane, &r, 1) != 1)
+			lane++;
+		XT_CHILD_CHECK(r || xseg_accept(seg, lane, &r, 1) == 1, 6, "accept");
 		if (how == REPLIED)
-			XT_CHILD_CHECK(xseg_forward(seg, r, VICTIM, SERVER) == SERVER, 7, "%s",
+			XT_CHILD_CHECK(xseg_forward(seg, r, lane, SERVER) == SERVER, 7, "%s",
 				       xseg_last_error());
 		break;
 	case LIMBO:
-		XT_CHILD_CHECK(xseg_ring_pop_at(xseg_req_ring(seg, VICTIM), &idx, &at), 8, "pop");
+		XT_CHILD_CHECK(xseg_ring_pop_at(xseg_req_ring(seg, VICTIM), &idx, &at) ||
+			       xseg_ring_pop_at(xseg_req_ring(seg, VICTIM + 1), &idx, &at), 8,
+			       "pop");
 		break;
 	default:
 		break;
@@ -285,7 +294,8 @@ static bool one_killed_reap(enum left how, const int *nth, int depth, bool *skip
 	w->size = 512;
 	w->priv = 0xc0ffee;
 	uint32_t idx = w->index;
-	ck_assert_int_eq(xseg_submit(xt_seg, w, CLIENT, VICTIM), VICTIM);
+	int lane = xseg_submit(xt_seg, w, CLIENT, VICTIM);
+	ck_assert(lane == VICTIM || (lanes_mode && lane == VICTIM + 1));
 	ck_assert_int_eq(write(go[1], "g", 1), 1);
 	ck_assert_int_eq(read(done[0], &ch, 1), 1);
 	close(go[1]);
@@ -298,7 +308,8 @@ static bool one_killed_reap(enum left how, const int *nth, int depth, bool *skip
 		ck_assert_uint_eq(f->index, idx);
 		f->result = XR_SERVED;
 		f->serviced = f->size;
-		ck_assert_int_eq(xseg_respond(xt_seg, f, SERVER), VICTIM);
+		int back = xseg_respond(xt_seg, f, SERVER);
+		ck_assert(back == VICTIM || (lanes_mode && back == VICTIM + 1));
 	}
 
 	/* Reapers killed one after another, at their nth[k] writes. */
@@ -312,6 +323,8 @@ static bool one_killed_reap(enum left how, const int *nth, int depth, bool *skip
 				_exit(NO_BREAKPOINT);
 			XT_CHILD_CHECK(xseg_reap_port(seg, VICTIM, EHOSTDOWN) >= 0, 3, "%s",
 				       xseg_last_error());
+			XT_CHILD_CHECK(!lanes_mode || xseg_reap_port(seg, VICTIM + 1, EHOSTDOWN) >= 0,
+				       3, "%s", xseg_last_error());
 			_exit(0);
 		}
 		int st = xt_wait_child(pid, 10000);
@@ -326,6 +339,7 @@ static bool one_killed_reap(enum left how, const int *nth, int depth, bool *skip
 		finished = WIFEXITED(st);
 	}
 	ck_assert_int_ge(xseg_reap_port(xt_seg, VICTIM, EHOSTDOWN), 0);
+	ck_assert_int_ge(xseg_reap_port(xt_seg, VICTIM + 1, EHOSTDOWN), 0);
 
 	struct xseg_request *got = NULL;
 	int n = 0;
@@ -336,8 +350,8 @@ static bool one_killed_reap(enum left how, const int *nth, int depth, bool *skip
 	}
 	struct xseg_request *l = xseg_request_at(xt_seg, idx);
 	char what[100];
-	snprintf(what, sizeof(what), "%s, reapers killed after their writes %d, %d to it",
-		 left_name[how], nth[0], depth > 1 ? nth[1] : 0);
+	snprintf(what, sizeof(what), "%s%s, reapers killed after their writes %d, %d to it",
+		 left_name[how], lanes_mode ? " on lanes" : "", nth[0], depth > 1 ? nth[1] : 0);
 	ck_assert_msg(n == 1, "%s: request %u never "
 		      "answered (state %u, holder %u, tag %#llx, path_len %u)", what, idx, l->state, l->holder, (unsigned long long)l->pushing, l->path_len);
 	ck_assert_uint_eq(got->index, idx);
@@ -348,7 +362,7 @@ static bool one_killed_reap(enum left how, const int *nth, int depth, bool *skip
 	return finished;
 }
 
-START_TEST(a_reaper_killed_at_any_write_of_a_request_loses_it_not)
+static void reapers_killed_at_any_write(void)
 {
 	ck_assert_int_eq(xseg_bind_port(xt_seg, SERVER), 0);
 	for (int how = 0; how < LEFT_KINDS; how++) {
@@ -367,9 +381,22 @@ START_TEST(a_reaper_killed_at_any_write_of_a_request_loses_it_not)
 			for (nth[1] = 1; !one_killed_reap((enum left)how, nth, 2, &skip); nth[1]++)
 				runs++;
 		}
-		fprintf(stderr, "%s: a reaper killed after each of its %d writes, then %d more "
-			"reapers killed\n", left_name[how], nth[0] - 1, runs);
+		fprintf(stderr, "%s%s: a reaper killed after each of its %d writes, then %d more "
+			"reapers killed\n", left_name[how], lanes_mode ? " on lanes" : "",
+			nth[0] - 1, runs);
 	}
+}
+
+START_TEST(a_reaper_killed_at_any_write_of_a_request_loses_it_not)
+{
+	reapers_killed_at_any_write();
+}
+END_TEST
+
+START_TEST(a_lanes_reaper_killed_at_any_write_of_a_request_loses_it_not)
+{
+	lanes_mode = true;
+	reapers_killed_at_any_write();
 }
 END_TEST
 
@@ -609,6 +636,105 @@ START_TEST(a_pusher_killed_after_its_push_onto_a_left_port_leaves_its_heir_nothi
 }
 END_TEST
 
+/*
+ * VICTIM submits a request it got to SERVER, killed after its pn-th
+ * write to the request's words; its reaper after its rn-th; then the test
+ * reaps. The request is then either on SERVER's queue, once, or back in
+ * the pool.
+ */
+static int submit_sweep_once(int pn, int rn, bool *skip)
+{
+	int done[2];
+	ck_assert_int_eq(pipe(done), 0);
+	pid_t pid = xt_fork(20);
+	if (pid == 0) {
+		close(done[0]);
+		struct xseg *seg;
+		XT_CHILD_CHECK(xseg_join(xt_name, &seg) == 0, 2, "%s", xseg_last_error());
+		XT_CHILD_CHECK(xseg_bind_port(seg, VICTIM) == 0, 3, "%s", xseg_last_error());
+		struct xseg_request *r = xseg_get_request(seg, VICTIM);
+		XT_CHILD_CHECK(r, 5, "%s", xseg_last_error());
+		uint32_t idx = r->index;
+		XT_CHILD_CHECK(write(done[1], &idx, sizeof(idx)) == sizeof(idx), 4, "write");
+		if (!die_after_request_write(r, pn))
+			_exit(NO_BREAKPOINT);
+		r->op = X_READ;
+		r->size = 512;
+		XT_CHILD_CHECK(xseg_submit(seg, r, VICTIM, SERVER) == SERVER, 6, "%s",
+			       xseg_last_error());
+		_exit(0);
+	}
+	close(done[1]);
+	uint32_t idx;
+	ck_assert_int_eq(read(done[0], &idx, sizeof(idx)), sizeof(idx));
+	close(done[0]);
+	int st = xt_wait_child(pid, 10000);
+	ck_assert_msg(st != -1, "the submitter did not finish");
+	if (WIFEXITED(st) && WEXITSTATUS(st) == NO_BREAKPOINT) {
+		*skip = true;
+		return 3;
+	}
+	ck_assert_msg((WIFEXITED(st) && WEXITSTATUS(st) == 0) ||
+		      (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL),
+		      "the submitter failed (status %#x)", st);
+	int finished = WIFEXITED(st) ? 1 : 0;
+
+	pid = xt_fork(20);
+	if (pid == 0) {
+		struct xseg *seg;
+		XT_CHILD_CHECK(xseg_join(xt_name, &seg) == 0, 2, "%s", xseg_last_error());
+		if (!die_after_request_write(xseg_request_at(seg, idx), rn))
+			_exit(NO_BREAKPOINT);
+		XT_CHILD_CHECK(xseg_reap_port(seg, VICTIM, EHOSTDOWN) >= 0, 3, "%s",
+			       xseg_last_error());
+		_exit(0);
+	}
+	st = xt_wait_child(pid, 10000);
+	ck_assert_msg(st != -1, "the reaper did not finish");
+	ck_assert_msg((WIFEXITED(st) && WEXITSTATUS(st) == 0) ||
+		      (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL),
+		      "the reaper failed (status %#x)", st);
+	if (WIFEXITED(st))
+		finished |= 2;
+	ck_assert_int_ge(xseg_reap_port(xt_seg, VICTIM, EHOSTDOWN), 0);
+
+	char what[120];
+	snprintf(what, sizeof(what), "submitted, submitter killed after its write %d, reaper "
+		 "after its %d", pn, rn);
+	struct xseg_request *got[2] = { NULL, NULL };
+	int n = xseg_accept(xt_seg, SERVER, got, 2);
+	struct xseg_request *l = xseg_request_at(xt_seg, idx);
+	ck_assert_msg(n == 0 || (n == 1 && got[0]->index == idx),
+		      "%s: SERVER got %d requests", what, n);
+	if (n == 1) {
+		got[0]->result = XR_SERVED;
+		ck_assert_int_ge(xseg_respond(xt_seg, got[0], SERVER), 0);
+	}
+	(void)l;
+	expect_pool_whole(what);
+	return finished;
+}
+
+START_TEST(a_submitter_and_its_reaper_killed_at_any_write_lose_no_request)
+{
+	ck_assert_int_eq(xseg_bind_port(xt_seg, SERVER), 0);
+	int runs = 0;
+	for (int pn = 1;; pn++) {
+		bool skip = false;
+		int rn = 1, f;
+		while (!((f = submit_sweep_once(pn, rn, &skip)) & 2))
+			rn++, runs++;
+		if (skip) {
+			fprintf(stderr, "SKIP: no hardware breakpoint (perf_event_open) here\n");
+			return;
+		}
+		if (f & 1)
+			break;
+	}
+	fprintf(stderr, "submitted: %d kills of a submitter and its reaper\n", runs);
+}
+END_TEST
+
 static void setup(void)
 {
 	xt_setup_with(8, 64, 1 << 20);
@@ -624,7 +750,9 @@ int main(void)
 	tcase_add_test(tc, a_reaper_killed_inside_a_resumed_push_loses_no_request);
 	tcase_add_test(tc, a_reaper_killed_inside_a_pool_settle_loses_no_request);
 	tcase_add_test(tc, a_reaper_killed_at_any_write_of_a_request_loses_it_not);
+	tcase_add_test(tc, a_lanes_reaper_killed_at_any_write_of_a_request_loses_it_not);
 	tcase_add_test(tc, a_server_and_its_heir_killed_at_any_write_lose_no_answer);
+	tcase_add_test(tc, a_submitter_and_its_reaper_killed_at_any_write_lose_no_request);
 	tcase_add_test(tc, a_pusher_killed_after_its_push_onto_a_left_port_leaves_no_request_there);
 	tcase_add_test(tc, a_pusher_killed_after_its_push_onto_a_left_port_leaves_its_heir_nothing);
 	suite_add_tcase(s, tc);

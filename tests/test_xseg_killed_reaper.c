@@ -735,6 +735,70 @@ START_TEST(a_submitter_and_its_reaper_killed_at_any_write_lose_no_request)
 }
 END_TEST
 
+/*
+ * The reap's own pushes: VICTIM forwards CLIENT's request to SERVER and is
+ * killed inside its push, before the ring took it; SERVER's owner then
+ * leaves (nothing on its queue yet); the reap of VICTIM resumes the push,
+ * onto the queue of a port nobody owns now. It must look there.
+ */
+START_TEST(a_push_a_reap_resumes_onto_a_left_port_is_answered)
+{
+	ck_assert_int_eq(xseg_bind_port(xt_seg, SERVER), 0);
+	int go[2], note[2];
+	ck_assert_int_eq(pipe(go), 0);
+	ck_assert_int_eq(pipe(note), 0);
+	pid_t pid = xt_fork(20);
+	if (pid == 0) {
+		close(go[1]);
+		close(note[0]);
+		struct xseg *seg;
+		XT_CHILD_CHECK(xseg_join(xt_name, &seg) == 0, 2, "%s", xseg_last_error());
+		XT_CHILD_CHECK(xseg_bind_port(seg, VICTIM) == 0, 3, "%s", xseg_last_error());
+		XT_CHILD_CHECK(write(note[1], "b", 1) == 1, 4, "write");
+		uint32_t idx;
+		XT_CHILD_CHECK(read(go[0], &idx, sizeof(idx)) == sizeof(idx), 5, "read");
+		struct xseg_request *r = NULL;
+		XT_CHILD_CHECK(xseg_accept(seg, VICTIM, &r, 1) == 1, 6, "accept");
+		/* deliver's writes to the tag: its own, then the ring's */
+		if (!die_after_write(&r->pushing, 2))
+			_exit(NO_BREAKPOINT);
+		xseg_forward(seg, r, VICTIM, SERVER);
+		_exit(7);
+	}
+	close(go[0]);
+	close(note[1]);
+	char ch;
+	ck_assert_int_eq(read(note[0], &ch, 1), 1);
+	close(note[0]);
+	struct xseg_request *w = xseg_get_request(xt_seg, CLIENT);
+	ck_assert_ptr_nonnull(w);
+	w->op = X_READ;
+	w->size = 512;
+	uint32_t idx = w->index;
+	ck_assert_int_eq(xseg_submit(xt_seg, w, CLIENT, VICTIM), VICTIM);
+	ck_assert_int_eq(write(go[1], &idx, sizeof(idx)), sizeof(idx));
+	close(go[1]);
+	if (!killed(pid, "the forwarder"))
+		return;
+	ck_assert_int_eq(xseg_leave_port(xt_seg, SERVER), 0);
+	ck_assert_int_ge(xseg_reap_dead_peers(xt_seg), 1);
+	struct xseg_request *got = NULL;
+	int n = 0;
+	for (int tries = 0; tries < 200 && n == 0; tries++) {
+		n = xseg_receive(xt_seg, CLIENT, &got, 1);
+		if (n == 0)
+			usleep(1000);
+	}
+	ck_assert_msg(n == 1, "the request whose push the reap resumed onto a left port was never "
+		      "answered (request %u: state %u, holder %u, tag %#llx)", idx, w->state,
+		      w->holder, (unsigned long long)w->pushing);
+	ck_assert_uint_eq(got->index, idx);
+	ck_assert_uint_eq(got->result, XR_FAILED);
+	ck_assert_int_eq(xseg_put_request(xt_seg, got), 0);
+	expect_pool_whole("a push the reap resumed onto a left port");
+}
+END_TEST
+
 static void setup(void)
 {
 	xt_setup_with(8, 64, 1 << 20);
@@ -755,6 +819,7 @@ int main(void)
 	tcase_add_test(tc, a_submitter_and_its_reaper_killed_at_any_write_lose_no_request);
 	tcase_add_test(tc, a_pusher_killed_after_its_push_onto_a_left_port_leaves_no_request_there);
 	tcase_add_test(tc, a_pusher_killed_after_its_push_onto_a_left_port_leaves_its_heir_nothing);
+	tcase_add_test(tc, a_push_a_reap_resumes_onto_a_left_port_is_answered);
 	suite_add_tcase(s, tc);
 	return xt_run(s);
 }

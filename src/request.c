@@ -29,9 +29,10 @@ char xseg_tsan_handoff;
 
 /* The holder is read without a lock by a takeover's scan of the pool
  * (xseg_reclaim_port_requests) while live threads change it. */
+/* (Release: a reader of the holder sees the push's tag stored before.) */
 static inline void set_holder(struct xseg_request *r, uint32_t port)
 {
-	__atomic_store_n(&r->holder, port, __ATOMIC_RELAXED);
+	__atomic_store_n(&r->holder, port, __ATOMIC_RELEASE);
 }
 
 static inline uint32_t load_state(const struct xseg_request *r)
@@ -859,9 +860,16 @@ void xseg_reclaim_port_requests(struct xseg *s, uint32_t port)
 		uint32_t st = load_state(r);
 		if (st != XS_ALLOCATED && st != XS_RECEIVED && st != XS_ACCEPTED)
 			continue;
+		uint64_t tag = __atomic_load_n(&r->pushing, __ATOMIC_ACQUIRE);
+		/* Another port's push to this one, under way: it marks the
+		 * request ours before it marks it queued. Not the dead owner's
+		 * to settle: the push goes on (or its pusher's reaper resumes
+		 * it). Settled here, it went back to the pool, its buffer freed,
+		 * while the push queued it. */
+		if (tag >> PUSH_PUSHER_SHIFT && !pushed_by(tag, port) && !(tag & PUSH_DONE))
+			continue;
 		/* Died answering it, before it marked it for the next hop: the
 		 * return path as it was before the answer began. */
-		uint64_t tag = __atomic_load_n(&r->pushing, __ATOMIC_ACQUIRE);
 		if (pushed_by(tag, port) && (tag & (PUSH_SAVED | PUSH_DONE)) == PUSH_SAVED)
 			r->path_len = saved_path_len(tag);
 		settle_dead_holders(s, r, port);

@@ -799,6 +799,126 @@ START_TEST(a_push_a_reap_resumes_onto_a_left_port_is_answered)
 }
 END_TEST
 
+/*
+ * A live peer's submit to a port whose owner died (not yet reaped) marks
+ * the request held by that port before it marks it queued. The reap of
+ * the port in between found it held by the dead owner, not queued, and
+ * settled it as the dead owner's own: back to the pool, its buffer freed,
+ * while the submit went on and queued it. The submitter is stalled right
+ * after its write of the holder (a breakpoint), the port reaped, then the
+ * submit goes on; its answer must come back with the request's buffer.
+ */
+enum { SUBMITTER = 3, KEPT_LEN = 4096 };
+
+static int submitting_peer(int note_fd, int go_fd)
+{
+	struct xseg *seg;
+	if (xseg_join(xt_name, &seg) < 0 || xseg_bind_port(seg, SUBMITTER) < 0)
+		return 2;
+	struct xseg_request *r = xseg_get_request(seg, SUBMITTER);
+	if (!r || xseg_prep_target(seg, r, "kept", KEPT_LEN) < 0)
+		return 3;
+	memset(xseg_get_data(seg, r), 0x5a, KEPT_LEN);
+	r->op = X_WRITE;
+	r->size = KEPT_LEN;
+	struct sigaction sa = { .sa_handler = stall_or_die };
+	sigemptyset(&sa.sa_mask);
+	stall_at = 1;   /* deliver's holder, before its state */
+	kill_at = 0;
+	stall_note_fd = note_fd;
+	stall_go_fd = go_fd;
+	struct perf_event_attr a = {
+		.type = PERF_TYPE_BREAKPOINT, .size = sizeof(a),
+		.bp_type = HW_BREAKPOINT_W, .bp_addr = (uintptr_t)&r->holder,
+		.bp_len = HW_BREAKPOINT_LEN_4, .sample_period = 1, .sigtrap = 1,
+		.remove_on_exec = 1, .exclude_kernel = 1, .exclude_hv = 1 };
+	if (sigaction(SIGTRAP, &sa, NULL) < 0 ||
+	    syscall(SYS_perf_event_open, &a, 0, -1, -1, PERF_FLAG_FD_CLOEXEC) < 0)
+		return NO_BREAKPOINT;
+	uint32_t idx = r->index;
+	if (write(note_fd, &idx, sizeof(idx)) != sizeof(idx))
+		return 2;
+	if (xseg_submit(seg, r, SUBMITTER, VICTIM) != VICTIM)
+		return 4;
+	struct xseg_request *got = NULL;
+	for (int tries = 0; tries < 2000; tries++) {
+		if (xseg_receive(seg, SUBMITTER, &got, 1) == 1)
+			break;
+		usleep(1000);
+	}
+	if (!got)
+		return 5;   /* never answered */
+	if (got->index != idx)
+		return 6;
+	const char *t = xseg_get_target(seg, got);
+	const unsigned char *d = xseg_get_data(seg, got);
+	if (!t || strcmp(t, "kept") || !d || got->bufferlen < KEPT_LEN)
+		return 7;   /* its buffer was taken away */
+	for (int i = 0; i < KEPT_LEN; i++)
+		if (d[i] != 0x5a)
+			return 8;
+	if (xseg_put_request(seg, got) < 0 || xseg_leave_port(seg, SUBMITTER) < 0)
+		return 9;
+	return 0;
+}
+
+START_TEST(a_reap_beside_a_live_submit_to_the_dead_port_leaves_the_request_to_it)
+{
+	/* VICTIM's owner dies; nobody has reaped it yet. */
+	int ready[2];
+	ck_assert_int_eq(pipe(ready), 0);
+	pid_t dead = xt_fork(20);
+	if (dead == 0) {
+		struct xseg *seg;
+		XT_CHILD_CHECK(xseg_join(xt_name, &seg) == 0, 2, "%s", xseg_last_error());
+		XT_CHILD_CHECK(xseg_bind_port(seg, VICTIM) == 0, 3, "%s", xseg_last_error());
+		XT_CHILD_CHECK(write(ready[1], "r", 1) == 1, 4, "write");
+		for (;;)
+			pause();
+	}
+	char ch;
+	ck_assert_int_eq(read(ready[0], &ch, 1), 1);
+	ck_assert_int_eq(kill(dead, SIGKILL), 0);
+	ck_assert(killed(dead, "VICTIM's owner"));
+
+	int go[2], note[2];
+	ck_assert_int_eq(pipe(go), 0);
+	ck_assert_int_eq(pipe(note), 0);
+	pid_t pid = xt_fork(20);
+	if (pid == 0) {
+		close(go[1]);
+		close(note[0]);
+		_exit(submitting_peer(note[1], go[0]));
+	}
+	close(go[0]);
+	close(note[1]);
+	uint32_t idx = 0, state = 0;
+	bool stalled = read(note[0], &idx, sizeof(idx)) == sizeof(idx) &&
+		       read(note[0], &ch, 1) == 1;
+	if (stalled) {
+		ck_assert_int_ge(xseg_reap_port(xt_seg, VICTIM, EHOSTDOWN), 1);
+		state = xseg_request_at(xt_seg, idx)->state;
+		ck_assert_int_eq(write(go[1], "g", 1), 1);
+	}
+	close(go[1]);
+	close(note[0]);
+	int st = xt_wait_child(pid, 10000);
+	ck_assert_msg(st != -1, "the submitter did not finish");
+	if (WIFEXITED(st) && WEXITSTATUS(st) == NO_BREAKPOINT) {
+		fprintf(stderr, "SKIP: no hardware breakpoint (perf_event_open) here\n");
+		return;
+	}
+	ck_assert_msg(stalled, "the submitter never stalled (status %#x)", st);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		      "the submit beside the reap of the dead port it went to: %s (status %#x; "
+		      "the reap left request %u in state %u)",
+		      WIFEXITED(st) && WEXITSTATUS(st) == 5 ? "never answered" :
+		      WIFEXITED(st) && WEXITSTATUS(st) >= 7 ? "its buffer was taken away" :
+		      "failed", st, idx, state);
+	expect_pool_whole("a reap beside a live submit to the dead port");
+}
+END_TEST
+
 static void setup(void)
 {
 	xt_setup_with(8, 64, 1 << 20);
@@ -820,6 +940,7 @@ int main(void)
 	tcase_add_test(tc, a_pusher_killed_after_its_push_onto_a_left_port_leaves_no_request_there);
 	tcase_add_test(tc, a_pusher_killed_after_its_push_onto_a_left_port_leaves_its_heir_nothing);
 	tcase_add_test(tc, a_push_a_reap_resumes_onto_a_left_port_is_answered);
+	tcase_add_test(tc, a_reap_beside_a_live_submit_to_the_dead_port_leaves_the_request_to_it);
 	suite_add_tcase(s, tc);
 	return xt_run(s);
 }

@@ -919,6 +919,100 @@ START_TEST(a_reap_beside_a_live_submit_to_the_dead_port_leaves_the_request_to_it
 }
 END_TEST
 
+/*
+ * VICTIM preps and puts back a request it got, killed after its pn-th
+ * write to the request's words (its buffer's too); its reaper after its
+ * rn-th; then the test reaps. The pool must be whole and the heap hold no
+ * block of it.
+ */
+static int put_sweep_once(int pn, int rn, bool *skip)
+{
+	int done[2];
+	ck_assert_int_eq(pipe(done), 0);
+	pid_t pid = xt_fork(20);
+	if (pid == 0) {
+		close(done[0]);
+		struct xseg *seg;
+		XT_CHILD_CHECK(xseg_join(xt_name, &seg) == 0, 2, "%s", xseg_last_error());
+		XT_CHILD_CHECK(xseg_bind_port(seg, VICTIM) == 0, 3, "%s", xseg_last_error());
+		struct xseg_request *r = xseg_get_request(seg, VICTIM);
+		XT_CHILD_CHECK(r, 5, "%s", xseg_last_error());
+		XT_CHILD_CHECK(xseg_prep_target(seg, r, "put", 4096) == 0, 6, "%s",
+			       xseg_last_error());
+		uint32_t idx = r->index;
+		XT_CHILD_CHECK(write(done[1], &idx, sizeof(idx)) == sizeof(idx), 4, "write");
+		if (!on_trap(pn) || !watch_writes(&r->state) || !watch_writes(&r->dst_port) ||
+		    !watch_writes(&r->pushing) || !watch_writes(&r->bufferlen))
+			_exit(NO_BREAKPOINT);
+		XT_CHILD_CHECK(xseg_put_request(seg, r) == 0, 7, "%s", xseg_last_error());
+		_exit(0);
+	}
+	close(done[1]);
+	uint32_t idx;
+	ck_assert_int_eq(read(done[0], &idx, sizeof(idx)), sizeof(idx));
+	close(done[0]);
+	int st = xt_wait_child(pid, 10000);
+	ck_assert_msg(st != -1, "the putter did not finish");
+	if (WIFEXITED(st) && WEXITSTATUS(st) == NO_BREAKPOINT) {
+		*skip = true;
+		return 3;
+	}
+	ck_assert_msg((WIFEXITED(st) && WEXITSTATUS(st) == 0) ||
+		      (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL),
+		      "the putter failed (status %#x)", st);
+	int finished = WIFEXITED(st) ? 1 : 0;
+
+	pid = xt_fork(20);
+	if (pid == 0) {
+		struct xseg *seg;
+		XT_CHILD_CHECK(xseg_join(xt_name, &seg) == 0, 2, "%s", xseg_last_error());
+		if (!die_after_request_write(xseg_request_at(seg, idx), rn))
+			_exit(NO_BREAKPOINT);
+		XT_CHILD_CHECK(xseg_reap_port(seg, VICTIM, EHOSTDOWN) >= 0, 3, "%s",
+			       xseg_last_error());
+		_exit(0);
+	}
+	st = xt_wait_child(pid, 10000);
+	ck_assert_msg(st != -1, "the reaper did not finish");
+	ck_assert_msg((WIFEXITED(st) && WEXITSTATUS(st) == 0) ||
+		      (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL),
+		      "the reaper failed (status %#x)", st);
+	if (WIFEXITED(st))
+		finished |= 2;
+	ck_assert_int_ge(xseg_reap_port(xt_seg, VICTIM, EHOSTDOWN), 0);
+	char what[120];
+	snprintf(what, sizeof(what), "put, putter killed after its write %d, reaper after its %d",
+		 pn, rn);
+	expect_pool_whole(what);
+	struct xseg_segment_info si;
+	ck_assert_int_eq(xseg_segment_info(xt_seg, &si), 0);
+	ck_assert_msg(si.heap_used == 0 && si.heap_allocs == 0 &&
+		      si.heap_free_largest == si.heap_size,
+		      "%s: the heap has %llu bytes in %llu buffers out (largest free %llu of %llu)",
+		      what, (unsigned long long)si.heap_used, (unsigned long long)si.heap_allocs,
+		      (unsigned long long)si.heap_free_largest, (unsigned long long)si.heap_size);
+	return finished;
+}
+
+START_TEST(a_putter_and_its_reaper_killed_at_any_write_lose_no_request)
+{
+	int runs = 0;
+	for (int pn = 1;; pn++) {
+		bool skip = false;
+		int rn = 1, f;
+		while (!((f = put_sweep_once(pn, rn, &skip)) & 2))
+			rn++, runs++;
+		if (skip) {
+			fprintf(stderr, "SKIP: no hardware breakpoint (perf_event_open) here\n");
+			return;
+		}
+		if (f & 1)
+			break;
+	}
+	fprintf(stderr, "put: %d kills of a putter and its reaper\n", runs);
+}
+END_TEST
+
 static void setup(void)
 {
 	xt_setup_with(8, 64, 1 << 20);
@@ -937,6 +1031,7 @@ int main(void)
 	tcase_add_test(tc, a_lanes_reaper_killed_at_any_write_of_a_request_loses_it_not);
 	tcase_add_test(tc, a_server_and_its_heir_killed_at_any_write_lose_no_answer);
 	tcase_add_test(tc, a_submitter_and_its_reaper_killed_at_any_write_lose_no_request);
+	tcase_add_test(tc, a_putter_and_its_reaper_killed_at_any_write_lose_no_request);
 	tcase_add_test(tc, a_pusher_killed_after_its_push_onto_a_left_port_leaves_no_request_there);
 	tcase_add_test(tc, a_pusher_killed_after_its_push_onto_a_left_port_leaves_its_heir_nothing);
 	tcase_add_test(tc, a_push_a_reap_resumes_onto_a_left_port_is_answered);

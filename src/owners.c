@@ -121,13 +121,22 @@ static void settle_pushed_elsewhere(struct xseg *s, uint32_t port)
 }
 
 /* Our release of `port` is done: what a pusher that saw it owned put on
- * its queues since is settled now (see settle_if_released), and what was
- * pushed in its name elsewhere. */
+ * its queues since is settled now (see settle_if_released). */
 static void settle_slipped(struct xseg *s, uint32_t port)
 {
 	xseg_full_fence();
 	reap_if_unbound(s, port);
+}
+
+/* Before a leave or a reap releases `port` (the caller holds the bind
+ * lock, dropped meanwhile: the reaps below take it): killed after the
+ * release, the port left to nobody, nobody would look again. */
+static void settle_pushed_before_release(struct xseg *s, uint32_t port)
+{
+	pthread_mutex_unlock(&s->bind_lock);
+	xseg_full_fence();
 	settle_pushed_elsewhere(s, port);
+	pthread_mutex_lock(&s->bind_lock);
 }
 
 int xseg_leave_port(struct xseg *s, uint32_t port)
@@ -143,6 +152,7 @@ int xseg_leave_port(struct xseg *s, uint32_t port)
 	xseg_pass_on_queued_requests(s, port);
 	xseg_reclaim_port_requests(s, port);
 	atomic_store(&s->ports[port].reserved, 0);
+	settle_pushed_before_release(s, port);
 	xseg_port_ungroup(s, port);
 	xseg_port_release(s, port);
 	s->bound[port] = 0;
@@ -181,6 +191,7 @@ int xseg_reap_port(struct xseg *s, uint32_t port, int err)
 	 * where the route leads now. */
 	uint32_t failed = limbo + (owner ? xseg_pass_on_dead_queue(s, port, err)
 					 : xseg_pass_on_queued_requests(s, port));
+	settle_pushed_before_release(s, port);
 	xseg_port_ungroup(s, port);
 	xseg_port_release(s, port);
 	atomic_fetch_sub(&p->reaping, 1);

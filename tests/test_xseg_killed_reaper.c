@@ -545,8 +545,11 @@ static void stall_or_die(int sig)
 		kill(getpid(), SIGKILL);
 }
 
-static void pusher_killed_after_push_onto_left_port(bool bind_heir)
+enum heir { REAP, BIND, REAPER_KILLED_AFTER_RELEASE };
+
+static void pusher_killed_after_push_onto_left_port(enum heir heir)
 {
+	bool bind_heir = heir == BIND;
 	ck_assert_int_eq(xseg_bind_port(xt_seg, SERVER), 0);
 	int go[2], note[2];
 	ck_assert_int_eq(pipe(go), 0);
@@ -601,7 +604,22 @@ static void pusher_killed_after_push_onto_left_port(bool bind_heir)
 	ck_assert_uint_eq(w->holder, SERVER);
 
 	/* As the client's wait does; or a new owner of the port. */
-	if (bind_heir)
+	if (heir == REAPER_KILLED_AFTER_RELEASE) {
+		/* Its reaper killed right after it released the port: its
+		 * writes of the owner word, taken, then released. */
+		pid = xt_fork(20);
+		if (pid == 0) {
+			struct xseg *seg;
+			XT_CHILD_CHECK(xseg_join(xt_name, &seg) == 0, 2, "%s", xseg_last_error());
+			if (!on_trap(2) || !watch_writes(&seg->ports[VICTIM].owner))
+				_exit(NO_BREAKPOINT);
+			xseg_reap_port(seg, VICTIM, EHOSTDOWN);
+			_exit(4);
+		}
+		ck_assert(killed(pid, "the reaper"));
+		ck_assert_uint_eq(atomic_load(&xt_seg->ports[VICTIM].owner), 0);
+		xseg_reap_dead_peers(xt_seg);
+	} else if (bind_heir)
 		ck_assert_int_eq(xseg_bind_port(xt_seg, VICTIM), 0);
 	else
 		ck_assert_int_ge(xseg_reap_dead_peers(xt_seg), 1);
@@ -614,7 +632,9 @@ static void pusher_killed_after_push_onto_left_port(bool bind_heir)
 	}
 	ck_assert_msg(n == 1, "the request a killed forwarder pushed onto a left port was never "
 		      "answered after %s (request %u: state %u, holder %u, tag %#llx)",
-		      bind_heir ? "a new owner bound its port" : "its reap", idx, w->state,
+		      bind_heir ? "a new owner bound its port" :
+		      heir == REAP ? "its reap" : "a reap killed right after it released the port",
+		      idx, w->state,
 		      w->holder, (unsigned long long)w->pushing);
 	ck_assert_uint_eq(got->index, idx);
 	ck_assert_uint_eq(got->result, XR_FAILED);
@@ -626,13 +646,19 @@ static void pusher_killed_after_push_onto_left_port(bool bind_heir)
 
 START_TEST(a_pusher_killed_after_its_push_onto_a_left_port_leaves_no_request_there)
 {
-	pusher_killed_after_push_onto_left_port(false);
+	pusher_killed_after_push_onto_left_port(REAP);
+}
+END_TEST
+
+START_TEST(a_pusher_killed_after_its_push_onto_a_left_port_outlives_a_reaper_killed_after_its_release)
+{
+	pusher_killed_after_push_onto_left_port(REAPER_KILLED_AFTER_RELEASE);
 }
 END_TEST
 
 START_TEST(a_pusher_killed_after_its_push_onto_a_left_port_leaves_its_heir_nothing)
 {
-	pusher_killed_after_push_onto_left_port(true);
+	pusher_killed_after_push_onto_left_port(BIND);
 }
 END_TEST
 
@@ -1034,6 +1060,8 @@ int main(void)
 	tcase_add_test(tc, a_putter_and_its_reaper_killed_at_any_write_lose_no_request);
 	tcase_add_test(tc, a_pusher_killed_after_its_push_onto_a_left_port_leaves_no_request_there);
 	tcase_add_test(tc, a_pusher_killed_after_its_push_onto_a_left_port_leaves_its_heir_nothing);
+	tcase_add_test(tc,
+		a_pusher_killed_after_its_push_onto_a_left_port_outlives_a_reaper_killed_after_its_release);
 	tcase_add_test(tc, a_push_a_reap_resumes_onto_a_left_port_is_answered);
 	tcase_add_test(tc, a_reap_beside_a_live_submit_to_the_dead_port_leaves_the_request_to_it);
 	suite_add_tcase(s, tc);

@@ -40,14 +40,27 @@ static void on_write(int sig)
 		kill(getpid(), SIGKILL);
 }
 
-static bool watch_writes(const void *addr)
+/* A SIGTRAP to the calling thread right after each write to the len
+ * bytes at addr (perf's sigtrap: Linux 5.13 and its headers). */
+static bool watch_writes_len(const void *addr, unsigned len)
 {
+#ifdef PERF_ATTR_SIZE_VER7
 	struct perf_event_attr a = {
 		.type = PERF_TYPE_BREAKPOINT, .size = sizeof(a),
-		.bp_type = HW_BREAKPOINT_W, .bp_addr = (uintptr_t)addr, .bp_len = HW_BREAKPOINT_LEN_8,
+		.bp_type = HW_BREAKPOINT_W, .bp_addr = (uintptr_t)addr, .bp_len = len,
 		.sample_period = 1, .sigtrap = 1, .remove_on_exec = 1,
 		.exclude_kernel = 1, .exclude_hv = 1 };
 	return syscall(SYS_perf_event_open, &a, 0, -1, -1, PERF_FLAG_FD_CLOEXEC) >= 0;
+#else
+	(void)addr;
+	(void)len;
+	return false;
+#endif
+}
+
+static bool watch_writes(const void *addr)
+{
+	return watch_writes_len(addr, HW_BREAKPOINT_LEN_8);
 }
 
 static bool on_trap(int nth)
@@ -853,13 +866,7 @@ static int submitting_peer(int note_fd, int go_fd)
 	kill_at = 0;
 	stall_note_fd = note_fd;
 	stall_go_fd = go_fd;
-	struct perf_event_attr a = {
-		.type = PERF_TYPE_BREAKPOINT, .size = sizeof(a),
-		.bp_type = HW_BREAKPOINT_W, .bp_addr = (uintptr_t)&r->holder,
-		.bp_len = HW_BREAKPOINT_LEN_4, .sample_period = 1, .sigtrap = 1,
-		.remove_on_exec = 1, .exclude_kernel = 1, .exclude_hv = 1 };
-	if (sigaction(SIGTRAP, &sa, NULL) < 0 ||
-	    syscall(SYS_perf_event_open, &a, 0, -1, -1, PERF_FLAG_FD_CLOEXEC) < 0)
+	if (sigaction(SIGTRAP, &sa, NULL) < 0 || !watch_writes_len(&r->holder, HW_BREAKPOINT_LEN_4))
 		return NO_BREAKPOINT;
 	uint32_t idx = r->index;
 	if (write(note_fd, &idx, sizeof(idx)) != sizeof(idx))

@@ -35,6 +35,19 @@ START_TEST(round_trip)
 }
 END_TEST
 
+/* A mirror request's epoch (XF_TAG) crosses with it. */
+START_TEST(mirror_tag_round_trip)
+{
+	struct wire_header h = sample(), back;
+	h.flags = XF_MIRROR | 0xbeefu << XF_TAG_SHIFT;
+	uint8_t buf[WIRE_HEADER_LEN];
+	wire_encode_header(&h, buf);
+	ck_assert_int_eq(wire_decode_header(buf, sizeof(buf), &back), WIRE_HEADER_LEN + 11 + 8192);
+	ck_assert_uint_eq(XF_TAG(back.flags), 0xbeef);
+	ck_assert_uint_eq(back.flags, h.flags);
+}
+END_TEST
+
 START_TEST(little_endian_on_the_wire)
 {
 	struct wire_header h = sample();
@@ -77,6 +90,8 @@ static void request_with_result(struct wire_header *h) { h->kind = WIRE_REQUEST;
 static void reply_without_result(struct wire_header *h) { h->result = XR_NONE; }
 static void negative_error(struct wire_header *h) { h->error = -1; }
 static void unknown_flag(struct wire_header *h) { h->flags = 1u << 20; }
+static void tag_without_mirror(struct wire_header *h) { h->flags = XF_FUA | 7u << XF_TAG_SHIFT; }
+static void low_unknown_flag(struct wire_header *h) { h->flags = XF_MIRROR | 1u << 8; }
 static void overserviced(struct wire_header *h) { h->serviced = h->size + 1; }
 static void max_lengths(struct wire_header *h) { h->target_len = WIRE_MAX_TARGET; h->data_len = WIRE_MAX_DATA; }
 
@@ -93,6 +108,8 @@ START_TEST(malformed_headers_are_refused)
 	ck_assert_int_eq(decode_modified(huge_data, 99, 0), WIRE_BAD_LENGTH);
 	ck_assert_int_eq(decode_modified(negative_error, 99, 0), WIRE_BAD_FIELD);
 	ck_assert_int_eq(decode_modified(unknown_flag, 99, 0), WIRE_BAD_FIELD);
+	ck_assert_int_eq(decode_modified(tag_without_mirror, 99, 0), WIRE_BAD_FIELD);
+	ck_assert_int_eq(decode_modified(low_unknown_flag, 99, 0), WIRE_BAD_FIELD);
 	ck_assert_int_eq(decode_modified(overserviced, 99, 0), WIRE_BAD_FIELD);
 	ck_assert_int_eq(decode_modified(max_lengths, 99, 0),
 			 WIRE_HEADER_LEN + WIRE_MAX_TARGET + WIRE_MAX_DATA);
@@ -105,6 +122,7 @@ int main(void)
 	Suite *s = suite_create("synapsed_wire");
 	TCase *tc = tcase_create("wire");
 	tcase_add_test(tc, round_trip);
+	tcase_add_test(tc, mirror_tag_round_trip);
 	tcase_add_test(tc, little_endian_on_the_wire);
 	tcase_add_test(tc, short_input_needs_more);
 	tcase_add_test(tc, malformed_headers_are_refused);

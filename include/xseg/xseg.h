@@ -74,6 +74,13 @@ enum xseg_op {
  * hold the primary's bytes as its own and write them back later */
 #define XF_MIRROR (1u << 2)
 #define XF_ALL    (XF_FUA | XF_FLUSH | XF_MIRROR)
+/* with XF_MIRROR: the primary's mirror epoch, 16 bits (XF_TAG(f)), set by
+ * the primary's last mirror-reset: a replica refuses what a primary made
+ * before the reset it took last (held on the way, it may come after) */
+#define XF_TAG_SHIFT 16
+#define XF_TAG_MASK  (0xffffu << XF_TAG_SHIFT)
+#define XF_TAG(f)    (((f) & XF_TAG_MASK) >> XF_TAG_SHIFT)
+#define XF_WIRE      (XF_ALL | XF_TAG_MASK)   /* what crosses synapsed */
 
 /* Request states. A request is in exactly one of these. */
 enum xseg_state {

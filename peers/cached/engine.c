@@ -530,6 +530,8 @@ struct cache_engine *cache_engine_create(const struct cache_config *cfg,
 	}
 	/* a primary writes through until its replica answers a reset */
 	atomic_init(&e->mirror_state, cfg->mirror ? MIRROR_CONNECTING : MIRROR_OFF);
+	/* not where a previous run of this primary began */
+	atomic_init(&e->mirror_tag, (uint32_t)now_ns() & 0xffff);
 	e->mirror_state_said = MIRROR_OFF;
 	e->written_back = cfg->mirror ? mirror_written_back : NULL;
 	pthread_mutex_init(&e->mirror_lock, NULL);

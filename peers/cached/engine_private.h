@@ -205,6 +205,7 @@ struct mirror_op {
 	struct cache_bio *bio;             /* NULL until a request is free */
 	void *buf;                         /* a write's bytes until then */
 	uint32_t first, count;             /* buckets */
+	uint32_t flags;                    /* XF_MIRROR and the tag when made */
 	bool sent;
 	struct mirror_op *next;
 	/* sent: on e->mirror_out until settled, by its reply or as lost */
@@ -317,6 +318,9 @@ struct cache_engine {
 	_Atomic int mirror_state;          /* enum mirror_state */
 	_Atomic bool reset_out;            /* a mirror-reset is out */
 	_Atomic uint64_t next_reset_ns;    /* not before this */
+	/* XF_TAG of the last reset sent; each request carries the one of its
+	 * making (mirror_op.flags): the replica refuses the older ones */
+	_Atomic uint32_t mirror_tag;
 	_Atomic uint64_t degraded_since_ns;
 	_Atomic int mirror_error;
 	int mirror_state_said;             /* the glue's log: the last state it said */
@@ -347,6 +351,9 @@ struct cache_engine {
 	 * writes and promote until the primary's next reset */
 	_Atomic bool replica_unsure;
 	_Atomic uint64_t reset_epoch;      /* resets begun: a write's tag is this + 1 */
+	/* the primary's XF_TAG in its last reset (0x10000 | tag; 0: no reset
+	 * in this run): its mirror requests of another tag are refused */
+	_Atomic uint32_t primary_tag;
 	struct {
 		_Atomic uint64_t writes, cleans, resets, refused;
 	} rst;

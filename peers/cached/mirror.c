@@ -137,7 +137,6 @@ static bool take_bio(struct cache_object *o, struct mirror_op *op)
 		memcpy(op->bio->data, op->buf, size);
 		free(op->buf);
 		op->buf = NULL;
-		op->bio->flags = XF_MIRROR;
 	} else {
 		char text[64];
 		int n = snprintf(text, sizeof(text), "mirror-clean %" PRIu64 " %" PRIu64, off, size);
@@ -146,6 +145,7 @@ static bool take_bio(struct cache_object *o, struct mirror_op *op)
 			return false;
 		memcpy(op->bio->data, text, (size_t)n);
 	}
+	op->bio->flags = op->flags;
 	op->bio->mirror = true;
 	return true;
 }
@@ -345,6 +345,9 @@ static bool enqueue(struct cache_object *o, struct cache_req *req, uint32_t firs
 	op->req = req;
 	op->first = first;
 	op->count = count;
+	/* the epoch it was made in: sent after a later reset (held before,
+	 * or on the way) it is refused, not taken as newer */
+	op->flags = XF_MIRROR | atomic_load(&e->mirror_tag) << XF_TAG_SHIFT;
 	if (req) {
 		/* the bytes now: a later write may change the buckets first */
 		op->bio = bio_alloc(e, X_WRITE, o->name, off, size, NULL);
@@ -357,7 +360,7 @@ static bool enqueue(struct cache_object *o, struct cache_req *req, uint32_t firs
 			bucket_copy(o, i, off, size, op->bio ? op->bio->data : op->buf, false);
 		if (op->bio) {
 			op->bio->mirror = true;
-			op->bio->flags = XF_MIRROR;   /* a promoted replica refuses it */
+			op->bio->flags = op->flags;   /* a promoted replica refuses it */
 		}
 	}
 	append(o, op);
@@ -439,6 +442,10 @@ void mirror_tick(struct cache_engine *e)
 	if (!bio)
 		return;
 	memcpy(bio->data, cmd, (size_t)n);
+	/* a new epoch: what was made before it is refused from now on */
+	uint32_t tag = (atomic_load(&e->mirror_tag) + 1) & 0xffff;
+	atomic_store(&e->mirror_tag, tag);
+	bio->flags = XF_MIRROR | tag << XF_TAG_SHIFT;
 	bio->mirror = true;
 	bio->engine = e;
 	bio->done = reset_done;

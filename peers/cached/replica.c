@@ -36,6 +36,16 @@ static void drop_range(struct cache_object *o, uint32_t first, uint32_t last)
 		mark_clean(o);
 }
 
+/* req was made by the primary before the reset this replica took last:
+ * held on the way (synapsed, a connection the primary gave up), it comes
+ * after the reset and may be older than what the primary mirrored since.
+ * Until a reset in this run says the tag, none is checked. */
+static bool made_before_reset(struct cache_engine *e, const struct cache_req *req)
+{
+	uint32_t known = atomic_load(&e->primary_tag);
+	return known && (req->flags & XF_MIRROR) && XF_TAG(req->flags) != (known & 0xffff);
+}
+
 void replica_write(struct cache_object *o, struct cache_req *req, const struct bucket_span *sp)
 {
 	struct cache_engine *e = o->e;
@@ -46,6 +56,8 @@ void replica_write(struct cache_object *o, struct cache_req *req, const struct b
 		refuse = ESTALE;   /* the primary degrades, writes back and resets it */
 	else if (req->replica_tag && req->replica_tag != atomic_load(&e->reset_epoch) + 1)
 		refuse = ESTALE;   /* sent before a reset that answered: the primary gave it up */
+	else if (made_before_reset(e, req))
+		refuse = ESTALE;   /* the same, come after the reset */
 	else if (!persist_hold(o) || !claim_range(o, sp->first, sp->last))
 		refuse = ENOSPC;   /* never written through: the primary writes back */
 	if (refuse) {
@@ -69,6 +81,11 @@ void replica_clean_step(struct cache_object *o, struct cache_req *req)
 {
 	struct cache_engine *e = o->e;
 	uint64_t bs = e->geo.bucket_size;
+	if (made_before_reset(e, req)) {   /* it would drop a newer write's copy */
+		COUNT_ADD(e, rst.refused, 1);
+		finish(e, req, false, ESTALE, 0);
+		return;
+	}
 	/* only the buckets it covers whole */
 	uint64_t first = (req->offset + bs - 1) / bs, end = (req->offset + req->size) / bs;
 	if (end > first)
@@ -134,6 +151,8 @@ void cache_engine_replica_reset(struct cache_engine *e, struct cache_req *req,
 		return;
 	}
 	atomic_store(&e->replica_unsure, false);   /* what it held goes below */
+	/* the primary's epoch from now: what it made before is refused */
+	atomic_store(&e->primary_tag, 0x10000u | XF_TAG(req->flags));
 	COUNT_ADD(e, rst.resets, 1);
 	/* the writes taken before us are refused from here (write_step reads
 	 * it after write_enter: the ones that read the old epoch are waited

@@ -72,8 +72,10 @@ void outbound_on_request(struct peer_thread *t, struct xseg_request *req)
 		peer_fail(t, req, EFBIG);
 		return;
 	}
+	/* a mirror request's tag crosses: the replica compares it (XF_TAG) */
+	uint32_t flags = req->flags & (req->flags & XF_MIRROR ? XF_WIRE : XF_ALL);
 	struct wire_header h = {
-		.kind = WIRE_REQUEST, .op = req->op, .flags = req->flags & XF_ALL,
+		.kind = WIRE_REQUEST, .op = req->op, .flags = flags,
 		.offset = req->offset, .size = req->size, .target_len = tl, .data_len = out,
 	};
 	pthread_mutex_lock(&S.lock);

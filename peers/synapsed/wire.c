@@ -75,7 +75,8 @@ int64_t wire_decode_header(const uint8_t *buf, size_t len, struct wire_header *h
 		return WIRE_BAD_RESULT;
 	if (h->target_len > WIRE_MAX_TARGET || h->data_len > WIRE_MAX_DATA)
 		return WIRE_BAD_LENGTH;
-	if ((h->flags & ~XF_ALL) || h->error < 0 || h->error > WIRE_MAX_ERRNO ||
+	if ((h->flags & ~XF_WIRE) || ((h->flags & XF_TAG_MASK) && !(h->flags & XF_MIRROR)) ||
+	    h->error < 0 || h->error > WIRE_MAX_ERRNO ||
 	    h->serviced > h->size || (h->kind == WIRE_REQUEST && h->error != 0))
 		return WIRE_BAD_FIELD;
 	return (int64_t)(WIRE_HEADER_LEN + h->target_len + h->data_len);

@@ -1195,13 +1195,72 @@ static int replica_reset_now(void)
 	struct sync_req s = { .r = { .op = X_CONTROL, .name = "", .done = sync_done } };
 	pthread_mutex_init(&s.lock, NULL);
 	pthread_cond_init(&s.cond, NULL);
-	cache_engine_replica_reset(blk.engine, &s.r, "");
+	cache_engine_replica_reset(blk.engine, &s.r, "", 0);
 	pthread_mutex_lock(&s.lock);
 	while (!s.done)
 		pthread_cond_wait(&s.cond, &s.lock);
 	pthread_mutex_unlock(&s.lock);
 	return s.r.served ? 0 : (s.r.error ? s.r.error : -1);
 }
+
+/* A reset of the primary's EPOCH (XF_TAG: its low 16 bits). */
+static int replica_reset_at(uint64_t epoch)
+{
+	struct sync_req s = { .r = { .op = X_CONTROL, .name = "", .done = sync_done,
+				     .flags = XF_MIRROR | (uint32_t)(epoch & 0xffff) << XF_TAG_SHIFT } };
+	pthread_mutex_init(&s.lock, NULL);
+	pthread_cond_init(&s.cond, NULL);
+	cache_engine_replica_reset(blk.engine, &s.r, "", epoch);
+	pthread_mutex_lock(&s.lock);
+	while (!s.done)
+		pthread_cond_wait(&s.cond, &s.lock);
+	pthread_mutex_unlock(&s.lock);
+	return s.r.served ? 0 : (s.r.error ? s.r.error : -1);
+}
+
+/* replica.c: what the primary made before its last reset, come after it
+ * (held on the way), is refused: a mirror write or clean of an older tag
+ * (it would land over, or drop, a newer write's copy), a reset older than
+ * the last in its run (it would drop what was mirrored since). */
+START_TEST(replica_refuses_what_the_primary_made_before_its_reset)
+{
+	setup_replica = true;
+	setup_with(1u << 20, 16, CACHE_WRITEBACK);
+	static unsigned char buf[BKT_SIZE];
+	uint32_t run5 = XF_MIRROR, tag10 = run5 | 10u << XF_TAG_SHIFT;
+	ck_assert_int_eq(replica_reset_at(5ull << 32 | 10), 0);
+	memset(buf, 'N', sizeof(buf));
+	ck_assert_int_eq(run_req(X_WRITE, tag10, "o", 0, BKT_SIZE, buf, NULL, NULL), 0);
+	memset(buf, 'O', sizeof(buf));
+	ck_assert_int_eq(run_req(X_WRITE, run5 | 9u << XF_TAG_SHIFT, "o", 0, BKT_SIZE, buf, NULL,
+				 NULL), ESTALE);
+	/* a clean made before the reset would drop the newer write's copy */
+	ck_assert_int_eq(run_req(CACHE_OP_MIRROR_CLEAN, run5 | 9u << XF_TAG_SHIFT, "o", 0, BKT_SIZE,
+				 NULL, NULL, NULL), ESTALE);
+	struct cache_stats st;
+	cache_engine_stats(blk.engine, &st);
+	ck_assert_uint_eq(st.dirty_bytes, BKT_SIZE);
+	/* "mirror-reset @5.9": older than @5.a, it keeps what @5.a let in */
+	uint64_t epoch;
+	const char *marker;
+	ck_assert(cache_replica_reset_args("@5.9 m-1", &epoch, &marker));
+	ck_assert_uint_eq(epoch, 5ull << 32 | 9);
+	ck_assert_str_eq(marker, "m-1");
+	ck_assert_int_eq(replica_reset_at(epoch), ESTALE);
+	ck_assert(!cache_replica_reset_args("@5.9x", &epoch, &marker));
+	ck_assert_int_eq(replica_reset_at(5ull << 32 | 10), ESTALE);
+	cache_engine_stats(blk.engine, &st);
+	ck_assert_uint_eq(st.dirty_bytes, BKT_SIZE);
+	/* a newer one, and one of another run (a primary restarted), drop */
+	ck_assert_int_eq(replica_reset_at(5ull << 32 | 11), 0);
+	ck_assert(cache_engine_clean(blk.engine));
+	ck_assert_int_eq(run_req(X_WRITE, run5 | 11u << XF_TAG_SHIFT, "o", 0, BKT_SIZE, buf, NULL,
+				 NULL), 0);
+	ck_assert_int_eq(replica_reset_at(2ull << 32 | 3), 0);
+	ck_assert(cache_engine_clean(blk.engine));
+	teardown();
+}
+END_TEST
 
 START_TEST(replica_reset_drops_writes_under_way)
 {
@@ -3280,6 +3339,7 @@ int main(void)
 	tcase_add_loop_test(threads, threads_share_a_small_cache_consistently, 0, 4);
 	tcase_add_test(threads, readers_of_a_hot_object_see_whole_acknowledged_writes);
 	tcase_add_test(threads, policy_switch_under_writes_leaves_nothing_dirty);
+	tcase_add_test(threads, replica_refuses_what_the_primary_made_before_its_reset);
 	tcase_add_test(threads, replica_reset_drops_writes_under_way);
 	tcase_add_test(threads, replica_reset_drops_a_write_queued_behind_its_object);
 	tcase_add_test(threads, wait_writes_ends_when_the_last_write_left_meanwhile);

@@ -296,7 +296,10 @@ static void mir_serve(void *arg)
 	unsigned long long off, len;
 	if (!strcmp(text, "mirror-reset") || !strncmp(text, "mirror-reset ", 13)) {
 		atomic_fetch_add(&mir.resets, 1);
-		cache_engine_replica_reset(replica, &m->r, text[12] ? text + 13 : "");
+		const char *marker;
+		uint64_t epoch;
+		ck_assert(cache_replica_reset_args(text[12] ? text + 13 : "", &epoch, &marker));
+		cache_engine_replica_reset(replica, &m->r, marker, epoch);
 	} else if (sscanf(text, "mirror-clean %llu %llu", &off, &len) == 2) {
 		m->r.op = CACHE_OP_MIRROR_CLEAN;
 		m->r.offset = off;
@@ -581,7 +584,7 @@ static void areq_start(void *arg)
 	struct areq *a = arg;
 	uint32_t op = a->r.op;
 	if (op == OP_RESET)
-		cache_engine_replica_reset(a->e, &a->r, "");
+		cache_engine_replica_reset(a->e, &a->r, "", 0);
 	else if (op == OP_PROMOTE)
 		cache_engine_promote(a->e, &a->r, true);   /* forced: the marker unread */
 	else if (op == OP_PROMOTE_CHECKED)

@@ -70,7 +70,7 @@ struct glue_req {
 	struct cache_req req;
 	struct xseg_request *xreq;
 	struct glue_bio lent;      /* xreq itself as a blocker request */
-	char control[64 + MARKER_NAME_MAX];   /* "mirror-reset NAME" the longest */
+	char control[64 + MARKER_NAME_MAX];   /* "mirror-reset @RUN.COUNT NAME" the longest */
 	uint64_t replica_tag;      /* --replica: set as accepted (on_accept) */
 	uint64_t write_back_gen;   /* a switch to write-through: C's when it began */
 	char copy_src[XSEG_MAX_TARGETLEN + 1];
@@ -220,15 +220,17 @@ static bool replica_control(struct glue_req *g)
 	unsigned long long off, len;
 	char end;
 	if (!strcmp(g->control, "mirror-reset") || !strncmp(g->control, "mirror-reset ", 13)) {
-		const char *marker = g->control[12] ? g->control + 13 : "";
-		if (*marker && !cached_marker_name_ok(marker)) {
+		const char *marker;
+		uint64_t epoch;
+		if (!cache_replica_reset_args(g->control[12] ? g->control + 13 : "", &epoch, &marker) ||
+		    (*marker && !cached_marker_name_ok(marker))) {
 			peer_warn("bad mirror-reset '%s': not a marker name", g->control);
 			respond(x, false, EINVAL, 0);
 			return true;
 		}
 		peer_log(PEER_LOG_INFO, "the primary resets the replica: dropping what it holds "
 			 "(its marker: %s)", *marker ? marker : "none");
-		cache_engine_replica_reset(C.engine, r, marker);
+		cache_engine_replica_reset(C.engine, r, marker, epoch);
 		return true;
 	}
 	if (strncmp(g->control, "mirror-clean ", 13))

@@ -8,6 +8,7 @@
  * engine_private.h.
  */
 #include <ctype.h>
+#include <unistd.h>
 
 #include "engine_private.h"
 
@@ -341,6 +342,7 @@ static void engine_free(struct cache_engine *e)
 	pthread_mutex_destroy(&e->backoff_lock);
 	pthread_mutex_destroy(&e->mirror_lock);
 	pthread_mutex_destroy(&e->marker_lock);
+	pthread_mutex_destroy(&e->reset_lock);
 	engine_counts_free(e);
 	free(e);
 }
@@ -531,10 +533,15 @@ struct cache_engine *cache_engine_create(const struct cache_config *cfg,
 	/* a primary writes through until its replica answers a reset */
 	atomic_init(&e->mirror_state, cfg->mirror ? MIRROR_CONNECTING : MIRROR_OFF);
 	/* not where a previous run of this primary began */
-	atomic_init(&e->mirror_tag, (uint32_t)now_ns() & 0xffff);
+	uint64_t t = now_ns();
+	atomic_init(&e->mirror_tag, (uint32_t)t);
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	e->mirror_run = (uint32_t)(ts.tv_nsec ^ ts.tv_sec ^ (uint64_t)getpid() << 16 ^ t >> 32);
 	e->mirror_state_said = MIRROR_OFF;
 	e->written_back = cfg->mirror ? mirror_written_back : NULL;
 	pthread_mutex_init(&e->mirror_lock, NULL);
+	pthread_mutex_init(&e->reset_lock, NULL);
 	CDS_INIT_LIST_HEAD(&e->mirror_out);
 	marker_init(e);
 	atomic_init(&e->replica, cfg->replica);

@@ -318,9 +318,12 @@ struct cache_engine {
 	_Atomic int mirror_state;          /* enum mirror_state */
 	_Atomic bool reset_out;            /* a mirror-reset is out */
 	_Atomic uint64_t next_reset_ns;    /* not before this */
-	/* XF_TAG of the last reset sent; each request carries the one of its
-	 * making (mirror_op.flags): the replica refuses the older ones */
+	/* the count of the resets sent (from a random start) and this run's
+	 * id: a reset's epoch. Each request carries the count's low 16 bits
+	 * of its making (XF_TAG, mirror_op.flags): the replica refuses the
+	 * older ones */
 	_Atomic uint32_t mirror_tag;
+	uint32_t mirror_run;
 	_Atomic uint64_t degraded_since_ns;
 	_Atomic int mirror_error;
 	int mirror_state_said;             /* the glue's log: the last state it said */
@@ -354,6 +357,8 @@ struct cache_engine {
 	/* the primary's XF_TAG in its last reset (0x10000 | tag; 0: no reset
 	 * in this run): its mirror requests of another tag are refused */
 	_Atomic uint32_t primary_tag;
+	uint64_t primary_epoch;            /* of the last reset taken (reset_lock) */
+	pthread_mutex_t reset_lock;
 	struct {
 		_Atomic uint64_t writes, cleans, resets, refused;
 	} rst;

@@ -347,7 +347,7 @@ static bool enqueue(struct cache_object *o, struct cache_req *req, uint32_t firs
 	op->count = count;
 	/* the epoch it was made in: sent after a later reset (held before,
 	 * or on the way) it is refused, not taken as newer */
-	op->flags = XF_MIRROR | atomic_load(&e->mirror_tag) << XF_TAG_SHIFT;
+	op->flags = XF_MIRROR | (atomic_load(&e->mirror_tag) & 0xffff) << XF_TAG_SHIFT;
 	if (req) {
 		/* the bytes now: a later write may change the buckets first */
 		op->bio = bio_alloc(e, X_WRITE, o->name, off, size, NULL);
@@ -434,18 +434,20 @@ void mirror_tick(struct cache_engine *e)
 	if (!clean || atomic_load(&e->mst.in_flight) || atomic_load(&e->reset_out) ||
 	    now < atomic_load(&e->next_reset_ns))
 		return;
-	/* the marker's name rides along: a promote of the replica reads it */
-	char cmd[sizeof("mirror-reset ") + MARKER_NAME_MAX];
-	int n = snprintf(cmd, sizeof(cmd), "mirror-reset%s%s", e->cfg.mirror_marker ? " " : "",
+	/* a new epoch: what was made before it is refused from now on, an
+	 * earlier reset too (it may come after this one). The marker's name
+	 * rides along: a promote of the replica reads it. */
+	uint32_t count = atomic_load(&e->mirror_tag) + 1;
+	char cmd[sizeof("mirror-reset @12345678.12345678 ") + MARKER_NAME_MAX];
+	int n = snprintf(cmd, sizeof(cmd), "mirror-reset @%x.%x%s%s", e->mirror_run, count,
+			 e->cfg.mirror_marker ? " " : "",
 			 e->cfg.mirror_marker ? e->cfg.mirror_marker : "");
 	struct cache_bio *bio = bio_alloc(e, X_CONTROL, "", 0, (uint64_t)n, NULL);
 	if (!bio)
 		return;
 	memcpy(bio->data, cmd, (size_t)n);
-	/* a new epoch: what was made before it is refused from now on */
-	uint32_t tag = (atomic_load(&e->mirror_tag) + 1) & 0xffff;
-	atomic_store(&e->mirror_tag, tag);
-	bio->flags = XF_MIRROR | tag << XF_TAG_SHIFT;
+	atomic_store(&e->mirror_tag, count);
+	bio->flags = XF_MIRROR | (count & 0xffff) << XF_TAG_SHIFT;
 	bio->mirror = true;
 	bio->engine = e;
 	bio->done = reset_done;

@@ -137,19 +137,56 @@ static int keep_marker(struct cache_engine *e, const char *marker)
 	return 0;
 }
 
+bool cache_replica_reset_args(const char *args, uint64_t *epoch, const char **marker)
+{
+	unsigned run, count;
+	int used = 0;
+	*epoch = 0;
+	if (*args == '@') {
+		if (sscanf(args, "@%x.%x%n", &run, &count, &used) != 2 ||
+		    (args[used] && args[used] != ' '))
+			return false;
+		*epoch = (uint64_t)run << 32 | count;
+		args += used + (args[used] == ' ');
+	}
+	*marker = args;
+	return true;
+}
+
+/* epoch is older than (or the same as) the reset taken last in its run
+ * (reset_lock). Another run's is a primary restarted: taken. */
+static bool stale_reset(struct cache_engine *e, uint64_t epoch)
+{
+	uint64_t last = e->primary_epoch;
+	return epoch && last && epoch >> 32 == last >> 32 &&
+	       (int32_t)((uint32_t)epoch - (uint32_t)last) <= 0;
+}
+
 void cache_engine_replica_reset(struct cache_engine *e, struct cache_req *req,
-				const char *marker)
+				const char *marker, uint64_t epoch)
 {
 	req_init(e, req);
 	if (!is_replica(e)) {
 		finish(e, req, false, EPERM, 0);   /* promoted: its data is the path's */
 		return;
 	}
+	/* one reset at a time, from its check until its drops are queued: a
+	 * stale one that passed must not list what a newer one let in */
+	pthread_mutex_lock(&e->reset_lock);
+	if (stale_reset(e, epoch)) {
+		pthread_mutex_unlock(&e->reset_lock);
+		COUNT_ADD(e, rst.refused, 1);
+		finish(e, req, false, ESTALE, 0);   /* the primary gave it up */
+		return;
+	}
 	int rc = keep_marker(e, marker ? marker : "");
 	if (rc) {
+		pthread_mutex_unlock(&e->reset_lock);
 		finish(e, req, false, rc, 0);   /* the primary stays degraded */
 		return;
 	}
+	if (epoch)
+		e->primary_epoch = epoch;
 	atomic_store(&e->replica_unsure, false);   /* what it held goes below */
 	/* the primary's epoch from now: what it made before is refused */
 	atomic_store(&e->primary_tag, 0x10000u | XF_TAG(req->flags));
@@ -160,6 +197,7 @@ void cache_engine_replica_reset(struct cache_engine *e, struct cache_req *req,
 	atomic_fetch_add(&e->reset_epoch, 1);
 	struct barrier *b = barrier_new(e, req, reset_then);
 	if (!b) {
+		pthread_mutex_unlock(&e->reset_lock);
 		finish(e, req, false, ENOMEM, 0);
 		return;
 	}
@@ -183,6 +221,7 @@ void cache_engine_replica_reset(struct cache_engine *e, struct cache_req *req,
 		it->o = snap[i];   /* the snapshot's reference, dropped by reset_job */
 		obj_enqueue(snap[i], &it->work, reset_job, it);
 	}
+	pthread_mutex_unlock(&e->reset_lock);
 	free(snap);
 	barrier_arrive(b, 0);
 }

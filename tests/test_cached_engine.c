@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 #include <urcu.h>
 
@@ -1102,7 +1103,48 @@ END_TEST
  * and what stayed dirty would be read stale there, and written back later
  * over newer bytes. */
 static _Atomic bool switch_stop, switch_pause;
-static _Atomic int switch_paused;
+/* The writers wait in their pause, and the main thread for them, asleep
+ * (switch_lock, switch_cond) rather than spinning in sched_yield: five
+ * spinning threads took CPU time from the ones with work to do (the
+ * reset case under ASan, run beside the spinning one: 30 s against 38). */
+static pthread_mutex_t switch_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t switch_cond = PTHREAD_COND_INITIALIZER;
+static _Atomic int switch_paused;   /* changed under switch_lock */
+
+/* Pauses the writers (or lets them go on), or stops them. */
+static void switch_set(_Atomic bool *flag, bool on)
+{
+	pthread_mutex_lock(&switch_lock);
+	atomic_store(flag, on);
+	pthread_cond_broadcast(&switch_cond);
+	pthread_mutex_unlock(&switch_lock);
+}
+
+/* Until `n` writers are in their pause. */
+static void switch_wait_paused(int n)
+{
+	pthread_mutex_lock(&switch_lock);
+	while (atomic_load(&switch_paused) != n)
+		pthread_cond_wait(&switch_cond, &switch_lock);
+	pthread_mutex_unlock(&switch_lock);
+}
+
+/* Whether round r of `rounds` runs: all of them, unless SWITCH_BUDGET_S
+ * have passed since `t0`. A round waits three times for the writers (to
+ * pause, for the switch or reset, to go on), each a wake-up that waits
+ * for a CPU the writers keep busy: the rounds' time is the machine's
+ * load. Under ASan on two shared CPUs 1500 resets took 15 s alone, 30 to
+ * 60 s beside one more run of the case and up to 113 s beside two, every
+ * round going on (the longest 1.3 s): past Check's 120 s once in CI. The
+ * budget bounds the rounds, not a round: one that never ends (a switch,
+ * a reset or a write never answered) still fails the case by timeout. */
+#define SWITCH_BUDGET_S 45
+static bool switch_round_runs(unsigned r, unsigned rounds, const struct timespec *t0)
+{
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return r < rounds && now.tv_sec - t0->tv_sec < SWITCH_BUDGET_S;
+}
 
 static void *switch_writer(void *arg)
 {
@@ -1122,10 +1164,14 @@ static void *switch_writer(void *arg)
 		void *taken = cache_engine_write_begin(blk.engine);
 		if (atomic_load(&switch_pause)) {
 			cache_engine_write_end(taken);
+			pthread_mutex_lock(&switch_lock);
 			atomic_fetch_add(&switch_paused, 1);
+			pthread_cond_broadcast(&switch_cond);
 			while (atomic_load(&switch_pause) && !atomic_load(&switch_stop))
-				sched_yield();
+				pthread_cond_wait(&switch_cond, &switch_lock);
 			atomic_fetch_sub(&switch_paused, 1);
+			pthread_cond_broadcast(&switch_cond);
+			pthread_mutex_unlock(&switch_lock);
 			continue;
 		}
 		cache_engine_submit(blk.engine, &s.r);
@@ -1150,9 +1196,11 @@ START_TEST(policy_switch_under_writes_leaves_nothing_dirty)
 	atomic_store(&switch_paused, 0);
 	for (int i = 0; i < WRITERS; i++)
 		pthread_create(&t[i], NULL, switch_writer, (void *)(intptr_t)i);
-	unsigned seed = 7, missed = 0, rounds = 1500;
+	unsigned seed = 7, missed = 0, rounds = 1500, r;
 	uint64_t missed_bytes = 0;
-	for (unsigned r = 0; r < rounds; r++) {
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (r = 0; switch_round_runs(r, rounds, &t0); r++) {
 		struct sync_req s = { .r = { .op = X_CONTROL, .name = "", .done = sync_done } };
 		pthread_mutex_init(&s.lock, NULL);
 		pthread_cond_init(&s.cond, NULL);
@@ -1162,9 +1210,8 @@ START_TEST(policy_switch_under_writes_leaves_nothing_dirty)
 		ck_assert(switch_to_writethrough());
 		/* Answered: no write may make a bucket dirty any more. Let the
 		 * writes under way end, then look. */
-		atomic_store(&switch_pause, true);
-		while (atomic_load(&switch_paused) < WRITERS)
-			sched_yield();
+		switch_set(&switch_pause, true);
+		switch_wait_paused(WRITERS);
 		struct cache_stats st;
 		cache_engine_stats(blk.engine, &st);
 		if (!cache_engine_clean(blk.engine)) {
@@ -1172,13 +1219,14 @@ START_TEST(policy_switch_under_writes_leaves_nothing_dirty)
 			missed_bytes += st.dirty_bytes;
 			ck_assert_int_eq(do_flush(), 0);   /* start the next round clean */
 		}
-		atomic_store(&switch_pause, false);
+		switch_set(&switch_pause, false);
+		switch_wait_paused(0);   /* every writer on its way again */
 	}
-	atomic_store(&switch_stop, true);
+	switch_set(&switch_stop, true);
 	for (int i = 0; i < WRITERS; i++)
 		pthread_join(t[i], NULL);
 	ck_assert_msg(missed == 0, "%u of %u switches to write-through answered while a write "
-		      "left %" PRIu64 " dirty bytes in all", missed, rounds, missed_bytes);
+		      "left %" PRIu64 " dirty bytes in all", missed, r, missed_bytes);
 	teardown();
 }
 END_TEST
@@ -1273,14 +1321,15 @@ START_TEST(replica_reset_drops_writes_under_way)
 	atomic_store(&switch_paused, 0);
 	for (int i = 0; i < WRITERS; i++)
 		pthread_create(&t[i], NULL, switch_writer, (void *)(intptr_t)i);
-	unsigned seed = 11, missed = 0, rounds = 1500;
+	unsigned seed = 11, missed = 0, rounds = 1500, r;
 	uint64_t missed_bytes = 0;
-	for (unsigned r = 0; r < rounds; r++) {
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (r = 0; switch_round_runs(r, rounds, &t0); r++) {
 		usleep((useconds_t)(rand_r(&seed) % 200));
-		atomic_store(&switch_pause, true);   /* nothing sent from here on */
+		switch_set(&switch_pause, true);   /* nothing sent from here on */
 		ck_assert_int_eq(replica_reset_now(), 0);
-		while (atomic_load(&switch_paused) < WRITERS)
-			sched_yield();
+		switch_wait_paused(WRITERS);
 		if (!cache_engine_clean(blk.engine)) {
 			struct cache_stats st;
 			cache_engine_stats(blk.engine, &st);
@@ -1288,16 +1337,15 @@ START_TEST(replica_reset_drops_writes_under_way)
 			missed_bytes += st.dirty_bytes;
 			ck_assert_int_eq(replica_reset_now(), 0);   /* the next round clean */
 		}
-		atomic_store(&switch_pause, false);
-		while (atomic_load(&switch_paused) > 0)
-			sched_yield();
+		switch_set(&switch_pause, false);
+		switch_wait_paused(0);
 	}
-	atomic_store(&switch_stop, true);
+	switch_set(&switch_stop, true);
 	for (int i = 0; i < WRITERS; i++)
 		pthread_join(t[i], NULL);
 	ck_assert_int_eq(replica_reset_now(), 0);   /* the writes after the last round */
 	ck_assert_msg(missed == 0, "%u of %u mirror-resets answered while a write sent before "
-		      "them stayed, %" PRIu64 " bytes in all", missed, rounds, missed_bytes);
+		      "them stayed, %" PRIu64 " bytes in all", missed, r, missed_bytes);
 	teardown();
 }
 END_TEST

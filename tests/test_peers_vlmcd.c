@@ -579,6 +579,70 @@ static int blocker_flushes(struct xseg_request **out, int max, unsigned wait_ms)
 	return n;
 }
 
+/* A FLUSH of "vol" whose one part, a FLUSH with no target (everything the
+ * blocker holds), is answered err. */
+static void flush_all_part(int err)
+{
+	struct pt_req r = { .op = X_FLUSH, .target = "vol" };
+	struct xseg_request *flush = pt_submit(seg, CLIENT, VLMCD, &r);
+	ck_assert_ptr_nonnull(flush);
+	struct xseg_request *p = blocker_accept(BLOCKER, TIMEOUT);
+	ck_assert_msg(p != NULL, "the FLUSH sent nothing to the blocker");
+	ck_assert_uint_eq(p->op, X_FLUSH);
+	ck_assert_msg(p->targetlen == 0, "a FLUSH of one object, not of everything");
+	ck_assert_msg(blocker_accept(BLOCKER, 100) == NULL, "more than one part");
+	blocker_answer(p, BLOCKER, err);
+	ck_assert_ptr_eq(pt_receive(seg, CLIENT, TIMEOUT), flush);
+	ck_assert_uint_eq(flush->result, err ? XR_FAILED : XR_SERVED);
+	ck_assert_int_eq(flush->error, err);
+	xseg_put_request(seg, flush);
+}
+
+/* The test plays the blocker, past vlmcd's first FLUSH of "vol". */
+static void setup_fake_flushed(void)
+{
+	setup_fake();
+	flush_all_part(0);
+}
+
+/* vlmcd keeps the objects written since the last FLUSH in memory: a new
+ * one cannot know what the one before it acknowledged (still dirty in a
+ * cache, maybe), so its first FLUSH of a volume is a FLUSH of everything
+ * at the blocker, again after that failed; then object by object. Its
+ * empty set answered that FLUSH with nothing flushed. */
+START_TEST(first_flush_after_start)
+{
+	struct xseg_request *parts[16];
+	struct pt_req r = { .op = X_FLUSH, .target = "vol" };
+	blocker_write(OBJ * 2, 10, 0);
+	flush_all_part(EIO);
+	flush_all_part(0);      /* object 2 is covered: not flushed again */
+	struct xseg_request *flush = pt_submit(seg, CLIENT, VLMCD, &r);
+	ck_assert_ptr_eq(pt_receive(seg, CLIENT, TIMEOUT), flush);
+	ck_assert_uint_eq(flush->result, XR_SERVED);
+	xseg_put_request(seg, flush);
+	ck_assert_ptr_null(blocker_accept(BLOCKER, 50));
+	blocker_write(OBJ * 3, 10, 0);
+	flush = pt_submit(seg, CLIENT, VLMCD, &r);
+	ck_assert_int_eq(blocker_flushes(parts, 16, 300), 1);
+	ck_assert_str_eq(xseg_get_target(seg, parts[0]), "vol_0000000000000003");
+	blocker_answer(parts[0], BLOCKER, 0);
+	ck_assert_ptr_eq(pt_receive(seg, CLIENT, TIMEOUT), flush);
+	ck_assert_uint_eq(flush->result, XR_SERVED);
+	xseg_put_request(seg, flush);
+	/* another volume's first FLUSH: of everything too */
+	r.target = "small";
+	flush = pt_submit(seg, CLIENT, VLMCD, &r);
+	struct xseg_request *p = blocker_accept(BLOCKER, TIMEOUT);
+	ck_assert_ptr_nonnull(p);
+	ck_assert_uint_eq(p->targetlen, 0);
+	blocker_answer(p, BLOCKER, 0);
+	ck_assert_ptr_eq(pt_receive(seg, CLIENT, TIMEOUT), flush);
+	ck_assert_uint_eq(flush->result, XR_SERVED);
+	xseg_put_request(seg, flush);
+}
+END_TEST
+
 START_TEST(flush_fans_out)
 {
 	struct xseg_request *parts[16];
@@ -821,7 +885,8 @@ int main(void)
 	tcase_add_test(real, options);
 	tcase_add_test(real, reads_with_the_pool_taken_by_the_client);
 	tcase_add_test(pt_tcase(s, "small_pool", setup_small_pool, 45), small_request_pool);
-	TCase *fake = pt_tcase(s, "fake_blocker", setup_fake, 45);
+	tcase_add_test(pt_tcase(s, "fake_blocker_fresh", setup_fake, 45), first_flush_after_start);
+	TCase *fake = pt_tcase(s, "fake_blocker", setup_fake_flushed, 45);
 	tcase_add_test(fake, exact_split);
 	tcase_add_test(fake, flush_fans_out);
 	tcase_add_test(fake, flushes_in_order);

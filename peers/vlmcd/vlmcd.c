@@ -14,6 +14,9 @@
  * one after the other, so a FLUSH is answered only after every earlier one.
  * A FLUSH that fails puts all its objects back into the bitmap: the next
  * FLUSH (a client's retry) flushes them again, never SERVED without them.
+ * The bitmap is in memory only: a volume's first FLUSH after start is one
+ * FLUSH with no target (everything the blocker holds), as what a vlmcd
+ * before this one acknowledged may still be dirty in a cache.
  * INFO answers the volume's configured size; INFO with no target, the
  * list of volumes and their sizes (what nbdd exports).
  *
@@ -42,6 +45,8 @@
 
 #define VOLUME_NAME_MAX PEER_VOLUME_NAME_MAX
 #define RETRY_LIMIT_NS (10ull * 1000 * 1000 * 1000)
+/* A FLUSH part with no target: everything the blocker holds. */
+#define ALL_OBJECTS UINT64_MAX
 
 struct job;
 
@@ -52,6 +57,7 @@ struct volume {
 	uint64_t nr_objects;
 	pthread_mutex_t lock;       /* guards dirty, flushing, flush_queue */
 	uint64_t *dirty;            /* bitmap: objects written since the last served FLUSH */
+	bool unsure;                /* what was written before this vlmcd began is unknown */
 	bool flushing;              /* a FLUSH of this volume is out */
 	struct job *flush_queue, **flush_tail;   /* FLUSHes waiting for it */
 };
@@ -257,7 +263,10 @@ static void redirty(struct job *job)
 	struct volume *v = job->vol;
 	for (uint64_t i = 0; i < job->nr_parts; i++) {
 		uint64_t object = job->parts[i].object;
-		v->dirty[object / 64] |= 1ull << (object % 64);
+		if (object == ALL_OBJECTS)
+			v->unsure = true;
+		else
+			v->dirty[object / 64] |= 1ull << (object % 64);
 	}
 }
 
@@ -338,8 +347,12 @@ static void issue(struct peer_thread *t, struct job *job)
 
 	while (job->issued < job->nr_parts && !atomic_load(&job->error)) {
 		struct part *part = &job->parts[job->issued];
-		object_name(name, job->vol, part->object);
-		struct xseg_request *r = peer_get_request(t, name, part->size);
+		bool all = part->object == ALL_OBJECTS;
+		if (all)
+			snprintf(name, sizeof(name), "(all)");
+		else
+			object_name(name, job->vol, part->object);
+		struct xseg_request *r = peer_get_request(t, all ? NULL : name, part->size);
 		if (!r) {
 			int err = errno;
 			if ((err == ENOBUFS || err == ENOMEM) && xseg_now_ns() < job->deadline_ns) {
@@ -512,24 +525,32 @@ static void serve_rw(struct peer_thread *t, struct xseg_request *req, struct vol
 	issue(t, job);
 }
 
-/* Takes the volume's dirty set into the job (called with v->lock held). */
+/*
+ * Takes the volume's dirty set into the job (called with v->lock held).
+ * While unsure (a vlmcd before this one may have acknowledged writes that
+ * are still only in a cache), one FLUSH with no target instead: the
+ * blocker's whole FLUSH covers those and the set.
+ */
 static struct job *flush_job(struct xseg_request *req, struct volume *v)
 {
 	uint64_t words = (v->nr_objects + 63) / 64, n = 0;
-	for (uint64_t w = 0; w < words; w++)
+	for (uint64_t w = 0; w < words && !v->unsure; w++)
 		n += (uint64_t)__builtin_popcountll(v->dirty[w]);
-	struct job *job = new_job(req, v, n);
+	struct job *job = new_job(req, v, v->unsure ? 1 : n);
 	if (!job)
 		return NULL;
+	if (v->unsure)
+		job->parts[0].object = ALL_OBJECTS;
 	n = 0;
 	for (uint64_t w = 0; w < words; w++) {
-		uint64_t bits = v->dirty[w];
+		uint64_t bits = v->unsure ? 0 : v->dirty[w];
 		v->dirty[w] = 0;
 		while (bits) {
 			job->parts[n++].object = w * 64 + (uint64_t)__builtin_ctzll(bits);
 			bits &= bits - 1;
 		}
 	}
+	v->unsure = false;
 	return job;
 }
 
@@ -659,6 +680,7 @@ static int init(struct peer *p)
 			peer_error("out of memory for volume %s", v->name);
 			return -1;
 		}
+		v->unsure = true;
 		peer_info("volume %s: %" PRIu64 " bytes in %" PRIu64 " objects of %" PRIu64,
 			  v->name, v->size, v->nr_objects, V.object_size);
 	}

@@ -800,6 +800,55 @@ START_TEST(unsent_flush_keeps_objects_dirty)
 }
 END_TEST
 
+/* The test plays the blocker, with a pool of 12 requests. */
+static void setup_fake_small_pool(void)
+{
+	make_segment(12);
+	ck_assert_int_eq(xseg_bind_port(seg, BLOCKER), 0);
+	start_vlmcd();
+	flush_all_part(0);
+}
+
+/* A FLUSH of more objects than the pool holds, through a blocker slow to
+ * flush each (a cache writing back): the rest of the fan-out waits for
+ * requests, part after part comes back, a new one goes out each time. It
+ * makes progress all along, so it must not fail for waiting longer than
+ * the retry limit (10 s) in all; it failed ENOBUFS once 10 s had passed
+ * since the FLUSH came, whatever came back meanwhile, and a client's
+ * retry redid every object. */
+START_TEST(slow_flush_fan_out)
+{
+	struct pt_req r = { .op = X_FLUSH, .target = "vol" };
+	for (uint64_t o = 0; o < 16; o++)
+		blocker_write(o * OBJ, 10, 0);
+	struct xseg_request *flush = pt_submit(seg, CLIENT, VLMCD, &r);
+	ck_assert_ptr_nonnull(flush);
+	struct xseg_request *p;
+	int got = 0, answered = 0;
+	uint64_t start = xseg_now_ns();
+	while (answered < 16 && !client_has_reply(0)) {
+		if ((p = blocker_accept(BLOCKER, 200)) != NULL) {
+			ck_assert_uint_eq(p->op, X_FLUSH);
+			got++;
+			/* one object flush every 2.5 s while some are yet to come */
+			struct xseg_port_info pi;
+			ck_assert_int_eq(xseg_port_info(seg, BLOCKER, &pi), 0);
+			if (got + (int)pi.request_depth < 16)
+				usleep(2500 * 1000);
+			blocker_answer(p, BLOCKER, 0);
+			answered++;
+		}
+	}
+	ck_assert_ptr_eq(pt_receive(seg, CLIENT, TIMEOUT), flush);
+	ck_assert_msg(flush->result == XR_SERVED, "FLUSH failed (%s) after %d of 16 object "
+		      "flushes, each answered", strerror(flush->error), answered);
+	ck_assert_int_eq(answered, 16);
+	/* else this proved nothing */
+	ck_assert_msg(xseg_now_ns() - start > 10500000000ull, "the fan-out took less than 10 s");
+	xseg_put_request(seg, flush);
+}
+END_TEST
+
 /* Requests for --blocker-port follow its route: a cache plugged in front. */
 START_TEST(follows_routes)
 {
@@ -886,6 +935,8 @@ int main(void)
 	tcase_add_test(real, reads_with_the_pool_taken_by_the_client);
 	tcase_add_test(pt_tcase(s, "small_pool", setup_small_pool, 45), small_request_pool);
 	tcase_add_test(pt_tcase(s, "fake_blocker_fresh", setup_fake, 45), first_flush_after_start);
+	tcase_add_test(pt_tcase(s, "fake_blocker_small_pool", setup_fake_small_pool, 60),
+		       slow_flush_fan_out);
 	TCase *fake = pt_tcase(s, "fake_blocker", setup_fake_flushed, 45);
 	tcase_add_test(fake, exact_split);
 	tcase_add_test(fake, flush_fans_out);

@@ -30,7 +30,8 @@
  * Everything goes to --blocker-port through the runtime's peer_send, so a
  * cache can be routed in between (xseg plug) without vlmcd knowing. When
  * the request pool or the heap is empty, the rest of a split is retried
- * (peer_defer) for up to RETRY_LIMIT_NS, then the request fails.
+ * (peer_defer) for up to RETRY_LIMIT_NS since its last part went out, then
+ * the request fails.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -392,6 +393,9 @@ static void issue(struct peer_thread *t, struct job *job)
 			break;
 		}
 		job->issued++;
+		/* Progress: the retry limit counts from the last part out, or a
+		 * FLUSH of many objects through a slow cache failed midway. */
+		job->deadline_ns = xseg_now_ns() + RETRY_LIMIT_NS;
 	}
 	job_put(t, job);   /* the issuer's reference */
 }

@@ -12,7 +12,8 @@
  *   WRITE   pwrite of the full size; XF_FUA: fdatasync before the answer
  *   FLUSH   fdatasync of every object written since the last FLUSH (or only
  *           the named object, if the FLUSH names one), then the answer.
- *           Writes are not synced one by one.
+ *           Writes are not synced one by one. The first FLUSH after start
+ *           is preceded by a syncfs: an earlier filed's writes are in no set.
  *   DELETE  unlink; ENOENT when missing
  *   INFO    struct xseg_reply_info with the file's size (0 when missing)
  *   COPY    the target becomes a copy of the source the payload names
@@ -54,6 +55,7 @@ struct filed {
 	struct obj_set dirty;            /* objects written since the last FLUSH */
 	pthread_mutex_t flush_lock;      /* one FLUSH at a time: a later FLUSH
 					  * returns only after an earlier one */
+	bool unsure;                     /* under flush_lock: no FLUSH served yet */
 };
 
 static struct filed F = {
@@ -207,28 +209,49 @@ static int sync_list(struct obj_name *list)
 	return err;
 }
 
+/*
+ * Under flush_lock. The set is in memory only: what an earlier filed wrote
+ * under --dir (killed, or stopped with writes never flushed) is in the page
+ * cache, maybe dirty, and in no set. The first FLUSH syncs the whole file
+ * system once (syncfs), else it was answered with those bytes not durable.
+ */
+static int sync_earlier(void)
+{
+	if (!F.unsure)
+		return 0;
+	if (syncfs(F.dirfd) < 0) {
+		int err = errno;
+		peer_error("FLUSH: syncfs of %s: %s", F.dir, strerror(err));
+		return err;
+	}
+	F.unsure = false;
+	return 0;
+}
+
 static int flush_all(void)
 {
 	pthread_mutex_lock(&F.flush_lock);
+	int early = sync_earlier();
 	pthread_mutex_lock(&F.dirty_lock);
 	struct obj_name *list = obj_set_take_all(&F.dirty);
 	pthread_mutex_unlock(&F.dirty_lock);
 	int err = sync_list(list);
 	int e = sync_dir();
 	pthread_mutex_unlock(&F.flush_lock);
-	return err ? err : e;
+	return early ? early : err ? err : e;
 }
 
 static int flush_one(const char *name, size_t len)
 {
 	pthread_mutex_lock(&F.flush_lock);
+	int early = sync_earlier();
 	pthread_mutex_lock(&F.dirty_lock);
 	struct obj_name *n = obj_set_remove(&F.dirty, name, len);
 	pthread_mutex_unlock(&F.dirty_lock);
 	int err = sync_list(n);
 	int e = sync_dir();
 	pthread_mutex_unlock(&F.flush_lock);
-	return err ? err : e;
+	return early ? early : err ? err : e;
 }
 
 /* After a write: durable now (FUA) or at the next FLUSH. */
@@ -545,6 +568,7 @@ static int init(struct peer *p)
 		F.fd_cache = fit;
 	}
 	obj_set_init(&F.dirty);
+	F.unsure = true;
 	peer_info("objects under %s", F.dir);
 	return 0;
 }

@@ -176,44 +176,36 @@ void marker_tick(struct cache_engine *e)
 	marker_switches(e);
 }
 
+/* Under marker_lock: whether req's answer must wait, on which list. */
+static struct cache_req **held_list(struct cache_engine *e, const struct cache_req *req)
+{
+	if (req->switching)
+		return switch_may_go(e) ? NULL : &e->switch_held;
+	return mirror_down(e) && e->marker_written != MARKER_DEGRADED ? &e->marker_held : NULL;
+}
+
 /* The engine's answer_gate: true when req's answer waits here. The state
  * is read again under the lock, as marker_mirrored and marker_written
  * take the list under it: an answer is never left behind. */
 static bool hold_answer(struct cache_engine *e, struct cache_req *req, uint64_t serviced)
 {
-	if (req->switching) {
-		bool held = false;
-		pthread_mutex_lock(&e->marker_lock);
-		if (!switch_may_go(e)) {
-			req->serviced = serviced;
-			req->next_held = e->switch_held;
-			e->switch_held = req;
-			held = true;
-		}
-		pthread_mutex_unlock(&e->marker_lock);
-		if (held) {
-			COUNT_ADD(e, marker_held_total, 1);
-			marker_send(e);
-		}
-		return held;
-	}
-	if (req->on_replica || (req->op != X_WRITE && req->op != X_DELETE && req->op != X_COPY) ||
-	    !mirror_down(e))
-		return false;
-	bool held = false;
+	if (!req->switching &&
+	    (req->on_replica || (req->op != X_WRITE && req->op != X_DELETE && req->op != X_COPY) ||
+	     !mirror_down(e)))
+		return false;   /* the common case, without the lock */
 	pthread_mutex_lock(&e->marker_lock);
-	if (mirror_down(e) && e->marker_written != MARKER_DEGRADED) {
+	struct cache_req **list = held_list(e, req);
+	if (list) {
 		req->serviced = serviced;
-		req->next_held = e->marker_held;
-		e->marker_held = req;
-		held = true;
+		req->next_held = *list;
+		*list = req;
 	}
 	pthread_mutex_unlock(&e->marker_lock);
-	if (held) {
+	if (list) {
 		COUNT_ADD(e, marker_held_total, 1);
 		marker_send(e);
 	}
-	return held;
+	return list != NULL;
 }
 
 void marker_init(struct cache_engine *e)

@@ -107,6 +107,37 @@ start_primary() {
 	wait_bound 3
 }
 
+# xq SEGMENT PORT TARGET_PORT [xreq options]
+xq() { "$BIN/xreq" --segment "$1" --port "$2" --target-port "$3" "${@:4}"; }
+
+# held_heap_start: both segments (B's heap only 8M), every peer, the
+# primary mirrored; then B's heap held by a client's 2M + 1M writes to a
+# stopped nulld (port 7: $npid, the writers $h1 $h2), so that synapsed B
+# cannot get a buffer for a 2M mirror write and holds it, retrying.
+held_heap_start() {
+	"$BIN/xseg" create --segment "$SEG" --ports 16 --requests 1024 --heap 128M ||
+		fail "create A"
+	# B's heap: buddy blocks; 2M + 1M held leave no block for 2M of data
+	"$BIN/xseg" create --segment "$SEGB" --ports 16 --requests 1024 --heap 8M ||
+		fail "create B"
+	start_blocker_b
+	start_replica
+	start_listener
+	start_blocker_a
+	start_sender
+	start_primary
+	wait_state mirrored 10
+	"$BIN/nulld" --segment "$SEGB" --port 7 2> "$DIR/nulld.log" & npid=$!; pids+=($npid)
+	wait_bound_in "$SEGB" 7
+	echo "--- B's heap held"
+	kill -STOP "$npid"
+	xq "$SEGB" 12 7 --op write --target hold1 --size 2M --data H --timeout 60 \
+		> "$DIR/hold1.out" 2>&1 & h1=$!
+	xq "$SEGB" 13 7 --op write --target hold2 --size 1M --data H --timeout 60 \
+		> "$DIR/hold2.out" 2>&1 & h2=$!
+	sleep 0.5
+}
+
 # mirror_start: both segments, B's side first, then A's; returns once the
 # primary is mirrored.
 mirror_start() {

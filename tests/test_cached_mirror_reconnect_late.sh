@@ -29,28 +29,7 @@ start_sender() {
 	wait_bound 5
 }
 
-"$BIN/xseg" create --segment "$SEG" --ports 16 --requests 1024 --heap 128M || fail "create A"
-# B's heap: buddy blocks; 2M + 1M held leave no block for 2M of data
-"$BIN/xseg" create --segment "$SEGB" --ports 16 --requests 1024 --heap 8M || fail "create B"
-start_blocker_b
-start_replica
-start_listener
-start_blocker_a
-start_sender
-start_primary
-wait_state mirrored 10
-"$BIN/nulld" --segment "$SEGB" --port 7 2> "$DIR/nulld.log" & npid=$!; pids+=($npid)
-wait_bound_in "$SEGB" 7
-
-xq() { "$BIN/xreq" --segment "$1" --port "$2" --target-port "$3" "${@:4}"; }
-
-echo "--- B's heap held"
-kill -STOP "$npid"
-xq "$SEGB" 12 7 --op write --target hold1 --size 2M --data H --timeout 60 > "$DIR/hold1.out" 2>&1 &
-h1=$!
-xq "$SEGB" 13 7 --op write --target hold2 --size 1M --data H --timeout 60 > "$DIR/hold2.out" 2>&1 &
-h2=$!
-sleep 0.5
+held_heap_start
 
 echo "--- W1: 2M of 'A' at 0, through the primary; the link cut once B holds it"
 xq "$SEG" 10 3 --op write --target obj --size 2M --data A --timeout 30 > "$DIR/w1.out" 2>&1 &

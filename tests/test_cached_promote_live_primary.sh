@@ -14,7 +14,6 @@ SEG_PREFIX=cached-promote-live
 . "$(dirname "$0")/cached_mirror_lib.sh"
 
 mirror_start
-xq() { "$BIN/xreq" --segment "$1" --port "$2" --target-port "$3" "${@:4}"; }
 
 out=$(xq "$SEG" 10 3 --op write --target obj --size 4K --data A --timeout 30)
 [ "${out%% *}" = SERVED ] || fail "W1: $out"

@@ -672,6 +672,11 @@ static bool write_back_all(uint64_t deadline)
 			 "written to port %u, %" PRIu64 " requests to it unanswered (%s)",
 			 (xseg_now_ns() - start) / 1000000000, st.dirty_bytes, C.blocker_port,
 			 st.blocker_in_flight, strerror(d.req.error));
+		if (C.cfg.mirror && !st.dirty_bytes)   /* marker.c held the switch */
+			peer_log(PEER_LOG_ERROR, "the replica (port %u, %s) may still hold copies "
+				 "older than the blocker's: its marker '%s' on the blocker says %s",
+				 C.mirror_port, cache_mirror_state_name(st.mirror_state),
+				 st.marker_name, marker_state_name(st.marker_state));
 	}
 	return d.req.served;
 }

@@ -3330,6 +3330,65 @@ START_TEST(a_read_of_buckets_another_read_loads_is_a_miss)
 }
 END_TEST
 
+/* xseg.h's XF_FLUSH, "a flush barrier precedes this request" (filed and
+ * sosd honour it; vlmcd passes its client's flags on to its blocker): the
+ * engine ignored it, so a write-back write carrying it was answered while
+ * the writes acknowledged before it were in the cache only, and a
+ * write-through one took the blocker's barrier without the cache's dirty
+ * data. A FLUSH of everything must go first; if it fails, so does the
+ * request, undone. */
+START_TEST(a_request_with_xf_flush_follows_a_flush_of_everything)
+{
+	setup_with(1 << 20, MAX_OBJS, CACHE_WRITEBACK);
+	unsigned char a[BKT_SIZE], b[BKT_SIZE], c[BKT_SIZE], r[BKT_SIZE];
+	fill(a, sizeof(a), 111);
+	fill(b, sizeof(b), 112);
+	fill(c, sizeof(c), 113);
+	ck_assert_int_eq(do_write("xa", 0, BKT_SIZE, a), 0);   /* dirty */
+	ck_assert_int_eq(run_req(X_WRITE, XF_FLUSH, "xb", 0, BKT_SIZE, b, NULL, NULL), 0);
+	ck_assert_msg(blk_has("xa", 0, a, BKT_SIZE) && atomic_load(&blk.flushes) == 1,
+		      "a write with XF_FLUSH was answered while a write acknowledged before "
+		      "it was in the cache only (blocker FLUSHes: %d)", atomic_load(&blk.flushes));
+	ck_assert_int_eq(do_read("xb", 0, BKT_SIZE, r), 0);
+	ck_assert(!memcmp(r, b, BKT_SIZE));
+	/* its barrier fails: so does the request, undone */
+	ck_assert_int_eq(do_write("xa", 0, BKT_SIZE, c), 0);
+	atomic_store(&blk.fail_writes, 1);
+	ck_assert_int_eq(run_req(X_WRITE, XF_FLUSH, "xb", 0, BKT_SIZE, c, NULL, NULL), EIO);
+	ck_assert_int_eq(run_req(X_READ, XF_FLUSH, "xb", 0, BKT_SIZE, r, NULL, NULL), EIO);
+	atomic_store(&blk.fail_writes, 0);
+	ck_assert_int_eq(do_read("xb", 0, BKT_SIZE, r), 0);
+	ck_assert_msg(!memcmp(r, b, BKT_SIZE), "a write whose barrier failed was done");
+	/* a READ's barrier too */
+	ck_assert_int_eq(run_req(X_READ, XF_FLUSH, "xb", 0, BKT_SIZE, r, NULL, NULL), 0);
+	ck_assert(!memcmp(r, b, BKT_SIZE));
+	ck_assert(blk_has("xa", 0, c, BKT_SIZE) && blk_has("xb", 0, b, BKT_SIZE));
+	ck_assert_uint_eq(stats_now().dirty_bytes, 0);
+	teardown();
+}
+END_TEST
+
+/* The same with --persist-sync flush: the barrier is the file's sync and
+ * the blocker's FLUSH, as for a FLUSH. */
+START_TEST(persist_a_request_with_xf_flush_follows_a_sync)
+{
+	persist_dir();
+	setup_persist(ppath, 1 << 20);
+	unsigned char a[BKT_SIZE];
+	fill(a, sizeof(a), 114);
+	ck_assert_int_eq(do_write("xa", 0, BKT_SIZE, a), 0);
+	ck_assert_uint_eq(stats_now().persist_syncs, 0);
+	ck_assert_int_eq(run_req(X_WRITE, XF_FLUSH, "xb", 0, BKT_SIZE, a, NULL, NULL), 0);
+	ck_assert_msg(stats_now().persist_syncs == 1 && atomic_load(&blk.flushes) == 1,
+		      "a write with XF_FLUSH was answered before the persist file was synced "
+		      "(syncs %" PRIu64 ", blocker FLUSHes %d)", stats_now().persist_syncs,
+		      atomic_load(&blk.flushes));
+	ck_assert(switch_to_writethrough());   /* destroy wants nothing dirty */
+	teardown();
+	persist_dir_remove();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("cached_engine");
@@ -3380,6 +3439,7 @@ int main(void)
 	tcase_add_test(pc, persist_uncached_fua_write_after_a_write_back_is_not_undone);
 	tcase_add_test(pc, persist_two_records_of_one_object_recover_the_newer);
 	tcase_add_test(pc, persist_overwrites_go_on_after_a_failed_sync);
+	tcase_add_test(pc, persist_a_request_with_xf_flush_follows_a_sync);
 	suite_add_tcase(s, pc);
 	/* its own case, so that CK_RUN_CASE=threads repeats only the stress */
 	TCase *threads = tcase_create("threads");
@@ -3406,6 +3466,7 @@ int main(void)
 	tcase_add_test(rv, a_failed_load_fails_no_write_that_covers_its_buckets_whole);
 	tcase_add_test(rv, flush_of_an_object_written_without_pause_is_answered);
 	tcase_add_test(rv, a_read_of_buckets_another_read_loads_is_a_miss);
+	tcase_add_test(rv, a_request_with_xf_flush_follows_a_flush_of_everything);
 	suite_add_tcase(s, rv);
 	return xt_run(s);
 }

@@ -147,6 +147,48 @@ static void copy_then(struct barrier *b)
 		dispatch_object(e, req);
 }
 
+/* XF_FLUSH: "a flush barrier precedes this request" (xseg.h; filed and
+ * sosd honour it, vlmcd passes its client's flags on). A FLUSH of
+ * everything goes first, on a request of the engine's own; the request
+ * follows once it is answered, or fails undone with its error, as filed
+ * does. Ignored, a write-back write carrying it was answered while the
+ * writes acknowledged before it were in the cache only. */
+struct preflush {
+	struct cache_req flush;
+	struct cache_req *req;
+};
+
+static void preflush_done(struct cache_req *flush)
+{
+	struct preflush *p = (struct preflush *)((char *)flush - offsetof(struct preflush, flush));
+	struct cache_req *req = p->req;
+	bool ok = flush->served;
+	int error = flush->error ? flush->error : EIO;
+	free(p);
+	if (!ok) {
+		finish(req->engine, req, false, error, 0);
+		return;
+	}
+	req->flags &= ~XF_FLUSH;
+	cache_engine_submit(req->engine, req);
+}
+
+static bool preflush(struct cache_engine *e, struct cache_req *req)
+{
+	if (!(req->flags & XF_FLUSH) || is_replica(e) ||
+	    (req->op == X_FLUSH && !(req->name && *req->name)))   /* one already */
+		return false;
+	struct preflush *p = calloc(1, sizeof(*p));
+	if (!p) {
+		finish(e, req, false, ENOMEM, 0);
+		return true;
+	}
+	p->req = req;
+	p->flush = (struct cache_req){ .op = X_FLUSH, .name = "", .done = preflush_done };
+	cache_engine_flush_all(e, &p->flush);
+	return true;
+}
+
 void cache_engine_submit(struct cache_engine *e, struct cache_req *req)
 {
 	req_init(e, req);
@@ -160,6 +202,8 @@ void cache_engine_submit(struct cache_engine *e, struct cache_req *req)
 		finish(e, req, false, EPERM, 0);
 		return;
 	}
+	if (preflush(e, req))
+		return;
 	switch (req->op) {
 	case X_PING:
 		finish(e, req, true, 0, 0);

@@ -16,7 +16,8 @@
  * blocker write of at most max_request_size. Write-through: writes go to the
  * blocker and are answered when it has them, keeping the data VALID.
  * FLUSH (and a FUA write) is answered only after every write acknowledged
- * before it is on the blocker and the blocker's own FLUSH returned.
+ * before it is on the blocker and the blocker's own FLUSH returned; a
+ * request flagged XF_FLUSH waits for such a FLUSH of everything first.
  *
  * Ordering: an object never has two flushes in flight; a write-through
  * write waits while the buckets it covers are being flushed, so the blocker

@@ -89,8 +89,12 @@ static void flush_barrier_then(struct barrier *b)
 	 * page cache only. A policy switch (an unplug, the stop's drain, a
 	 * promote) is answered and then the path writes to the blocker past
 	 * us: a host crash must not bring back those headers, older than
-	 * what it writes. */
-	if (!error && e->persisting && e->cfg.persist_sync != PERSIST_SYNC_NONE)
+	 * what it writes. With --persist-sync none too, where write-backs
+	 * cleared headers the kernel may have written to the device on its
+	 * own: after a host crash recovery would replay those older bytes
+	 * over what this FLUSH made durable on the blocker. */
+	if (!error && e->persisting &&
+	    (e->cfg.persist_sync != PERSIST_SYNC_NONE || clears_pending(e)))
 		error = -engine_sync(e);
 	if (error) {
 		finish(e, req, false, error, 0);

@@ -311,7 +311,8 @@ struct cache_engine {
 	_Atomic uint64_t synced_below;
 	/* Headers cleared by write-backs, and of them those a sync that
 	 * succeeded made durable: while they differ, an uncached FUA write
-	 * syncs before its answer (through.c). */
+	 * syncs before its answer (through.c), and so does a FLUSH that wrote
+	 * back with --persist-sync none (barrier.c). */
 	_Atomic uint64_t written_back_clears, clears_synced;
 
 	/* --mirror-port (mirror.c) */
@@ -673,6 +674,14 @@ void mirror_tick(struct cache_engine *e);
 void mirror_written_back(struct cache_object *o, uint32_t first, uint32_t count);
 
 /* ---- replica.c: --replica ----------------------------------------------------------- */
+
+/* --persist: a header cleared by a write-back may be in the page cache
+ * only, and the header it cleared on the device (a sync, or the kernel's
+ * own write-back, put it there): a host crash would replay it. */
+static inline bool clears_pending(struct cache_engine *e)
+{
+	return atomic_load(&e->written_back_clears) != atomic_load(&e->clears_synced);
+}
 
 static inline bool is_replica(const struct cache_engine *e)
 {

@@ -145,9 +145,10 @@ static void through_done_job(struct xwork *w, void *arg)
 	 * persist file, over an older one a FLUSH may have made durable; and
 	 * a bucket written back may have its header's clear in the page cache
 	 * only. The blocker has the bytes durable: the file must hold nothing
-	 * older of them before the answer, or a host crash replays it. */
-	if ((req->flags & XF_FUA) && e->persisting && e->cfg.persist_sync != PERSIST_SYNC_NONE &&
-	    (stored_dirty || atomic_load(&e->written_back_clears) != atomic_load(&e->clears_synced))) {
+	 * older of them before the answer, or a host crash replays it: with
+	 * --persist-sync none too (the kernel writes the file's pages back
+	 * on its own, a header perhaps and not its clear). */
+	if ((req->flags & XF_FUA) && e->persisting && (stored_dirty || clears_pending(e))) {
 		int rc = engine_sync(e);
 		if (rc) {
 			ok = false;

@@ -663,6 +663,15 @@ static int init(struct peer *p)
 	    set_conf("rados_mon_op_timeout", S.op_timeout) < 0 ||
 	    set_conf("rados_osd_op_timeout", S.op_timeout) < 0)
 		goto fail;
+	/* The objecter throttles operations in flight (1024 and 100M by
+	 * default) by blocking the thread that submits: a worker, which then
+	 * answers nothing, not even a PING, and the operation's timeout only
+	 * starts once it is through (a cluster down failed requests after
+	 * several --op-timeouts). The segment's pool bounds what is in
+	 * flight already. */
+	if (set_conf("objecter_inflight_ops", UINT32_MAX) < 0 ||
+	    set_conf("objecter_inflight_op_bytes", 1ull << 50) < 0)
+		goto fail;
 	peer_info("connecting to the cluster of %s (monitors %s) as client.%s", S.conf, mons,
 		  S.id);
 	if ((rc = rados_connect(S.cluster)) < 0) {

@@ -228,12 +228,14 @@ static int sync_earlier(void)
 	return 0;
 }
 
-static int flush_all(void)
+/* FLUSH: the object `name` (len bytes), or every object (name NULL). */
+static int flush_objects(const char *name, size_t len)
 {
 	pthread_mutex_lock(&F.flush_lock);
 	int early = sync_earlier();
 	pthread_mutex_lock(&F.dirty_lock);
-	struct obj_name *list = obj_set_take_all(&F.dirty);
+	struct obj_name *list = name ? obj_set_remove(&F.dirty, name, len)
+				     : obj_set_take_all(&F.dirty);
 	pthread_mutex_unlock(&F.dirty_lock);
 	int err = sync_list(list);
 	int e = sync_dir();
@@ -241,17 +243,9 @@ static int flush_all(void)
 	return early ? early : err ? err : e;
 }
 
-static int flush_one(const char *name, size_t len)
+static int flush_all(void)
 {
-	pthread_mutex_lock(&F.flush_lock);
-	int early = sync_earlier();
-	pthread_mutex_lock(&F.dirty_lock);
-	struct obj_name *n = obj_set_remove(&F.dirty, name, len);
-	pthread_mutex_unlock(&F.dirty_lock);
-	int err = sync_list(n);
-	int e = sync_dir();
-	pthread_mutex_unlock(&F.flush_lock);
-	return early ? early : err ? err : e;
+	return flush_objects(NULL, 0);
 }
 
 /* After a write: durable now (FUA) or at the next FLUSH. */
@@ -500,7 +494,7 @@ static int serve(struct peer_thread *t, struct xseg_request *req)
 		return req->op == X_READ ? do_read(t, req, name, len, data)
 					 : do_write(t, req, name, len, data);
 	case X_FLUSH:
-		return flush_one(name, len);
+		return flush_objects(name, len);
 	case X_DELETE:
 		return do_delete(name, len);
 	case X_INFO:

@@ -14,7 +14,9 @@
 # is nulld instead of cached and filed, so what is left is nbdd and
 # vlmcd's own cost), JOBS (fio jobs, one connection each, 1; IOPS are
 # their sum), NBDD_ARGS, VLMCD_ARGS, CACHED_ARGS (more options for
-# those peers, e.g. "--threads 4"). filed keeps its data under $TMPDIR (tmpfs by default).
+# those peers, e.g. "--threads 4"), LANES (1; N > 1: vlmcd, cached and
+# nbdd each bind N lanes, nbdd's socket threads each submitting from one
+# of its own). filed keeps its data under $TMPDIR (tmpfs by default).
 # Skips (exit 0) with a message when nbdkit is missing.
 set -u
 cd "$(dirname "$0")/.."
@@ -22,7 +24,10 @@ BIN=${BIN:-$PWD/${BUILD:-build}/bin}
 export TMPDIR=${TMPDIR:-/dev/shm}
 NBDD=${NBDD:-$BIN/nbdd} ROUNDS=${ROUNDS:-3} RUNTIME=${RUNTIME:-5}
 SIZE=${SIZE:-64M} CACHE=${CACHE:-256M} DEPTH=${DEPTH:-16} BLOCKER=${BLOCKER:-cached}
-JOBS=${JOBS:-1}
+JOBS=${JOBS:-1} LANES=${LANES:-1}
+# Ports: filed 1, then vlmcd, cached (or nulld) and nbdd, LANES each.
+VPORT=2 CPORT=$((2 + LANES)) NPORT=$((2 + 2 * LANES)) LANE_OPT=()
+[ "$LANES" -gt 1 ] && LANE_OPT=(--lanes "$LANES")
 SEG=nbdd-vs-nbdkit-$$
 DATA=$(mktemp -d)
 SOCK=$DATA/nbd.sock
@@ -38,18 +43,19 @@ wait_sock() { for _ in $(seq 200); do [ -S "$SOCK" ] && return; sleep 0.05; done
 # filed, cached (write-back) and vlmcd on a fresh segment (BLOCKER=nulld:
 # nulld where cached is).
 start_path() {
-	"$BIN/xseg" create --segment "$SEG" --ports 16 --requests 2048 --heap 512M >/dev/null || exit 1
+	"$BIN/xseg" create --segment "$SEG" --ports $((NPORT + LANES > 16 ? NPORT + LANES : 16)) --requests 2048 --heap 512M >/dev/null || exit 1
 	if [ "$BLOCKER" = nulld ]; then
-		"$BIN/nulld" --segment "$SEG" --port 3 & pids+=($!)
+		"$BIN/nulld" --segment "$SEG" --port $CPORT "${LANE_OPT[@]}" & pids+=($!)
 	else
 		"$BIN/filed" --segment "$SEG" --port 1 --dir "$DATA/objects" --threads 2 & pids+=($!)
 		wait_bound 1
-		"$BIN/cached" --segment "$SEG" --port 3 --blocker-port 1 --cache-size "$CACHE" \
-			--write-policy writeback ${CACHED_ARGS:-} & pids+=($!)
+		"$BIN/cached" --segment "$SEG" --port $CPORT --blocker-port 1 --cache-size "$CACHE" \
+			--write-policy writeback "${LANE_OPT[@]}" ${CACHED_ARGS:-} & pids+=($!)
 	fi
-	wait_bound 3
-	"$BIN/vlmcd" --segment "$SEG" --port 2 --blocker-port 3 --volume vol:$SIZE ${VLMCD_ARGS:-} & pids+=($!)
-	wait_bound 2
+	wait_bound $CPORT
+	"$BIN/vlmcd" --segment "$SEG" --port $VPORT --blocker-port $CPORT --volume vol:$SIZE \
+		"${LANE_OPT[@]}" ${VLMCD_ARGS:-} & pids+=($!)
+	wait_bound $VPORT
 }
 
 stop_all() {
@@ -104,7 +110,7 @@ measure() {   # $1: name
 RES=$DATA/results
 mkdir -p "$RES"
 names=()
-echo "# fio nbd engine, unix socket, bs=4k iodepth=$DEPTH, $JOBS job(s), ${RUNTIME}s each, $SIZE, vlmcd's blocker $BLOCKER; $(uptime | sed 's/.*load/load/')"
+echo "# fio nbd engine, unix socket, bs=4k iodepth=$DEPTH, $JOBS job(s), $LANES lane(s), ${RUNTIME}s each, $SIZE, vlmcd's blocker $BLOCKER; $(uptime | sed 's/.*load/load/')"
 for round in $(seq "$ROUNDS"); do
 	echo "round $round"
 	k=0
@@ -113,7 +119,8 @@ for round in $(seq "$ROUNDS"); do
 		name="nbdd$k:$(basename "$nbdd")"
 		[ "$round" = 1 ] && names+=("$name")
 		start_path
-		"$nbdd" --segment "$SEG" --port 4 --target-port 2 --unix "$SOCK" ${NBDD_ARGS:-} & pids+=($!)
+		"$nbdd" --segment "$SEG" --port $NPORT --target-port $VPORT --unix "$SOCK" \
+			"${LANE_OPT[@]}" ${NBDD_ARGS:-} & pids+=($!)
 		wait_sock
 		srv="${pids[*]}" front=${pids[-1]}
 		measure "$name"

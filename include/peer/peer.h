@@ -324,6 +324,12 @@ int peer_send_any(struct peer *p, struct xseg_request *req, uint32_t dst,
 		  peer_reply_fn cb, void *arg);
 int peer_forward_any(struct peer *p, struct xseg_request *req, uint32_t dst,
 		     peer_reply_fn cb, void *arg);
+/* peer_get_request_any for a thread that keeps a lane of its own (nbdd's
+ * socket threads): with --lanes the request leaves from lane
+ * `lane % peer_lanes(p)` (0: peer_port()), so the peer behind sees each
+ * such thread as a client of its own and queues it apart; else as _any. */
+struct xseg_request *peer_get_request_lane(struct peer *p, unsigned lane,
+					   const char *target, uint64_t datalen);
 
 /*
  * Runs fn(t, w) later on this thread, after the next round of accepts and

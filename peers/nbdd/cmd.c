@@ -12,7 +12,9 @@
  * A small command (at most DIRECT_MAX bytes, one chunk) is sent by the
  * socket thread itself (peer_send_any): handing it to a worker cost a
  * wake-up and a thread switch per command, more than the copy. Larger ones,
- * and retries after an empty pool, go to the workers (peer_post). Replies
+ * and retries after an empty pool, go to the workers (peer_post). With
+ * --lanes a command's requests leave from its socket thread's lane, so
+ * the socket threads share no queue behind nbdd. Replies
  * come back on a worker, which queues them on the connection; they are
  * written after its round of replies, one write for all of them
  * (conn_send_batched).
@@ -217,7 +219,7 @@ static void issue(struct peer *p, struct cmd *cmd)
 		 * path's and the segment's other clients'). */
 		struct xseg_request *r = NULL;
 		if (peer_in_flight(p) < nbdd_cfg.max_path_requests)
-			r = peer_get_request_any(p, cmd->exp->name, cap);
+			r = peer_get_request_lane(p, conn_lane(cmd->conn), cmd->exp->name, cap);
 		else
 			errno = ENOBUFS;
 		if (!r) {

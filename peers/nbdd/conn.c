@@ -232,6 +232,11 @@ void conn_send_batched(struct conn *c, struct out_buf *ob, struct peer_thread *t
 	}
 }
 
+unsigned conn_lane(const struct conn *c)
+{
+	return c->loop->index;
+}
+
 void conn_get(struct conn *c)
 {
 	atomic_fetch_add(&c->refs, 1);

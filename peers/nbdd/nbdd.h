@@ -93,6 +93,9 @@ void conn_send(struct conn *c, struct out_buf *ob);
 /* Queues `ob` and writes it after worker t's round of replies (peer_defer),
  * with whatever else that round queued on c: one write for them all. */
 void conn_send_batched(struct conn *c, struct out_buf *ob, struct peer_thread *t);
+/* The index of c's socket thread: its commands leave from that lane
+ * (peer_get_request_lane), one queue per socket thread behind nbdd. */
+unsigned conn_lane(const struct conn *c);
 void conn_get(struct conn *c);
 void conn_put(struct conn *c);
 

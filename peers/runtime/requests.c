@@ -134,6 +134,12 @@ struct xseg_request *peer_get_request_any(struct peer *p, const char *target,
 	return get_request_from(p, p->cfg.port_first, target, datalen);
 }
 
+struct xseg_request *peer_get_request_lane(struct peer *p, unsigned lane,
+					   const char *target, uint64_t datalen)
+{
+	return get_request_from(p, p->cfg.port_first + lane % peer_lanes(p), target, datalen);
+}
+
 void peer_put_request(struct peer_thread *t, struct xseg_request *req)
 {
 	peer_put_request_any(t->peer, req);

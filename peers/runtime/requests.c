@@ -137,7 +137,10 @@ struct xseg_request *peer_get_request_any(struct peer *p, const char *target,
 struct xseg_request *peer_get_request_lane(struct peer *p, unsigned lane,
 					   const char *target, uint64_t datalen)
 {
-	return get_request_from(p, p->cfg.port_first + lane % peer_lanes(p), target, datalen);
+	uint32_t src = p->cfg.port_first;
+	if (p->cfg.lanes > 1)
+		src += lane % p->cfg.lanes;
+	return get_request_from(p, src, target, datalen);
 }
 
 void peer_put_request(struct peer_thread *t, struct xseg_request *req)

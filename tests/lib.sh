@@ -51,6 +51,28 @@ import json,sys
 print([p for p in json.load(sys.stdin)['port_list'] if p['port']==int(sys.argv[1])][0][sys.argv[2]])" "$1" "$2"
 }
 
+# dirty_pages FILE...: the files' pages dirty or under write-back in the
+# page cache, not yet durable (cachestat(2), Linux 6.5); "none" where the
+# kernel has no cachestat.
+dirty_pages() {
+	python3 - "$@" <<'EOF'
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+nr = {"x86_64": 451, "aarch64": 451}.get(os.uname().machine)
+total = 0
+for path in sys.argv[1:]:
+    rng = (ctypes.c_uint64 * 2)(0, 0)   # offset 0, length 0: to the end
+    cs = (ctypes.c_uint64 * 5)()        # cache, dirty, writeback, evicted, recently
+    fd = os.open(path, os.O_RDONLY)
+    if nr is None or libc.syscall(nr, fd, rng, cs, 0) != 0:
+        print("none")
+        sys.exit(0)
+    os.close(fd)
+    total += cs[1] + cs[2]
+print(total)
+EOF
+}
+
 # Waits until nobody owns port $1 (10 s at most): a killed peer's port
 # is reaped by a live peer within about 100 ms; until then routing still
 # sends there and what it queues is failed back (EHOSTDOWN).

@@ -15,23 +15,6 @@ T="timeout 60"
 SUPPORT=$(cd "$(dirname "$0")" && pwd)/support
 SOCK=$DIR/nbd.sock
 
-# dirty_pages FILE: the file's dirty pages in the page cache (cachestat,
-# Linux 6.5); "none" where the kernel has no cachestat.
-dirty_pages() {
-	python3 - "$1" <<'EOF'
-import ctypes, os, sys
-libc = ctypes.CDLL(None, use_errno=True)
-rng = (ctypes.c_uint64 * 2)(0, 0)   # offset 0, length 0: to the end
-cs = (ctypes.c_uint64 * 5)()        # cache, dirty, writeback, evicted, recently
-fd = os.open(sys.argv[1], os.O_RDONLY)
-nr = {"x86_64": 451, "aarch64": 451}.get(os.uname().machine)
-if nr is None or libc.syscall(nr, fd, rng, cs, 0) != 0:
-    print("none")
-else:
-    print(cs[1] + cs[2])   # dirty, or being written back: not yet durable
-EOF
-}
-
 "$BIN/xseg" create --segment "$SEG" --ports 8 --requests 256 --heap 64M || fail "create"
 start_filed() {   # start_filed LOG
 	"$BIN/filed" --segment "$SEG" --port 1 --dir "$DIR/data" 2> "$DIR/$1" & fpid=$!

@@ -23,27 +23,6 @@ bench() {
 		--op "$op" --pattern rand --total-size $VOL --block-size 4K --iodepth 16 --seed 7 \
 		--verify full --timeout 30 --json "$@" > "$out" 2> "$out.err"
 }
-# dirty_pages: the object files' pages dirty or under write-back in the
-# page cache (cachestat, Linux 6.5: not yet durable); "none" where the
-# kernel has no cachestat.
-dirty_pages() {
-	python3 - "$DIR"/data/vol_* <<'EOF'
-import ctypes, os, sys
-libc = ctypes.CDLL(None, use_errno=True)
-nr = {"x86_64": 451, "aarch64": 451}.get(os.uname().machine)
-total = 0
-for path in sys.argv[1:]:
-    rng = (ctypes.c_uint64 * 2)(0, 0)   # offset 0, length 0: to the end
-    cs = (ctypes.c_uint64 * 5)()        # cache, dirty, writeback, evicted, recently
-    fd = os.open(path, os.O_RDONLY)
-    if nr is None or libc.syscall(nr, fd, rng, cs, 0) != 0:
-        print("none")
-        sys.exit(0)
-    os.close(fd)
-    total += cs[1] + cs[2]
-print(total)
-EOF
-}
 start_filed() {   # start_filed LOG
 	"$BIN/filed" --segment "$SEG" --port 1 --dir "$DIR/data" 2> "$DIR/$1" & fpid=$!
 	pids+=($fpid)
@@ -72,7 +51,7 @@ for try in 1 2 3 4 5; do
 		sleep 0.01
 	done
 	[ "$(peer_stat 2 renamed)" -gt $want ] || fail "try $try: vlmcd forwarded too few writes"
-	d=$(dirty_pages)
+	d=$(dirty_pages "$DIR"/data/vol_*)
 	if [ "$d" = none ]; then
 		kill -TERM "$wpid"; wait "$wpid"
 		echo "SKIP: no cachestat(2) here: dirty pages cannot be counted"
@@ -93,7 +72,7 @@ for try in 1 2 3 4 5; do
 	echo "try $try: filed killed after $(json "$DIR/w.out" requests) writes, $failed failed, $(json "$DIR/w.out" unacked) blocks never acknowledged"
 	start_filed filed$try.log
 	# At risk: what the old filed wrote is not durable.
-	d=$(dirty_pages)
+	d=$(dirty_pages "$DIR"/data/vol_*)
 	[ "$d" -gt 0 ] && break
 	[ "$try" -lt 5 ] || fail "5 tries, and each time the pages were written back before the FLUSH: nothing was at risk"
 	echo "try $try: no dirty page left before the FLUSH (written back by a sync?): again"
@@ -102,7 +81,7 @@ echo "before the FLUSH: $d pages dirty"
 timeout 40 "$BIN/xreq" --segment "$SEG" --port 12 --target-port 2 --op flush --target vol \
 	--timeout 30 > "$DIR/flush.out" 2>&1 || fail "FLUSH through vlmcd: $(cat "$DIR/flush.out")"
 grep -q '^SERVED' "$DIR/flush.out" || fail "FLUSH: $(cat "$DIR/flush.out")"
-d=$(dirty_pages)
+d=$(dirty_pages "$DIR"/data/vol_*)
 [ "$d" = 0 ] ||
 	fail "FLUSH answered OK with $d pages of acknowledged writes not on disk (filed restarted under load)"
 

@@ -10,7 +10,8 @@
 # through a second vlmcd straight onto it, lacks acknowledged blocks.
 # The FLUSH through the new vlmcd is answered; cached is then SIGKILLed
 # (its memory lost: no --persist) and every acknowledged byte must read
-# back from filed. A new vlmcd whose empty "written since the last
+# back from filed, its files with no dirty page (cachestat(2), where the
+# kernel has it). A new vlmcd whose empty "written since the last
 # FLUSH" set was trusted answered the FLUSH with nothing flushed.
 set -u
 SEG_PREFIX=vlmcd-restart-flush-loaded
@@ -86,4 +87,8 @@ bench read 11 4 "$DIR/after.out" --may-differ "$DIR/unacked"
 c=$(json "$DIR/after.out" corrupted)
 [ "$c" = 0 ] ||
 	fail "FLUSH answered OK through the restarted vlmcd, yet $c acknowledged blocks were not on filed when cached died ($left bytes were still dirty after it)"
+# ... and durable there: cached passed the FLUSH on to filed, which synced.
+p=$(dirty_pages "$DIR"/data/vol_*)
+[ "$p" = none ] || [ "$p" = 0 ] ||
+	fail "FLUSH answered OK through the restarted vlmcd with $p pages of filed's files not on disk"
 echo "every acknowledged write was on filed after the FLUSH through the restarted vlmcd: ok"

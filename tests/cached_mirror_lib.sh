@@ -69,8 +69,48 @@ verified() {
 # verified_ok ...: the same, every block right.
 verified_ok() {
 	verified "$@" || true
-	tail -1 "$5" | grep -q '"failed":0,"corrupted":0' ||
-		fail "$3 of seed $4 on $1 port $2: $(tail -1 "$5") $(tail -2 "$5.err")"
+	intact "$5" "$3 of seed $4 on $1 port $2"
+}
+# intact OUT WHAT: the verified run whose result is in OUT had every block
+# right.
+intact() {
+	tail -1 "$1" | grep -q '"failed":0,"corrupted":0' ||
+		fail "$2: $(tail -1 "$1") $(tail -2 "$1.err")"
+}
+# store_read SEED OUT [options]: verified reads of SEED straight from B's
+# blocker, cache_read through B's cached (promoted), by lose_host_a. A test
+# whose load has another shape (a vlmcd volume) defines its own.
+store_read() { verified "$SEGB" 1 read "$@"; }
+cache_read() { verified "$SEGB" 3 read "$@"; }
+
+# writer SEED [PORT [OPTIONS...]]: verified write passes of SEED on the
+# primary (from PORT, default 10; bench-xseg OPTIONS override the load's
+# shape: --target-port 2 --volume v) until $DIR/stop-SEED exists (one pass
+# at least); a pass with a failed or wrong block ends it. "STATUS PASSES"
+# in $DIR/writer-SEED.rc, the last pass's result in $DIR/w-SEED.out.
+writer() {
+	local s=$1 port=${2:-10} n=0 rc=0
+	shift $(($# < 2 ? $# : 2))
+	while [ $n = 0 ] || { [ ! -e "$DIR/stop-$s" ] && [ $n -lt 1000 ]; }; do
+		n=$((n + 1))
+		"$BIN/bench-xseg" --segment "$SEG" --port "$port" --target-port 3 --op write --pattern rand \
+			--total-size "$MIRROR_TOTAL" --block-size 4K --iodepth 16 --seed "$s" \
+			--verify full --timeout 30 --json "$@" > "$DIR/w-$s.out" 2> "$DIR/w-$s.err"; rc=$?
+		[ $rc = 0 ] || break
+	done
+	echo "$rc $n" > "$DIR/writer-$s.rc"
+}
+writer_alive() {   # SEED PID WHEN
+	kill -0 "$2" 2>/dev/null ||
+		fail "$3: the writer of seed $1 ended: $(cat "$DIR/writer-$1.rc" 2>/dev/null) $(tail -1 "$DIR/w-$1.out") $(tail -3 "$DIR/w-$1.err")"
+}
+writer_stop() {   # SEED PID: no pass failed
+	local rc n
+	touch "$DIR/stop-$1"
+	wait "$2"
+	read -r rc n < "$DIR/writer-$1.rc"
+	[ "$rc" = 0 ] || fail "seed $1: write pass $n failed (exit $rc): $(tail -1 "$DIR/w-$1.out") $(tail -3 "$DIR/w-$1.err")"
+	echo "seed $1: $n verified write passes, none failed"
 }
 
 start_blocker_a() {
@@ -164,35 +204,44 @@ mirror_start() {
 	[[ "$out" == "FAILED error=1 "* ]] || fail "a read from the replica: '$out', not EPERM"
 }
 
-# host_a_lost SEED [OLD_SEED...]: phase (a) (A_MORE_PIDS: more peers of A
-# to kill; a function after_promote, where defined, checks more). A verified write load of SEED
-# through the mirrored primary; the data is then in both caches and not in
-# the store. Every peer of A is SIGKILLed and the primary's persist file
+# host_a_lost SEED [OLD_SEED...]: phase (a). A verified write load of SEED
+# through the mirrored primary on a quiet link (no mirror write fails);
+# the data is then in both caches and not in the store; then lose_host_a.
+host_a_lost() {
+	[ "$(pstat mirror_state)" = mirrored ] || fail "the primary is $(pstat mirror_state) before phase (a)"
+	local w0 f0; w0=$(rstat replica_writes) f0=$(pstat mirror_failures)
+	verified_ok "$SEG" 3 write "$1" "$DIR/a-write.out"
+	echo "after the load: replica_writes $(rstat replica_writes)" \
+		"(mirror_writes $(pstat mirror_writes), rtt avg $(pstat mirror_rtt_avg_us) us)"
+	[ "$(rstat replica_writes)" -gt "$w0" ] || fail "replica_writes did not move"
+	[ "$(pstat mirror_failures)" = "$f0" ] || fail "mirror_failures $f0 -> $(pstat mirror_failures) on a quiet link"
+	lose_host_a "$@"
+}
+
+# lose_host_a SEED [OLD_SEED...] (A_MORE_PIDS: more peers of A to kill; a
+# function after_promote, where defined, checks more): SEED was written
+# last, acknowledged, by the mirrored primary. Its data must be at risk:
+# the primary holds dirty bytes (the replica as many, no mirror write in
+# flight). Every peer of A is SIGKILLed and the primary's persist file
 # removed: A is gone. The store lacks SEED's data (so the test means
 # something); `xseg promote` on B writes the replica's back, and SEED (and
 # every OLD_SEED, written back before) reads back whole straight from B's
-# blocker, then through the promoted cache.
-host_a_lost() {
+# blocker, then through the promoted cache (store_read, cache_read).
+lose_host_a() {
 	local seed=$1 s; shift
-	[ "$(pstat mirror_state)" = mirrored ] || fail "the primary is $(pstat mirror_state) before phase (a)"
-	local w0 f0; w0=$(rstat replica_writes) f0=$(pstat mirror_failures)
-	verified_ok "$SEG" 3 write "$seed" "$DIR/a-write.out"
 	local pd rd
 	pd=$(pstat dirty_bytes) rd=$(rstat dirty_bytes)
-	echo "after the load: primary dirty $pd, replica dirty $rd, replica_writes $(rstat replica_writes)" \
-		"(mirror_writes $(pstat mirror_writes), rtt avg $(pstat mirror_rtt_avg_us) us)"
+	echo "before the loss: primary dirty $pd, replica dirty $rd"
 	[ "$pd" -gt 0 ] || fail "the primary holds nothing dirty: the data is not at risk"
 	[ "$rd" -gt 0 ] || fail "the replica holds nothing dirty after the mirrored load"
 	[ "$rd" -ge "$pd" ] || fail "the replica holds $rd dirty bytes, the primary $pd: acknowledged bytes unreplicated"
-	[ "$(rstat replica_writes)" -gt "$w0" ] || fail "replica_writes did not move"
-	[ "$(pstat mirror_failures)" = "$f0" ] || fail "mirror_failures $f0 -> $(pstat mirror_failures) on a quiet link"
 	[ "$(pstat mirror_in_flight)" = 0 ] || fail "mirror_in_flight $(pstat mirror_in_flight) with every write answered"
 
 	echo "--- host A lost: every peer of A SIGKILLed, the primary's persist file removed"
 	kill -KILL "$cpid" "$spid" "$bapid" ${A_MORE_PIDS:-}
 	wait "$cpid" "$spid" "$bapid" ${A_MORE_PIDS:-} 2>/dev/null
 	rm -f "$PRIMARY_PF"
-	verified "$SEGB" 1 read "$seed" "$DIR/a-before.out"
+	store_read "$seed" "$DIR/a-before.out"
 	local c f
 	c=$(jfield "$DIR/a-before.out" corrupted) f=$(jfield "$DIR/a-before.out" failed) ||
 		fail "no result from the read before promote: $(cat "$DIR/a-before.out.err")"
@@ -211,12 +260,14 @@ host_a_lost() {
 	[ "$(rstat promote_marker_said)" = mirrored ] ||
 		fail "promoted, yet the marker read says '$(rstat promote_marker_said)'"
 	for s in "$seed" "$@"; do
-		verified_ok "$SEGB" 1 read "$s" "$DIR/a-after-$s.out"
+		store_read "$s" "$DIR/a-after-$s.out"
+		intact "$DIR/a-after-$s.out" "seed $s straight from B's blocker after promote"
 	done
 	if declare -F after_promote > /dev/null; then after_promote; fi
 	echo "every acknowledged byte read back straight from B's blocker"
 	# now an ordinary cache: it serves reads
-	verified_ok "$SEGB" 3 read "$seed" "$DIR/a-cached.out"
+	cache_read "$seed" "$DIR/a-cached.out"
+	intact "$DIR/a-cached.out" "seed $seed through the promoted cache"
 }
 
 mirror_sanitizers() {

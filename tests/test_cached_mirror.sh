@@ -29,34 +29,6 @@ SEG_PREFIX=cached-mirror
 . "$(dirname "$0")/synapsed_lib.sh"
 . "$(dirname "$0")/cached_mirror_lib.sh"
 
-# writer SEED: verified write passes of SEED on the primary (port 10) until
-# $DIR/stop-SEED exists (one pass at least); a pass with a failed or wrong
-# block ends it. "STATUS PASSES" in $DIR/writer-SEED.rc, the last pass's
-# result in $DIR/w-SEED.out.
-writer() {
-	local s=$1 n=0 rc=0
-	while [ $n = 0 ] || { [ ! -e "$DIR/stop-$s" ] && [ $n -lt 1000 ]; }; do
-		n=$((n + 1))
-		"$BIN/bench-xseg" --segment "$SEG" --port 10 --target-port 3 --op write --pattern rand \
-			--total-size "$MIRROR_TOTAL" --block-size 4K --iodepth 16 --seed "$s" \
-			--verify full --timeout 30 --json > "$DIR/w-$s.out" 2> "$DIR/w-$s.err"; rc=$?
-		[ $rc = 0 ] || break
-	done
-	echo "$rc $n" > "$DIR/writer-$s.rc"
-}
-writer_alive() {   # SEED PID WHEN
-	kill -0 "$2" 2>/dev/null ||
-		fail "$3: the writer of seed $1 ended: $(cat "$DIR/writer-$1.rc" 2>/dev/null) $(tail -1 "$DIR/w-$1.out") $(tail -3 "$DIR/w-$1.err")"
-}
-writer_stop() {   # SEED PID: no pass failed
-	local rc n
-	touch "$DIR/stop-$1"
-	wait "$2"
-	read -r rc n < "$DIR/writer-$1.rc"
-	[ "$rc" = 0 ] || fail "seed $1: write pass $n failed (exit $rc): $(tail -1 "$DIR/w-$1.out") $(tail -3 "$DIR/w-$1.err")"
-	echo "seed $1: $n verified write passes, none failed"
-}
-
 start=$SECONDS
 mirror_start
 

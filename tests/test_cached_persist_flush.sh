@@ -71,6 +71,13 @@ grep -qx "xseg_cached_volume_dirty_bytes{port=\"3\",peer=\"cached\",volume=\"vol
 	fail "a second process finds torn entries in the file: $(cat "$DIR/inspect.json")"
 echo "$d dirty bytes, all in the file with valid checksums"
 dirty=$(inspect dirty_pages)
+# another process's sync (a filed's first FLUSH syncs its whole file
+# system) may have written the pages back: the same writes again, twice at most
+for _ in 1 2; do
+	[ "$dirty" = 0 ] || break
+	bench write "$DIR/w.out" || fail "the writes failed: $(tail -3 "$DIR/w.out.err")"
+	dirty=$(inspect dirty_pages)
+done
 if [ "$dirty" = none ]; then
 	echo "no cachestat(2) on this kernel ($(uname -r)): the page cache is not checked"
 else

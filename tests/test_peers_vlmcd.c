@@ -32,7 +32,8 @@ static struct xseg *seg;
 static char segname[64], dir[256], objdir[300], volfile[320];
 static pid_t filed, vlmcd;
 
-static void start_vlmcd(void)
+/* retry_limit: vlmcd's --retry-limit (NULL: its default, 10 s) */
+static void start_vlmcd_retrying(const char *retry_limit)
 {
 	FILE *f = fopen(volfile, "w");
 	ck_assert_ptr_nonnull(f);
@@ -41,8 +42,14 @@ static void start_vlmcd(void)
 	vlmcd = pt_start("vlmcd", (const char *const[]){ "--segment", segname, "--port", "2",
 			 "--blocker-port", "1", "--volume", "vol:1M", "--volume", "small:100K",
 			 "--volumes-file", volfile, "--object-size", "64K", "--threads", "2",
-			 "--log-level", "error", NULL }, NULL);
+			 "--log-level", "error", retry_limit ? "--retry-limit" : NULL, retry_limit,
+			 NULL }, NULL);
 	ck_assert_msg(pt_wait_bound(seg, VLMCD, vlmcd, TIMEOUT) == 0, "vlmcd did not bind");
+}
+
+static void start_vlmcd(void)
+{
+	start_vlmcd_retrying(NULL);
 }
 
 static void make_segment(uint32_t requests)
@@ -348,6 +355,16 @@ START_TEST(options)
 		{ 2, (const char *const[]){ "--segment", segname, "--port", "3", "--blocker-port", "1",
 					    "--volume", "v:1M", "--object-size", "1000", NULL },
 		  "--object-size: '1000'" },
+		/* a retry limit of none, or past an hour, or not a number */
+		{ 2, (const char *const[]){ "--segment", segname, "--port", "3", "--blocker-port", "1",
+					    "--volume", "v:1M", "--retry-limit", "0", NULL },
+		  "--retry-limit: '0'" },
+		{ 2, (const char *const[]){ "--segment", segname, "--port", "3", "--blocker-port", "1",
+					    "--volume", "v:1M", "--retry-limit", "3601", NULL },
+		  "--retry-limit: '3601'" },
+		{ 2, (const char *const[]){ "--segment", segname, "--port", "3", "--blocker-port", "1",
+					    "--volume", "v:1M", "--retry-limit", "2s", NULL },
+		  "--retry-limit: '2s'" },
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		unlink(log);
@@ -800,12 +817,20 @@ START_TEST(unsent_flush_keeps_objects_dirty)
 }
 END_TEST
 
+/* vlmcd's --retry-limit in slow_flush_fan_out: short, so the test need not
+ * outlast the default 10 s; an object flush comes back every
+ * SLOW_FLUSH_MS, well within it even on a loaded machine. */
+#define RETRY_LIMIT_S 3u
+#define SLOW_FLUSH_MS 800u
+
 /* The test plays the blocker, with a pool of 12 requests. */
 static void setup_fake_small_pool(void)
 {
 	make_segment(12);
 	ck_assert_int_eq(xseg_bind_port(seg, BLOCKER), 0);
-	start_vlmcd();
+	char limit[16];
+	snprintf(limit, sizeof(limit), "%u", RETRY_LIMIT_S);
+	start_vlmcd_retrying(limit);
 	flush_all_part(0);
 }
 
@@ -813,7 +838,7 @@ static void setup_fake_small_pool(void)
  * flush each (a cache writing back): the rest of the fan-out waits for
  * requests, part after part comes back, a new one goes out each time. It
  * makes progress all along, so it must not fail for waiting longer than
- * the retry limit (10 s) in all; it failed ENOBUFS once 10 s had passed
+ * the retry limit in all; it failed ENOBUFS once the limit had passed
  * since the FLUSH came, whatever came back meanwhile, and a client's
  * retry redid every object. */
 START_TEST(slow_flush_fan_out)
@@ -830,11 +855,11 @@ START_TEST(slow_flush_fan_out)
 		if ((p = blocker_accept(BLOCKER, 200)) != NULL) {
 			ck_assert_uint_eq(p->op, X_FLUSH);
 			got++;
-			/* one object flush every 2.5 s while some are yet to come */
+			/* one object flush every SLOW_FLUSH_MS while some are yet to come */
 			struct xseg_port_info pi;
 			ck_assert_int_eq(xseg_port_info(seg, BLOCKER, &pi), 0);
 			if (got + (int)pi.request_depth < 16)
-				usleep(2500 * 1000);
+				usleep(SLOW_FLUSH_MS * 1000);
 			blocker_answer(p, BLOCKER, 0);
 			answered++;
 		}
@@ -844,7 +869,8 @@ START_TEST(slow_flush_fan_out)
 		      "flushes, each answered", strerror(flush->error), answered);
 	ck_assert_int_eq(answered, 16);
 	/* else this proved nothing */
-	ck_assert_msg(xseg_now_ns() - start > 10500000000ull, "the fan-out took less than 10 s");
+	ck_assert_msg(xseg_now_ns() - start > (RETRY_LIMIT_S * 1000ull + 500) * 1000000,
+		      "the fan-out took less than the retry limit (%u s)", RETRY_LIMIT_S);
 	xseg_put_request(seg, flush);
 }
 END_TEST

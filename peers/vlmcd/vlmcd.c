@@ -30,8 +30,8 @@
  * Everything goes to --blocker-port through the runtime's peer_send, so a
  * cache can be routed in between (xseg plug) without vlmcd knowing. When
  * the request pool or the heap is empty, the rest of a split is retried
- * (peer_defer) for up to RETRY_LIMIT_NS since its last part went out, then
- * the request fails.
+ * (peer_defer) for up to --retry-limit seconds (10) since its last part
+ * went out, then the request fails.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -45,7 +45,7 @@
 #include "peer/volumes.h"
 
 #define VOLUME_NAME_MAX PEER_VOLUME_NAME_MAX
-#define RETRY_LIMIT_NS (10ull * 1000 * 1000 * 1000)
+#define NS_PER_S 1000000000ull
 /* A FLUSH part with no target: everything the blocker holds. */
 #define ALL_OBJECTS UINT64_MAX
 
@@ -109,17 +109,19 @@ static struct {
 	uint64_t object_size;
 	uint64_t blocker_port;
 	bool have_blocker;
-} V = { .object_size = 4u << 20 };
+	uint64_t retry_limit_ns;    /* --retry-limit */
+} V = { .object_size = 4u << 20, .retry_limit_ns = 10 * NS_PER_S };
 
 /* ---- options ----------------------------------------------------------------- */
 
-enum { OPT_VOLUME = 1, OPT_VOLUMES_FILE, OPT_OBJECT_SIZE, OPT_BLOCKER_PORT };
+enum { OPT_VOLUME = 1, OPT_VOLUMES_FILE, OPT_OBJECT_SIZE, OPT_BLOCKER_PORT, OPT_RETRY_LIMIT };
 
 static const struct option vlmcd_options[] = {
 	{ "volume", required_argument, NULL, OPT_VOLUME },
 	{ "volumes-file", required_argument, NULL, OPT_VOLUMES_FILE },
 	{ "object-size", required_argument, NULL, OPT_OBJECT_SIZE },
 	{ "blocker-port", required_argument, NULL, OPT_BLOCKER_PORT },
+	{ "retry-limit", required_argument, NULL, OPT_RETRY_LIMIT },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -128,6 +130,9 @@ static const char vlmcd_usage[] =
 "  --volumes-file F       volumes, one 'NAME SIZE' per line ('#' comments)\n"
 "  --object-size SIZE     bytes per object, a multiple of 512 (default 4M)\n"
 "  --blocker-port N       where object requests go: the next hop (required)\n"
+"  --retry-limit S        with the request pool or the heap empty, a request\n"
+"                         fails after S seconds (1..3600) without a part\n"
+"                         going out (default 10)\n"
 "Objects are named <volume>_<16 hex digits of the object index>.\n";
 
 static struct volume *find_volume(const char *name, size_t len)
@@ -181,6 +186,13 @@ static int parse_option(struct peer *p, int val, const char *arg)
 	case OPT_BLOCKER_PORT:
 		V.have_blocker = true;
 		return peer_arg_uint("--blocker-port", arg, 0, XSEG_MAX_PORTS - 1, &V.blocker_port);
+	case OPT_RETRY_LIMIT: {
+		uint64_t s;
+		if (peer_arg_uint("--retry-limit", arg, 1, 3600, &s) < 0)
+			return -1;
+		V.retry_limit_ns = s * NS_PER_S;
+		return 0;
+	}
 	}
 	return -1;
 }
@@ -404,7 +416,7 @@ static void issue(struct peer_thread *t, struct job *job)
 		job->issued++;
 		/* Progress: the retry limit counts from the last part out, or a
 		 * FLUSH of many objects through a slow cache failed midway. */
-		job->deadline_ns = xseg_now_ns() + RETRY_LIMIT_NS;
+		job->deadline_ns = xseg_now_ns() + V.retry_limit_ns;
 	}
 	job_put(t, job);   /* the issuer's reference */
 }
@@ -424,7 +436,7 @@ static struct job *new_job(struct xseg_request *req, struct volume *v, uint64_t 
 	job->vol = v;
 	job->op = req->op;
 	job->nr_parts = nr_parts;
-	job->deadline_ns = xseg_now_ns() + RETRY_LIMIT_NS;
+	job->deadline_ns = xseg_now_ns() + V.retry_limit_ns;
 	atomic_init(&job->pending, 1);
 	for (uint64_t i = 0; i < nr_parts; i++)
 		job->parts[i].job = job;

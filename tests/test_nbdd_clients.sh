@@ -235,10 +235,18 @@ j = json.load(sys.stdin); print(j["requests"] - j["free_requests"] - j["reserved
 pool_full "after the clients left"
 
 echo "--- SIGTERM with a client writing: exit 0, nothing left behind"
+sent0=$(peer_stat 4 sent)
 ( cd "$DIR" && $T fio --name=busy --ioengine=nbd --uri="$URI" --rw=randwrite --bs=64k \
 	--iodepth=16 --size=32M --time_based --runtime=30 > "$DIR/fio.busy" 2>&1 ) & busy=$!
-sleep 2
+# until fio's writes go through nbdd (64 requests sent on; 20 s at most)
+until=$((SECONDS + 20))
+while [ $SECONDS -lt $until ]; do
+	[ "$(peer_stat 4 sent)" -ge $((sent0 + 64)) ] && break
+	kill -0 $busy 2>/dev/null || break
+	sleep 0.1
+done
 kill -0 $busy 2>/dev/null || { cat "$DIR/fio.busy"; fail "fio did not start"; }
+[ "$(peer_stat 4 sent)" -ge $((sent0 + 64)) ] || fail "fio's writes did not reach nbdd in 20 s"
 kill -TERM $nbdd_pid
 wait $nbdd_pid; rc=$?
 [ $rc -eq 0 ] || fail "nbdd exited $rc on SIGTERM"

@@ -280,9 +280,14 @@ def stalled_handshake(s):
 def unread_replies(s):
     def part(s):
         handshake(s, b"vol")
+        before = log_lines("--io-timeout")
         s.sendall(b"".join(struct.pack(">IHHQQI", REQ_MAGIC, 0, READ, 7000 + i,
                                        (i % 16) << 20, 1 << 20) for i in range(300)))
-        time.sleep(3)   # read nothing: the replies fill the socket and stall
+        # read nothing: the replies fill the socket and stall, until nbdd
+        # closes it (its line; 20 s at most, stalled() then fails)
+        deadline = time.time() + 20
+        while log_lines("--io-timeout") == before and time.time() < deadline:
+            time.sleep(0.05)
     stalled(s, "300M of replies left unread", part)
 
 

@@ -21,8 +21,11 @@ filed_under() {
 	strace -f -y -qq -o "$DIR/strace.log" -e trace=unlinkat,fdatasync,fsync -e inject="$1" \
 		"$BIN/filed" --segment "$SEG" --port 1 --dir "$DIR/d" --threads 4 \
 		--log-level error > "$DIR/filed.log" 2>&1 &
-	pids+=($!)
+	local spid=$!
+	pids+=($spid)
 	wait_bound 1
+	# filed itself too: strace stopped detaches from it and leaves it running
+	pids+=($(pgrep -P "$spid" -x filed))
 }
 
 filed_under unlinkat:delay_exit=1000000

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Packs this machine's fio and nbdkit (with its memory plugin) and every
+# library they load into one tar.xz, for a machine that has neither and
+# no network (the device machine of issue 24's 16-core runs):
+# bench/with-nbd-tools.sh unpacks it there and runs a command with both
+# on PATH, through the packed dynamic loader. About 23 MB (Debian 12's
+# fio links librbd and ICU).
+#   bench/pack-nbd-tools.sh OUT.tar.xz
+set -eu
+[ $# = 1 ] || { echo "usage: $0 OUT.tar.xz" >&2; exit 2; }
+out=$(realpath -m "$1")
+for tool in fio nbdkit; do
+	command -v $tool > /dev/null || { echo "$tool is missing: tools/install-deps" >&2; exit 1; }
+done
+plugin=$(find /usr/lib /usr/local/lib -name nbdkit-memory-plugin.so 2>/dev/null | head -1)
+[ -n "$plugin" ] || { echo "nbdkit's memory plugin is missing" >&2; exit 1; }
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/bin" "$stage/lib"
+cp -L "$(command -v fio)" "$stage/bin/fio.real"
+cp -L "$(command -v nbdkit)" "$stage/bin/nbdkit.real"
+cp -L "$plugin" "$stage/lib/"
+# every library the three load, the dynamic loader among them
+for f in "$stage/bin/fio.real" "$stage/bin/nbdkit.real" "$stage/lib/nbdkit-memory-plugin.so"; do
+	ldd "$f" | awk '/=>/ { print $3 } /ld-linux/ { print $1 }'
+done | sort -u | while read -r lib; do
+	[ -f "$lib" ] && cp -L "$lib" "$stage/lib/"
+done
+[ -f "$stage/lib/ld-linux-x86-64.so.2" ] || { echo "no ld-linux-x86-64.so.2 found" >&2; exit 1; }
+tar -cJf "$out" -C "$stage" .
+echo "$out: $(du -h "$out" | cut -f1), fio $(fio --version), $(nbdkit --version | head -1)"

@@ -24,7 +24,7 @@ cp -L "$plugin" "$stage/lib/"
 for f in "$stage/bin/fio.real" "$stage/bin/nbdkit.real" "$stage/lib/nbdkit-memory-plugin.so"; do
 	ldd "$f" | awk '/=>/ { print $3 } /ld-linux/ { print $1 }'
 done | sort -u | while read -r lib; do
-	[ -f "$lib" ] && cp -L "$lib" "$stage/lib/"
+	if [ -f "$lib" ]; then cp -L "$lib" "$stage/lib/"; fi
 done
 [ -f "$stage/lib/ld-linux-x86-64.so.2" ] || { echo "no ld-linux-x86-64.so.2 found" >&2; exit 1; }
 tar -cJf "$out" -C "$stage" .

@@ -32,8 +32,9 @@ static struct xseg *seg;
 static char segname[64], dir[256], objdir[300], volfile[320];
 static pid_t filed, vlmcd;
 
-/* retry_limit: vlmcd's --retry-limit (NULL: its default, 10 s) */
-static void start_vlmcd_retrying(const char *retry_limit)
+/* retry_limit: vlmcd's --retry-limit (NULL: its default, 10 s); big: one
+ * more --volume (NULL: none) */
+static void start_vlmcd_with(const char *retry_limit, const char *big)
 {
 	FILE *f = fopen(volfile, "w");
 	ck_assert_ptr_nonnull(f);
@@ -42,9 +43,14 @@ static void start_vlmcd_retrying(const char *retry_limit)
 	vlmcd = pt_start("vlmcd", (const char *const[]){ "--segment", segname, "--port", "2",
 			 "--blocker-port", "1", "--volume", "vol:1M", "--volume", "small:100K",
 			 "--volumes-file", volfile, "--object-size", "64K", "--threads", "2",
-			 "--log-level", "error", retry_limit ? "--retry-limit" : NULL, retry_limit,
-			 NULL }, NULL);
+			 "--log-level", "error", big ? "--volume" : "--log-level", big ? big : "error",
+			 retry_limit ? "--retry-limit" : NULL, retry_limit, NULL }, NULL);
 	ck_assert_msg(pt_wait_bound(seg, VLMCD, vlmcd, TIMEOUT) == 0, "vlmcd did not bind");
+}
+
+static void start_vlmcd_retrying(const char *retry_limit)
+{
+	start_vlmcd_with(retry_limit, NULL);
 }
 
 static void start_vlmcd(void)
@@ -875,6 +881,70 @@ START_TEST(slow_flush_fan_out)
 }
 END_TEST
 
+/* vlmcd's PARTS_OUT_MAX, and a volume of more objects than that */
+#define PARTS_OUT 32
+#define BIG_OBJECTS 48
+
+static void setup_fake_big(void)
+{
+	make_segment(256);
+	ck_assert_int_eq(xseg_bind_port(seg, BLOCKER), 0);
+	start_vlmcd_with(NULL, "big:3M");   /* 48 objects of 64K */
+}
+
+/* A FLUSH of a volume with more objects written than PARTS_OUT sends at
+ * most PARTS_OUT object flushes at once, the next as one comes back: it
+ * took the whole request pool (every other client of the segment
+ * starved) until every part was out. */
+START_TEST(flush_fan_out_is_capped)
+{
+	struct xseg_request *parts[BIG_OBJECTS + 1];
+	struct pt_req r = { .op = X_FLUSH, .target = "big" };
+	/* the first FLUSH after a start: one part, everything */
+	struct xseg_request *flush = pt_submit(seg, CLIENT, VLMCD, &r);
+	struct xseg_request *p = blocker_accept(BLOCKER, TIMEOUT);
+	ck_assert_ptr_nonnull(p);
+	blocker_answer(p, BLOCKER, 0);
+	ck_assert_ptr_eq(pt_receive(seg, CLIENT, TIMEOUT), flush);
+	xseg_put_request(seg, flush);
+	static unsigned char zeros[10];
+	for (uint64_t o = 0; o < BIG_OBJECTS; o++) {
+		struct pt_req w = { .op = X_WRITE, .target = "big", .offset = o * OBJ,
+				    .size = sizeof(zeros), .data = zeros, .data_len = sizeof(zeros) };
+		struct xseg_request *req = pt_submit(seg, CLIENT, VLMCD, &w);
+		ck_assert_ptr_nonnull(req);
+		p = blocker_accept(BLOCKER, TIMEOUT);
+		ck_assert_ptr_nonnull(p);
+		blocker_answer(p, BLOCKER, 0);
+		ck_assert_ptr_eq(pt_receive(seg, CLIENT, TIMEOUT), req);
+		ck_assert_uint_eq(req->result, XR_SERVED);
+		xseg_put_request(seg, req);
+	}
+	flush = pt_submit(seg, CLIENT, VLMCD, &r);
+	ck_assert_ptr_nonnull(flush);
+	int n = blocker_flushes(parts, BIG_OBJECTS + 1, 300);
+	ck_assert_msg(n == PARTS_OUT, "%d object flushes out at once, not %d", n, PARTS_OUT);
+	/* each one back lets one more out, until all went */
+	int seen = n, answered = 0;
+	while (answered < seen) {
+		blocker_answer(parts[answered++], BLOCKER, 0);
+		if (seen < BIG_OBJECTS) {
+			p = blocker_accept(BLOCKER, TIMEOUT);
+			ck_assert_msg(p != NULL, "no object flush after one came back (%d of %d out)",
+				      seen, BIG_OBJECTS);
+			parts[seen++] = p;
+		}
+		ck_assert_msg(answered == seen || !client_has_reply(0),
+			      "FLUSH answered with object flushes still out");
+	}
+	ck_assert_int_eq(seen, BIG_OBJECTS);
+	ck_assert_ptr_null(blocker_accept(BLOCKER, 50));
+	ck_assert_ptr_eq(pt_receive(seg, CLIENT, TIMEOUT), flush);
+	ck_assert_uint_eq(flush->result, XR_SERVED);
+	xseg_put_request(seg, flush);
+}
+END_TEST
+
 /* Requests for --blocker-port follow its route: a cache plugged in front. */
 START_TEST(follows_routes)
 {
@@ -963,6 +1033,7 @@ int main(void)
 	tcase_add_test(pt_tcase(s, "fake_blocker_fresh", setup_fake, 45), first_flush_after_start);
 	tcase_add_test(pt_tcase(s, "fake_blocker_small_pool", setup_fake_small_pool, 60),
 		       slow_flush_fan_out);
+	tcase_add_test(pt_tcase(s, "fake_blocker_big", setup_fake_big, 45), flush_fan_out_is_capped);
 	TCase *fake = pt_tcase(s, "fake_blocker", setup_fake_flushed, 45);
 	tcase_add_test(fake, exact_split);
 	tcase_add_test(fake, flush_fans_out);

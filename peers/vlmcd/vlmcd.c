@@ -46,6 +46,10 @@
 
 #define VOLUME_NAME_MAX PEER_VOLUME_NAME_MAX
 #define NS_PER_S 1000000000ull
+/* Parts of one request out at once: a FLUSH of a volume with thousands of
+ * objects written since the last one took the whole segment's request
+ * pool until every part was out, starving every other client. */
+#define PARTS_OUT_MAX 32u
 /* A FLUSH part with no target: everything the blocker holds. */
 #define ALL_OBJECTS UINT64_MAX
 
@@ -76,8 +80,11 @@ struct job {
 	struct xseg_request *req;
 	struct volume *vol;
 	uint32_t op;
-	uint64_t nr_parts, issued;
-	uint64_t deadline_ns;
+	uint64_t nr_parts;
+	_Atomic uint64_t issued;    /* parts sent (the issuer writes it) */
+	_Atomic uint64_t out;       /* parts sent, not back yet */
+	_Atomic bool issuing;       /* a thread holds the issuer's role */
+	uint64_t deadline_ns;       /* the issuer's */
 	_Atomic uint64_t pending;   /* parts out + 1 while issuing */
 	_Atomic int error;          /* the first failure */
 	_Atomic uint64_t serviced;
@@ -338,6 +345,21 @@ static void mark_written(struct volume *v, uint64_t object)
 	pthread_mutex_unlock(&v->lock);
 }
 
+/* Parts left to send and room for one more out. */
+static bool can_send(struct job *job)
+{
+	return atomic_load(&job->issued) < job->nr_parts && !atomic_load(&job->error) &&
+	       atomic_load(&job->out) < PARTS_OUT_MAX;
+}
+
+static bool take_issuer(struct job *job)
+{
+	bool free_role = false;
+	return atomic_compare_exchange_strong(&job->issuing, &free_role, true);
+}
+
+static void issue(struct peer_thread *t, struct job *job);
+
 static void part_done(struct peer_thread *t, struct xseg_request *r, void *arg)
 {
 	struct part *part = arg;
@@ -356,19 +378,47 @@ static void part_done(struct peer_thread *t, struct xseg_request *r, void *arg)
 		atomic_fetch_add(&job->serviced, part->size);
 	}
 	peer_put_request(t, r);
+	atomic_fetch_sub(&job->out, 1);
+	if (can_send(job) && take_issuer(job)) {
+		atomic_fetch_add(&job->pending, 1);   /* the issuer's reference */
+		/* a part back is progress: the retry limit counts from here */
+		job->deadline_ns = xseg_now_ns() + V.retry_limit_ns;
+		issue(t, job);
+	}
 	job_put(t, job);
 }
 
 static void retry_issue(struct peer_thread *t, struct peer_work *w);
 
-/* Sends the parts not sent yet; on an empty pool or heap, tries again later. */
+static bool send_parts(struct peer_thread *t, struct job *job);
+
+/*
+ * Sends parts until PARTS_OUT_MAX are out or none is left; on an empty pool
+ * or heap, tries again later. The caller holds the issuer's role and its
+ * reference (pending's + 1); both end here, or pass to the deferred retry.
+ * A part back while parts are left takes the role over (part_done).
+ */
 static void issue(struct peer_thread *t, struct job *job)
+{
+	for (;;) {
+		if (!send_parts(t, job))
+			return;   /* deferred: the retry keeps the role */
+		atomic_store(&job->issuing, false);
+		/* a part back meanwhile found the role taken: look again */
+		if (!can_send(job) || !take_issuer(job))
+			break;
+	}
+	job_put(t, job);   /* the issuer's reference */
+}
+
+/* issue's sending: false when it deferred a retry (pool or heap empty). */
+static bool send_parts(struct peer_thread *t, struct job *job)
 {
 	struct xseg *seg = peer_segment(peer_of(t));
 	char name[XSEG_MAX_TARGETLEN + 1];
 
-	while (job->issued < job->nr_parts && !atomic_load(&job->error)) {
-		struct part *part = &job->parts[job->issued];
+	while (can_send(job)) {
+		struct part *part = &job->parts[atomic_load(&job->issued)];
 		bool all = part->object == ALL_OBJECTS;
 		if (all)
 			snprintf(name, sizeof(name), "(all)");
@@ -379,7 +429,7 @@ static void issue(struct peer_thread *t, struct job *job)
 			int err = errno;
 			if ((err == ENOBUFS || err == ENOMEM) && xseg_now_ns() < job->deadline_ns) {
 				peer_defer(t, &job->retry, retry_issue);
-				return;
+				return false;
 			}
 			static _Atomic int64_t last;
 			static _Atomic uint64_t skipped;
@@ -399,8 +449,10 @@ static void issue(struct peer_thread *t, struct job *job)
 			memcpy(xseg_get_data(seg, r),
 			       (char *)xseg_get_data(seg, job->req) + part->buf_off, part->size);
 		atomic_fetch_add(&job->pending, 1);
+		atomic_fetch_add(&job->out, 1);
 		int rc = peer_send(t, r, (uint32_t)V.blocker_port, part_done, part);
 		if (rc < 0) {
+			atomic_fetch_sub(&job->out, 1);
 			atomic_fetch_sub(&job->pending, 1);
 			peer_put_request(t, r);
 			static _Atomic int64_t last;
@@ -413,12 +465,12 @@ static void issue(struct peer_thread *t, struct job *job)
 			set_error(job, rc == -ENOENT ? EHOSTUNREACH : -rc);
 			break;
 		}
-		job->issued++;
+		atomic_fetch_add(&job->issued, 1);
 		/* Progress: the retry limit counts from the last part out, or a
 		 * FLUSH of many objects through a slow cache failed midway. */
 		job->deadline_ns = xseg_now_ns() + V.retry_limit_ns;
 	}
-	job_put(t, job);   /* the issuer's reference */
+	return true;
 }
 
 static void retry_issue(struct peer_thread *t, struct peer_work *w)
@@ -437,7 +489,8 @@ static struct job *new_job(struct xseg_request *req, struct volume *v, uint64_t 
 	job->op = req->op;
 	job->nr_parts = nr_parts;
 	job->deadline_ns = xseg_now_ns() + V.retry_limit_ns;
-	atomic_init(&job->pending, 1);
+	atomic_init(&job->pending, 1);   /* the issuer's: the caller issues */
+	atomic_init(&job->issuing, true);
 	for (uint64_t i = 0; i < nr_parts; i++)
 		job->parts[i].job = job;
 	return job;

@@ -187,10 +187,11 @@ int xseg_reap_port(struct xseg *s, uint32_t port, int err)
 	/* A dead owner's queue goes on past it, unless it says it held data
 	 * the route past it lacks (a dirty cache: fail closed): the dead
 	 * never saw those requests, and routing sends every later one past
-	 * it too. What slipped into a cleanly left port's queue goes on
-	 * where the route leads now. */
-	uint32_t failed = limbo + (owner ? xseg_pass_on_dead_queue(s, port, err)
-					 : xseg_pass_on_queued_requests(s, port));
+	 * it too. So does what slipped into the queue of a port left or
+	 * reaped (owner 0 here), as a submit would now that nobody serves
+	 * it: failed because the route still named the port, a request
+	 * racing the reap of a crashed clean cache failed EHOSTDOWN. */
+	uint32_t failed = limbo + xseg_pass_on_dead_queue(s, port, err);
 	settle_pushed_before_release(s, port);
 	xseg_port_ungroup(s, port);
 	xseg_port_release(s, port);

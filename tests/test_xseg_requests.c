@@ -868,6 +868,68 @@ START_TEST(forward_through_three_ports)
 }
 END_TEST
 
+/* The instant a reaped (or left) port is released, a submit that saw it
+ * owned may still push onto its queue; the releaser's second look reaps
+ * the port again (settle_slipped). Emulated here: a request queued on the
+ * cache port C of the route B via C, C released without a settle. That
+ * second reap must do what a submit would do now that nobody serves C:
+ * go past C to B, as C holds no dirty data. It failed EHOSTDOWN (the route
+ * still named C: treated as a cache that left unable to write back), and
+ * a VM behind a write-through cache that crashed under load saw an I/O
+ * error (test_cached_killed_queued, once under ASan in CI). */
+static void queue_on_released_port(uint32_t a, uint32_t b, uint32_t c, struct xseg_request **r)
+{
+	ck_assert_int_eq(xseg_bind_range(xt_seg, a, c), 0);
+	ck_assert_int_eq(xseg_set_next_hop(xt_seg, b, c), 0);
+	*r = get(a);
+	(*r)->op = X_READ;
+	ck_assert_int_eq(xseg_prep_target(xt_seg, *r, "obj", 64), 0);
+	ck_assert_int_eq(xseg_submit(xt_seg, *r, a, b), (int)c);
+	pthread_mutex_lock(&xt_seg->bind_lock);
+	xseg_port_ungroup(xt_seg, c);
+	xseg_port_release(xt_seg, c);
+	xt_seg->bound[c] = 0;
+	pthread_mutex_unlock(&xt_seg->bind_lock);
+}
+
+START_TEST(a_request_slipped_onto_a_released_clean_hop_goes_past_it)
+{
+	enum { A = 1, B = 2, C = 3 };
+	struct xseg_request *r, *got;
+	queue_on_released_port(A, B, C, &r);
+	ck_assert_int_ge(xseg_reap_port(xt_seg, C, EHOSTDOWN), 1);
+	ck_assert_msg(xseg_accept(xt_seg, B, &got, 1) == 1,
+		      "the request did not go past the released hop C to B (%s back at A)",
+		      xseg_receive(xt_seg, A, &got, 1) == 1 ? strerror(got->error) : "nothing");
+	ck_assert_ptr_eq(got, r);
+	r->result = XR_SERVED;
+	ck_assert_int_eq(xseg_respond(xt_seg, r, B), A);
+	ck_assert_int_eq(xseg_receive(xt_seg, A, &got, 1), 1);
+	ck_assert_uint_eq(got->result, XR_SERVED);
+	ck_assert_int_eq(xseg_put_request(xt_seg, got), 0);
+	ck_assert_uint_eq(xt_free_requests(xt_seg), NREQS);
+}
+END_TEST
+
+/* ... but a hop that says it holds dirty data still fails it (fail closed:
+ * B has older bytes). */
+START_TEST(a_request_slipped_onto_a_released_dirty_hop_fails)
+{
+	enum { A = 1, B = 2, C = 3 };
+	struct xseg_request *r, *got;
+	queue_on_released_port(A, B, C, &r);
+	atomic_store(&xt_seg->ports[C].dirty_bytes, 4096);
+	ck_assert_int_ge(xseg_reap_port(xt_seg, C, EHOSTDOWN), 1);
+	ck_assert_int_eq(xseg_accept(xt_seg, B, &got, 1), 0);
+	ck_assert_int_eq(xseg_receive(xt_seg, A, &got, 1), 1);
+	ck_assert_ptr_eq(got, r);
+	ck_assert_uint_eq(got->result, XR_FAILED);
+	ck_assert_int_eq(got->error, EHOSTDOWN);
+	ck_assert_int_eq(xseg_put_request(xt_seg, got), 0);
+	atomic_store(&xt_seg->ports[C].dirty_bytes, 0);
+}
+END_TEST
+
 /* 16 hops fill the return path; the 17th submit is refused, and the reply
  * still finds its way back through all 16 with every cookie intact. */
 START_TEST(path_overflow_and_cookies)
@@ -1266,6 +1328,8 @@ static Suite *requests_suite(void)
 	tcase_add_test(tc, respond_state_checks);
 	tcase_add_test(tc, accept_receive_bad_arguments_and_batches);
 	tcase_add_test(tc, forward_through_three_ports);
+	tcase_add_test(tc, a_request_slipped_onto_a_released_clean_hop_goes_past_it);
+	tcase_add_test(tc, a_request_slipped_onto_a_released_dirty_hop_fails);
 	tcase_add_test(tc, path_overflow_and_cookies);
 	suite_add_tcase(s, tc);
 

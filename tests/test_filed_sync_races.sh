@@ -28,12 +28,16 @@ filed_under() {
 	pids+=($(pgrep -P "$spid" -x filed))
 }
 
-filed_under unlinkat:delay_exit=1000000
+filed_under unlinkat:delay_exit=2000000
 xr --port 10 --op write --target obj --data old --size 4096 > /dev/null || fail "first WRITE"
 xr --port 10 --op flush > /dev/null || fail "first FLUSH"
 xr --port 11 --op delete --target obj > "$DIR/del.out" &
 del=$!
-sleep 0.3          # the DELETE has unlinked and sits in the injected delay
+# the DELETE has unlinked and sits in the injected delay (2 s): a fixed
+# 0.3 s was too short under TSan on a loaded machine (the WRITE came
+# first and the DELETE then removed what it wrote)
+for _ in $(seq 200); do [ -e "$DIR/d/obj" ] || break; sleep 0.05; done
+[ -e "$DIR/d/obj" ] && fail "the DELETE did not unlink 'obj' within 10 s"
 xr --port 12 --op write --target obj --data new --size 4096 > /dev/null ||
 	fail "WRITE beside the DELETE"
 wait $del

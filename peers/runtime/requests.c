@@ -115,25 +115,6 @@ static struct xseg_request *get_request_from(struct peer *p, uint32_t src, const
 	return req;
 }
 
-/* With lanes, a worker's own requests leave from its own lane: the peer
- * behind (itself with lanes) then sees each worker as a client of its own,
- * and the replies come back to the lane that worker serves first. */
-struct xseg_request *peer_get_request(struct peer_thread *t, const char *target,
-				      uint64_t datalen)
-{
-	struct peer *p = t->peer;
-	uint32_t src = p->cfg.port_first;
-	if (p->cfg.lanes > 1 && t->index < p->cfg.threads)
-		src += t->index % p->cfg.lanes;
-	return get_request_from(p, src, target, datalen);
-}
-
-struct xseg_request *peer_get_request_any(struct peer *p, const char *target,
-					  uint64_t datalen)
-{
-	return get_request_from(p, p->cfg.port_first, target, datalen);
-}
-
 struct xseg_request *peer_get_request_lane(struct peer *p, unsigned lane,
 					   const char *target, uint64_t datalen)
 {
@@ -141,6 +122,22 @@ struct xseg_request *peer_get_request_lane(struct peer *p, unsigned lane,
 	if (p->cfg.lanes > 1)
 		src += lane % p->cfg.lanes;
 	return get_request_from(p, src, target, datalen);
+}
+
+/* With lanes, a worker's own requests leave from its own lane: the peer
+ * behind (itself with lanes) then sees each worker as a client of its own,
+ * and the replies come back to the lane that worker serves first. */
+struct xseg_request *peer_get_request(struct peer_thread *t, const char *target,
+				      uint64_t datalen)
+{
+	struct peer *p = t->peer;
+	return peer_get_request_lane(p, t->index < p->cfg.threads ? t->index : 0, target, datalen);
+}
+
+struct xseg_request *peer_get_request_any(struct peer *p, const char *target,
+					  uint64_t datalen)
+{
+	return peer_get_request_lane(p, 0, target, datalen);
 }
 
 void peer_put_request(struct peer_thread *t, struct xseg_request *req)

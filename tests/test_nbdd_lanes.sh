@@ -5,7 +5,10 @@
 # connections (one per socket thread) write 4K blocks at random with fio's
 # verify headers, then read every block back and check it; both of
 # vlmcd's lanes must have taken requests (with nbdd's commands all leaving
-# from its first port, vlmcd's second lane took none).
+# from its first port, vlmcd's second lane took none). The socket threads
+# poll (--socket-poll-us 200) between the clients' commands: the verified
+# load runs through that path, and once the clients are done nbdd sleeps
+# (a poll that never ended would burn a core per socket thread).
 set -u
 SEG_PREFIX=nbdd-lanes
 . "$(dirname "$0")/lib.sh"
@@ -22,7 +25,7 @@ wait_bound 1
 wait_bound 4
 SOCK=$DIR/nbd.sock
 "$BIN/nbdd" --segment "$SEG" --port 8 --lanes 2 --threads 2 --socket-threads 2 --target-port 4 \
-	--unix "$SOCK" --log-level info 2> "$DIR/nbdd.log" & pids+=($!)
+	--socket-poll-us 200 --unix "$SOCK" --log-level info 2> "$DIR/nbdd.log" & pids+=($!)
 wait_bound 8
 for _ in $(seq 100); do [ -S "$SOCK" ] && break; sleep 0.05; done
 
@@ -43,4 +46,15 @@ d4=$(( $(port_info 4 submitted) - l4 )) d5=$(( $(port_info 5 submitted) - l5 ))
 [ "$d5" -ge 4096 ] ||
 	fail "vlmcd's lane 5 took $d5 requests: nbdd's socket threads did not leave from lanes of their own"
 echo "vlmcd's lanes took $d4 and $d5 requests; every block read back verified"
+sleeps=$(peer_stat 8 socket_sleeps) || fail "nbdd has no socket_sleeps figure"
+echo "the socket threads slept $sleeps times in epoll_wait with events waiting"
+# Idle now: nbdd's CPU over a second (ticks of /proc/PID/stat), a few tries
+# for a loaded machine; a socket thread still polling takes a whole second.
+nbdd_pid=${pids[-1]} hz=$(getconf CLK_TCK) idle=
+for _ in 1 2 3; do
+	t0=$(awk '{ print $14 + $15 }' /proc/$nbdd_pid/stat); sleep 1
+	t=$(( $(awk '{ print $14 + $15 }' /proc/$nbdd_pid/stat) - t0 ))
+	[ $((t * 10)) -lt $((hz * 3)) ] && { idle=1; break; }
+done
+[ "$idle" ] || fail "idle nbdd with --socket-poll-us used $t of $hz ticks a second"
 echo "nbdd --lanes: ok"

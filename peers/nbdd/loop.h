@@ -31,6 +31,7 @@ struct loop {
 	struct conn *conns;             /* open connections */
 	struct conn *zombies;           /* closed in this round of events: freed after it */
 	uint64_t next_timeout_scan_ns;
+	_Atomic uint64_t sleeps;        /* epoll_waits with a timeout that found events */
 	pthread_t thread;
 	bool started;
 };

@@ -119,9 +119,52 @@ void conn_release_locked(struct conn *c, struct out_buf *ob)
 	}
 }
 
-/* Writes what the socket takes now (lock held). */
+/* Drops every unsent buffer of a closed connection (lock held). */
+void conn_drop_output_locked(struct conn *c)
+{
+	while (c->out_head) {
+		struct out_buf *ob = c->out_head;
+		c->out_head = ob->next;
+		conn_release_locked(c, ob);
+	}
+	c->out_tail = &c->out_head;
+	c->out_off = 0;
+}
+
+/* Takes the w bytes the socket took off the head of the queue (lock held). */
+static void conn_written_locked(struct conn *c, size_t w)
+{
+	while (w) {
+		struct out_buf *ob = c->out_head;
+		size_t rest = ob->len - c->out_off;
+		if (w < rest) {
+			c->out_off += (uint32_t)w;
+			return;
+		}
+		w -= rest;
+		c->out_off = 0;
+		c->out_head = ob->next;
+		if (!c->out_head)
+			c->out_tail = &c->out_head;
+		conn_release_locked(c, ob);
+	}
+}
+
+/*
+ * Writes what the socket takes now (lock held; dropped around sendmsg).
+ * One thread writes at a time (c->writing): another that queues replies
+ * meanwhile leaves them to it, which looks at the queue again after each
+ * sendmsg. Holding the lock through sendmsg made the socket thread, which
+ * takes it twice per command it reads, sleep on it while a worker wrote a
+ * batch of replies (a context switch each, issue 24). The writer owns the
+ * queue's head: appends touch only the tail, and a close while it writes
+ * leaves the buffers to it (conn_close).
+ */
 void conn_flush_locked(struct conn *c)
 {
+	if (c->writing)
+		return;
+	c->writing = true;
 	while (c->out_head && !c->dead && !c->broken) {
 		struct iovec iov[WRITE_IOVS];
 		int n = 0;
@@ -133,40 +176,36 @@ void conn_flush_locked(struct conn *c)
 			n++;
 		}
 		struct msghdr msg = { .msg_iov = iov, .msg_iovlen = (size_t)n };
+		pthread_mutex_unlock(&c->lock);
 		ssize_t w = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+		int err = errno;
+		pthread_mutex_lock(&c->lock);
+		if (c->dead)
+			break;
 		if (w < 0) {
-			if (errno == EINTR)
+			if (err == EINTR)
 				continue;
-			if (errno == EAGAIN || errno == EWOULDBLOCK) {
+			if (err == EAGAIN || err == EWOULDBLOCK) {
 				if (!c->want_out) {
 					c->want_out = true;
 					c->tx_wait_ns = xseg_now_ns();
 					conn_update_events_locked(c);
 				}
-				return;
+				break;
 			}
-			peer_info("%s: write: %s", c->peer_name, strerror(errno));
+			peer_info("%s: write: %s", c->peer_name, strerror(err));
 			c->broken = true;
 			conn_kick(c);
-			return;
+			break;
 		}
 		if (c->want_out)
 			c->tx_wait_ns = xseg_now_ns();   /* slow, not stalled */
-		size_t left = (size_t)w;
-		while (left) {
-			struct out_buf *ob = c->out_head;
-			size_t rest = ob->len - c->out_off;
-			if (left < rest) {
-				c->out_off += (uint32_t)left;
-				break;
-			}
-			left -= rest;
-			c->out_off = 0;
-			c->out_head = ob->next;
-			if (!c->out_head)
-				c->out_tail = &c->out_head;
-			conn_release_locked(c, ob);
-		}
+		conn_written_locked(c, (size_t)w);
+	}
+	c->writing = false;
+	if (c->dead) {
+		conn_drop_output_locked(c);   /* closed while we wrote */
+		return;
 	}
 	if (c->want_out && !c->out_head) {
 		c->want_out = false;

@@ -46,6 +46,7 @@ struct conn {
 	bool dead;                  /* closed: output is dropped */
 	bool broken;                /* a write failed: the socket thread closes it */
 	bool want_out;              /* waiting for EPOLLOUT */
+	bool writing;               /* a thread is in sendmsg: the queue's head is its */
 	bool paused;                /* too much in flight: not reading */
 	bool paused_memory;         /* ... for --max-client-buffer or --max-buffer-total */
 	bool waits_total;           /* ... for --max-buffer-total: S.total_waiters counts it */
@@ -76,7 +77,8 @@ void conn_hold_locked(struct conn *c, uint64_t bytes);
 void conn_unhold_locked(struct conn *c, uint64_t bytes);
 void conn_unpause_locked(struct conn *c);
 void conn_release_locked(struct conn *c, struct out_buf *ob);
-void conn_flush_locked(struct conn *c);
+void conn_flush_locked(struct conn *c);            /* drops the lock around sendmsg */
+void conn_drop_output_locked(struct conn *c);       /* closed: unsent replies let go */
 /* Bytes the socket thread makes (handshake replies, early errors). */
 void conn_send_bytes(struct conn *c, const void *data, uint32_t len, uint32_t charge);
 

@@ -53,12 +53,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
+#include <linux/sockios.h>
 
 #include "conn.h"
 #include "handshake.h"
@@ -166,12 +168,8 @@ static void conn_close(struct conn *c, const char *why)
 	shutdown(c->fd, SHUT_RDWR);
 	pthread_mutex_lock(&c->lock);
 	c->dead = true;
-	while (c->out_head) {
-		struct out_buf *ob = c->out_head;
-		c->out_head = ob->next;
-		conn_release_locked(c, ob);
-	}
-	c->out_tail = &c->out_head;
+	if (!c->writing)   /* else its writer drops them when sendmsg returns */
+		conn_drop_output_locked(c);
 	if (c->filling) {
 		c->inflight -= c->filling->reply->charge;
 		conn_unhold_locked(c, c->filling->reply->charge_bytes);
@@ -685,6 +683,14 @@ static uint64_t elapsed_ns(uint64_t now, uint64_t then)
 	return now > then ? now - then : 0;
 }
 
+/* Whether the client has not yet read all we wrote to it: bytes in the
+ * socket's send queue (SIOCOUTQ; for TCP also those sent but not acked). */
+static bool client_reading(int fd)
+{
+	int queued = 0;
+	return ioctl(fd, SIOCOUTQ, &queued) == 0 && queued > 0;
+}
+
 /*
  * Closes the connections that waited --io-timeout seconds for bytes they
  * owe: in the handshake, or in the middle of a request while being read;
@@ -730,6 +736,14 @@ static void expire_stalled(struct loop *L)
 		 * now, the clock starts later. One that takes no reply is
 		 * closed above. */
 		if (not_read || (!handshake && !c->in_len && !c->filling && !c->discard)) {
+			c->last_rx_ns = now;
+			continue;
+		}
+		/* Still reading what we sent (the kernel's buffer holds a few
+		 * hundred K: seconds of a slow reader's LIST replies): it owes
+		 * nothing until it has them. Closed "in the handshake" just
+		 * before the last replies were read, it was. */
+		if (elapsed_ns(now, c->last_rx_ns) >= limit / 2 && client_reading(c->fd)) {
 			c->last_rx_ns = now;
 			continue;
 		}

@@ -583,8 +583,8 @@ static void areq_start(void *arg)
 {
 	struct areq *a = arg;
 	uint32_t op = a->r.op;
-	if (op == OP_RESET)
-		cache_engine_replica_reset(a->e, &a->r, "", 0);
+	if (op == OP_RESET)   /* the name: the marker the reset gives */
+		cache_engine_replica_reset(a->e, &a->r, a->r.name ? a->r.name : "", 0);
 	else if (op == OP_PROMOTE)
 		cache_engine_promote(a->e, &a->r, true);   /* forced: the marker unread */
 	else if (op == OP_PROMOTE_CHECKED)
@@ -982,6 +982,29 @@ START_TEST(replica_refuses_flush_all_and_policy_switch)
 	ck_assert_int_eq(atomic_load(&blk.writes), 0);
 	ck_assert(!blk_has("f", 0, w, BKT_SIZE));
 	ck_assert_uint_eq(stats_of(replica).dirty_bytes, BKT_SIZE);
+	teardown();
+}
+END_TEST
+
+/* 6c. A reset naming another marker than the last reset's is counted
+ * (a new primary, or two sharing this replica, each reset dropping the
+ * other's copies): a figure that keeps rising says so. The first marker,
+ * the same one again, and a reset naming none do not count. */
+START_TEST(reset_from_another_primary_is_counted)
+{
+	setup(true);
+	uint64_t base = stats_of(replica).replica_primary_changes;   /* the primary's own */
+	ck_assert_uint_eq(base, 0);
+	ck_assert_int_eq(run_on(replica, OP_RESET, MARKER, 0, 0, NULL), 0);
+	ck_assert_uint_eq(stats_of(replica).replica_primary_changes, 0);
+	ck_assert_int_eq(run_on(replica, OP_RESET, "other-primary", 0, 0, NULL), 0);
+	ck_assert_uint_eq(stats_of(replica).replica_primary_changes, 1);
+	ck_assert_int_eq(run_on(replica, OP_RESET, MARKER, 0, 0, NULL), 0);
+	ck_assert_int_eq(run_on(replica, OP_RESET, "", 0, 0, NULL), 0);
+	ck_assert_int_eq(run_on(replica, OP_RESET, MARKER, 0, 0, NULL), 0);
+	struct cache_stats rs = stats_of(replica);
+	ck_assert_uint_eq(rs.replica_primary_changes, 2);
+	ck_assert_str_eq(rs.marker_name, MARKER);
 	teardown();
 }
 END_TEST
@@ -1471,6 +1494,7 @@ int main(void)
 	tcase_add_test(tc, fail_stop_fails_writes_while_degraded);
 	tcase_add_test(tc, replica_refuses_reads_and_partial_writes_until_promoted);
 	tcase_add_test(tc, replica_refuses_flush_all_and_policy_switch);
+	tcase_add_test(tc, reset_from_another_primary_is_counted);
 	tcase_add_test(tc, connecting_primary_writes_through);
 	tcase_add_test(tc, restarted_primary_writes_back_then_resets);
 	tcase_add_test(tc, unreplicated_write_of_an_evicted_object_waits_for_the_blocker);

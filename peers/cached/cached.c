@@ -230,6 +230,13 @@ static bool replica_control(struct glue_req *g)
 		}
 		peer_log(PEER_LOG_INFO, "the primary resets the replica: dropping what it holds "
 			 "(its marker: %s)", *marker ? marker : "none");
+		char last[MARKER_NAME_MAX + 1];
+		cache_engine_replica_marker(C.engine, last);
+		if (*last && *marker && strcmp(last, marker))
+			peer_warn("mirror-reset from a primary whose marker is '%s'; the last reset "
+				  "named '%s': a new primary, or two primaries share this replica "
+				  "(each one's reset drops what the other mirrored here; "
+				  "replica_primary_changes counts these)", marker, last);
 		cache_engine_replica_reset(C.engine, r, marker, epoch);
 		return true;
 	}

@@ -804,6 +804,7 @@ static void mirror_stats(struct cache_engine *e, struct cache_stats *s)
 	s->replica_cleans = atomic_load(&e->rst.cleans);
 	s->replica_resets = atomic_load(&e->rst.resets);
 	s->replica_refused = atomic_load(&e->rst.refused);
+	s->replica_primary_changes = atomic_load(&e->rst.primary_changes);
 	pthread_mutex_lock(&e->marker_lock);
 	s->marker_state = e->marker_written;
 	snprintf(s->marker_name, sizeof(s->marker_name), "%s", s->replica ? e->replica_marker :

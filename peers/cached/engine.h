@@ -250,6 +250,7 @@ struct cache_stats {
 	bool replica;
 	bool replica_unsure;   /* recovered unclean: waits for the primary's reset */
 	uint64_t replica_writes, replica_cleans, replica_resets, replica_refused;
+	uint64_t replica_primary_changes;   /* resets naming another marker than the last */
 };
 
 /* Where a primary (--mirror-port) stands with its replica. CONNECTING:
@@ -330,6 +331,8 @@ void cache_engine_flush_all(struct cache_engine *e, struct cache_req *req);
  * it would drop what the primary mirrored since. */
 void cache_engine_replica_reset(struct cache_engine *e, struct cache_req *req,
 				const char *marker, uint64_t epoch);
+/* The marker name the last reset taken gave ("" before the first). */
+void cache_engine_replica_marker(struct cache_engine *e, char name[MARKER_NAME_MAX + 1]);
 /* "mirror-reset"'s arguments "[@RUN.COUNT] [NAME]" (hex): the epoch (0:
  * none) and the marker name ("": none; not checked here). False: malformed. */
 bool cache_replica_reset_args(const char *args, uint64_t *epoch, const char **marker);

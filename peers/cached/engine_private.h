@@ -362,6 +362,8 @@ struct cache_engine {
 	pthread_mutex_t reset_lock;
 	struct {
 		_Atomic uint64_t writes, cleans, resets, refused;
+		/* resets naming another marker than the last one's */
+		_Atomic uint64_t primary_changes;
 	} rst;
 };
 

@@ -130,11 +130,24 @@ static int keep_marker(struct cache_engine *e, const char *marker)
 		return EINVAL;
 	pthread_mutex_lock(&e->marker_lock);
 	bool same = !strcmp(e->replica_marker, marker);
+	/* A primary that names another marker than the last reset did: a
+	 * new primary (a host replaced), or two primaries sharing this
+	 * replica, each reset dropping the other's copies (a figure that
+	 * keeps rising says which). */
+	if (!same && e->replica_marker[0] && *marker)
+		COUNT_ADD(e, rst.primary_changes, 1);
 	memcpy(e->replica_marker, marker, len + 1);
 	pthread_mutex_unlock(&e->marker_lock);
 	if (!same && e->persisting)
 		return -persist_set_marker(&e->persist, marker);
 	return 0;
+}
+
+void cache_engine_replica_marker(struct cache_engine *e, char name[MARKER_NAME_MAX + 1])
+{
+	pthread_mutex_lock(&e->marker_lock);
+	memcpy(name, e->replica_marker, MARKER_NAME_MAX + 1);
+	pthread_mutex_unlock(&e->marker_lock);
 }
 
 bool cache_replica_reset_args(const char *args, uint64_t *epoch, const char **marker)

@@ -32,6 +32,7 @@ static int mirror_json(char *buf, size_t len, const struct cache_stats *s, int m
 		",\"exposure_bytes\":%" PRIu64 ",\"exposure_ms\":%" PRIu64
 		",\"replica\":%s,\"replica_unsure\":%s,\"replica_writes\":%" PRIu64 ",\"replica_cleans\":%" PRIu64
 		",\"replica_resets\":%" PRIu64 ",\"replica_refused\":%" PRIu64
+		",\"replica_primary_changes\":%" PRIu64
 		",\"mirror_marker\":\"%s\",\"marker_state\":\"%s\",\"marker_writes\":%" PRIu64
 		",\"marker_failures\":%" PRIu64 ",\"marker_held\":%" PRIu64
 		",\"promotes_refused\":%" PRIu64 ",\"promote_marker_said\":\"%s\"",
@@ -41,7 +42,8 @@ static int mirror_json(char *buf, size_t len, const struct cache_stats *s, int m
 		s->degradations, s->degraded_ns_total / 1000000, s->exposure_bytes,
 		s->exposure_ns / 1000000, s->replica ? "true" : "false",
 		s->replica_unsure ? "true" : "false", s->replica_writes,
-		s->replica_cleans, s->replica_resets, s->replica_refused, s->marker_name,
+		s->replica_cleans, s->replica_resets, s->replica_refused,
+		s->replica_primary_changes, s->marker_name,
 		marker_state_name(s->marker_state), s->marker_writes, s->marker_failures,
 		s->marker_held, s->promotes_refused, marker_state_name(s->promote_marker_said));
 }

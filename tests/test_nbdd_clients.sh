@@ -54,6 +54,10 @@ for bad in 1001 -1 5us; do
 	bad_arg "$bad" "$BIN/nbdd" --segment "$SEG" --port 4 --target-port 2 --volume v:1M \
 		--unix "$DIR/s" --socket-poll-us "$bad"
 done
+for bad in 0 3601 5s; do
+	bad_arg "$bad" "$BIN/nbdd" --segment "$SEG" --port 4 --target-port 2 --volume v:1M \
+		--unix "$DIR/s" --retry-limit "$bad"
+done
 
 echo "--- the path: nbdd -> vlmcd -> cached -> filed"
 # Pool and heap sized for nbdcopy's 4 connections x 64 requests on every hop.

@@ -16,7 +16,8 @@ expect_exit 0 "$BIN/xreq" --help
 expect_exit 2 "$BIN/synapsed" --segment x --port 1
 grep -q -- "--listen or --remote" "$DIR/err" || fail "missing --listen/--remote not explained"
 for bad in "--listen 127.0.0.1" "--listen 1.2.3.4:99999" "--remote nohost.invalid:7" \
-	   "--allow 300.1.1.1" "--timeout 0" "--target-port x" "--net-spin-us x"; do
+	   "--allow 300.1.1.1" "--timeout 0" "--target-port x" "--net-spin-us x" \
+	   "--retry-limit 0" "--retry-limit 3601" "--retry-limit 5s"; do
 	set -- $bad
 	expect_exit 2 "$BIN/synapsed" --segment x --port 1 --target-port 1 "$1" "$2"
 	grep -q -- "'$2'" "$DIR/err" || fail "$1 $2: the bad value is not named"

@@ -29,8 +29,6 @@
 #include "nbdd.h"
 
 #define CHUNKS_IN_FLIGHT 8u
-/* How long a command waits for the request pool or heap before failing. */
-#define RETRY_LIMIT_NS (10ull * 1000 * 1000 * 1000)
 /* Largest command the socket thread sends itself. */
 #define DIRECT_MAX (64u << 10)
 
@@ -243,7 +241,7 @@ static void issue(struct peer *p, struct cmd *cmd)
 			cmd->issued += len;
 			cmd->holds++;
 			/* Progress: the retry limit counts from the last chunk out. */
-			cmd->deadline_ns = xseg_now_ns() + RETRY_LIMIT_NS;
+			cmd->deadline_ns = xseg_now_ns() + nbdd_cfg.retry_limit_ns;
 		}
 		pthread_mutex_unlock(&cmd->lock);
 		if (!claimed) {
@@ -279,7 +277,7 @@ static void issue(struct peer *p, struct cmd *cmd)
 static void start_on(struct peer *p, struct peer_thread *t, struct cmd *cmd)
 {
 	pthread_mutex_lock(&cmd->lock);
-	cmd->deadline_ns = xseg_now_ns() + RETRY_LIMIT_NS;
+	cmd->deadline_ns = xseg_now_ns() + nbdd_cfg.retry_limit_ns;
 	cmd->holds++;   /* the issuer's hold */
 	pthread_mutex_unlock(&cmd->lock);
 	issue(p, cmd);

@@ -29,6 +29,7 @@ struct nbdd_config nbdd_cfg = {
 	.max_client_buffer = 32u << 20,
 	.max_buffer_total = 256u << 20,
 	.target_timeout = 30,
+	.retry_limit_ns = 10ull * 1000 * 1000 * 1000,
 	.max_path_requests = UINT64_MAX,   /* until the segment's pool is known */
 };
 
@@ -172,7 +173,7 @@ enum {
 	OPT_TARGET_PORT = 1, OPT_LISTEN, OPT_UNIX, OPT_VOLUME, OPT_VOLUMES_FILE,
 	OPT_MAX_REQUEST, OPT_CHUNK_SIZE, OPT_MAX_INFLIGHT, OPT_IO_TIMEOUT, OPT_MAX_CONNECTIONS,
 	OPT_SOCKET_MODE, OPT_MAX_CLIENT_BUFFER, OPT_MAX_BUFFER_TOTAL, OPT_TARGET_TIMEOUT,
-	OPT_SOCKET_THREADS, OPT_SOCKET_POLL_US,
+	OPT_SOCKET_THREADS, OPT_SOCKET_POLL_US, OPT_RETRY_LIMIT,
 };
 
 static const struct option nbdd_options[] = {
@@ -192,6 +193,7 @@ static const struct option nbdd_options[] = {
 	{ "target-timeout", required_argument, NULL, OPT_TARGET_TIMEOUT },
 	{ "socket-threads", required_argument, NULL, OPT_SOCKET_THREADS },
 	{ "socket-poll-us", required_argument, NULL, OPT_SOCKET_POLL_US },
+	{ "retry-limit", required_argument, NULL, OPT_RETRY_LIMIT },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -210,6 +212,9 @@ static const char nbdd_usage[] =
 "  --max-request-size S   largest READ/WRITE, announced as the maximum block\n"
 "                         size (default 32M)\n"
 "  --chunk-size S         largest request sent to the target (default 1M)\n"
+"  --retry-limit S        with the segment's request pool or heap empty, a\n"
+"                         command fails after S seconds without a chunk\n"
+"                         going out (1..3600; default 10)\n"
 "  --max-inflight N       commands per connection before it is not read (128)\n"
 "  --io-timeout S         seconds a client in the handshake or in the middle of\n"
 "                         a request may send nothing, or take none of its\n"
@@ -289,6 +294,13 @@ static int parse_option(struct peer *p, int val, const char *arg)
 		return peer_arg_uint("--socket-threads", arg, 1, 64, &nbdd_cfg.socket_threads);
 	case OPT_SOCKET_POLL_US:
 		return peer_arg_uint("--socket-poll-us", arg, 0, 1000, &nbdd_cfg.socket_poll_us);
+	case OPT_RETRY_LIMIT: {
+		uint64_t s;
+		if (peer_arg_uint("--retry-limit", arg, 1, 3600, &s) < 0)
+			return -1;
+		nbdd_cfg.retry_limit_ns = s * 1000000000ull;
+		return 0;
+	}
 	case OPT_MAX_BUFFER_TOTAL:
 		max_buffer_total_arg = arg;
 		return peer_arg_size("--max-buffer-total", arg, 64u << 10, 1ull << 40,

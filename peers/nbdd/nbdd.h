@@ -65,6 +65,7 @@ struct nbdd_config {
 	uint64_t max_path_requests;   /* chunks out on the path at once: half the request pool */
 	uint64_t socket_threads;      /* threads reading the connections (0 until chosen) */
 	uint64_t socket_poll_us;      /* after events, look again this long before sleeping */
+	uint64_t retry_limit_ns;      /* --retry-limit: a command waiting for the pool */
 };
 
 extern struct nbdd_config nbdd_cfg;

@@ -15,9 +15,6 @@
 #include "peer/stats.h"
 #include "synapsed.h"
 
-/* How long a request waits for a free xseg request or heap space. */
-#define RETRY_LIMIT_NS (10ull * 1000 * 1000 * 1000)
-
 struct inbound {
 	struct peer_work work;
 	struct inbound *next;  /* its connection's wait list (S.lock) */
@@ -254,7 +251,7 @@ static void submit_waiting(struct peer_thread *t, struct peer_work *w)
 void inbound_request_done(void *owner)
 {
 	struct inbound *in = owner;
-	in->deadline_ns = xseg_now_ns() + RETRY_LIMIT_NS;
+	in->deadline_ns = xseg_now_ns() + S.retry_limit_ns;
 	in->next = NULL;
 
 	/* Not stopping yet: the send (or the post to a worker) below is

@@ -22,10 +22,11 @@
 struct synapsed S = { .timeout_ns = 30ull * 1000 * 1000 * 1000, .wake_fd = -1,
 		      .net_spin_ns = 300ull * 1000,
 		      .idle_timeout_ns = 300ull * 1000 * 1000 * 1000,
+		      .retry_limit_ns = 10ull * 1000 * 1000 * 1000,
 		      .max_inflight = 256ull << 20, .max_conns = 64 };
 
 enum { OPT_LISTEN = 1, OPT_REMOTE, OPT_TARGET_PORT, OPT_ALLOW, OPT_TIMEOUT, OPT_NET_SPIN,
-       OPT_IDLE_TIMEOUT, OPT_MAX_INFLIGHT, OPT_MAX_CONNS };
+       OPT_IDLE_TIMEOUT, OPT_MAX_INFLIGHT, OPT_MAX_CONNS, OPT_RETRY_LIMIT };
 
 static const struct option synapsed_options[] = {
 	{ "listen", required_argument, NULL, OPT_LISTEN },
@@ -37,6 +38,7 @@ static const struct option synapsed_options[] = {
 	{ "idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT },
 	{ "max-inflight-bytes", required_argument, NULL, OPT_MAX_INFLIGHT },
 	{ "max-connections", required_argument, NULL, OPT_MAX_CONNS },
+	{ "retry-limit", required_argument, NULL, OPT_RETRY_LIMIT },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -59,6 +61,9 @@ static const char synapsed_usage[] =
 "                         unread (K, M, G suffixes; default 256M)\n"
 "  --max-connections N    incoming connections at once; when full, a new one\n"
 "                         evicts the longest-idle (default 64)\n"
+"  --retry-limit S        with the segment's request pool or heap empty, a\n"
+"                         request from the network waits for one and fails\n"
+"                         after S seconds (1..3600; default 10)\n"
 "  --net-spin-us N        the network thread polls this long after traffic\n"
 "                         before it sleeps; at depth 1 it then serves --port\n"
 "                         itself with the workers parked (default 300; the\n"
@@ -113,6 +118,11 @@ static int parse_option(struct peer *p, int val, const char *arg)
 		if (peer_arg_uint("--max-connections", arg, 1, 4096, &secs) < 0)
 			return -1;
 		S.max_conns = (uint32_t)secs;
+		return 0;
+	case OPT_RETRY_LIMIT:
+		if (peer_arg_uint("--retry-limit", arg, 1, 3600, &secs) < 0)
+			return -1;
+		S.retry_limit_ns = secs * 1000000000ull;
 		return 0;
 	}
 	return -1;

@@ -116,6 +116,7 @@ struct synapsed {
 	uint64_t timeout_ns;
 	uint64_t net_spin_ns;   /* --net-spin-us */
 	uint64_t idle_timeout_ns;   /* --idle-timeout; 0: never */
+	uint64_t retry_limit_ns;    /* --retry-limit: a request waiting for the pool */
 	uint64_t max_inflight;      /* --max-inflight-bytes */
 	uint64_t conn_inflight;     /* one connection's share of it */
 	uint32_t max_conns;         /* --max-connections: incoming ones */

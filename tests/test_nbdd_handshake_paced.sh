@@ -4,7 +4,8 @@
 # reading it while 64K of replies wait unsent, and that pause is nbdd's,
 # not the client's. --io-timeout 1 must not close it as "no byte for 1 s
 # in the handshake" (the client's options sat unread in nbdd's buffer);
-# a client that reads nothing is still closed (took no reply bytes).
+# a client that reads nothing is still closed (took no reply bytes), and
+# so is one that stops mid-option with its few replies unread.
 set -u
 SEG_PREFIX=nbdd-hs-paced
 . "$(dirname "$0")/lib.sh"
@@ -100,5 +101,33 @@ rc=$?
 cat "$DIR/client2.log"
 [ $rc = 0 ] || fail "a client reading nothing in the handshake was not closed"
 grep -q "took no reply bytes" "$DIR/nbdd.log" || fail "no 'took no reply bytes' line for it"
+
+echo "--- a client that stops mid-option, its few replies unread in the kernel, is closed"
+# Its replies all fit in the socket's buffer (nbdd waits for no EPOLLOUT),
+# so only the read side's clock can close it: unread bytes in the socket
+# must spare a client only while it reads them.
+SUPPORT="$SUPPORT" timeout 60 python3 - "$DIR/nbd.sock" > "$DIR/client3.log" 2>&1 <<'PY'
+import os, select, socket, struct, sys, time
+sys.path.insert(0, os.environ["SUPPORT"])
+import nbd_raw_client as R
+R.args = type("A", (), {"case": "handshake-stalled", "addr": sys.argv[1]})()
+s = R.connect(sys.argv[1], timeout=30)
+R.recv_exact(s, 18)
+s.sendall(struct.pack(">I", 1))
+s.sendall((R.IHAVEOPT + struct.pack(">II", R.OPT_LIST, 0)) * 50 + R.IHAVEOPT[:4])
+start = time.time()
+# nothing read, nothing more sent: closed (--io-timeout 1), which the
+# client sees as the peer's hang-up without reading (a read would end the
+# test's point: the replies read, nothing is left unread)
+p = select.poll()
+p.register(s, select.POLLRDHUP)
+if not p.poll(6000):
+    R.fail("a client stalled mid-option with unread replies is still open after 6 s")
+print("closed after %.1f s" % (time.time() - start))
+PY
+rc=$?
+cat "$DIR/client3.log"
+[ $rc = 0 ] || fail "a client stalled in the handshake with unread replies was not closed"
+grep -q "no byte for 1 s in the handshake" "$DIR/nbdd.log" || fail "no 'no byte' line for it"
 kill -0 $nbdd || fail "nbdd died"
 echo ok

@@ -38,6 +38,7 @@ struct conn {
 	uint32_t filled;
 	uint64_t discard;           /* payload bytes of a refused WRITE to skip */
 	uint64_t last_rx_ns;        /* last bytes read, or when waiting began */
+	int outq_seen;              /* its socket's unread bytes at the last look */
 
 	/* Shared: under lock. */
 	pthread_mutex_t lock;

@@ -683,12 +683,16 @@ static uint64_t elapsed_ns(uint64_t now, uint64_t then)
 	return now > then ? now - then : 0;
 }
 
-/* Whether the client has not yet read all we wrote to it: bytes in the
- * socket's send queue (SIOCOUTQ; for TCP also those sent but not acked). */
-static bool client_reading(int fd)
+/* Whether the client is reading what we wrote it: fewer bytes in the
+ * socket's send queue (SIOCOUTQ; for TCP also those not yet acked) than at
+ * the last look. One that reads none, the queue unchanged, is not. */
+static bool client_reading(struct conn *c)
 {
-	int queued = 0;
-	return ioctl(fd, SIOCOUTQ, &queued) == 0 && queued > 0;
+	int queued = 0, seen = c->outq_seen;
+	if (ioctl(c->fd, SIOCOUTQ, &queued) < 0)
+		return false;
+	c->outq_seen = queued;
+	return queued > 0 && queued < seen;
 }
 
 /*
@@ -743,7 +747,7 @@ static void expire_stalled(struct loop *L)
 		 * hundred K: seconds of a slow reader's LIST replies): it owes
 		 * nothing until it has them. Closed "in the handshake" just
 		 * before the last replies were read, it was. */
-		if (elapsed_ns(now, c->last_rx_ns) >= limit / 2 && client_reading(c->fd)) {
+		if (client_reading(c)) {
 			c->last_rx_ns = now;
 			continue;
 		}

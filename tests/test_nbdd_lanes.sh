@@ -46,8 +46,8 @@ d4=$(( $(port_info 4 submitted) - l4 )) d5=$(( $(port_info 5 submitted) - l5 ))
 [ "$d5" -ge 4096 ] ||
 	fail "vlmcd's lane 5 took $d5 requests: nbdd's socket threads did not leave from lanes of their own"
 echo "vlmcd's lanes took $d4 and $d5 requests; every block read back verified"
-sleeps=$(peer_stat 8 socket_sleeps) || fail "nbdd has no socket_sleeps figure"
-echo "the socket threads slept $sleeps times in epoll_wait with events waiting"
+waits=$(peer_stat 8 socket_waits) || fail "nbdd has no socket_waits figure"
+echo "the socket threads waited $waits times in epoll_wait for events"
 # Idle now: nbdd's CPU over a second (ticks of /proc/PID/stat), a few tries
 # for a loaded machine; a socket thread still polling takes a whole second.
 nbdd_pid=${pids[-1]} hz=$(getconf CLK_TCK) idle=

@@ -31,7 +31,7 @@ struct loop {
 	struct conn *conns;             /* open connections */
 	struct conn *zombies;           /* closed in this round of events: freed after it */
 	uint64_t next_timeout_scan_ns;
-	_Atomic uint64_t sleeps;        /* epoll_waits with a timeout that found events */
+	_Atomic uint64_t waits;         /* epoll_waits with a timeout that got events */
 	pthread_t thread;
 	bool started;
 };

@@ -788,7 +788,7 @@ static void *server_loop(void *arg)
 		if (n == 0) {
 			n = epoll_wait(L->epfd, events, 64, first ? resume_listeners(200) : 200);
 			if (n > 0)
-				atomic_fetch_add_explicit(&L->sleeps, 1, memory_order_relaxed);
+				atomic_fetch_add_explicit(&L->waits, 1, memory_order_relaxed);
 		}
 		busy = n > 0;
 		if (n < 0 && errno != EINTR) {
@@ -930,14 +930,14 @@ static int open_unix(const char *path)
 
 int server_stats(char *buf, size_t len)
 {
-	uint64_t sleeps = 0;
+	uint64_t waits = 0;
 	for (unsigned i = 0; i < loops_count(); i++)
-		sleeps += atomic_load_explicit(&loop_at(i)->sleeps, memory_order_relaxed);
+		waits += atomic_load_explicit(&loop_at(i)->waits, memory_order_relaxed);
 	return snprintf(buf, len, ",\"connections\":%u,\"refused\":%" PRIu64
 			",\"buffer_closes\":%" PRIu64 ",\"buffer_waits\":%" PRIu64
-			",\"socket_sleeps\":%" PRIu64,
+			",\"socket_waits\":%" PRIu64,
 			atomic_load(&S.nr_conns), atomic_load(&S.refused),
-			atomic_load(&S.buffer_closes), atomic_load(&S.total_waits), sleeps);
+			atomic_load(&S.buffer_closes), atomic_load(&S.total_waits), waits);
 }
 
 int server_open(struct peer *p, const struct server_ops *ops)

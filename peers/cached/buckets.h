@@ -62,6 +62,7 @@ struct bucket_geometry {
 	uint64_t object_size;
 	uint32_t bucket_size;
 	uint32_t buckets_per_object;
+	unsigned bucket_shift;   /* log2(bucket_size): spans without a division */
 };
 
 /* -EINVAL unless bucket_size is a power of two >= 512 dividing object_size. */

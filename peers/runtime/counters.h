@@ -49,6 +49,7 @@ struct peer_stats_block {
 	_Atomic uint64_t errors[PEER_STATS_OPS];
 	_Atomic uint64_t sent, sent_failed;         /* the peer's own sends */
 	_Atomic uint64_t cpu_yields;                /* peer.c: yield_if_cpu_shared */
+	_Atomic uint64_t bench_calls;               /* watch.c: peer_bench_call */
 	_Atomic uint64_t lat_sum, lat_max;          /* ticks */
 	_Atomic uint64_t hist[PEER_STATS_BUCKETS];
 	struct peer_stats_block *next;              /* set once, before publishing */
@@ -102,7 +103,7 @@ peer_stats_done(struct peer_stats_block *b, uint32_t op, bool served, uint64_t b
 
 /* Every block summed (stats.c). */
 struct peer_stats_sum {
-	uint64_t begun, done, sent, sent_failed, cpu_yields, lat_sum, lat_max;   /* ticks */
+	uint64_t begun, done, sent, sent_failed, cpu_yields, bench_calls, lat_sum, lat_max;   /* ticks */
 	double ns_per_tick;
 	uint64_t requests[PEER_STATS_CLASSES], bytes[PEER_STATS_CLASSES];
 	uint64_t errors[PEER_STATS_CLASSES];

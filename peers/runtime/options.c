@@ -22,6 +22,7 @@ enum {
 	OPT_STOP_TIMEOUT,
 	OPT_YIELD,
 	OPT_LANES,
+	OPT_WATCHERS,
 	OPT_HELP,
 	OPT_VERSION,
 };
@@ -37,6 +38,7 @@ static const struct option common_options[] = {
 	{ "stop-timeout", required_argument, NULL, OPT_STOP_TIMEOUT },
 	{ "yield", required_argument, NULL, OPT_YIELD },
 	{ "lanes", required_argument, NULL, OPT_LANES },
+	{ "watchers", required_argument, NULL, OPT_WATCHERS },
 	{ "help", no_argument, NULL, OPT_HELP },
 	{ "version", no_argument, NULL, OPT_VERSION },
 };
@@ -89,6 +91,10 @@ static void usage(const struct peer_ops *ops)
 	       "                       it: each client's requests queue on a lane of its\n"
 	       "                       own (for many clients and threads; default 1)\n"
 	       "  --threads N          worker threads (default %u)\n"
+	       "  --watchers N         idle workers that watch the ports (spin, then sleep\n"
+	       "                       on them); the others wait until work is queued while\n"
+	       "                       every watcher is busy (default: the ports, at least 2,\n"
+	       "                       at most --threads)\n"
 	       "  --log-level LEVEL    error, warn, info or debug (default warn)\n"
 	       "  --daemon             run in the background once serving\n"
 	       "  --pidfile F          write the pid to F (refused while F names a live pid)\n"
@@ -183,6 +189,11 @@ static int common_option(struct peer_config *c, int val, const char *arg)
 		if (peer_arg_uint("--lanes", arg, 1, MAX_LANES, &v) < 0)
 			return -1;
 		c->lanes = (unsigned)v;
+		return 0;
+	case OPT_WATCHERS:
+		if (peer_arg_uint("--watchers", arg, 1, MAX_THREADS, &v) < 0)
+			return -1;
+		c->watchers = (unsigned)v;
 		return 0;
 	case OPT_STOP_TIMEOUT:
 		if (peer_arg_uint("--stop-timeout", arg, 1, 86400, &v) < 0)

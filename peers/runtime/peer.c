@@ -45,6 +45,7 @@ void peer_stop(struct peer *p)
 {
 	atomic_store(&p->stop, 1);
 	peer_unpark_workers(p);
+	peer_bench_call(p, true);
 }
 
 /* ---- workers ---------------------------------------------------------------------- */
@@ -365,6 +366,7 @@ static void *worker(void *arg)
 		if (stopping && !t->deferred && drained(p) && !atomic_load(&p->maint_running))
 			break;
 		if (work) {
+			peer_bench_call_if_busy(p);
 			yield_if_cpu_shared(t);
 			continue;
 		}
@@ -378,9 +380,12 @@ static void *worker(void *arg)
 					peer_posted_ready, p);
 		} else if (atomic_load(&p->parked)) {
 			park(p);
-		} else {
+		} else if (peer_watch_begin(p)) {
 			xseg_poll_until(p->seg, p->cfg.port_first, p->cfg.spin_ns,
 					IDLE_WAIT_NS, peer_posted_ready, p);
+			peer_watch_end(p);
+		} else {
+			peer_bench_wait(p, IDLE_WAIT_NS);
 		}
 		polled = true;
 	}
@@ -652,6 +657,7 @@ int peer_main(int argc, char **argv, const struct peer_ops *ops, void *priv)
 		goto out;
 	}
 	p->main_tid = pthread_self();
+	p->max_watchers = p->cfg.watchers ? p->cfg.watchers : peer_default_watchers(p);
 	start_maintainer(p);
 	unsigned started = 0;
 	for (; started < p->cfg.threads; started++) {

@@ -26,6 +26,7 @@ struct peer_config {
 	unsigned stop_timeout_s;
 	bool never_yield;   /* --yield never (peer.c: yield_if_cpu_shared) */
 	unsigned lanes;     /* --lanes: port_first..port_last bound as lanes */
+	unsigned watchers;  /* --watchers (0: peer_default_watchers) */
 };
 
 /* The context of one send or forward, in the slot of the request's pool
@@ -103,6 +104,12 @@ struct peer {
 	_Atomic int parked;
 	pthread_mutex_t park_lock;
 	pthread_cond_t park_cond;
+	/* watch.c: idle workers watching the ports (at most max_watchers),
+	 * and those waiting on the bench for a call. */
+	unsigned max_watchers;
+	_Atomic unsigned watching;
+	_Atomic unsigned benched;
+	_Atomic uint32_t bench_seq;       /* the bench's futex word */
 };
 
 /* requests.c: a reply to one of our sends or forwards (its callback). */
@@ -114,6 +121,19 @@ void peer_on_reply(struct peer_thread *t, struct xseg_request *req);
 void peer_run_deferred(struct peer_thread *t);
 bool peer_run_posted(struct peer_thread *t);
 bool peer_posted_ready(void *arg);
+
+/* watch.c: which idle workers watch the ports. peer_watch_begin: true
+ * (and counted until peer_watch_end) while fewer than max_watchers do;
+ * peer_bench_wait: an idle worker that may not watch waits for a call, a
+ * stop or timeout_ns; peer_bench_call: wakes one waiting worker (all at a
+ * stop), no system call while none waits; peer_bench_call_if_busy: calls
+ * one when work is queued and no watcher is idle. */
+unsigned peer_default_watchers(const struct peer *p);
+bool peer_watch_begin(struct peer *p);
+void peer_watch_end(struct peer *p);
+void peer_bench_wait(struct peer *p, uint64_t timeout_ns);
+void peer_bench_call(struct peer *p, bool all);
+void peer_bench_call_if_busy(struct peer *p);
 
 /* options.c */
 int peer_parse_args(struct peer *p, int argc, char **argv);

@@ -105,6 +105,7 @@ void peer_stats_read(struct peer_stats_sum *s)
 		s->sent += get(&b->sent);
 		s->sent_failed += get(&b->sent_failed);
 		s->cpu_yields += get(&b->cpu_yields);
+		s->bench_calls += get(&b->bench_calls);
 		s->lat_sum += get(&b->lat_sum);
 		uint64_t max = get(&b->lat_max);
 		if (max > s->lat_max)

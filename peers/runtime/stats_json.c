@@ -43,8 +43,9 @@ static double us(double ns)
 static void put_who(struct out *o, struct peer *p, uint32_t addressed)
 {
 	put(o, "{\"peer\":\"%s\",\"pid\":%d,\"segment\":\"%s\",\"port\":%u,\"port_last\":%u,"
-	    "\"addressed_port\":%u,\"threads\":%u,\"uptime_s\":%.1f", p->ops->name, (int)getpid(),
-	    p->cfg.segment, p->cfg.port_first, p->cfg.port_last, addressed, p->cfg.threads,
+	    "\"addressed_port\":%u,\"threads\":%u,\"watchers\":%u,\"uptime_s\":%.1f",
+	    p->ops->name, (int)getpid(), p->cfg.segment, p->cfg.port_first, p->cfg.port_last,
+	    addressed, p->cfg.threads, p->max_watchers,
 	    (double)(xseg_now_ns() - p->start_ns) / 1e9);
 }
 
@@ -58,12 +59,13 @@ static void put_counts(struct out *o, const struct peer_stats_sum *s)
 	    ",\"bytes_read\":%" PRIu64 ",\"bytes_written\":%" PRIu64
 	    ",\"errors\":%" PRIu64 ",\"errors_read\":%" PRIu64 ",\"errors_write\":%" PRIu64
 	    ",\"errors_other\":%" PRIu64 ",\"in_flight\":%" PRIu64
-	    ",\"sent\":%" PRIu64 ",\"sent_failed\":%" PRIu64 ",\"cpu_yields\":%" PRIu64,
+	    ",\"sent\":%" PRIu64 ",\"sent_failed\":%" PRIu64 ",\"cpu_yields\":%" PRIu64
+	    ",\"bench_calls\":%" PRIu64,
 	    reqs, s->requests[PEER_STATS_READ], s->requests[PEER_STATS_WRITE],
 	    s->requests[PEER_STATS_OTHER], s->bytes[PEER_STATS_READ], s->bytes[PEER_STATS_WRITE],
 	    errs, s->errors[PEER_STATS_READ], s->errors[PEER_STATS_WRITE],
 	    s->errors[PEER_STATS_OTHER], s->begun > s->done + 1 ? s->begun - s->done - 1 : 0,
-	    s->sent, s->sent_failed, s->cpu_yields);
+	    s->sent, s->sent_failed, s->cpu_yields, s->bench_calls);
 }
 
 /* The non-empty buckets in ns, lowest first. Ticks may be shorter than a

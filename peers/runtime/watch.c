@@ -1,0 +1,88 @@
+/*
+ * Idle workers and the ports: at most `watchers` of a peer's idle workers
+ * watch its ports (spin on their rings, then sleep on the port's futex).
+ * The others wait on the bench, a futex of this process, until a worker
+ * ends a round of work with work queued and no watcher idle (every one
+ * busy: peer_bench_call_if_busy), a stop, or IDLE_WAIT_NS (then they look
+ * at the ports once). A worker called off the bench becomes a watcher
+ * when it is next idle if a watcher's place is free, else goes back.
+ *
+ * Why: a spinning worker reads the ring lines the client writes on every
+ * push, and each queued request draws every spinner's pop. On 16 cores
+ * cached's 8 workers all spinning on one port served 4K read hits at
+ * 0.85M/0.80M IOPS where 2 workers served 1.18M/0.96M (docs/benchmarks.md,
+ * "Idle workers that watch the ports"). The bench keeps the workers for
+ * bursts and many ports without putting them all on one ring.
+ */
+#include <limits.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "counters.h"
+#include "runtime.h"
+
+unsigned peer_default_watchers(const struct peer *p)
+{
+	unsigned ports = p->cfg.port_last - p->cfg.port_first + 1;
+	unsigned w = ports > 2 ? ports : 2;
+	return w < p->cfg.threads ? w : p->cfg.threads;
+}
+
+bool peer_watch_begin(struct peer *p)
+{
+	unsigned n = atomic_load_explicit(&p->watching, memory_order_relaxed);
+	while (n < p->max_watchers)
+		if (atomic_compare_exchange_weak(&p->watching, &n, n + 1))
+			return true;
+	return false;
+}
+
+void peer_watch_end(struct peer *p)
+{
+	atomic_fetch_sub(&p->watching, 1);
+}
+
+static long bench_futex(_Atomic uint32_t *word, int op, uint32_t val, const struct timespec *ts)
+{
+	return syscall(SYS_futex, (uint32_t *)word, op, val, ts, NULL, 0);
+}
+
+/* A call that comes between the sequence's read and the sleep is seen (the
+ * futex word changed); one that comes before the read is missed, which
+ * costs this worker at most IDLE_WAIT_NS of idleness, never a request: the
+ * watchers serve it. */
+void peer_bench_wait(struct peer *p, uint64_t timeout_ns)
+{
+	struct timespec ts = { (time_t)(timeout_ns / 1000000000ull),
+			       (long)(timeout_ns % 1000000000ull) };
+	atomic_fetch_add(&p->benched, 1);
+	uint32_t seq = atomic_load(&p->bench_seq);
+	if (!atomic_load(&p->stop) && !atomic_load(&p->parked) &&
+	    atomic_load(&p->watching) >= p->max_watchers && !peer_posted_ready(p))
+		bench_futex(&p->bench_seq, FUTEX_WAIT_PRIVATE, seq, &ts);
+	atomic_fetch_sub(&p->benched, 1);
+}
+
+/* After a round of work: when no idle worker watches the ports (every
+ * watcher is busy) and work is queued, one more worker is needed. Cheap
+ * while nobody waits on the bench: one load. */
+void peer_bench_call_if_busy(struct peer *p)
+{
+	if (atomic_load_explicit(&p->benched, memory_order_relaxed) &&
+	    !atomic_load_explicit(&p->watching, memory_order_relaxed) &&
+	    xseg_has_work(p->seg, p->cfg.port_first) > 0)
+		peer_bench_call(p, false);
+}
+
+void peer_bench_call(struct peer *p, bool all)
+{
+	if (!atomic_load(&p->benched))
+		return;
+	atomic_fetch_add(&p->bench_seq, 1);
+	bench_futex(&p->bench_seq, FUTEX_WAKE_PRIVATE, all ? INT_MAX : 1, NULL);
+	struct peer_stats_block *b = peer_stats_block();
+	if (b && !all)
+		peer_stats_add(&b->bench_calls, 1);
+}

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The runtime's --watchers (peers/README.md): bad values exit 2 naming
+# them; the default is the bound ports, at least 2, at most --threads; a
+# cache with one watcher and five workers on the bench calls them under
+# load (bench_calls), serves verified data, and on SIGTERM in the middle
+# of a verified write run (dirty data in it: checked) writes every
+# acknowledged byte back to filed, every benched worker woken.
+set -u
+SEG_PREFIX=peers-watchers
+. "$(dirname "$0")/lib.sh"
+
+"$BIN/xseg" create --segment "$SEG" --ports 16 --requests 1024 --heap 128M || fail "create"
+
+echo "--- bad values"
+bad_arg "0" "$BIN/nulld" --segment "$SEG" --port 2 --watchers 0
+bad_arg "257" "$BIN/nulld" --segment "$SEG" --port 2 --watchers 257
+bad_arg "two" "$BIN/filed" --segment "$SEG" --port 1 --dir "$DIR/d" --watchers two
+
+echo "--- defaults"
+watchers_of() {   # PORT: the peer's watchers, as its figures give them
+	"$BIN/xseg" stats --segment "$SEG" --port "$1" --json |
+		python3 -c 'import json, sys; d = json.load(sys.stdin); print(d["threads"], d["watchers"])'
+}
+expect_watchers() {   # WANT(threads watchers) PORT ARGS...: a nulld started with ARGS
+	local want=$1 port=$2; shift 2
+	"$BIN/nulld" --segment "$SEG" --port "$port" "$@" 2> "$DIR/nulld.log" & local pid=$!
+	wait_bound "$port"
+	local got; got=$(watchers_of "$port")
+	kill -TERM $pid; wait $pid
+	wait_unbound "$port"
+	[ "$got" = "$want" ] || fail "nulld $*: threads and watchers '$got', expected '$want'"
+	echo "nulld $*: threads watchers $got"
+}
+expect_watchers "1 1" 2 --threads 1
+expect_watchers "6 2" 2 --threads 6
+expect_watchers "6 4" 2 --threads 6 --lanes 4
+expect_watchers "6 3" 2 --threads 6 --watchers 3
+
+echo "--- one watcher, five on the bench: verified data, a stop mid-write"
+"$BIN/filed" --segment "$SEG" --port 1 --dir "$DIR/data" --threads 2 \
+	2> "$DIR/filed.log" & pids+=($!)
+wait_bound 1
+"$BIN/cached" --segment "$SEG" --port 3 --blocker-port 1 --cache-size 256M \
+	--write-policy writeback --dirty-high 95 --dirty-low 90 --threads 6 --watchers 1 \
+	2> "$DIR/cached.log" & cpid=$!; pids+=($cpid)
+wait_bound 3
+
+bench() {   # OP PORT PREFIX OUT [more]
+	"$BIN/bench-xseg" --segment "$SEG" --port 10 --target-port "$2" --op "$1" --prefix "$3" \
+		--pattern rand --block-size 4K --iodepth 64 --total-size 16M --object-size 1M \
+		--seed 7 --timeout 10 --json "${@:5}" > "$4" 2> "$4.err"
+}
+bench write 3 warm "$DIR/w0.out" --verify full || { cat "$DIR/w0.out.err"; fail "write through one watcher"; }
+bench read 3 warm "$DIR/r0.out" --verify full || { cat "$DIR/r0.out.err"; fail "read through one watcher"; }
+[ "$(json "$DIR/r0.out" corrupted)" = 0 ] && [ "$(json "$DIR/r0.out" failed)" = 0 ] ||
+	fail "verified reads through one watcher: $(tail -1 "$DIR/r0.out")"
+calls=$(peer_stat 3 bench_calls)
+echo "bench_calls after 32M of 4K requests at depth 64: $calls"
+[ "$calls" -gt 0 ] || fail "no worker was ever called off the bench"
+
+# a long write run, SIGTERM once it put 4M more in cached, still dirty
+before=$(port_info 3 dirty_bytes)
+bench write 3 acked "$DIR/w.out" --verify full --runtime 30 --unacked "$DIR/unacked" & bpid=$!
+for _ in $(seq 100); do
+	[ "$(port_info 3 dirty_bytes)" -gt $((before + (4 << 20))) ] && break
+	sleep 0.05
+done
+dirty=$(port_info 3 dirty_bytes)
+echo "dirty in cached before the stop: $dirty bytes ($before before the run)"
+[ "$dirty" -gt $((before + (4 << 20))) ] || fail "the run put no 4M dirty in cached: the stop would prove little"
+start=$SECONDS
+kill -TERM "$cpid"; wait "$cpid"; crc=$?
+wait "$bpid"
+echo "cached exited $crc after $((SECONDS - start)) s; the write run: requests $(json "$DIR/w.out" requests), failed $(json "$DIR/w.out" failed)"
+[ "$crc" = 0 ] || fail "cached exited $crc"
+bench read 1 acked "$DIR/r.out" --verify full --may-differ "$DIR/unacked" || true
+echo "read back from filed: corrupted $(json "$DIR/r.out" corrupted), failed $(json "$DIR/r.out" failed), differed $(json "$DIR/r.out" differed)"
+[ "$(json "$DIR/r.out" corrupted)" = 0 ] && [ "$(json "$DIR/r.out" failed)" = 0 ] ||
+	fail "acknowledged writes are not on filed after cached's stop"
+echo "PASS"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The runtime's --watchers (peers/README.md): bad values exit 2 naming
-# them; the default is the bound ports, at least 2, at most --threads; a
+# them; the default is the bound ports, at least 2, at most --threads
+# (filed, whose workers block on files: every worker); a
 # cache with one watcher and five workers on the bench calls them under
 # load (bench_calls), serves verified data, and on SIGTERM in the middle
 # of a verified write run (dirty data in it: checked) writes every
@@ -35,6 +36,14 @@ expect_watchers "1 1" 2 --threads 1
 expect_watchers "6 2" 2 --threads 6
 expect_watchers "6 4" 2 --threads 6 --lanes 4
 expect_watchers "6 3" 2 --threads 6 --watchers 3
+# filed's workers block on files: every one watches
+"$BIN/filed" --segment "$SEG" --port 1 --dir "$DIR/f" --threads 6 2> "$DIR/filed.log" & fpid=$!
+wait_bound 1
+got=$(watchers_of 1)
+kill -TERM $fpid; wait $fpid
+wait_unbound 1
+[ "$got" = "6 6" ] || fail "filed --threads 6: threads and watchers '$got', expected '6 6'"
+echo "filed --threads 6: threads watchers $got"
 
 echo "--- one watcher, five on the bench: verified data, a stop mid-write"
 "$BIN/filed" --segment "$SEG" --port 1 --dir "$DIR/data" --threads 2 \

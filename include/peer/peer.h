@@ -107,6 +107,8 @@ struct peer_work {
 /* Bit for an op in peer_ops.supported_ops. */
 #define PEER_OP(op) (1u << (op))
 
+#define PEER_WATCHERS_ALL (~0u)   /* peer_ops.default_watchers: every worker */
+
 struct peer_ops {
 	const char *name;      /* program name: log lines, error messages */
 	const char *summary;   /* one line for --help */
@@ -135,6 +137,12 @@ struct peer_ops {
 	 * each request synchronously (filed) takes fewer, so that the other
 	 * workers get some. Replies are always received 16 at a time. */
 	unsigned accept_batch;
+	/* Default for --watchers, the idle workers that watch the ports (0:
+	 * the bound ports, at least 2, at most --threads). A peer whose
+	 * workers block in system calls while serving (filed) sets
+	 * PEER_WATCHERS_ALL: a worker waiting on a disk ends no round, so it
+	 * would call no other worker off the bench for a while. */
+	unsigned default_watchers;
 	/* A peer that serves a request with requests of its own (vlmcd's
 	 * object requests) sets this: it keeps a few pool requests aside
 	 * (xseg_reserve) so that clients holding the whole pool are served one

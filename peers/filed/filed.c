@@ -610,6 +610,7 @@ static const struct peer_ops filed_ops = {
 	.supported_ops = PEER_OP(X_READ) | PEER_OP(X_WRITE) | PEER_OP(X_FLUSH) |
 			 PEER_OP(X_DELETE) | PEER_OP(X_INFO) | PEER_OP(X_COPY),
 	.accept_batch = 4,
+	.default_watchers = PEER_WATCHERS_ALL,   /* workers block in pread/pwrite/fsync */
 	.init = init,
 	.thread_init = thread_init,
 	.thread_fini = thread_fini,

@@ -94,7 +94,7 @@ static void usage(const struct peer_ops *ops)
 	       "  --watchers N         idle workers that watch the ports (spin, then sleep\n"
 	       "                       on them); the others wait until work is queued while\n"
 	       "                       every watcher is busy (default: the ports, at least 2,\n"
-	       "                       at most --threads)\n"
+	       "                       at most --threads; a peer may set its own)\n"
 	       "  --log-level LEVEL    error, warn, info or debug (default warn)\n"
 	       "  --daemon             run in the background once serving\n"
 	       "  --pidfile F          write the pid to F (refused while F names a live pid)\n"

@@ -26,7 +26,7 @@
 unsigned peer_default_watchers(const struct peer *p)
 {
 	unsigned ports = p->cfg.port_last - p->cfg.port_first + 1;
-	unsigned w = ports > 2 ? ports : 2;
+	unsigned w = p->ops->default_watchers ? p->ops->default_watchers : ports > 2 ? ports : 2;
 	return w < p->cfg.threads ? w : p->cfg.threads;
 }
 

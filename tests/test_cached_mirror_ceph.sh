@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# run-tests: alone (it starts a real Ceph: two at once on 2 vCPUs would crowd both)
 # Replicated write-back (issue 23) on RADOS: phase (a) of
 # test_cached_mirror.sh with sosd on both segments over one pool of a real
 # single-node Ceph (tools/micro-ceph, tests/ceph_lib.sh): a verified

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# run-tests: alone (it starts a real Ceph: two at once on 2 vCPUs would crowd both)
 # sosd against a real single-node Ceph (tools/micro-ceph): its arguments,
 # start failures (no cluster: within seconds, conf and monitors named; no
 # pool), the blocker conformance suite, that sosd sleeps when idle and while

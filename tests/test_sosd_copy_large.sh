@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# run-tests: alone (it starts a real Ceph: two at once on 2 vCPUs would crowd both)
 # sosd COPY of a source larger than RADOS's osd_max_write_size (90M by
 # default): one write_full of it failed with EMSGSIZE although
 # --max-copy-size allows 128M. The copy is written in pieces now; the target

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# run-tests: alone (it starts a real Ceph: two at once on 2 vCPUs would crowd both)
 # The full path on RADOS: bench-xseg -> vlmcd -> cached (write-back, then
 # write-through) -> sosd -> a real single-node Ceph, --verify full. The OSD
 # is restarted under load in both cases (write-through: while the client

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# run-tests: alone (it starts a real Ceph: two at once on 2 vCPUs would crowd both)
 # sosd with several workers, FLUSHes among READs and WRITEs, each request
 # resubmitted by the client as soon as it is answered (same pool index):
 # a FLUSH held behind a barrier (OP_HELD in S.placed) may be released and

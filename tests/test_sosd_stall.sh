@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# run-tests: alone (it starts a real Ceph: two at once on 2 vCPUs would crowd both)
 # sosd while the cluster is down, with more in flight than librados's
 # objecter lets through at once (objecter_inflight_op_bytes, 100M by
 # default): the objecter blocked sosd's worker in the submitting call until

@@ -30,6 +30,7 @@
 #               and nbdkit on CPU $PIN_PEERS (1), with taskset
 #   NBD (1)     0 leaves the fio/nbdkit row out
 #   CACHED_THREADS (cached's default): every cached's --threads
+#   CACHED_ARGS: more options for every cached (e.g. "--watchers 4")
 #   CACHED_LANES (1): every cached's --lanes (the caches then move to
 #               ports 16 and up, each with a range of its own)
 #   TMPDIR (/dev/shm): filed's objects
@@ -44,6 +45,8 @@ DATA=$(mktemp -d)
 OUT=$DATA/out
 mkdir -p "$OUT"
 cthreads=(); [ -n "${CACHED_THREADS:-}" ] && cthreads=(--threads "$CACHED_THREADS")
+# shellcheck disable=SC2206   # words on purpose: options
+[ -n "${CACHED_ARGS:-}" ] && cthreads+=(${CACHED_ARGS})
 # The caches' ports (write-back, write-through, cold): with lanes, each
 # needs a range of its own, past the others.
 LANES=${CACHED_LANES:-1} wbp=2 wtp=5 coldp=6 nports=16

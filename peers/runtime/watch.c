@@ -11,7 +11,7 @@
  * push, and each queued request draws every spinner's pop. On 16 cores
  * cached's 8 workers all spinning on one port served 4K read hits at
  * 0.85M/0.80M IOPS where 2 workers served 1.18M/0.96M (docs/benchmarks.md,
- * "Idle workers that watch the ports"). The bench keeps the workers for
+ * "Idle workers on a bench"). The bench keeps the workers for
  * bursts and many ports without putting them all on one ring.
  */
 #include <limits.h>

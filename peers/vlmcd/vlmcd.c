@@ -307,6 +307,11 @@ static void job_put(struct peer_thread *t, struct job *job)
 	struct xseg_request *req = job->req;
 	struct volume *v = job->vol;
 	int err = atomic_load(&job->error);
+	/* Counted before the answer: a client that saw the FLUSH fail finds
+	 * it in the figures (test_peers_vlmcd asked at once and, on a busy
+	 * machine, read the count from before). */
+	if (job->op == X_FLUSH && err)
+		atomic_fetch_add_explicit(&figures_of(t)->flushes_failed, 1, memory_order_relaxed);
 	if (err) {
 		peer_fail(t, req, err);
 	} else {
@@ -315,9 +320,6 @@ static void job_put(struct peer_thread *t, struct job *job)
 	}
 	struct job *next = NULL;
 	if (job->op == X_FLUSH) {
-		if (err)
-			atomic_fetch_add_explicit(&figures_of(t)->flushes_failed, 1,
-						  memory_order_relaxed);
 		pthread_mutex_lock(&v->lock);
 		/* Before the next FLUSH's turn, so that it takes them. */
 		if (err)

@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# run-tests: alone (it times how soon failures are seen; and a TSan report in synapsed A,
-# a reply written into a request buffer that a later COPY sent, came once with a test beside it:
-# see the sixteenth session's note; alone until that is understood)
+# run-tests: alone (it times how soon failures are seen: with tests beside it, bench-xseg
+# once took 15 s to see the loss)
 # synapsed end to end on one machine: two segments bridged over loopback,
 #   bench-xseg (segment A) -> synapsed A ==TCP==> synapsed B -> cached -> filed (segment B)
 # verified data (seq and rand, small and large blocks), every op crossing,

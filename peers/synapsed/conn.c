@@ -276,6 +276,7 @@ bool conn_write_now(uint32_t ci, uint32_t gen, const struct iovec *iov, int n, u
 			/* before the first byte: the reply may come at once */
 			struct slot *s = &S.slots.slots[idx];
 			s->state = SLOT_SENT;
+			s->writing = true;   /* the caller clears it once we return */
 			s->conn = ci;
 			s->conn_gen = gen;
 			slots_link(&S.slots, idx);

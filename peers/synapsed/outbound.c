@@ -12,7 +12,9 @@
  * network thread (peer_answer); any other is copied and answered by a
  * worker. Exactly one of reply, timeout and connection loss moves a slot
  * out of QUEUED/SENT/RECEIVING, under S.lock, so no request is answered
- * twice.
+ * twice. While the worker that sent a request from its own buffer is still
+ * in writev, its reply is copied, not read into the buffer, and its answer
+ * waits for that worker (write_returned).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -45,6 +47,25 @@ static uint64_t reply_limit(const struct xseg_request *req)
 }
 
 static void answer(struct peer_thread *t, struct peer_work *w);
+
+/*
+ * The writev that sent a request straight from its buffer returned. The
+ * reply may have come before that (the remote can answer once the kernel
+ * has the bytes); its answer was held (answer_held), so the requester never
+ * gets its buffer back, nor a reply is read into it, while a syscall still
+ * reads it. Answered here, on this worker, if held.
+ */
+static void write_returned(struct peer_thread *t, uint32_t idx)
+{
+	struct slot *s = &S.slots.slots[idx];
+	pthread_mutex_lock(&S.lock);
+	s->writing = false;
+	bool held = s->answer_held;
+	s->answer_held = false;
+	pthread_mutex_unlock(&S.lock);
+	if (held)
+		answer(t, &s->work);
+}
 
 void outbound_on_request(struct peer_thread *t, struct xseg_request *req)
 {
@@ -103,8 +124,10 @@ void outbound_on_request(struct peer_thread *t, struct xseg_request *req)
 		iov[n++] = (struct iovec){ (void *)target, tl };
 	if (out)
 		iov[n++] = (struct iovec){ xseg_get_data(seg, req), out };
-	if (conn_write_now(REMOTE_CONN, gen, iov, n, idx))
+	if (conn_write_now(REMOTE_CONN, gen, iov, n, idx)) {
+		write_returned(t, idx);
 		return;
+	}
 
 	/* Busy or down: a copy waits in the queue, sent once the link is
 	 * free or back, or failed ETIMEDOUT at the deadline. */
@@ -191,7 +214,10 @@ static void finish_locked(struct slot *s, uint8_t result, int err)
 	s->state = SLOT_ANSWERING;
 	s->result = result;
 	s->error = err;
-	peer_post(S.peer, &s->work, answer);
+	if (s->writing)
+		s->answer_held = true;   /* answered by write_returned */
+	else
+		peer_post(S.peer, &s->work, answer);
 }
 
 int outbound_reply_header(struct conn *c, uint32_t ci, const struct wire_header *h,
@@ -232,7 +258,7 @@ int outbound_reply_header(struct conn *c, uint32_t ci, const struct wire_header 
 			  xseg_op_name(s->req->op));
 		rc = -1;
 	} else if (!late && h->target_len == 0 && h->result == XR_SERVED && h->data_len &&
-		   h->data_len <= s->req->datalen) {
+		   h->data_len <= s->req->datalen && !s->writing) {
 		slots_unlink(&S.slots, (uint32_t)(s - S.slots.slots));
 		s->state = SLOT_RECEIVING;
 		*direct = (uint8_t *)xseg_get_data(peer_segment(S.peer), s->req);
@@ -266,7 +292,7 @@ void outbound_reply_done(struct conn *c, uint32_t ci, const struct wire_header *
 	bool sent = s && s->state == SLOT_SENT && s->conn == ci && s->conn_gen == c->gen;
 	int err = h->result == XR_SERVED ? 0 : h->error;
 	bool now = false;
-	if (sent && data_len == 0) {   /* nothing to copy: answered right here */
+	if (sent && data_len == 0 && !s->writing) {   /* nothing to copy: answered here */
 		slots_unlink(&S.slots, (uint32_t)(s - S.slots.slots));
 		s->state = SLOT_ANSWERING;
 		s->result = h->result;

@@ -37,6 +37,8 @@ uint32_t slots_alloc(struct slot_table *st, uint64_t deadline_ns)
 	st->free_head = s->next;
 	s->state = SLOT_QUEUED;
 	s->await_late = false;
+	s->writing = false;
+	s->answer_held = false;
 	s->deadline_ns = deadline_ns;
 	s->reply_data = NULL;
 	s->reply_len = 0;

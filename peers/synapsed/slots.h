@@ -32,6 +32,10 @@ struct slot {
 	uint32_t gen;                 /* bumped when freed; part of the id */
 	uint8_t state;                /* enum slot_state */
 	bool await_late;              /* timed out after SENT: keep the id */
+	/* A worker's writev is reading the request's buffer: no reply is read
+	 * into it and no answer given until that call returns (answer_held). */
+	bool writing;
+	bool answer_held;
 	uint32_t conn;                /* connection it was sent on */
 	uint32_t conn_gen;
 	uint64_t deadline_ns;

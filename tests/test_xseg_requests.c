@@ -283,6 +283,11 @@ START_TEST(put_request_bad_arguments)
 			 -EINVAL);
 	ck_assert_int_eq(xseg_put_request(xt_seg, r + NREQS), -EINVAL);
 	ck_assert_int_eq(xseg_put_request(NULL, r), -EINVAL);
+	/* just below the array, and one byte past a request's start */
+	struct xseg_request *first = xseg_request_at(xt_seg, 0);
+	ck_assert_ptr_null(xseg_get_data(xt_seg, first - 1));
+	ck_assert_ptr_null(xseg_get_target(xt_seg, (struct xseg_request *)((char *)first + 1)));
+	ck_assert_ptr_null(xseg_get_target(xt_seg, xseg_request_at(xt_seg, 0) + NREQS));
 
 	/* Queued: not the caller's to put. */
 	ck_assert_int_eq(xseg_submit(xt_seg, r, 0, 1), 1);

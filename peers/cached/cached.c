@@ -209,7 +209,7 @@ static int stats_fields(struct peer *p, char *buf, size_t len)
 				 buf, len);
 }
 
-static bool name_allowed(struct xseg_request *x);
+static bool name_allowed(struct xseg_request *x, const char *name);
 
 /* From a primary (--replica): "mirror-clean OFF LEN" (target: the object),
  * "mirror-reset". False: not one of these. */
@@ -247,7 +247,7 @@ static bool replica_control(struct glue_req *g)
 		respond(x, false, EINVAL, 0);
 		return true;
 	}
-	if (!name_allowed(x))
+	if (!name_allowed(x, xseg_get_target(C.seg, x)))
 		return true;
 	r->op = CACHE_OP_MIRROR_CLEAN;
 	r->offset = off;
@@ -372,17 +372,23 @@ static bool names_object(const struct xseg_request *x)
 /* The blocker's name rules, checked here too: a name the blocker would
  * refuse must not reach the cache (a NUL inside would make it another
  * object's name, a write-back could never land). Refuses and answers x. */
-static bool name_allowed(struct xseg_request *x)
+static __attribute__((noinline, cold)) void refuse_name(struct xseg_request *x, const char *name,
+							 size_t len, int err, const char *why)
 {
-	const char *name = xseg_get_target(C.seg, x), *why;
-	size_t len = name ? x->targetlen : 0;
-	char shown[BLOCKER_PRINTABLE_SIZE];
-	int err = blocker_check_name(name, len, BLOCKER_NAME_MAX, &why);
-	if (!err)
-		return true;
+	char shown[BLOCKER_PRINTABLE_SIZE];   /* here, not on every request's stack */
 	peer_warn("refused object name '%s' (%zu bytes) in a %s request: %s",
 		  blocker_printable(name, len, shown, sizeof(shown)), len, xseg_op_name(x->op), why);
 	respond(x, false, err, 0);
+}
+
+static bool name_allowed(struct xseg_request *x, const char *name)
+{
+	const char *why;
+	size_t len = name ? x->targetlen : 0;
+	int err = blocker_check_name(name, len, BLOCKER_NAME_MAX, &why);
+	if (!err)
+		return true;
+	refuse_name(x, name, len, err, why);
 	return false;
 }
 
@@ -407,7 +413,7 @@ static void take_request(struct xseg_request *x)
 	r->size = x->size;
 	r->data = xseg_get_data(C.seg, x);
 	r->done = client_done;
-	if (names_object(x) && !name_allowed(x))
+	if (names_object(x) && !name_allowed(x, target))
 		return;
 	if ((x->op == X_READ || x->op == X_WRITE) && x->datalen < x->size) {
 		peer_log(PEER_LOG_WARN, "%s %s: size %" PRIu64 " over the buffer's %" PRIu64 " bytes",

@@ -41,21 +41,6 @@ int bucket_geometry_init(struct bucket_geometry *g, uint64_t object_size,
 	return 0;
 }
 
-int bucket_span_of(const struct bucket_geometry *g, uint64_t offset, uint64_t size,
-		   struct bucket_span *span)
-{
-	if (size == 0 || offset >= g->object_size || size > g->object_size - offset)
-		return -EINVAL;
-	/* Shifts, not divisions: this runs several times per request, and a
-	 * 64-bit divide costs tens of cycles. */
-	uint64_t end = offset + size;             /* exclusive */
-	span->first = (uint32_t)(offset >> g->bucket_shift);
-	span->last = (uint32_t)((end - 1) >> g->bucket_shift);
-	span->head_skip = (uint32_t)(offset & (g->bucket_size - 1));
-	span->tail_len = (uint32_t)(end - ((uint64_t)span->last << g->bucket_shift));
-	return 0;
-}
-
 bool bucket_span_head_partial(const struct bucket_geometry *g, const struct bucket_span *s)
 {
 	(void)g;

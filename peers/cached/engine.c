@@ -66,7 +66,7 @@ static void object_step(struct cache_object *o, struct cache_req *req)
 		park(o, req, REQ_PARKED);
 		return;
 	}
-	bucket_span_of(&o->e->geo, req->offset, req->size, &sp);   /* checked at submit */
+	sp = bucket_span_in(&o->e->geo, req->offset, req->size);   /* checked at submit */
 	if (req->op == X_READ)
 		read_step(o, req, &sp);
 	else
@@ -112,8 +112,7 @@ static void dispatch_object(struct cache_engine *e, struct cache_req *req)
 	}
 	req->obj = xcache_entry_priv(ent);
 	if (req->op == X_READ) {
-		struct bucket_span sp;
-		bucket_span_of(&e->geo, req->offset, req->size, &sp);   /* checked at submit */
+		struct bucket_span sp = bucket_span_in(&e->geo, req->offset, req->size);   /* checked */
 		if (read_beside_queue(req->obj, req, &sp))
 			return;
 	}

@@ -19,9 +19,8 @@ static void through_done_job(struct xwork *w, void *arg);
 static bool spans_overlap(const struct bucket_geometry *g, const struct cache_req *a,
 			  const struct cache_req *b)
 {
-	struct bucket_span x, y;
-	bucket_span_of(g, a->offset, a->size, &x);
-	bucket_span_of(g, b->offset, b->size, &y);
+	struct bucket_span x = bucket_span_in(g, a->offset, a->size),
+			   y = bucket_span_in(g, b->offset, b->size);   /* checked at submit */
 	return x.first <= y.last && y.first <= x.last;
 }
 
@@ -90,9 +89,7 @@ static void through_done_job(struct xwork *w, void *arg)
 	struct cache_engine *e = o->e;
 	struct cache_req *req = bio->req;
 	bool ok = bio->served && bio->serviced == req->size, stored_dirty = false;
-	struct bucket_span sp;
-
-	bucket_span_of(&e->geo, req->offset, req->size, &sp);
+	struct bucket_span sp = bucket_span_in(&e->geo, req->offset, req->size);   /* checked */
 	/*
 	 * Cached bytes newer than what the blocker read (a DIRTY bucket
 	 * flushed after the blocker served the read) are laid over it below,

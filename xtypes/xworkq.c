@@ -46,11 +46,16 @@ void xworkq_read_end(struct xworkq *q)
 bool xworkq_enqueue(struct xworkq *q, struct xwork *work)
 {
 	xwork_claim(work);
-	/* Idle queue: become the runner first and run this job without
-	 * linking it (the common case: one pass per request on its object;
-	 * the link and the dequeue were a fifth of the pass). */
+	/* Idle queue, nothing linked: become the runner first and run this
+	 * job without linking it (the common case: one pass per request on
+	 * its object; the link and the dequeue were a fifth of the pass).
+	 * "Nothing linked" matters: counts and links are fungible (a runner
+	 * may run a job linked but not yet counted with another's count), so
+	 * pending can be 0 while this thread's earlier job is still linked;
+	 * running this one first would break its order. */
 	unsigned long idle = 0;
-	if (atomic_compare_exchange_strong_explicit(&q->pending, &idle, 1, memory_order_seq_cst,
+	if (cds_wfcq_empty(&q->head, &q->tail) &&
+	    atomic_compare_exchange_strong_explicit(&q->pending, &idle, 1, memory_order_seq_cst,
 						    memory_order_relaxed)) {
 		wait_for_readers(q);
 		xwork_run(work);

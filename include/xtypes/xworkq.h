@@ -14,9 +14,11 @@
  * and stops when its decrement brings pending back to 0, so a job counted
  * by a late increment is always dequeued by the current runner or makes its
  * enqueuer the next one.  The acq_rel counter also orders one runner's jobs
- * before the next runner's.  An enqueuer that finds the queue idle takes
- * pending from 0 to 1 (compare-and-swap) and runs its job without linking
- * it: no job is before it, and later ones are linked and counted as above.
+ * before the next runner's.  An enqueuer that finds no job linked and
+ * takes pending from 0 to 1 (compare-and-swap) runs its job without
+ * linking it; later ones are linked and counted as above.  (Both checks:
+ * a runner may run a job linked but not yet counted with another's count,
+ * so pending may be 0 while a job is still linked.)
  *
  * Costs to know: a runner may run other threads' jobs for as long as they
  * keep coming; jobs must not block.  A job may enqueue on any queue,

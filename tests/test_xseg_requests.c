@@ -287,7 +287,7 @@ START_TEST(put_request_bad_arguments)
 	struct xseg_request *first = xseg_request_at(xt_seg, 0);
 	ck_assert_ptr_null(xseg_get_data(xt_seg, first - 1));
 	ck_assert_ptr_null(xseg_get_target(xt_seg, (struct xseg_request *)((char *)first + 1)));
-	ck_assert_ptr_null(xseg_get_target(xt_seg, xseg_request_at(xt_seg, 0) + NREQS));
+	ck_assert_ptr_null(xseg_get_target(xt_seg, first + NREQS));
 
 	/* Queued: not the caller's to put. */
 	ck_assert_int_eq(xseg_submit(xt_seg, r, 0, 1), 1);

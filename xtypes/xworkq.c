@@ -54,25 +54,25 @@ bool xworkq_enqueue(struct xworkq *q, struct xwork *work)
 	 * pending can be 0 while this thread's earlier job is still linked;
 	 * running this one first would break its order. */
 	unsigned long idle = 0;
-	if (cds_wfcq_empty(&q->head, &q->tail) &&
-	    atomic_compare_exchange_strong_explicit(&q->pending, &idle, 1, memory_order_seq_cst,
-						    memory_order_relaxed)) {
-		wait_for_readers(q);
-		xwork_run(work);
-	} else {
+	struct xwork *next = work;   /* the runner's first job, if not linked */
+	if (!cds_wfcq_empty(&q->head, &q->tail) ||
+	    !atomic_compare_exchange_strong_explicit(&q->pending, &idle, 1, memory_order_seq_cst,
+						     memory_order_relaxed)) {
 		cds_wfcq_enqueue(&q->head, &q->tail, &work->link);
 		if (atomic_fetch_add_explicit(&q->pending, 1, memory_order_seq_cst) != 0)
 			return false;
-		wait_for_readers(q);
-		struct cds_wfcq_node *n = __cds_wfcq_dequeue_blocking(&q->head, &q->tail);
-		xwork_run(caa_container_of(n, struct xwork, link));
+		next = NULL;
 	}
-	/* Runner: pending > 0 guarantees a linked job for each dequeue; the
-	 * blocking dequeue only waits out an enqueuer between its two stores. */
-	while (atomic_fetch_sub_explicit(&q->pending, 1, memory_order_acq_rel) != 1) {
-		struct cds_wfcq_node *n = __cds_wfcq_dequeue_blocking(&q->head, &q->tail);
-
-		xwork_run(caa_container_of(n, struct xwork, link));
-	}
+	wait_for_readers(q);
+	/* Runner: pending > 0 guarantees a linked job for each dequeue (but
+	 * the unlinked first one); the blocking dequeue only waits out an
+	 * enqueuer between its two stores. */
+	do {
+		if (!next)
+			next = caa_container_of(__cds_wfcq_dequeue_blocking(&q->head, &q->tail),
+						struct xwork, link);
+		xwork_run(next);
+		next = NULL;
+	} while (atomic_fetch_sub_explicit(&q->pending, 1, memory_order_acq_rel) != 1);
 	return true;
 }

@@ -79,10 +79,10 @@ struct bucket_span {
 
 /* The span of a range bucket_span_of accepted (a request checked at
  * submit). bucket_span_of: -EINVAL for size 0 or a range past the
- * object's end. Inline: they run
- * several times per request (submit, a write-through's reply, each check
- * against the object's other write-through writes). Shifts, not
- * divisions: a 64-bit divide costs tens of cycles. */
+ * object's end. Inline: they run several times per request (submit, a
+ * write-through's reply, each check against the object's other
+ * write-through writes). Shifts, not divisions: a 64-bit divide costs
+ * tens of cycles. */
 static inline struct bucket_span bucket_span_in(const struct bucket_geometry *g,
 						uint64_t offset, uint64_t size)
 {

@@ -214,9 +214,10 @@ static void finish_locked(struct slot *s, uint8_t result, int err)
 	s->state = SLOT_ANSWERING;
 	s->result = result;
 	s->error = err;
-	if (s->writing)
+	if (s->writing) {
 		s->answer_held = true;   /* answered by write_returned */
-	else
+		S.answers_held++;
+	} else
 		peer_post(S.peer, &s->work, answer);
 }
 
@@ -368,4 +369,14 @@ void outbound_conn_closed(uint32_t ci, uint32_t old_gen, int err)
 			s->await_late = false;
 	}
 	pthread_mutex_unlock(&S.lock);
+}
+
+void outbound_report(void)
+{
+	pthread_mutex_lock(&S.lock);
+	uint64_t held = S.answers_held;
+	pthread_mutex_unlock(&S.lock);
+	if (S.have_remote)
+		peer_log(PEER_LOG_INFO, "outbound: %" PRIu64 " answers came before the writev that "
+			 "sent their request returned (held until it did)", held);
 }

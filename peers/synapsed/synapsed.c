@@ -142,6 +142,12 @@ static int check_options(struct peer *p)
 	return 0;
 }
 
+static void report(void)
+{
+	limits_report();
+	outbound_report();
+}
+
 /* The layers above the socket layer, as net.c calls them (it never names
  * them: see struct net_ops). */
 static const struct net_ops net_ops = {
@@ -156,7 +162,7 @@ static const struct net_ops net_ops = {
 	.conn_closed = outbound_conn_closed,
 	.sweep = limits_sweep,
 	.evict = limits_evict,
-	.report = limits_report,
+	.report = report,
 };
 
 static int init(struct peer *p)

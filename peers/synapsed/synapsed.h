@@ -128,6 +128,9 @@ struct synapsed {
 	uint32_t nr_conns;      /* max_conns + 1 */
 	_Atomic uint64_t inflight_bytes;   /* reserved for requests and replies */
 	_Atomic int budget_wanted;  /* a header waits for inflight_bytes */
+	/* Answers (a reply, mostly) that came while the worker that sent their
+	 * request was still in its writev: held until it returned (S.lock). */
+	uint64_t answers_held;
 	struct limit_counts {       /* network thread only */
 		uint64_t idle_closed, frame_timeouts, evicted, refused_full,
 			 over_budget, budget_waits;
@@ -258,6 +261,8 @@ void outbound_reply_received(const struct wire_header *h);
 void outbound_expire(uint64_t now_ns);
 void outbound_fail_queued(int err);
 void outbound_conn_closed(uint32_t ci, uint32_t old_gen, int err);
+/* Its figures, in one log line (at stop). */
+void outbound_report(void);
 
 /* inbound.c: requests from the network to --target-port (above net.c;
  * net_ops hooks) */

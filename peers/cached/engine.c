@@ -93,7 +93,7 @@ static bool entry_cond(void *arg)
 /* Finds or inserts the object and runs req on it; waits for a free node. */
 static void dispatch_object(struct cache_engine *e, struct cache_req *req)
 {
-	size_t len = strlen(req->name);
+	size_t len = req->name_len;   /* name_ok measured it */
 	struct xcache_entry *ent = xcache_lookup(e->index, req->name, len);
 	if (!ent) {
 		struct xcache_entry *fresh = xcache_alloc(e->index, req->name, len);
@@ -128,9 +128,12 @@ static void index_retry(struct xwork *w, void *arg)
 	dispatch_object(req->engine, req);
 }
 
-static bool name_ok(const struct cache_req *req)
+/* A name the index takes; its length kept for the lookup. */
+static bool name_ok(struct cache_req *req)
 {
-	return req->name && *req->name && strlen(req->name) <= XSEG_MAX_TARGETLEN;
+	size_t n = req->name ? strlen(req->name) : 0;
+	req->name_len = n <= XSEG_MAX_TARGETLEN ? (uint32_t)n : 0;
+	return req->name_len != 0;
 }
 
 /* COPY: flush the source's dirty data, then drop and copy onto the target. */

@@ -174,6 +174,7 @@ struct cache_req {
 	/* the engine's (engine_private.h): */
 	struct cache_engine *engine;
 	struct cache_object *obj;
+	uint32_t name_len;         /* strlen(name), once it passed name_ok */
 	uint8_t state;             /* enum cache_req_state: where it is in its life */
 	bool counted;              /* a read's hit or miss is counted (once) */
 	bool counted_uncached;     /* its going past a full pool is counted (once) */

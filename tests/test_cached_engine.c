@@ -3430,6 +3430,58 @@ START_TEST(persist_none_host_crash_never_replays_over_a_fua_write)
 }
 END_TEST
 
+/* --persist-sync none across a SIGKILL and a restart: the dead process's
+ * clears (an overwritten version's header, a written-back one's) may be in
+ * the page cache only, while the older header reached the device. The
+ * restarted process wrote nothing back itself, so its count of unsynced
+ * clears said none were pending and its first FLUSH was answered without a
+ * sync: a host crash then replayed the older version over what that FLUSH
+ * promised (found by review). The first FLUSH after a start syncs. */
+START_TEST(persist_none_first_flush_after_a_restart_syncs)
+{
+	persist_dir();
+	persist_sync_mode = PERSIST_SYNC_NONE;
+	setup_persist(ppath, 8 * BKT_SIZE);
+	unsigned char v1[5 * BKT_SIZE], v2[5 * BKT_SIZE], r[5 * BKT_SIZE];
+	fill(v1, sizeof(v1), 131);
+	fill(v2, sizeof(v2), 132);
+	ck_assert_int_eq(do_write("nr", 0, sizeof(v1), v1), 0);
+	copy_file(ppath, pdev);        /* the kernel wrote v1's pages back on its own */
+	ck_assert_int_eq(do_write("nr", 0, sizeof(v2), v2), 0);   /* v1's header cleared */
+	for (int i = 0; i < 2000 && stats_now().dirty_bytes; i++) {
+		cache_engine_maintain(blk.engine);   /* over the high mark: written back */
+		usleep(1000);
+	}
+	ck_assert_uint_eq(stats_now().dirty_bytes, 0);
+	ck_assert(blk_has("nr", 0, v2, sizeof(v2)));
+	ck_assert_uint_eq(stats_now().persist_syncs, 0);   /* every clear in the page cache */
+	copy_file(ppath, pcopy);       /* SIGKILL: the page cache outlives it */
+	teardown();
+
+	/* the restart, on that page cache; a sync makes it the device's */
+	persist_sync_mode = PERSIST_SYNC_NONE;
+	device_copy = pdev;
+	setup_persist(pcopy, 8 * BKT_SIZE);
+	blk_put("nr", 0, v2, sizeof(v2));
+	ck_assert_int_eq(do_flush(), 0);                    /* answered: v2 is durable */
+	ck_assert_uint_ge(stats_now().persist_syncs, 1);
+	device_copy = NULL;
+	copy_file(pdev, pcrash);       /* power lost */
+	teardown();
+
+	persist_sync_mode = PERSIST_SYNC_NONE;
+	setup_persist(pcrash, 8 * BKT_SIZE);
+	blk_put("nr", 0, v2, sizeof(v2));
+	ck_assert_int_eq(do_read("nr", 0, sizeof(r), r), 0);
+	ck_assert_msg(!memcmp(r, v2, sizeof(r)), "a host crash after a FLUSH answered by the "
+		      "restarted cache brought back %s", !memcmp(r, v1, sizeof(r)) ?
+		      "the older version" : "other bytes");
+	ck_assert(switch_to_writethrough());
+	teardown();
+	persist_dir_remove();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("cached_engine");
@@ -3482,6 +3534,7 @@ int main(void)
 	tcase_add_test(pc, persist_overwrites_go_on_after_a_failed_sync);
 	tcase_add_test(pc, persist_a_request_with_xf_flush_follows_a_sync);
 	tcase_add_test(pc, persist_none_host_crash_never_replays_over_a_fua_write);
+	tcase_add_test(pc, persist_none_first_flush_after_a_restart_syncs);
 	suite_add_tcase(s, pc);
 	/* its own case, so that CK_RUN_CASE=threads repeats only the stress */
 	TCase *threads = tcase_create("threads");

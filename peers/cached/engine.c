@@ -500,6 +500,11 @@ static int persist_start(struct cache_engine *e, const char **why)
 			 cfg->persist_path, strerror(-rc));
 		return rc;
 	}
+	/* Without a sync mode the same clears are owed by the first FLUSH or
+	 * FUA write: this process made none of them, so its own count of
+	 * unsynced clears would say nothing is pending. */
+	if (cfg->persist_sync == PERSIST_SYNC_NONE)
+		atomic_store(&e->written_back_clears, 1);
 	bucket_pool_set_reserve(&e->pool, PERSIST_SPARE_SLOTS);
 	atomic_store(&e->synced_below, atomic_load(&e->persist.next_seq));
 	/* A replica's clears (the primary's cleans) are not synced: after a

@@ -136,7 +136,8 @@ static uint64_t valid_bytes(const struct persist_super *s, const unsigned char *
 			    uint64_t size)
 {
 	uint64_t n = 0;
-	if (!s || s->data_off > size || s->slots_off + (uint64_t)s->nr_slots * 64 > size)
+	/* a superblock with a good checksum may still be a crafted one: no overflow */
+	if (!s || s->data_off > size || s->slots_off > size || s->nr_slots > (size - s->slots_off) / 64)
 		return 0;
 	const struct persist_slot *h = (const struct persist_slot *)(map + s->slots_off);
 	for (uint32_t i = 0; i < s->nr_slots; i++)

@@ -3,7 +3,10 @@
 # with strace's syscall delay injection (strace -e inject): a WRITE that
 # recreates an object while a DELETE of it is between its unlink and its
 # cleanup of the dirty set is answered; a FLUSH sent after that answer must
-# fdatasync the new file.
+# fdatasync the new file. And a new object's directory entry: synced by a
+# FLUSH that follows any write answered into the object, also when the
+# write that created it failed, or had not ended when another thread's
+# write into the new file was answered.
 # Skipped without strace.
 set -u
 SEG_PREFIX=filed-sync
@@ -16,10 +19,11 @@ command -v strace > /dev/null || { echo "SKIP: no strace"; exit 0; }
 xr() { "$BIN/xreq" --segment "$SEG" --target-port 1 "$@"; }
 
 # filed_under INJECT: filed on port 1 under strace, syscalls logged to $DIR/strace.log
+# (THREADS workers, 4 by default; strace counts a syscall's calls per thread)
 filed_under() {
 	rm -rf "$DIR/d"
-	strace -f -y -qq -o "$DIR/strace.log" -e trace=unlinkat,fdatasync,fsync -e inject="$1" \
-		"$BIN/filed" --segment "$SEG" --port 1 --dir "$DIR/d" --threads 4 \
+	strace -f -y -qq -o "$DIR/strace.log" -e trace=unlinkat,fdatasync,fsync,pwrite64 -e inject="$1" \
+		"$BIN/filed" --segment "$SEG" --port 1 --dir "$DIR/d" --threads "${THREADS:-4}" \
 		--log-level error > "$DIR/filed.log" 2>&1 &
 	local spid=$!
 	pids+=($spid)
@@ -59,6 +63,47 @@ tail -n +"$((mark + 1))" "$DIR/strace.log" | grep -q 'fdatasync(.*/d/obj>' || {
 	fail "a WRITE answered before the FLUSH (it recreated 'obj' beside a DELETE) was not" \
 	     "synced by the FLUSH: no fdatasync of 'obj'"
 }
+stop_peers; pids=()
+
+# dir_synced_by_flush WHAT: the FLUSH just sent fsynced the objects' directory
+dir_synced_by_flush() {
+	tail -n +"$((mark + 1))" "$DIR/strace.log" | grep -q "fsync(.*/d>" || {
+		echo "== syscalls of the FLUSH:"; tail -n +"$((mark + 1))" "$DIR/strace.log"
+		fail "$1, and the FLUSH after it did not fsync the directory: the new entry" \
+		     "(and the answered data in it) may be gone after a crash"
+	}
+}
+
+# The write that creates an object fails (EIO on its pwrite, the worker's
+# first): the file is there all the same, and a second write into it is
+# answered.
+THREADS=1 filed_under pwrite64:error=EIO:when=1
+xr --port 10 --op write --target new1 --data one --size 4096 > /dev/null &&
+	fail "the first WRITE did not fail (pwrite made to fail)"
+[ -f "$DIR/d/new1" ] || fail "the failed WRITE left no file: nothing to test"
+xr --port 10 --op write --target new1 --data two --size 4096 > /dev/null ||
+	fail "the second WRITE into the new object"
+mark=$(wc -l < "$DIR/strace.log")
+xr --port 10 --op flush > /dev/null || fail "FLUSH after the second WRITE"
+dir_synced_by_flush "a WRITE was answered into an object whose creating WRITE failed"
+stop_peers; pids=()
+
+# The creating write sits in its pwrite (2 s late: every worker's first)
+# while another worker finds the file and copies an object onto it (a COPY
+# writes without pwrite) and is answered; then a FLUSH.
+filed_under pwrite64:delay_exit=2000000:when=1
+xr --port 10 --op write --target new2 --data one --size 4096 > "$DIR/first.out" &
+first=$!
+for _ in $(seq 200); do [ -e "$DIR/d/new2" ] && break; sleep 0.05; done
+[ -e "$DIR/d/new2" ] || fail "the first WRITE did not create 'new2' within 10 s"
+echo source > "$DIR/d/src2"
+xr --port 11 --op copy --target new2 --src src2 > /dev/null ||
+	fail "the COPY beside the creating WRITE"
+kill -0 "$first" 2> /dev/null || fail "the creating WRITE ended first: nothing to test"
+mark=$(wc -l < "$DIR/strace.log")
+xr --port 12 --op flush > /dev/null || fail "FLUSH beside the creating WRITE"
+dir_synced_by_flush "a COPY was answered into a new object while the WRITE that created it was still writing"
+wait "$first" || fail "the creating WRITE: $(cat "$DIR/first.out")"
 stop_peers; pids=()
 
 echo "PASS"

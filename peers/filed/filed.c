@@ -49,8 +49,7 @@ struct filed {
 	uint64_t delay_us;   /* --delay-us: a slow disk, for tests */
 	_Atomic uint64_t fail_counter;
 	_Atomic uint64_t epoch;          /* bumped after each DELETE */
-	_Atomic int dir_dirty;           /* entries created or removed since a sync */
-	pthread_mutex_t dir_sync_lock;   /* one fsync of the directory at a time */
+	struct dir_sync dir_sync;        /* entries created or removed since an fsync */
 	pthread_mutex_t dirty_lock;      /* guards dirty */
 	struct obj_set dirty;            /* objects written since the last FLUSH */
 	pthread_mutex_t flush_lock;      /* one FLUSH at a time: a later FLUSH
@@ -64,7 +63,7 @@ static struct filed F = {
 	.max_name = XSEG_MAX_TARGETLEN,
 	.fd_cache = 64,
 	.dirty_lock = PTHREAD_MUTEX_INITIALIZER,
-	.dir_sync_lock = PTHREAD_MUTEX_INITIALIZER,
+	.dir_sync = { .lock = PTHREAD_MUTEX_INITIALIZER },
 	.flush_lock = PTHREAD_MUTEX_INITIALIZER,
 };
 
@@ -170,13 +169,13 @@ static int mark_dirty(const char *name, size_t len)
 static int sync_dir(void)
 {
 	int err = 0;
-	pthread_mutex_lock(&F.dir_sync_lock);
-	if (atomic_exchange(&F.dir_dirty, 0) && fsync(F.dirfd) < 0) {
+	pthread_mutex_lock(&F.dir_sync.lock);
+	if (atomic_exchange(&F.dir_sync.dirty, 0) && fsync(F.dirfd) < 0) {
 		err = errno;
-		atomic_store(&F.dir_dirty, 1);
+		atomic_store(&F.dir_sync.dirty, 1);
 		peer_error("fsync of %s: %s", F.dir, strerror(err));
 	}
-	pthread_mutex_unlock(&F.dir_sync_lock);
+	pthread_mutex_unlock(&F.dir_sync.lock);
 	return err;
 }
 
@@ -249,10 +248,8 @@ static int flush_all(void)
 }
 
 /* After a write: durable now (FUA) or at the next FLUSH. */
-static int after_write(int fd, bool fua, bool created, const char *name, size_t len)
+static int after_write(int fd, bool fua, const char *name, size_t len)
 {
-	if (created)
-		atomic_store(&F.dir_dirty, 1);
 	if (!fua)
 		return mark_dirty(name, len);
 	if (fdatasync(fd) < 0)
@@ -267,9 +264,8 @@ static int after_write(int fd, bool fua, bool created, const char *name, size_t 
 static int do_read(struct peer_thread *t, struct xseg_request *req, const char *name,
 		   size_t len, char *data)
 {
-	bool created;
 	uint64_t done = 0;
-	int fd = fd_cache_get(files_of(t), name, len, false, &created);
+	int fd = fd_cache_get(files_of(t), name, len, false);
 	if (fd < 0 && fd != -ENOENT)
 		return -fd;
 	while (fd >= 0 && done < req->size) {
@@ -291,9 +287,8 @@ static int do_read(struct peer_thread *t, struct xseg_request *req, const char *
 static int do_write(struct peer_thread *t, struct xseg_request *req, const char *name,
 		    size_t len, const char *data)
 {
-	bool created;
 	uint64_t done = 0;
-	int fd = fd_cache_get(files_of(t), name, len, true, &created);
+	int fd = fd_cache_get(files_of(t), name, len, true);
 	if (fd < 0)
 		return -fd;
 	while (done < req->size) {
@@ -305,7 +300,7 @@ static int do_write(struct peer_thread *t, struct xseg_request *req, const char 
 		}
 		done += (uint64_t)n;
 	}
-	int err = after_write(fd, req->flags & XF_FUA, created, name, len);
+	int err = after_write(fd, req->flags & XF_FUA, name, len);
 	if (!err)
 		req->serviced = req->size;
 	return err;
@@ -328,7 +323,7 @@ static int do_delete(const char *name, size_t len)
 	/* After the unlink: a thread that looks at its cache from now on drops
 	 * a descriptor of the unlinked file. */
 	atomic_fetch_add_explicit(&F.epoch, 1, memory_order_release);
-	atomic_store(&F.dir_dirty, 1);
+	atomic_store(&F.dir_sync.dirty, 1);
 	return 0;
 }
 
@@ -423,8 +418,7 @@ static int do_copy(struct peer_thread *t, struct xseg_request *req, const char *
 	int in = openat(F.dirfd, src, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (in < 0)
 		return errno;
-	bool created;
-	int out = fd_cache_get(files_of(t), name, len, true, &created);
+	int out = fd_cache_get(files_of(t), name, len, true);
 	struct stat si, so;
 	if (out < 0) {
 		err = -out;
@@ -438,7 +432,7 @@ static int do_copy(struct peer_thread *t, struct xseg_request *req, const char *
 		uint64_t copied = 0;
 		err = copy_contents(in, out, (uint64_t)si.st_size, &copied);
 		if (!err)
-			err = after_write(out, req->flags & XF_FUA, created, name, len);
+			err = after_write(out, req->flags & XF_FUA, name, len);
 		if (!err)
 			req->serviced = copied;
 	}
@@ -570,7 +564,7 @@ static int init(struct peer *p)
 static int thread_init(struct peer_thread *t)
 {
 	struct filed_thread *ft = calloc(1, sizeof(*ft));
-	if (!ft || fd_cache_init(&ft->files, (unsigned)F.fd_cache, F.dirfd, &F.epoch) < 0) {
+	if (!ft || fd_cache_init(&ft->files, (unsigned)F.fd_cache, F.dirfd, &F.epoch, &F.dir_sync) < 0) {
 		free(ft);
 		return -1;
 	}

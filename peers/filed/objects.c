@@ -122,7 +122,8 @@ struct obj_name *obj_set_take_all(struct obj_set *s)
 
 /* ---- fd cache ------------------------------------------------------------------ */
 
-int fd_cache_init(struct fd_cache *c, unsigned capacity, int dirfd, _Atomic uint64_t *epoch)
+int fd_cache_init(struct fd_cache *c, unsigned capacity, int dirfd, _Atomic uint64_t *epoch,
+		  struct dir_sync *dir)
 {
 	c->entries = calloc(capacity ? capacity : 1, sizeof(*c->entries));
 	if (!c->entries)
@@ -132,6 +133,7 @@ int fd_cache_init(struct fd_cache *c, unsigned capacity, int dirfd, _Atomic uint
 	c->tick = 0;
 	c->dirfd = dirfd;
 	c->epoch = epoch;
+	c->dir = dir;
 	return 0;
 }
 
@@ -149,29 +151,32 @@ void fd_cache_destroy(struct fd_cache *c)
 	c->entries = NULL;
 }
 
-static int open_object(struct fd_cache *c, const char *name, bool create, bool *created)
+/* A create marks the directory at once, not after its write (struct dir_sync). */
+static int open_object(struct fd_cache *c, const char *name, bool create)
 {
 	const int base = O_RDWR | O_NOFOLLOW | O_CLOEXEC;
 	int fd = openat(c->dirfd, name, base);
 	if (fd >= 0 || errno != ENOENT || !create)
 		return fd >= 0 ? fd : -errno;
+	pthread_mutex_lock(&c->dir->lock);
 	fd = openat(c->dirfd, name, base | O_CREAT | O_EXCL, 0600);
-	if (fd >= 0) {
-		*created = true;
+	int err = errno;
+	if (fd >= 0)
+		atomic_store(&c->dir->dirty, 1);
+	pthread_mutex_unlock(&c->dir->lock);
+	if (fd >= 0)
 		return fd;
-	}
-	if (errno != EEXIST)
-		return -errno;
+	if (err != EEXIST)
+		return -err;
 	fd = openat(c->dirfd, name, base);   /* another thread created it */
 	return fd >= 0 ? fd : -errno;
 }
 
-int fd_cache_get(struct fd_cache *c, const char *name, size_t len, bool create, bool *created)
+int fd_cache_get(struct fd_cache *c, const char *name, size_t len, bool create)
 {
 	uint64_t h = obj_hash(name, len);
 	uint64_t epoch = atomic_load_explicit(c->epoch, memory_order_acquire);
 
-	*created = false;
 	if (len >= sizeof(c->entries[0].name))
 		return -ENAMETOOLONG;
 	for (unsigned i = 0; i < c->count; i++) {
@@ -185,7 +190,7 @@ int fd_cache_get(struct fd_cache *c, const char *name, size_t len, bool create, 
 		drop(c, i);   /* opened before a DELETE: the name may be a new file now */
 		break;
 	}
-	int fd = open_object(c, name, create, created);
+	int fd = open_object(c, name, create);
 	if (fd < 0)
 		return fd;
 	if (c->count == c->capacity) {

@@ -6,6 +6,7 @@
 #ifndef FILED_OBJECTS_H
 #define FILED_OBJECTS_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -51,21 +52,35 @@ struct fd_entry {
 	char name[256];
 };
 
+/*
+ * Entries created or removed since the directory's last fsync. A create
+ * and its mark happen under the lock a sync takes (one sync at a time), so
+ * no sync falls between them: another thread may find the new file and
+ * have its write answered, and then a FLUSH, before the creator's own
+ * write ends (or even if it fails).
+ */
+struct dir_sync {
+	pthread_mutex_t lock;
+	_Atomic int dirty;
+};
+
 struct fd_cache {
 	struct fd_entry *entries;
 	unsigned count, capacity;
 	uint64_t tick;
 	int dirfd;
 	_Atomic uint64_t *epoch;
+	struct dir_sync *dir;
 };
 
-int fd_cache_init(struct fd_cache *c, unsigned capacity, int dirfd, _Atomic uint64_t *epoch);
+int fd_cache_init(struct fd_cache *c, unsigned capacity, int dirfd, _Atomic uint64_t *epoch,
+		  struct dir_sync *dir);
 void fd_cache_destroy(struct fd_cache *c);
 /*
  * An fd open for reading and writing on the object, or -errno. With create,
- * a missing object is created (*created says so); without, -ENOENT. The fd
- * belongs to the cache: do not close it.
+ * a missing object is created (and the directory marked); without, -ENOENT.
+ * The fd belongs to the cache: do not close it.
  */
-int fd_cache_get(struct fd_cache *c, const char *name, size_t len, bool create, bool *created);
+int fd_cache_get(struct fd_cache *c, const char *name, size_t len, bool create);
 
 #endif /* FILED_OBJECTS_H */

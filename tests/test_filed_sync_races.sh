@@ -6,7 +6,9 @@
 # fdatasync the new file. And a new object's directory entry: synced by a
 # FLUSH that follows any write answered into the object, also when the
 # write that created it failed, or had not ended when another thread's
-# write into the new file was answered.
+# write into the new file was answered. And a failed sync sticks: Linux
+# reports a write-back error to one fsync and drops the pages, so a FLUSH
+# after a failed one must fail too (it was answered served, the data gone).
 # Skipped without strace.
 set -u
 SEG_PREFIX=filed-sync
@@ -104,6 +106,25 @@ mark=$(wc -l < "$DIR/strace.log")
 xr --port 12 --op flush > /dev/null || fail "FLUSH beside the creating WRITE"
 dir_synced_by_flush "a COPY was answered into a new object while the WRITE that created it was still writing"
 wait "$first" || fail "the creating WRITE: $(cat "$DIR/first.out")"
+stop_peers; pids=()
+
+# The FLUSH's fdatasync of 'lost' fails (the worker's first): every later
+# FLUSH of it, or of everything, fails with that error; a FLUSH of another
+# object does not; a DELETE of 'lost' ends it.
+THREADS=1 filed_under fdatasync:error=EIO:when=1
+xr --port 10 --op write --target lost --data one --size 4096 > /dev/null || fail "WRITE 'lost'"
+out=$(xr --port 10 --op flush) && fail "the FLUSH whose fdatasync failed was served: $out"
+echo "$out" | grep -q "error=5" || fail "the failed FLUSH did not say EIO: $out"
+out=$(xr --port 10 --op flush) && fail "a FLUSH after a failed sync was served (the kernel" \
+	"reported the error once; the data it could not write is gone): $out"
+echo "$out" | grep -q "error=5" || fail "the second FLUSH did not say the first's EIO: $out"
+out=$(xr --port 10 --op flush --target lost) && fail "a FLUSH of the lost object was served: $out"
+xr --port 10 --op write --target other --data two --size 4096 > /dev/null || fail "WRITE 'other'"
+xr --port 10 --op flush --target other > /dev/null || fail "a FLUSH of another object failed"
+grep -q "sync of object 'lost' failed (Input/output error): every later FLUSH of it fails" \
+	"$DIR/filed.log" || fail "the failed sync was not logged as such"
+xr --port 10 --op delete --target lost > /dev/null || fail "DELETE 'lost'"
+xr --port 10 --op flush > /dev/null || fail "a FLUSH after the lost object was deleted failed"
 stop_peers; pids=()
 
 echo "PASS"

@@ -50,8 +50,11 @@ struct filed {
 	_Atomic uint64_t fail_counter;
 	_Atomic uint64_t epoch;          /* bumped after each DELETE */
 	struct dir_sync dir_sync;        /* entries created or removed since an fsync */
-	pthread_mutex_t dirty_lock;      /* guards dirty */
+	pthread_mutex_t dirty_lock;      /* guards dirty and the failed syncs */
 	struct obj_set dirty;            /* objects written since the last FLUSH */
+	struct obj_set sync_failed;      /* objects whose sync failed: see lost_to() */
+	bool all_sync_failed;            /* a syncfs or the directory's fsync failed */
+	int sync_err;                    /* the first failed sync's errno */
 	pthread_mutex_t flush_lock;      /* one FLUSH at a time: a later FLUSH
 					  * returns only after an earlier one */
 	bool unsure;                     /* under flush_lock: no FLUSH served yet */
@@ -163,6 +166,43 @@ static int mark_dirty(const char *name, size_t len)
 	return rc < 0 ? -rc : 0;
 }
 
+/*
+ * A failed sync sticks. Linux reports a write-back error to one fsync only
+ * and leaves the pages it could not write clean, so a FLUSH that syncs
+ * again (a fresh descriptor, a retry) succeeds with the data gone. An
+ * object whose sync failed fails every later FLUSH that covers it, with
+ * that error, until it is deleted or filed restarts (the operator's word
+ * that the device is fixed: writes acknowledged since its last good sync
+ * may be lost). A failed syncfs or fsync of the directory names no object:
+ * every later FLUSH fails.
+ */
+static void note_sync_failure(const char *name, size_t len, int err)
+{
+	pthread_mutex_lock(&F.dirty_lock);
+	if (!F.sync_err)
+		F.sync_err = err;
+	if (!name)
+		F.all_sync_failed = true;
+	else if (obj_set_add(&F.sync_failed, name, len) < 0)
+		F.all_sync_failed = true;   /* no room to name it: all, then */
+	pthread_mutex_unlock(&F.dirty_lock);
+	peer_error("sync of %s%s%s failed (%s): every later FLUSH of %s fails; writes "
+		   "acknowledged since its last good sync may be lost (delete it, or restart "
+		   "filed once the device is fixed)", name ? "object '" : "", name ? name : F.dir,
+		   name ? "'" : "", strerror(err), name ? "it" : "any object");
+}
+
+/* The error a FLUSH of `name` (NULL: of everything) owes a failed sync. */
+static int lost_to(const char *name, size_t len)
+{
+	pthread_mutex_lock(&F.dirty_lock);
+	bool lost = F.all_sync_failed ||
+		    (name ? obj_set_has(&F.sync_failed, name, len) : F.sync_failed.count > 0);
+	int err = lost ? F.sync_err : 0;
+	pthread_mutex_unlock(&F.dirty_lock);
+	return err;
+}
+
 /* Under its lock: a caller that finds the directory clean while another's
  * fsync is still running waits for that fsync (the entries it covers are
  * not durable before it ends; a FLUSH was answered meanwhile). */
@@ -173,14 +213,16 @@ static int sync_dir(void)
 	if (atomic_exchange(&F.dir_sync.dirty, 0) && fsync(F.dirfd) < 0) {
 		err = errno;
 		atomic_store(&F.dir_sync.dirty, 1);
-		peer_error("fsync of %s: %s", F.dir, strerror(err));
 	}
 	pthread_mutex_unlock(&F.dir_sync.lock);
+	if (err)
+		note_sync_failure(NULL, 0, err);
 	return err;
 }
 
-/* fdatasync of each object in the list; the ones that fail go back into the
- * set. Frees the list. Returns the first error. Called under flush_lock. */
+/* fdatasync of each object in the list; one that cannot be opened goes back
+ * into the set, one whose sync failed is lost to it. Frees the list.
+ * Returns the first error. Called under flush_lock. */
 static int sync_list(struct obj_name *list)
 {
 	int err = 0;
@@ -190,19 +232,21 @@ static int sync_list(struct obj_name *list)
 		int fd = openat(F.dirfd, n->name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 		int e = 0;
 		if (fd < 0) {
-			if (errno != ENOENT)   /* deleted since: nothing to sync */
+			if (errno != ENOENT) {   /* deleted since: nothing to sync */
 				e = errno;
+				peer_error("FLUSH: cannot open object '%s' to sync it: %s", n->name,
+					   strerror(e));
+				mark_dirty(n->name, n->len);
+			}
 		} else {
-			if (fdatasync(fd) < 0)
+			if (fdatasync(fd) < 0) {
 				e = errno;
+				note_sync_failure(n->name, n->len, e);
+			}
 			close(fd);
 		}
-		if (e) {
-			peer_error("FLUSH: sync of object '%s': %s", n->name, strerror(e));
-			if (!err)
-				err = e;
-			mark_dirty(n->name, n->len);
-		}
+		if (e && !err)
+			err = e;
 		free(n);
 	}
 	return err;
@@ -220,7 +264,7 @@ static int sync_earlier(void)
 		return 0;
 	if (syncfs(F.dirfd) < 0) {
 		int err = errno;
-		peer_error("FLUSH: syncfs of %s: %s", F.dir, strerror(err));
+		note_sync_failure(NULL, 0, err);
 		return err;
 	}
 	F.unsure = false;
@@ -239,7 +283,7 @@ static int flush_objects(const char *name, size_t len)
 	int err = sync_list(list);
 	int e = sync_dir();
 	pthread_mutex_unlock(&F.flush_lock);
-	return early ? early : err ? err : e;
+	return early ? early : err ? err : e ? e : lost_to(name, len);
 }
 
 static int flush_all(void)
@@ -252,8 +296,11 @@ static int after_write(int fd, bool fua, const char *name, size_t len)
 {
 	if (!fua)
 		return mark_dirty(name, len);
-	if (fdatasync(fd) < 0)
-		return errno;
+	if (fdatasync(fd) < 0) {
+		int err = errno;   /* maybe an earlier acknowledged write's */
+		note_sync_failure(name, len, err);
+		return err;
+	}
 	/* Its entry too, whoever made it: this write, an earlier plain one,
 	 * or the thread that won the race to create it (nothing when clean). */
 	return sync_dir();
@@ -319,6 +366,7 @@ static int do_delete(const char *name, size_t len)
 		return err;
 	}
 	free(obj_set_remove(&F.dirty, name, len));
+	free(obj_set_remove(&F.sync_failed, name, len));   /* nothing of it to lose now */
 	pthread_mutex_unlock(&F.dirty_lock);
 	/* After the unlink: a thread that looks at its cache from now on drops
 	 * a descriptor of the unlinked file. */
@@ -556,6 +604,7 @@ static int init(struct peer *p)
 		F.fd_cache = fit;
 	}
 	obj_set_init(&F.dirty);
+	obj_set_init(&F.sync_failed);
 	F.unsure = true;
 	peer_info("objects under %s", F.dir);
 	return 0;
@@ -589,6 +638,7 @@ static void fini(struct peer *p)
 	if (flush_all() != 0)
 		peer_error("final sync failed: some written data may not be durable");
 	obj_set_destroy(&F.dirty);
+	obj_set_destroy(&F.sync_failed);
 	close(F.dirfd);
 	F.dirfd = -1;
 }

@@ -103,6 +103,11 @@ struct obj_name *obj_set_remove(struct obj_set *s, const char *name, size_t len)
 	return n;
 }
 
+bool obj_set_has(struct obj_set *s, const char *name, size_t len)
+{
+	return s->nr_buckets && *find(s, name, len, obj_hash(name, len));
+}
+
 struct obj_name *obj_set_take_all(struct obj_set *s)
 {
 	struct obj_name *list = NULL;

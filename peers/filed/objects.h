@@ -35,6 +35,7 @@ void obj_set_destroy(struct obj_set *s);
 int obj_set_add(struct obj_set *s, const char *name, size_t len);
 /* Takes the name out; the caller frees the node. NULL when absent. */
 struct obj_name *obj_set_remove(struct obj_set *s, const char *name, size_t len);
+bool obj_set_has(struct obj_set *s, const char *name, size_t len);
 /* Empties the set; returns its nodes as a list linked by next. */
 struct obj_name *obj_set_take_all(struct obj_set *s);
 

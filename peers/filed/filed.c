@@ -345,6 +345,8 @@ static int do_write(struct peer_thread *t, struct xseg_request *req, const char 
 				continue;
 			return errno;
 		}
+		if (n == 0)
+			return EIO;   /* no progress (never for a regular file): not a loop */
 		done += (uint64_t)n;
 	}
 	int err = after_write(fd, req->flags & XF_FUA, name, len);
@@ -418,7 +420,9 @@ static int copy_contents(int in, int out, uint64_t size, uint64_t *copied)
 				ssize_t w = 0, k;
 				while (w < n) {
 					k = pwrite(out, buf + w, (size_t)(n - w), (off_t)done + w);
-					if (k < 0 && errno != EINTR)
+					if (k == 0)
+						errno = EIO;   /* no progress: not a loop */
+					if ((k < 0 && errno != EINTR) || k == 0)
 						break;
 					w += k > 0 ? k : 0;
 				}

@@ -338,7 +338,10 @@ static void handle_control(struct glue_req *g)
 	} else if (!strcmp(g->control, "policy writeback")) {
 		write_back_on(&g->req, x, g->control, CACHE_WRITEBACK);
 	} else if (!strcmp(g->control, "plug")) {
-		/* back in a path: the policy it was started with */
+		/* Back in a path, with the policy it was started with. The path
+		 * may have gone around it (unplugged): what it holds clean may
+		 * be older than the blocker, and is dropped before it serves. */
+		cache_engine_forget_clean(C.engine);
 		if (C.cfg.policy == CACHE_WRITEBACK) {
 			write_back_on(&g->req, x, g->control, CACHE_WRITEBACK);
 		} else {

@@ -66,6 +66,14 @@ static void object_step(struct cache_object *o, struct cache_req *req)
 		park(o, req, REQ_PARKED);
 		return;
 	}
+	if (o->forget_gen != atomic_load(&o->e->forget_gen)) {
+		if (o->loads) {   /* they may bring older bytes: wait, drop them too */
+			park(o, req, REQ_PARKED);
+			return;
+		}
+		release_clean(o);
+		o->forget_gen = atomic_load(&o->e->forget_gen);
+	}
 	sp = bucket_span_in(&o->e->geo, req->offset, req->size);   /* checked at submit */
 	if (req->op == X_READ)
 		read_step(o, req, &sp);
@@ -78,6 +86,11 @@ static void rw_job(struct xwork *w, void *arg)
 	(void)w;
 	struct cache_req *req = arg;
 	object_step(req->obj, req);
+}
+
+void cache_engine_forget_clean(struct cache_engine *e)
+{
+	atomic_fetch_add(&e->forget_gen, 1);
 }
 
 /* ---- the index ------------------------------------------------------------------------ */
@@ -320,6 +333,7 @@ static int on_init(void *priv, void *node_priv)
 	if (object_buckets_init(&o->b, e->geo.buckets_per_object) < 0)
 		return -1;
 	o->name = xcache_entry_name(o->entry, NULL);
+	o->forget_gen = atomic_load(&e->forget_gen);   /* holds nothing yet */
 	o->parked = NULL;
 	o->waiters = NULL;
 	o->loads = o->flushes = o->throughs = o->through_writes = 0;

@@ -313,6 +313,12 @@ void cache_engine_bio_freed(struct cache_engine *e);
  * dirty may drop the engine: no later write is acknowledged from it). */
 void cache_engine_stop_write_back(struct cache_engine *e);
 
+/* The path went around the cache (unplugged, then plugged again): a clean
+ * byte it holds may be older than the blocker's. Each object drops its
+ * clean buckets before it serves again (its dirty ones are newer than the
+ * blocker's and stay); a load out then is waited for and dropped too. */
+void cache_engine_forget_clean(struct cache_engine *e);
+
 /* Switches the write policy; to write-through first flushes every dirty
  * byte. done(req) when finished (req->op is ignored). */
 void cache_engine_set_policy(struct cache_engine *e, enum cache_policy p,

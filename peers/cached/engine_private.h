@@ -166,6 +166,7 @@ struct cache_object {
 	uint32_t through_writes;           /* of throughs: uncached writes */
 	struct cache_req *through_out;     /* those writes, newest first */
 	uint32_t writes_waiting;           /* uncached writes parked for loads/flushes */
+	uint32_t forget_gen;               /* e->forget_gen its clean buckets are of */
 	bool flush_again, deleting, on_dirty_list;
 	bool drop_told;                    /* a DELETE or COPY's drop sent to the replica */
 	/* A flush waits for uncached writes in flight to land: new ones wait
@@ -242,6 +243,9 @@ struct cache_engine {
 	uint32_t nr_nodes;
 	_Atomic uint32_t nodes_used;
 	_Atomic int policy;
+	/* Bumped when what the cache holds clean may be older than the
+	 * blocker (cache_engine_forget_clean); read on every hit. */
+	_Atomic uint32_t forget_gen;
 	uint32_t max_run;                  /* buckets per blocker request */
 	/* Runs a request on its object again (engine.c's object_step): a
 	 * parked one, or one that waited for a blocker request. */

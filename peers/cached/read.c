@@ -113,7 +113,7 @@ bool load_runs(struct cache_object *o, uint32_t first, uint32_t last, bool *no_i
  * It changes nothing of the object, so only a plain hit qualifies: every
  * bucket readable and none on probation (a first hit takes the bucket
  * off, a change of state: that one goes through the queue), the object
- * not being dropped. False: the queue is busy or it is not such a hit;
+ * not being dropped nor its clean buckets to be forgotten. False: the queue is busy or it is not such a hit;
  * the read goes on the queue as before. True: answered.
  */
 bool read_beside_queue(struct cache_object *o, struct cache_req *req, const struct bucket_span *sp)
@@ -121,7 +121,7 @@ bool read_beside_queue(struct cache_object *o, struct cache_req *req, const stru
 	struct cache_engine *e = o->e;
 	if (!xworkq_read_begin(&o->wq))
 		return false;
-	bool hit = !o->deleting;
+	bool hit = !o->deleting && o->forget_gen == atomic_load(&e->forget_gen);
 	for (uint32_t i = sp->first; hit && i <= sp->last; i++)
 		hit = bucket_readable(o->b.state[i]) && !o->b.probation[i];
 	if (hit)

@@ -1009,6 +1009,37 @@ START_TEST(reset_from_another_primary_is_counted)
 }
 END_TEST
 
+/* 6d. A replica started with nothing it can trust (no --persist here)
+ * may lack writes its primary answered before: it takes no mirror write
+ * or clean (ESTALE: the primary degrades and writes back) and refuses a
+ * promote even empty (ENOKEY: it knows no marker), until a reset. A
+ * normal start resets it before any write: no degradation. */
+START_TEST(fresh_replica_refuses_until_the_primary_resets_it)
+{
+	setup(false);
+	unsigned char w[BKT_SIZE];
+	fill(w, sizeof(w), 14);
+	ck_assert(stats_of(replica).replica_unsure);
+	ck_assert_int_eq(run_on(replica, X_WRITE, "u", 0, BKT_SIZE, w), ESTALE);
+	ck_assert_int_eq(run_on(replica, CACHE_OP_MIRROR_CLEAN, "u", 0, BKT_SIZE, NULL), ESTALE);
+	ck_assert_int_eq(run_on(replica, OP_PROMOTE_CHECKED, "", 0, 0, NULL), ENOKEY);
+	struct cache_stats rs = stats_of(replica);
+	ck_assert(rs.replica);
+	ck_assert_uint_eq(rs.promotes_refused, 1);
+	ck_assert_uint_eq(rs.replica_refused, 2);
+	ck_assert_uint_eq(rs.dirty_bytes, 0);
+
+	wait_mirrored();                                   /* the primary's first reset */
+	rs = stats_of(replica);
+	ck_assert(!rs.replica_unsure);
+	ck_assert_str_eq(rs.marker_name, MARKER);
+	ck_assert_int_eq(run_on(primary, X_WRITE, "u", 0, BKT_SIZE, w), 0);
+	ck_assert_uint_eq(stats_of(replica).replica_writes, 1);
+	ck_assert_uint_eq(stats_of(primary).degradations, 0);
+	teardown();
+}
+END_TEST
+
 /* 7. A new primary writes through until its first reset is answered. */
 START_TEST(connecting_primary_writes_through)
 {
@@ -1068,7 +1099,9 @@ START_TEST(restarted_primary_writes_back_then_resets)
 	setup(false);
 	ck_assert_uint_eq(stats_of(primary).recovered_bytes, sizeof(w));
 	ck_assert_int_eq(stats_of(primary).mirror_state, MIRROR_CONNECTING);
-	/* what the replica held of the old life */
+	/* what the replica held of the old life (its data kept: trusted, as
+	 * the old life's reset left it) */
+	ck_assert_int_eq(run_on(replica, OP_RESET, MARKER, 0, 0, NULL), 0);
 	ck_assert_int_eq(run_on(replica, X_WRITE, "k", 0, sizeof(w), w), 0);
 	atomic_store(&blk.hold, 1);                          /* the write-back, held */
 	for (int i = 0; i < 10; i++) {
@@ -1495,6 +1528,7 @@ int main(void)
 	tcase_add_test(tc, replica_refuses_reads_and_partial_writes_until_promoted);
 	tcase_add_test(tc, replica_refuses_flush_all_and_policy_switch);
 	tcase_add_test(tc, reset_from_another_primary_is_counted);
+	tcase_add_test(tc, fresh_replica_refuses_until_the_primary_resets_it);
 	tcase_add_test(tc, connecting_primary_writes_through);
 	tcase_add_test(tc, restarted_primary_writes_back_then_resets);
 	tcase_add_test(tc, unreplicated_write_of_an_evicted_object_waits_for_the_blocker);

@@ -4,7 +4,8 @@
 # everything it held is on its blocker": the operator believed the replica
 # promoted while it still held its data as a replica. A cache started
 # without --replica must refuse; a replica may be promoted again (a retry
-# after a timeout).
+# after a timeout). This replica was never reset by a primary (it knows no
+# marker): a plain promote is refused, --force promotes it.
 set -u
 cd "$(dirname "$0")/.."
 SEG_PREFIX=cached-promote-plain
@@ -23,7 +24,10 @@ rc=$?
 echo "promote of a plain cache: exit $rc: $(cat "$DIR/p.out" "$DIR/p.err")"
 [ $rc != 0 ] || fail "a cache that is no replica answered 'promoted'"
 grep -q "promoted" "$DIR/p.out" && fail "said promoted"
-"$BIN/xseg" promote --segment "$SEG" --port 4 || fail "promote of the replica"
+"$BIN/xseg" promote --segment "$SEG" --port 4 2> "$DIR/p4.err" &&
+	fail "a replica no primary reset (it knows no marker) was promoted without --force"
+grep -q "knows no primary's marker" "$DIR/p4.err" || fail "the refusal does not say why: $(cat "$DIR/p4.err")"
+"$BIN/xseg" promote --segment "$SEG" --port 4 --force || fail "promote --force of the replica"
 "$BIN/xseg" promote --segment "$SEG" --port 4 || fail "promote of the replica again"
 grep -q "refused 'promote'" "$DIR/cached.log" || fail "cached did not say why it refused"
 # the caches first: each writes back to filed as it stops

@@ -66,6 +66,10 @@ START_TEST(reset_drops_every_write_sent_before_it)
 	char names[WRITES][16];
 	unsigned rounds = 30, left_rounds = 0;
 	uint64_t left_bytes = 0;
+	/* started without --persist it takes no write until a reset */
+	struct pt_req first = { .op = X_CONTROL, .size = sizeof(reset), .data = reset,
+				.data_len = sizeof(reset) };
+	ck_assert_int_eq(pt_do(seg, CLIENT, REPLICA, &first, TIMEOUT), 0);
 	for (unsigned round = 0; round < rounds; round++) {
 		pt_pattern(data, sizeof(data), round, 0);
 		for (int i = 0; i < WRITES; i++) {

@@ -840,18 +840,24 @@ static int make_engine(const struct cache_backend *be)
 		return err == EINVAL || err == ENOENT || err == ENOTDIR || err == EISDIR ||
 		       err == ENAMETOOLONG ? 2 : 1;
 	}
+	struct cache_stats s;
+	cache_engine_stats(C.engine, &s);
 	if (C.cfg.persist_path) {
-		struct cache_stats s;
-		cache_engine_stats(C.engine, &s);
 		cache_engine_persist_report(C.engine, line, sizeof(line));
 		peer_log(s.recoveries || s.persist_dropped || s.persist_discarded_bytes ?
 			 PEER_LOG_WARN : PEER_LOG_INFO, "%s", line);
-		if (s.replica_unsure)
-			peer_warn("a replica recovered from a file not closed clean (a host crash "
-				  "may have lost its primary's cleans): its data is not trusted until "
-				  "the primary resets it; mirrored writes are refused (the primary "
-				  "degrades, writes back and resets it) and so is promote");
 	}
+	/* At a first start the primary's reset comes before any write: said
+	 * louder only where recovered data is set aside. */
+	if (s.replica_unsure)
+		peer_log(s.recovered_bytes ? PEER_LOG_WARN : PEER_LOG_INFO,
+			 "a replica %s: not trusted until the primary resets it (the primary "
+			 "may hold acknowledged writes it lacks); mirrored writes and cleans are "
+			 "refused (the primary degrades, writes back and resets it) and so is "
+			 "promote", !C.cfg.persist_path ? "without --persist" :
+			 s.recovered_bytes ? "recovered from a file not closed clean (a host "
+			 "crash may have lost its primary's cleans)" :
+			 "on a new, discarded or not closed clean persist file");
 	return 0;
 }
 

@@ -523,12 +523,15 @@ static int persist_start(struct cache_engine *e, const char **why)
 	atomic_store(&e->synced_below, atomic_load(&e->persist.next_seq));
 	/* A replica's clears (the primary's cleans) are not synced: after a
 	 * host crash its file can hold a version the primary wrote back and
-	 * then overwrote, older than the blocker's. Not closed clean, what it
-	 * recovered is not to be trusted until the primary resets it. */
-	if (cfg->replica && !e->recovery.was_clean && !e->recovery.was_kept && e->recovery.slots) {
-		atomic_store(&e->replica_unsure, true);
+	 * then overwrote, older than the blocker's, or lack a write it took
+	 * (an empty file is no proof of an empty replica). Only a file closed
+	 * clean or kept says what it held; else it waits for the primary's
+	 * reset (replica_unsure, set by the create). */
+	if (cfg->replica && !cfg->persist_discard &&
+	    (e->recovery.was_clean || e->recovery.was_kept))
+		atomic_store(&e->replica_unsure, false);
+	if (atomic_load(&e->replica_unsure))
 		e->replica_marker[0] = '\0';   /* a promote refuses: nothing to go by */
-	}
 	return 0;
 }
 
@@ -610,6 +613,11 @@ struct cache_engine *cache_engine_create(const struct cache_config *cfg,
 	CDS_INIT_LIST_HEAD(&e->mirror_out);
 	marker_init(e);
 	atomic_init(&e->replica, cfg->replica);
+	/* A replica started with nothing it can trust (persist_start clears
+	 * this for a file closed clean or kept) may lack writes its primary
+	 * answered before it (re)started: it takes nothing, so the primary
+	 * degrades and writes them back, until the primary resets it. */
+	atomic_init(&e->replica_unsure, cfg->replica);
 	static const struct xcache_ops ops = {
 		.on_node_init = on_node_init, .on_node_fini = on_node_fini,
 		.on_init = on_init, .on_evict = on_evict, .on_put = on_put, .on_free = on_free,
@@ -652,6 +660,10 @@ void cache_engine_destroy(struct cache_engine *e)
 {
 	/* A stop that gave up leaves the persist file dirty for the next start. */
 	e->close_clean = cache_engine_clean(e);
+	/* An unsure replica holding nothing is not a trusted empty one: its
+	 * file stays neither clean nor kept, and the next start unsure too. */
+	if (atomic_load(&e->replica_unsure))
+		e->close_clean = false;
 	/* dirty on purpose, and trusted: the next start may trust it too */
 	e->close_kept = !e->close_clean && !atomic_load(&e->replica_unsure);
 	while (xcache_evict_coldest(e->index) == 0)

@@ -249,7 +249,7 @@ struct cache_stats {
 	int promote_marker_said;
 	/* --replica */
 	bool replica;
-	bool replica_unsure;   /* recovered unclean: waits for the primary's reset */
+	bool replica_unsure;   /* started with nothing trusted: waits for the primary's reset */
 	uint64_t replica_writes, replica_cleans, replica_resets, replica_refused;
 	uint64_t replica_primary_changes;   /* resets naming another marker than the last */
 };

@@ -355,8 +355,9 @@ struct cache_engine {
 	_Atomic int promote_marker_said;   /* what the last checked promote read */
 	/* --replica (replica.c) */
 	_Atomic bool replica;
-	/* recovered from a persist file not closed clean: refuses mirrored
-	 * writes and promote until the primary's next reset */
+	/* nothing trusted recovered (no --persist, a new or discarded file,
+	 * one neither clean nor kept): refuses mirrored writes, cleans and
+	 * promote until the primary's next reset */
 	_Atomic bool replica_unsure;
 	_Atomic uint64_t reset_epoch;      /* resets begun: a write's tag is this + 1 */
 	/* the primary's XF_TAG in its last reset (0x10000 | tag; 0: no reset

@@ -10,11 +10,17 @@
  * everything (the primary then has nothing dirty). A full replica refuses
  * a write (ENOSPC): the primary degrades, writes back and resets it.
  *
+ * Started with nothing it can trust (no --persist, a new or discarded
+ * file, one neither closed clean nor kept), it refuses writes and cleans
+ * (ESTALE) until the primary resets it: its primary may hold acknowledged
+ * writes it never got, and must learn so (it degrades and writes back).
+ *
  * Promoted (`xseg promote`), it is an ordinary cache from then on: it
  * writes everything it holds to its blocker, and answers once that and
- * the blocker's FLUSH are done. Holding dirty data, it is promoted only
- * where its primary's stale-replica marker on the blocker (marker.c; its
- * name came with the primary's last reset) says MIRRORED, unless forced.
+ * the blocker's FLUSH are done. Unless forced, it is promoted only where
+ * it knows its primary's stale-replica marker (marker.c; its name came
+ * with the primary's last reset) and, holding dirty data, where that
+ * marker on the blocker says MIRRORED.
  */
 #include "engine_private.h"
 
@@ -81,7 +87,10 @@ void replica_clean_step(struct cache_object *o, struct cache_req *req)
 {
 	struct cache_engine *e = o->e;
 	uint64_t bs = e->geo.bucket_size;
-	if (made_before_reset(e, req)) {   /* it would drop a newer write's copy */
+	/* unsure: taken, the primary would go on believing it holds the
+	 * rest; refused, it degrades, writes back and resets it */
+	if (atomic_load(&e->replica_unsure) ||
+	    made_before_reset(e, req)) {   /* it would drop a newer write's copy */
 		COUNT_ADD(e, rst.refused, 1);
 		finish(e, req, false, ESTALE, 0);
 		return;
@@ -249,15 +258,16 @@ uint64_t cache_engine_replica_tag(struct cache_engine *e)
 static void promote_now(struct cache_engine *e, struct cache_req *req)
 {
 	atomic_store(&e->replica, false);   /* flushes, reads, stops as any cache */
+	atomic_store(&e->replica_unsure, false);   /* no primary to wait for now */
 	engine_wait_writes(e);   /* what it took as a replica is dirty: listed */
 	flush_all_to_blocker(e, req);
 }
 
-static void refuse_promote(struct cache_engine *e, struct cache_req *req, int said)
+static void refuse_promote(struct cache_engine *e, struct cache_req *req, int said, int error)
 {
 	atomic_store(&e->promote_marker_said, said);
 	COUNT_ADD(e, promotes_refused, 1);
-	finish(e, req, false, ESTALE, 0);
+	finish(e, req, false, error, 0);
 }
 
 static void marker_read_done(struct cache_bio *bio)
@@ -267,7 +277,7 @@ static void marker_read_done(struct cache_bio *bio)
 	int said = bio->served ? marker_says(bio->data, bio->serviced) : MARKER_UNKNOWN;
 	bio_release(e, bio);
 	if (said != MARKER_MIRRORED) {
-		refuse_promote(e, req, said);
+		refuse_promote(e, req, said, ESTALE);
 		return;
 	}
 	atomic_store(&e->promote_marker_said, said);
@@ -280,7 +290,7 @@ void cache_engine_promote(struct cache_engine *e, struct cache_req *req, bool fo
 	engine_wait_writes(e);   /* what it took so far counts as held */
 	bool holds = atomic_load(&e->totals.count[BUCKET_DIRTY]) ||
 		     atomic_load(&e->totals.count[BUCKET_WRITING]);
-	if (force || !holds || !is_replica(e)) {
+	if (force || !is_replica(e)) {
 		promote_now(e, req);
 		return;
 	}
@@ -288,8 +298,15 @@ void cache_engine_promote(struct cache_engine *e, struct cache_req *req, bool fo
 	pthread_mutex_lock(&e->marker_lock);
 	memcpy(name, e->replica_marker, sizeof(name));
 	pthread_mutex_unlock(&e->marker_lock);
-	if (!name[0]) {   /* no reset told it one: nothing to go by */
-		refuse_promote(e, req, MARKER_UNKNOWN);
+	/* No reset told it one (started with nothing trusted): holding
+	 * nothing says nothing either, its primary may hold acknowledged
+	 * writes it never got. ENOKEY: `xseg promote` says so. */
+	if (!name[0]) {
+		refuse_promote(e, req, MARKER_UNKNOWN, ENOKEY);
+		return;
+	}
+	if (!holds) {   /* nothing older to write over the blocker's */
+		promote_now(e, req);
 		return;
 	}
 	struct cache_bio *bio = bio_alloc(e, X_READ, name, 0, MARKER_SIZE, NULL);

@@ -479,6 +479,15 @@ static int cmd_promote(struct args *a)
 			"over whatever newer data the blocker holds\n", a->port);
 		return 1;
 	}
+	if (rc == ENOKEY) {
+		fprintf(stderr, "xseg: promote: port %u: refused: the replica knows no primary's "
+			"marker (it started without data it can trust, a new or lost persist file "
+			"or none, and no primary has reset it since), so it cannot tell whether "
+			"its primary answered writes it never got; it stays a replica. --force "
+			"promotes it anyway, writing back what it holds (acknowledged writes it "
+			"lacks are lost)\n", a->port);
+		return 1;
+	}
 	if (rc != 0) {
 		fprintf(stderr, "xseg: promote: port %u: %s\n", a->port, why);
 		return 1;
@@ -571,7 +580,9 @@ static const struct command commands[] = {
 	  "first: a primary still running would go on mirroring to it. A replica\n"
 	  "holding dirty data is promoted only where its primary's marker on the\n"
 	  "blocker says mirrored (the primary never answered a write the replica\n"
-	  "lacks); else refused (exit 1). --force: promote anyway.\n", false },
+	  "lacks); one that knows no marker (no reset since it started without\n"
+	  "trusted data) is refused even empty; refused: exit 1. --force: promote\n"
+	  "anyway.\n", false },
 	{ "up", cmd_up, "xseg up FILE [--run-dir DIR] [--timeout S]",
 	  "Creates FILE's segment (refused if it exists) and starts its peers in\n"
 	  "order, each serving before the next, plugging where plug=B says; returns\n"

@@ -63,6 +63,7 @@ static struct {
 	_Atomic int hold_side[2];          /* serve nothing of that engine while set */
 	_Atomic int fail_writes[2];        /* fail that engine's writes with this error */
 	_Atomic int fail_marker;           /* fail the primary's marker writes with this */
+	_Atomic int starve_cleans;         /* no request free for a mirror-clean */
 	_Atomic int writes, flushes;
 	bool stop;
 	pthread_t threads[2];
@@ -181,6 +182,8 @@ static struct cache_bio *fake_alloc(void *ctx, uint32_t op, const char *name, ui
 				    uint64_t size, const char *copy_src)
 {
 	(void)ctx; (void)offset; (void)copy_src;
+	if (atomic_load(&blk.starve_cleans) && op == X_CONTROL && *name)
+		return NULL;   /* as the glue when the segment's requests are all out */
 	struct fake_bio *fb = calloc(1, sizeof(*fb));
 	snprintf(fb->name, sizeof(fb->name), "%s", name);
 	fb->bio.data = size ? malloc(size) : NULL;
@@ -775,6 +778,42 @@ START_TEST(delete_drops_the_replica_copy_before_its_answer)
 		      "request(s) held)", mir_queued());
 	mir_release_hold();
 	ck_assert_int_eq(result(&d), 0);
+	teardown();
+}
+END_TEST
+
+/* 3b'. A DELETE waits for the replica's clean (3b); here no request is
+ * free for that clean, so it waits in the object's list for one
+ * (send_when_freed), nothing of the object out. The mirror goes down
+ * meanwhile: the retry drops the clean unsent (the reset will empty the
+ * replica), the list is empty, and the DELETE parked on it must go on
+ * then; no reply is coming to resume it. */
+START_TEST(delete_parked_on_an_unsent_clean_goes_on_when_the_mirror_fails)
+{
+	setup(true);
+	MAINTAIN_UNTIL(stats_of(primary).marker_state == MARKER_MIRRORED);
+	unsigned char w[BKT_SIZE];
+	fill(w, sizeof(w), 38);
+	ck_assert_int_eq(run_on(primary, X_WRITE, "z", 0, BKT_SIZE, w), 0);
+	ck_assert_int_eq(run_on(primary, OP_FLUSH, "", 0, 0, NULL), 0);   /* "z" clean */
+	MAINTAIN_UNTIL(atomic_load(&primary->mst.ops) == 0);
+	atomic_store(&blk.starve_cleans, 1);
+	struct areq d;
+	start_on(primary, &d, X_DELETE, "z", 0, 0, NULL);
+	ck_assert(!answered_within(&d, 50));              /* parked on the unsent clean */
+	ck_assert_uint_eq(atomic_load(&primary->mst.ops), 1);
+	ck_assert_int_eq(mir_queued(), 0);
+	ck_assert_uint_gt(stats_of(primary).mirror_waits, 0);
+	atomic_store(&blk.starve_cleans, 0);
+	/* the link lost: degraded; the marker write's request, given back,
+	 * wakes the clean's wait, which finds the mirror down. No tick: its
+	 * reset would make the primary mirrored again and send the clean. */
+	cache_engine_mirror_lost(primary, EHOSTDOWN);
+	ck_assert_msg(answered_within(&d, 2000), "the DELETE was not answered: parked on a "
+		      "mirror list that the retry emptied (%u mirror request(s) listed)",
+		      (unsigned)atomic_load(&primary->mst.ops));
+	ck_assert_int_eq(result(&d), 0);
+	ck_assert_uint_eq(atomic_load(&primary->mst.ops), 0);
 	teardown();
 }
 END_TEST
@@ -1521,6 +1560,7 @@ int main(void)
 	tcase_add_test(tc, write_back_cleans_the_replica);
 	tcase_add_test(tc, write_through_waits_for_the_replica_clean);
 	tcase_add_test(tc, delete_drops_the_replica_copy_before_its_answer);
+	tcase_add_test(tc, delete_parked_on_an_unsent_clean_goes_on_when_the_mirror_fails);
 	tcase_add_test(tc, failed_mirror_write_degrades_and_resets);
 	tcase_add_test(tc, write_queued_behind_a_failed_one_goes_to_the_blocker);
 	tcase_add_test(tc, full_replica_degrades_the_primary);

@@ -159,14 +159,17 @@ static void drop_op(struct cache_object *o, struct mirror_op *op)
 	free(op);
 }
 
-static void send_ready(struct cache_object *o);
+static void after_settled(struct cache_object *o);
 
 static void retry_job(struct xwork *w, void *arg)
 {
 	(void)w;
 	struct cache_object *o = arg;
 	atomic_store(&o->mirror_io_wait, false);
-	send_ready(o);
+	/* the mirror down meanwhile, send_ready drops what was not sent and
+	 * may empty the list with nothing out: no reply would resume what is
+	 * parked on it (write.c, drop.c), so this does as a reply's job */
+	after_settled(o);
 	obj_put(o);
 }
 
@@ -242,8 +245,9 @@ static void after_settled(struct cache_object *o)
 {
 	send_ready(o);
 	/* Some request is out whenever the list is not empty (the first one
-	 * always may go, or waits for a free request), so this comes for the
-	 * last one: write-throughs parked for an empty list (write.c) go on. */
+	 * always may go, or waits for a free request: retry_job comes here
+	 * too), so this comes for the last one: write-throughs and DELETEs
+	 * parked for an empty list (write.c, drop.c) go on. */
 	if (!o->mirror_head)
 		run_parked(o);
 	marker_switches(o->e);

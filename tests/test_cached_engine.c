@@ -1243,7 +1243,7 @@ static int replica_reset_now(void)
 	struct sync_req s = { .r = { .op = X_CONTROL, .name = "", .done = sync_done } };
 	pthread_mutex_init(&s.lock, NULL);
 	pthread_cond_init(&s.cond, NULL);
-	cache_engine_replica_reset(blk.engine, &s.r, "", 0);
+	cache_engine_replica_reset(blk.engine, &s.r, "", (struct cache_replica_epoch){ 0 });
 	pthread_mutex_lock(&s.lock);
 	while (!s.done)
 		pthread_cond_wait(&s.cond, &s.lock);
@@ -1252,10 +1252,11 @@ static int replica_reset_now(void)
 }
 
 /* A reset of the primary's EPOCH (XF_TAG: its low 16 bits). */
-static int replica_reset_at(uint64_t epoch)
+static int replica_reset_at(uint64_t run, uint32_t count)
 {
+	struct cache_replica_epoch epoch = { .run = run, .count = count };
 	struct sync_req s = { .r = { .op = X_CONTROL, .name = "", .done = sync_done,
-				     .flags = XF_MIRROR | (uint32_t)(epoch & 0xffff) << XF_TAG_SHIFT } };
+				     .flags = XF_MIRROR | (count & 0xffff) << XF_TAG_SHIFT } };
 	pthread_mutex_init(&s.lock, NULL);
 	pthread_cond_init(&s.cond, NULL);
 	cache_engine_replica_reset(blk.engine, &s.r, "", epoch);
@@ -1269,14 +1270,15 @@ static int replica_reset_at(uint64_t epoch)
 /* replica.c: what the primary made before its last reset, come after it
  * (held on the way), is refused: a mirror write or clean of an older tag
  * (it would land over, or drop, a newer write's copy), a reset older than
- * the last in its run (it would drop what was mirrored since). */
+ * the last (of its run, or of an earlier run: it would drop what was
+ * mirrored since). */
 START_TEST(replica_refuses_what_the_primary_made_before_its_reset)
 {
 	setup_replica = true;
 	setup_with(1u << 20, 16, CACHE_WRITEBACK);
 	static unsigned char buf[BKT_SIZE];
 	uint32_t run5 = XF_MIRROR, tag10 = run5 | 10u << XF_TAG_SHIFT;
-	ck_assert_int_eq(replica_reset_at(5ull << 32 | 10), 0);
+	ck_assert_int_eq(replica_reset_at(5, 10), 0);
 	memset(buf, 'N', sizeof(buf));
 	ck_assert_int_eq(run_req(X_WRITE, tag10, "o", 0, BKT_SIZE, buf, NULL, NULL), 0);
 	memset(buf, 'O', sizeof(buf));
@@ -1289,22 +1291,28 @@ START_TEST(replica_refuses_what_the_primary_made_before_its_reset)
 	cache_engine_stats(blk.engine, &st);
 	ck_assert_uint_eq(st.dirty_bytes, BKT_SIZE);
 	/* "mirror-reset @5.9": older than @5.a, it keeps what @5.a let in */
-	uint64_t epoch;
+	struct cache_replica_epoch epoch;
 	const char *marker;
 	ck_assert(cache_replica_reset_args("@5.9 m-1", &epoch, &marker));
-	ck_assert_uint_eq(epoch, 5ull << 32 | 9);
+	ck_assert_uint_eq(epoch.run, 5);
+	ck_assert_uint_eq(epoch.count, 9);
 	ck_assert_str_eq(marker, "m-1");
-	ck_assert_int_eq(replica_reset_at(epoch), ESTALE);
+	ck_assert_int_eq(replica_reset_at(epoch.run, epoch.count), ESTALE);
 	ck_assert(!cache_replica_reset_args("@5.9x", &epoch, &marker));
-	ck_assert_int_eq(replica_reset_at(5ull << 32 | 10), ESTALE);
+	ck_assert(!cache_replica_reset_args("@0.9", &epoch, &marker));
+	ck_assert(cache_replica_reset_args("@17c9a1b2c3d4e5f6.2", &epoch, &marker));
+	ck_assert_uint_eq(epoch.run, 0x17c9a1b2c3d4e5f6ull);
+	/* an earlier run's reset, late: it would drop what this run mirrored */
+	ck_assert_int_eq(replica_reset_at(4, 12), ESTALE);
+	ck_assert_int_eq(replica_reset_at(5, 10), ESTALE);
 	cache_engine_stats(blk.engine, &st);
 	ck_assert_uint_eq(st.dirty_bytes, BKT_SIZE);
-	/* a newer one, and one of another run (a primary restarted), drop */
-	ck_assert_int_eq(replica_reset_at(5ull << 32 | 11), 0);
+	/* a newer one, and one of a later run (a primary restarted), drop */
+	ck_assert_int_eq(replica_reset_at(5, 11), 0);
 	ck_assert(cache_engine_clean(blk.engine));
 	ck_assert_int_eq(run_req(X_WRITE, run5 | 11u << XF_TAG_SHIFT, "o", 0, BKT_SIZE, buf, NULL,
 				 NULL), 0);
-	ck_assert_int_eq(replica_reset_at(2ull << 32 | 3), 0);
+	ck_assert_int_eq(replica_reset_at(6, 3), 0);
 	ck_assert(cache_engine_clean(blk.engine));
 	teardown();
 }

@@ -300,7 +300,7 @@ static void mir_serve(void *arg)
 	if (!strcmp(text, "mirror-reset") || !strncmp(text, "mirror-reset ", 13)) {
 		atomic_fetch_add(&mir.resets, 1);
 		const char *marker;
-		uint64_t epoch;
+		struct cache_replica_epoch epoch;
 		ck_assert(cache_replica_reset_args(text[12] ? text + 13 : "", &epoch, &marker));
 		cache_engine_replica_reset(replica, &m->r, marker, epoch);
 	} else if (sscanf(text, "mirror-clean %llu %llu", &off, &len) == 2) {
@@ -587,7 +587,8 @@ static void areq_start(void *arg)
 	struct areq *a = arg;
 	uint32_t op = a->r.op;
 	if (op == OP_RESET)   /* the name: the marker the reset gives */
-		cache_engine_replica_reset(a->e, &a->r, a->r.name ? a->r.name : "", 0);
+		cache_engine_replica_reset(a->e, &a->r, a->r.name ? a->r.name : "",
+					   (struct cache_replica_epoch){ 0 });
 	else if (op == OP_PROMOTE)
 		cache_engine_promote(a->e, &a->r, true);   /* forced: the marker unread */
 	else if (op == OP_PROMOTE_CHECKED)

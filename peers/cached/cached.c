@@ -221,7 +221,7 @@ static bool replica_control(struct glue_req *g)
 	char end;
 	if (!strcmp(g->control, "mirror-reset") || !strncmp(g->control, "mirror-reset ", 13)) {
 		const char *marker;
-		uint64_t epoch;
+		struct cache_replica_epoch epoch;
 		if (!cache_replica_reset_args(g->control[12] ? g->control + 13 : "", &epoch, &marker) ||
 		    (*marker && !cached_marker_name_ok(marker))) {
 			peer_warn("bad mirror-reset '%s': not a marker name", g->control);

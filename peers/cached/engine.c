@@ -601,11 +601,14 @@ struct cache_engine *cache_engine_create(const struct cache_config *cfg,
 	/* a primary writes through until its replica answers a reset */
 	atomic_init(&e->mirror_state, cfg->mirror ? MIRROR_CONNECTING : MIRROR_OFF);
 	/* not where a previous run of this primary began */
-	uint64_t t = now_ns();
-	atomic_init(&e->mirror_tag, (uint32_t)t);
+	atomic_init(&e->mirror_tag, (uint32_t)now_ns());
+	/* The run: its start time, so that a replica refuses a reset of an
+	 * earlier run delivered late (a clock set back across a restart makes
+	 * the replica refuse the new run's resets: degraded, nothing lost,
+	 * until the replica restarts). */
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
-	e->mirror_run = (uint32_t)(ts.tv_nsec ^ ts.tv_sec ^ (uint64_t)getpid() << 16 ^ t >> 32);
+	e->mirror_run = ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) | 1;
 	e->mirror_state_said = MIRROR_OFF;
 	e->written_back = cfg->mirror ? mirror_written_back : NULL;
 	pthread_mutex_init(&e->mirror_lock, NULL);

@@ -332,17 +332,23 @@ void cache_engine_flush_all(struct cache_engine *e, struct cache_req *req);
 /* --replica: drops everything it holds ("mirror-reset": the primary has
  * nothing dirty); done(req) when it is gone. `marker`: the primary's
  * stale-replica marker ("" none), kept (and in the persist file) for a
- * promote to read. `epoch` (0: none): the primary's run << 32 | the
- * count of its resets; one older than the reset it took last in the same
- * run (held on the way, the primary gave it up) is refused (ESTALE):
- * it would drop what the primary mirrored since. */
+ * promote to read. `epoch` ({0}: none): the primary's run (its start
+ * time) and the count of its resets; one older than the reset it took
+ * last (an earlier count of the same run, or an earlier run: held on the
+ * way, the primary gave it up) is refused (ESTALE): it would drop what
+ * the primary mirrored since. */
+struct cache_replica_epoch {
+	uint64_t run;     /* 0: none */
+	uint32_t count;
+};
 void cache_engine_replica_reset(struct cache_engine *e, struct cache_req *req,
-				const char *marker, uint64_t epoch);
+				const char *marker, struct cache_replica_epoch epoch);
 /* The marker name the last reset taken gave ("" before the first). */
 void cache_engine_replica_marker(struct cache_engine *e, char name[MARKER_NAME_MAX + 1]);
-/* "mirror-reset"'s arguments "[@RUN.COUNT] [NAME]" (hex): the epoch (0:
+/* "mirror-reset"'s arguments "[@RUN.COUNT] [NAME]" (hex): the epoch ({0}:
  * none) and the marker name ("": none; not checked here). False: malformed. */
-bool cache_replica_reset_args(const char *args, uint64_t *epoch, const char **marker);
+bool cache_replica_reset_args(const char *args, struct cache_replica_epoch *epoch,
+			      const char **marker);
 /* --replica: a write's tag, read in the port's order (as it is taken,
  * before any later request of the port is): a write the primary sent
  * before a reset, still on its way when the reset answered (behind

@@ -328,7 +328,7 @@ struct cache_engine {
 	 * of its making (XF_TAG, mirror_op.flags): the replica refuses the
 	 * older ones */
 	_Atomic uint32_t mirror_tag;
-	uint32_t mirror_run;
+	uint64_t mirror_run;               /* its start time (ns): later runs compare later */
 	_Atomic uint64_t degraded_since_ns;
 	_Atomic int mirror_error;
 	int mirror_state_said;             /* the glue's log: the last state it said */
@@ -363,7 +363,7 @@ struct cache_engine {
 	/* the primary's XF_TAG in its last reset (0x10000 | tag; 0: no reset
 	 * in this run): its mirror requests of another tag are refused */
 	_Atomic uint32_t primary_tag;
-	uint64_t primary_epoch;            /* of the last reset taken (reset_lock) */
+	struct cache_replica_epoch primary_epoch;   /* of the last reset taken (reset_lock) */
 	pthread_mutex_t reset_lock;
 	struct {
 		_Atomic uint64_t writes, cleans, resets, refused;

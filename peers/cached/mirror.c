@@ -442,8 +442,8 @@ void mirror_tick(struct cache_engine *e)
 	 * earlier reset too (it may come after this one). The marker's name
 	 * rides along: a promote of the replica reads it. */
 	uint32_t count = atomic_load(&e->mirror_tag) + 1;
-	char cmd[sizeof("mirror-reset @12345678.12345678 ") + MARKER_NAME_MAX];
-	int n = snprintf(cmd, sizeof(cmd), "mirror-reset @%x.%x%s%s", e->mirror_run, count,
+	char cmd[sizeof("mirror-reset @1234567812345678.12345678 ") + MARKER_NAME_MAX];
+	int n = snprintf(cmd, sizeof(cmd), "mirror-reset @%" PRIx64 ".%x%s%s", e->mirror_run, count,
 			 e->cfg.mirror_marker ? " " : "",
 			 e->cfg.mirror_marker ? e->cfg.mirror_marker : "");
 	struct cache_bio *bio = bio_alloc(e, X_CONTROL, "", 0, (uint64_t)n, NULL);

@@ -159,33 +159,40 @@ void cache_engine_replica_marker(struct cache_engine *e, char name[MARKER_NAME_M
 	pthread_mutex_unlock(&e->marker_lock);
 }
 
-bool cache_replica_reset_args(const char *args, uint64_t *epoch, const char **marker)
+bool cache_replica_reset_args(const char *args, struct cache_replica_epoch *epoch,
+			      const char **marker)
 {
-	unsigned run, count;
+	uint64_t run;
+	unsigned count;
 	int used = 0;
-	*epoch = 0;
+	*epoch = (struct cache_replica_epoch){ 0 };
 	if (*args == '@') {
-		if (sscanf(args, "@%x.%x%n", &run, &count, &used) != 2 ||
+		if (sscanf(args, "@%" SCNx64 ".%x%n", &run, &count, &used) != 2 || !run ||
 		    (args[used] && args[used] != ' '))
 			return false;
-		*epoch = (uint64_t)run << 32 | count;
+		*epoch = (struct cache_replica_epoch){ .run = run, .count = count };
 		args += used + (args[used] == ' ');
 	}
 	*marker = args;
 	return true;
 }
 
-/* epoch is older than (or the same as) the reset taken last in its run
- * (reset_lock). Another run's is a primary restarted: taken. */
-static bool stale_reset(struct cache_engine *e, uint64_t epoch)
+/* epoch is older than (or the same as) the reset taken last (reset_lock):
+ * in the same run by its count, else by its run, the primary's start
+ * time: a reset of an earlier run came late (a later run is the primary
+ * restarted: taken). */
+static bool stale_reset(struct cache_engine *e, struct cache_replica_epoch epoch)
 {
-	uint64_t last = e->primary_epoch;
-	return epoch && last && epoch >> 32 == last >> 32 &&
-	       (int32_t)((uint32_t)epoch - (uint32_t)last) <= 0;
+	struct cache_replica_epoch last = e->primary_epoch;
+	if (!epoch.run || !last.run)
+		return false;
+	if (epoch.run != last.run)
+		return epoch.run < last.run;
+	return (int32_t)(epoch.count - last.count) <= 0;
 }
 
 void cache_engine_replica_reset(struct cache_engine *e, struct cache_req *req,
-				const char *marker, uint64_t epoch)
+				const char *marker, struct cache_replica_epoch epoch)
 {
 	req_init(e, req);
 	if (!is_replica(e)) {
@@ -207,7 +214,7 @@ void cache_engine_replica_reset(struct cache_engine *e, struct cache_req *req,
 		finish(e, req, false, rc, 0);   /* the primary stays degraded */
 		return;
 	}
-	if (epoch)
+	if (epoch.run)
 		e->primary_epoch = epoch;
 	atomic_store(&e->replica_unsure, false);   /* what it held goes below */
 	/* the primary's epoch from now: what it made before is refused */

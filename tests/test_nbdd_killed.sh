@@ -42,11 +42,16 @@ wait_bound 2
 start_nbdd 4 "$SOCK" nbdd0.log
 
 for k in $(seq $ROUNDS); do
+	w0=$(peer_stat 3 write_bytes)
 	$T $ACKED write "$SOCK" --clients $CLIENTS --blocks "$BLOCKS" --round "$k" \
 		--acked "$DIR/acked$k" & wpid=$!
-	# Under way, with data at risk: dirty in cached, not yet on filed.
+	# Under way, with data at risk: this round's writes in cached (its
+	# write_bytes grew: the dirty bytes of the rounds before are already
+	# there, and a kill before the clients connected proved nothing),
+	# dirty, not yet on filed.
 	for _ in $(seq 400); do
-		[ "$(peer_stat 3 dirty_bytes 2>/dev/null || echo 0)" -gt $((512 << 10)) ] && break
+		[ "$(peer_stat 3 write_bytes 2>/dev/null || echo 0)" -gt $((w0 + (512 << 10))) ] &&
+			[ "$(peer_stat 3 dirty_bytes 2>/dev/null || echo 0)" -gt $((512 << 10)) ] && break
 		sleep 0.01
 	done
 	dirty=$(peer_stat 3 dirty_bytes)

@@ -106,19 +106,24 @@ int peer_join_and_bind(struct peer *p)
 }
 
 /*
- * A cache plugged in front of one of our ports (its next hop, bound by a
- * live process) still writes back to us: the port it is in front of, or
- * XSEG_NO_PORT.
+ * A cache plugged in front of one of our ports (a hop of the chain in
+ * front of it, bound by a live process) still writes back to us: the port
+ * it is in front of, or XSEG_NO_PORT. The whole chain: past a dead hop (a
+ * clean cache killed, which routing skips) a live cache is still in the
+ * path, its dirty data bound for us.
  */
 uint32_t peer_port_behind_a_cache(struct peer *p, uint32_t *cache)
 {
 	for (uint32_t port = p->cfg.port_first; port <= p->cfg.port_last; port++) {
-		uint32_t next = xseg_get_next_hop(p->seg, port);
-		struct xseg_port_info pi;
-		if (next != XSEG_NO_PORT && xseg_port_info(p->seg, next, &pi) == 0 &&
-		    pi.owner && pi.owner_alive && pi.owner != getpid()) {
-			*cache = next;
-			return port;
+		uint32_t hop = xseg_get_next_hop(p->seg, port);
+		for (uint32_t steps = 0; hop != XSEG_NO_PORT && steps < XSEG_MAX_PATH; steps++) {
+			struct xseg_port_info pi;
+			if (xseg_port_info(p->seg, hop, &pi) == 0 && pi.owner && pi.owner_alive &&
+			    pi.owner != getpid()) {
+				*cache = hop;
+				return port;
+			}
+			hop = xseg_get_next_hop(p->seg, hop);
 		}
 	}
 	return XSEG_NO_PORT;

@@ -6,7 +6,9 @@
 # at risk checked first: the blocks are cached (cached_bytes) before the
 # unplug; then a verified read through the plugged path must see the
 # writes made while unplugged, and a partial write then must not merge
-# into an old copy (read back whole from filed).
+# into an old copy (read back whole from filed). And a plug in front of a
+# port that is not the cache's blocker (nor in front of it) is refused: it
+# sent that port's requests to another blocker, exit 0 (found by review).
 set -u
 cd "$(dirname "$0")/.."
 SEG_PREFIX=cached-replug
@@ -62,4 +64,13 @@ echo "--- a partial write, then the whole block from filed"
 got=$("$BIN/xreq" --segment "$SEG" --port 10 --target-port 1 --op read --target top --size 8K)
 echo "$got" | grep -q "data='new new " || fail "filed holds the old bytes around a partial write: $got"
 echo "$got" | grep -q "old " && fail "the old copy was merged into the partial write: $got"
-echo "a plug forgets what the cache held clean: ok"
+echo "--- a plug in front of a port that is not the cache's blocker is refused"
+"$BIN/filed" --segment "$SEG" --port 5 --dir "$DIR/data5" 2> "$DIR/filed5.log" & pids+=($!)
+wait_bound 5
+"$BIN/xseg" unplug --segment "$SEG" --via 3 || fail "unplug 4"
+expect_exit 1 "$BIN/xseg" plug --segment "$SEG" --port 5 --via 3
+grep -q "port 3 refused: it writes to another blocker port than 5" "$DIR/err" ||
+	fail "the refused plug did not say why: $(cat "$DIR/err")"
+[ "$(port_info 5 next_hop)" = None ] || fail "port 5 routed via $(port_info 5 next_hop) after a refused plug"
+"$BIN/xseg" plug --segment "$SEG" --port 1 --via 3 || fail "the right plug after a refused one"
+echo "a plug forgets what the cache held clean, and goes only in front of its blocker: ok"

@@ -301,6 +301,32 @@ static void write_through_done(struct cache_req *r)
 	client_done(r);
 }
 
+/* "plug B" (xseg plug --port B): in front of port B, the requests for B
+ * come here and go on to our blocker port, so B must be that port or a
+ * hop of the chain in front of it (a cache plugged in front of another);
+ * else B's reads and writes would be served by another port's blocker.
+ * False: refused (EXDEV), answered. */
+static bool plug_port_ok(const char *arg, struct xseg_request *x)
+{
+	uint64_t b;
+	if (xseg_parse_uint(arg, UINT32_MAX, &b) < 0) {
+		peer_warn("bad plug '%s': not a port", arg);
+		respond(x, false, EINVAL, 0);
+		return false;
+	}
+	uint32_t hop = C.blocker_port;
+	for (uint32_t steps = 0; hop != XSEG_NO_PORT && steps <= XSEG_MAX_PATH; steps++) {
+		if (hop == b)
+			return true;
+		hop = xseg_get_next_hop(C.seg, hop);
+	}
+	peer_warn("refused 'plug %" PRIu64 "': requests for port %" PRIu64 " would go on to "
+		  "this cache's blocker port %u, which port %" PRIu64 " is not, nor in front of",
+		  b, b, C.blocker_port, b);
+	respond(x, false, EXDEV, 0);
+	return false;
+}
+
 /* X_CONTROL: "policy writeback|writethrough", "flush", "plug", "unplug",
  * "promote", a primary's "mirror-*" ("stats" is the runtime's:
  * stats_fields). */
@@ -337,13 +363,15 @@ static void handle_control(struct glue_req *g)
 		cache_engine_promote(C.engine, &g->req, force);
 	} else if (!strcmp(g->control, "policy writeback")) {
 		write_back_on(&g->req, x, g->control, CACHE_WRITEBACK);
-	} else if (!strcmp(g->control, "plug")) {
+	} else if (!strcmp(g->control, "plug") || !strncmp(g->control, "plug ", 5)) {
+		if (g->control[4] && !plug_port_ok(g->control + 5, x))
+			return;
 		/* Back in a path, with the policy it was started with. The path
 		 * may have gone around it (unplugged): what it holds clean may
 		 * be older than the blocker, and is dropped before it serves. */
 		cache_engine_forget_clean(C.engine);
 		if (C.cfg.policy == CACHE_WRITEBACK) {
-			write_back_on(&g->req, x, g->control, CACHE_WRITEBACK);
+			write_back_on(&g->req, x, "plug", CACHE_WRITEBACK);
 		} else {
 			pthread_mutex_lock(&C.policy_lock);
 			C.unplugged = false;

@@ -37,9 +37,16 @@ int plug_in(struct xseg *seg, uint32_t port, uint32_t via, const char *what)
 	}
 	/* Tell the peer it is going into a path (cached returns to the policy
 	 * it was started with); a peer without control commands is fine. */
-	char reply[64];
+	char reply[64], cmd[32];
 	const char *why = "";
-	int rc = control_call(seg, via, "plug", reply, sizeof(reply), 60, &why);
+	snprintf(cmd, sizeof(cmd), "plug %u", port);
+	int rc = control_call(seg, via, cmd, reply, sizeof(reply), 60, &why);
+	if (rc == EXDEV) {
+		fprintf(stderr, "xseg: %s: port %u refused: it writes to another blocker port "
+			"than %u (nor one %u is in front of); requests for port %u would be "
+			"served there (its log names the port)\n", what, via, port, port, port);
+		return 1;
+	}
 	if (rc != 0 && rc != EOPNOTSUPP && rc != EINVAL) {
 		fprintf(stderr, "xseg: %s: port %u did not take the plug command: %s\n", what, via,
 			why);

@@ -62,15 +62,22 @@ static void control_passed_back(struct peer_thread *t, struct xseg_request *req,
  * instead, and changed our own policy). "stats" is the runtime's, for
  * every peer (stats_json.c), answered here for our own ports: each port's
  * figures stay reachable, and every answer names the peer and port that
- * gave it. False: a command of ours, not "stats". */
+ * gave it. A command for a port nobody serves now fails (EHOSTDOWN): run
+ * here, it changed us instead (`xseg unplug --via C` with C dead unplugged
+ * the cache in front of C). False: a command of ours, not "stats". */
 static bool answered_control(struct peer_thread *t, struct xseg_request *req)
 {
 	struct peer *p = t->peer;
 	uint32_t dst = req->dst_port;
-	if ((dst < p->cfg.port_first || dst > p->cfg.port_last) && dst < p->nr_ports &&
-	    peer_forward(t, req, dst, control_passed_back, NULL) == 0)
+	bool elsewhere = (dst < p->cfg.port_first || dst > p->cfg.port_last) && dst < p->nr_ports;
+	if (elsewhere && peer_forward(t, req, dst, control_passed_back, NULL) == 0)
 		return true;
-	if (!peer_stats_command(req, xseg_get_data(p->seg, req)))
+	bool stats = peer_stats_command(req, xseg_get_data(p->seg, req));
+	if (elsewhere && !stats) {
+		peer_fail(t, req, EHOSTDOWN);
+		return true;
+	}
+	if (!stats)
 		return false;
 	size_t len = 0;
 	char *json = peer_stats_json(p, req->dst_port, &len);

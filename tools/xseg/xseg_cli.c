@@ -394,6 +394,16 @@ static int cmd_unplug(struct args *a)
 		xseg_leave(seg);
 		return 1;
 	}
+	/* Nobody serves C and it holds nothing: nothing to write back (a
+	 * control sent there would fail), its routes just go. */
+	struct xseg_port_info pi;
+	if (xseg_port_info(seg, a->via, &pi) == 0 && !(pi.owner && pi.owner_alive)) {
+		clear_routes_to(seg, a->via);
+		printf("port %u: nobody serves it and it held no dirty data: its routes cleared\n",
+		       a->via);
+		xseg_leave(seg);
+		return 0;
+	}
 	/* While still in the path, the peer writes back every dirty byte;
 	 * the route goes only when that is done, so no read can be stale. */
 	char reply[256];

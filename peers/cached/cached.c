@@ -52,9 +52,26 @@ struct cached {
 	uint64_t write_back_gen;
 	bool unplugged;
 	pthread_mutex_t policy_lock;
+	/* A plug under way (plug.c: "plug B" ... "plugged"): requests that
+	 * reached port B before the route moved may still be in B's hands,
+	 * and a load of ours could read B's data from before them and keep
+	 * it clean for good. So every request but a control is parked here,
+	 * in the order taken, until the tool saw B idle and says "plugged".
+	 * hold_err: the hold gave up (no "plugged" in HOLD_TIMEOUT_S, or an
+	 * unplug came first): requests fail with it until the next plug.
+	 * Under hold_lock; parked through glue_req.parked_next. */
+	pthread_mutex_t hold_lock;
+	_Atomic bool holding;   /* read without the lock on every request */
+	uint64_t hold_gen;      /* bumped by every plug: a release ends its own hold only */
+	int hold_err;
+	uint32_t hold_port;
+	uint64_t hold_since;
+	struct glue_req *parked_head, *parked_tail;
+	uint64_t parked;
 };
 
-static struct cached C = { .policy_lock = PTHREAD_MUTEX_INITIALIZER };
+static struct cached C = { .policy_lock = PTHREAD_MUTEX_INITIALIZER,
+			   .hold_lock = PTHREAD_MUTEX_INITIALIZER };
 static struct peer_ops *cached_ops;   /* main's; init adds on_accept for a replica */
 
 
@@ -78,6 +95,7 @@ struct glue_req {
 	 * more before a NUL (room to rename in place), and the engine would
 	 * cache "abcdef" while the blocker, given targetlen 3, writes "abc". */
 	char name[XSEG_MAX_TARGETLEN + 1];
+	struct glue_req *parked_next;   /* C.parked_head's list */
 };
 
 /* A pool request is a client's (accepted here, and maybe lent to the
@@ -205,8 +223,20 @@ static void client_done(struct cache_req *r)
 static int stats_fields(struct peer *p, char *buf, size_t len)
 {
 	(void)p;
-	return cached_stats_json(C.engine, C.blocker_port, C.cfg.mirror ? (int)C.mirror_port : -1,
-				 buf, len);
+	int n = cached_stats_json(C.engine, C.blocker_port, C.cfg.mirror ? (int)C.mirror_port : -1,
+				  buf, len);
+	if (n < 0)
+		return n;
+	size_t used = (size_t)n < len ? (size_t)n : len ? len - 1 : 0;
+	pthread_mutex_lock(&C.hold_lock);
+	bool holding = atomic_load(&C.holding);
+	uint64_t parked = C.parked;
+	int err = C.hold_err;
+	pthread_mutex_unlock(&C.hold_lock);
+	int m = snprintf(len ? buf + used : NULL, len - used, ",\"plug_holding\":%s,\"plug_parked\":%" PRIu64
+			 ",\"plug_failing\":%s", holding && !err ? "true" : "false", parked,
+			 holding && err ? "true" : "false");
+	return m < 0 ? m : n + m;
 }
 
 static bool name_allowed(struct xseg_request *x, const char *name);
@@ -301,12 +331,16 @@ static void write_through_done(struct cache_req *r)
 	client_done(r);
 }
 
+static void begin_hold(uint32_t port);
+static uint64_t release_parked(void);
+static void give_up_hold(int err, const char *why);
+
 /* "plug B" (xseg plug --port B): in front of port B, the requests for B
  * come here and go on to our blocker port, so B must be that port or a
  * hop of the chain in front of it (a cache plugged in front of another);
  * else B's reads and writes would be served by another port's blocker.
  * False: refused (EXDEV), answered. */
-static bool plug_port_ok(const char *arg, struct xseg_request *x)
+static bool plug_port_ok(const char *arg, struct xseg_request *x, uint32_t *port)
 {
 	uint64_t b;
 	if (xseg_parse_uint(arg, UINT32_MAX, &b) < 0) {
@@ -316,8 +350,10 @@ static bool plug_port_ok(const char *arg, struct xseg_request *x)
 	}
 	uint32_t hop = C.blocker_port;
 	for (uint32_t steps = 0; hop != XSEG_NO_PORT && steps <= XSEG_MAX_PATH; steps++) {
-		if (hop == b)
+		if (hop == b) {
+			*port = (uint32_t)b;
 			return true;
+		}
 		hop = xseg_get_next_hop(C.seg, hop);
 	}
 	peer_warn("refused 'plug %" PRIu64 "': requests for port %" PRIu64 " would go on to "
@@ -364,21 +400,40 @@ static void handle_control(struct glue_req *g)
 	} else if (!strcmp(g->control, "policy writeback")) {
 		write_back_on(&g->req, x, g->control, CACHE_WRITEBACK);
 	} else if (!strcmp(g->control, "plug") || !strncmp(g->control, "plug ", 5)) {
-		if (g->control[4] && !plug_port_ok(g->control + 5, x))
+		uint32_t port = C.blocker_port;
+		if (g->control[4] && !plug_port_ok(g->control + 5, x, &port))
 			return;
+		/* Before the answer: once it is out, the tool moves the route
+		 * and port B's requests come here (parked until "plugged"). */
+		begin_hold(port);
 		/* Back in a path, with the policy it was started with. The path
 		 * may have gone around it (unplugged): what it holds clean may
 		 * be older than the blocker, and is dropped before it serves. */
 		cache_engine_forget_clean(C.engine);
 		if (C.cfg.policy == CACHE_WRITEBACK) {
-			write_back_on(&g->req, x, "plug", CACHE_WRITEBACK);
+			if (!write_back_on(&g->req, x, "plug", CACHE_WRITEBACK))
+				give_up_hold(ESHUTDOWN, "refused: stopping");
 		} else {
 			pthread_mutex_lock(&C.policy_lock);
 			C.unplugged = false;
 			pthread_mutex_unlock(&C.policy_lock);
 			cache_engine_set_policy(C.engine, C.cfg.policy, &g->req);
 		}
+	} else if (!strcmp(g->control, "plugged")) {
+		/* xseg plug saw port B idle since the route moved: a load
+		 * could not have begun meanwhile (all parked), but one begun
+		 * before the plug may have landed since. */
+		cache_engine_forget_clean(C.engine);
+		uint64_t n = release_parked();
+		peer_log(PEER_LOG_INFO, "plugged: %" PRIu64 " parked requests go on", n);
+		respond(x, true, 0, 0);
 	} else if (!strcmp(g->control, "policy writethrough") || !strcmp(g->control, "unplug")) {
+		/* An unplug while a plug is under way: the parked requests
+		 * cannot go to the cache (port B was not seen drained), and
+		 * the unplug takes the cache out of B's path: they fail with
+		 * EAGAIN, which a retry after the unplug gets past. */
+		if (!strcmp(g->control, "unplug"))
+			give_up_hold(EAGAIN, "unplugged first");
 		/* Unplugging: no new dirty data, every dirty byte on the blocker,
 		 * and only then the answer (xseg unplug then clears the route). */
 		pthread_mutex_lock(&C.policy_lock);
@@ -493,15 +548,161 @@ static void on_accept(struct peer_thread *t, struct xseg_request *x)
 		x->op == X_WRITE ? cache_engine_replica_tag(C.engine) : 0;
 }
 
-static void on_request(struct peer_thread *t, struct xseg_request *x)
+static void take_now(struct xseg_request *x)
 {
-	(void)t;
 	/* Taken: a policy switch, mirror-reset or promote that comes after
 	 * it on the port waits until it is in the engine. */
 	void *w = x->op == X_WRITE ? cache_engine_write_begin(C.engine) : NULL;
 	take_request(x);
 	if (w)
 		cache_engine_write_end(w);
+}
+
+/* ---- a plug under way: requests parked until "plugged" ------------------------------- */
+
+/* A plug whose tool never says "plugged" (killed) must not hang the
+ * clients for ever: then its requests fail (watch_hold). */
+#define HOLD_TIMEOUT_S 60
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+/* True when x was parked, or failed since the hold gave up. Controls
+ * are served: "stats", and "plugged" itself. */
+static bool hold_request(struct xseg_request *x)
+{
+	if (x->op == X_CONTROL || !atomic_load_explicit(&C.holding, memory_order_acquire))
+		return false;
+	pthread_mutex_lock(&C.hold_lock);
+	if (!atomic_load(&C.holding)) {   /* released meanwhile */
+		pthread_mutex_unlock(&C.hold_lock);
+		return false;
+	}
+	int err = C.hold_err;
+	if (!err) {
+		struct glue_req *g = &C.slots[x->index].req;
+		g->xreq = x;
+		g->parked_next = NULL;
+		if (C.parked_tail)
+			C.parked_tail->parked_next = g;
+		else
+			C.parked_head = g;
+		C.parked_tail = g;
+		C.parked++;
+	}
+	pthread_mutex_unlock(&C.hold_lock);
+	if (err)
+		respond(x, false, err, 0);
+	return true;
+}
+
+/* "plug B" taken: from now on requests park (a plug again while one is
+ * under way starts its hold anew; what is parked stays parked). */
+static void begin_hold(uint32_t port)
+{
+	pthread_mutex_lock(&C.hold_lock);
+	C.hold_gen++;
+	C.hold_err = 0;
+	C.hold_port = port;
+	C.hold_since = xseg_now_ns();
+	atomic_store(&C.holding, true);
+	pthread_mutex_unlock(&C.hold_lock);
+}
+
+/* The parked requests answered with err; returns how many. */
+static uint64_t fail_parked(int err)
+{
+	pthread_mutex_lock(&C.hold_lock);
+	struct glue_req *g = C.parked_head;
+	uint64_t n = C.parked;
+	C.parked_head = C.parked_tail = NULL;
+	C.parked = 0;
+	pthread_mutex_unlock(&C.hold_lock);
+	while (g) {
+		struct glue_req *next = g->parked_next;   /* the slot is reused once answered */
+		respond(g->xreq, false, err, 0);
+		g = next;
+	}
+	return n;
+}
+
+/*
+ * "plugged": port B was seen idle after the route moved, so nothing from
+ * before the switch is left there. The parked requests go to the engine
+ * oldest first, as on_request would have taken them, and so do those
+ * parked while this runs (a later request does not overtake them); the
+ * hold ends when none is left, unless a new plug began one of its own.
+ * Returns how many were released.
+ */
+static uint64_t release_parked(void)
+{
+	uint64_t n = 0;
+	pthread_mutex_lock(&C.hold_lock);
+	uint64_t gen = C.hold_gen;
+	C.hold_err = 0;   /* a hold that gave up ends too: B is drained now */
+	for (;;) {
+		if (C.hold_gen != gen)
+			break;   /* a new plug: the rest waits for its "plugged" */
+		struct glue_req *g = C.parked_head;
+		if (!g) {
+			atomic_store(&C.holding, false);
+			break;
+		}
+		C.parked_head = g->parked_next;
+		if (!C.parked_head)
+			C.parked_tail = NULL;
+		C.parked--;
+		pthread_mutex_unlock(&C.hold_lock);
+		take_now(g->xreq);
+		n++;
+		pthread_mutex_lock(&C.hold_lock);
+	}
+	pthread_mutex_unlock(&C.hold_lock);
+	return n;
+}
+
+/*
+ * The hold ends without "plugged" (the plug timed out, an unplug or the
+ * stop came first): the drain at port B was never confirmed, so what is
+ * parked must not enter the cache (a load could keep B's data from
+ * before a write still under way there). It fails with err, and so does
+ * every new request until a plug begins a hold anew.
+ */
+static void give_up_hold(int err, const char *why)
+{
+	pthread_mutex_lock(&C.hold_lock);
+	bool was = atomic_load(&C.holding) && !C.hold_err;
+	if (was)
+		C.hold_err = err;
+	uint32_t port = C.hold_port;
+	pthread_mutex_unlock(&C.hold_lock);
+	if (!was)
+		return;
+	uint64_t n = fail_parked(err);
+	peer_log(PEER_LOG_ERROR, "the plug in front of port %u did not finish (%s): failed %"
+		 PRIu64 " parked requests with %s, and every new one fails so until "
+		 "`xseg plug --port %u --via %u` is run again", port, why, n, strerror(err),
+		 port, C.port);
+}
+
+/* The maintenance thread: a hold past HOLD_TIMEOUT_S gives up. */
+static void watch_hold(uint64_t now)
+{
+	if (!atomic_load(&C.holding))
+		return;
+	pthread_mutex_lock(&C.hold_lock);
+	bool late = !C.hold_err && now - C.hold_since > HOLD_TIMEOUT_S * 1000000000ull;
+	pthread_mutex_unlock(&C.hold_lock);
+	if (late)
+		give_up_hold(ETIMEDOUT, "no 'plugged' from xseg plug in " STR(HOLD_TIMEOUT_S)
+			     " s: killed, or the port never went idle");
+}
+
+static void on_request(struct peer_thread *t, struct xseg_request *x)
+{
+	(void)t;
+	if (hold_request(x))
+		return;
+	take_now(x);
 }
 
 
@@ -645,6 +846,7 @@ static uint64_t maintain(struct peer *p)
 			say_mirror_state();
 		}
 		dirty_mark_update();
+		watch_hold(now);
 		next_reap = now + 100000000ull;
 	}
 	return cache_engine_maintain(C.engine);
@@ -786,6 +988,8 @@ static int drain(struct peer *p, uint64_t deadline)
 	pthread_mutex_lock(&C.policy_lock);
 	C.stopping = true;   /* write_back_on refuses from now on */
 	pthread_mutex_unlock(&C.policy_lock);
+	/* the runtime's stop waits for every request taken, parked ones too */
+	give_up_hold(ESHUTDOWN, "stopping");
 	struct cache_stats st;
 	cache_engine_stats(C.engine, &st);
 	if (st.replica) {

@@ -2,9 +2,133 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "control.h"
 #include "plug.h"
+
+static void sleep_ms(unsigned ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+/* The number `"key":N` of a stats answer; false when it has none. */
+static bool stats_u64(const char *json, const char *key, uint64_t *v)
+{
+	char pat[48];
+	snprintf(pat, sizeof(pat), "\"%s\":", key);
+	const char *at = strstr(json, pat);
+	if (!at)
+		return false;
+	at += strlen(pat);
+	char *end;
+	errno = 0;
+	unsigned long long n = strtoull(at, &end, 10);
+	if (end == at || errno)
+		return false;
+	*v = n;
+	return true;
+}
+
+enum look { LOOK_IDLE, LOOK_BUSY, LOOK_NO_STATS, LOOK_ERROR };
+
+/*
+ * One look at the peer serving `port`: the requests it took and has not
+ * answered (its "stats" in_flight, which leaves that stats request out)
+ * and those queued on its ports (lanes too). Routed to the cache now,
+ * the stats request goes on to `port` from there (the runtime passes a
+ * control on to the port it was addressed to); an answer from another
+ * port (that hop is gone: the cache answered itself) is none.
+ */
+static enum look look_at(struct xseg *seg, uint32_t port, uint64_t deadline, uint64_t *busy,
+			 const char **why)
+{
+	char reply[4096];
+	uint64_t now = xseg_now_ns();
+	unsigned left = deadline > now ? (unsigned)((deadline - now) / 1000000000ull) + 1 : 1;
+	int rc = control_call(seg, port, "stats", reply, sizeof(reply), left, why);
+	if (rc > 0)
+		return LOOK_NO_STATS;   /* refused: not the runtime's peer */
+	if (rc < 0)
+		return LOOK_ERROR;
+	uint64_t first, last, in_flight, queued = 0;
+	if (!stats_u64(reply, "port", &first) || !stats_u64(reply, "port_last", &last) ||
+	    !stats_u64(reply, "in_flight", &in_flight) || first != port || last < first ||
+	    last >= XSEG_NO_PORT)
+		return LOOK_NO_STATS;
+	for (uint64_t p = first; p <= last; p++) {
+		struct xseg_port_info pi;
+		if (xseg_port_info(seg, (uint32_t)p, &pi) == 0)
+			queued += pi.request_depth;
+	}
+	*busy = in_flight + queued;
+	return *busy ? LOOK_BUSY : LOOK_IDLE;
+}
+
+/*
+ * After the route of `port` moved to the cache at `via`, which holds every
+ * request it takes: waits until the peer at `port` holds nothing from
+ * before the switch, so that no load of the cache can read data older
+ * than a write still under way there (served on another worker, a read
+ * may pass a write). Nothing new reaches it now but what the cache sends,
+ * and the cache sends nothing while it holds (but write-back of dirty
+ * data it had): idle in two looks in a row, DRAIN_LOOK_MS apart.
+ */
+#define DRAIN_TIMEOUT_S 30
+#define DRAIN_LOOK_MS 5
+static int wait_drained(struct xseg *seg, uint32_t port, uint32_t via, const char *what)
+{
+	uint64_t deadline = xseg_now_ns() + DRAIN_TIMEOUT_S * 1000000000ull;
+	uint64_t busy = 0;
+	for (unsigned idle = 0; idle < 2;) {
+		const char *why = "";
+		switch (look_at(seg, port, deadline, &busy, &why)) {
+		case LOOK_IDLE:
+			idle++;
+			break;
+		case LOOK_BUSY:
+			idle = 0;
+			break;
+		case LOOK_NO_STATS:
+			/* Every peer of the runtime answers "stats"; one that does
+			 * not shows nothing of what it holds: a second is long for
+			 * what it took before the switch to be answered. */
+			sleep_ms(1000);
+			return 0;
+		case LOOK_ERROR:
+			fprintf(stderr, "xseg: %s: port %u did not answer 'stats' (%s); port %u holds "
+				"port %u's requests until its plug times out: run xseg plug again, or "
+				"xseg unplug --via %u\n", what, port, why, via, port, via);
+			return 1;
+		}
+		if (idle < 2 && xseg_now_ns() > deadline) {
+			fprintf(stderr, "xseg: %s: port %u still holds %" PRIu64 " requests %d s after "
+				"its route moved to port %u; port %u holds port %u's requests until its "
+				"plug times out: run xseg plug again, or xseg unplug --via %u\n", what,
+				port, busy, DRAIN_TIMEOUT_S, via, via, port, via);
+			return 1;
+		}
+		sleep_ms(DRAIN_LOOK_MS);
+	}
+	return 0;
+}
+
+/* "plugged": the cache lets what it held go on. A peer that took "plug"
+ * without holding (none of this project's) may not know the command. */
+static int end_hold(struct xseg *seg, uint32_t port, uint32_t via, const char *what)
+{
+	const char *why = "";
+	int rc = control_call(seg, via, "plugged", NULL, 0, 60, &why);
+	if (rc == 0 || rc == EINVAL || rc == EOPNOTSUPP)
+		return 0;
+	fprintf(stderr, "xseg: %s: port %u did not take 'plugged': %s; it holds port %u's "
+		"requests until its plug times out: run xseg plug again\n", what, via, why, port);
+	return 1;
+}
 
 int plug_in(struct xseg *seg, uint32_t port, uint32_t via, const char *what)
 {
@@ -52,13 +176,21 @@ int plug_in(struct xseg *seg, uint32_t port, uint32_t via, const char *what)
 			why);
 		return 1;
 	}
+	/* Taken: a cache now holds every request it gets until "plugged". */
+	bool holds = rc == 0;
 	/* Only over the hop checked above: a plug of another cache that
 	 * came in meanwhile is not overwritten (it would leave the path). */
 	if (xseg_replace_next_hop(seg, port, there, via) < 0) {
 		fprintf(stderr, "xseg: %s: %s\n", what, xseg_last_error());
+		if (holds)   /* no route moved: nothing to wait for */
+			end_hold(seg, port, via, what);
 		return 1;
 	}
-	return 0;
+	if (!holds)
+		return 0;   /* it caches nothing: what port's peer still holds is no matter */
+	if (wait_drained(seg, port, via, what) != 0)
+		return 1;
+	return end_hold(seg, port, via, what);
 }
 
 bool gone_dirty(struct xseg *seg, uint32_t port, const char *what)

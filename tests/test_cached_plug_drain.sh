@@ -44,15 +44,20 @@ traced() {
 }
 for _ in $(seq 100); do traced && break; sleep 0.05; done
 traced || { echo "SKIP: strace cannot attach to filed: $(cat "$DIR/strace.log")"; exit 0; }
+sleep 0.5   # let strace finish attaching to every thread before W
 
 xr --port 11 --op write --data BBBBBBBB --timeout 20 > "$DIR/w.out" 2>&1 &
 W=$!
 # W is in filed's hands (in its pwrite) before the plug
+inflight=none seen=
 for _ in $(seq 100); do
-	[ "$(peer_stat 1 in_flight 2>/dev/null)" = 1 ] && break
+	inflight=$(peer_stat 1 in_flight 2>/dev/null) || inflight=none
+	seen="$seen $inflight"
+	[ "$inflight" = 1 ] && break
 	sleep 0.02
 done
-[ "$(peer_stat 1 in_flight)" = 1 ] || fail "the write W never reached filed's pwrite"
+[ "$inflight" = 1 ] || fail "the write W was not seen in filed's pwrite (in_flight:$seen;" \
+	"W: $(kill -0 $W 2>/dev/null && echo running || cat "$DIR/w.out"))"
 
 "$BIN/xseg" plug --segment "$SEG" --port 1 --via 3 > "$DIR/plug.out" 2>&1 &
 PLUG=$!

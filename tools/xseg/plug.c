@@ -2,36 +2,17 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <time.h>
 
 #include "control.h"
 #include "plug.h"
+#include "statsjson.h"
 
 static void sleep_ms(unsigned ms)
 {
 	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
 	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
 		;
-}
-
-/* The number `"key":N` of a stats answer; false when it has none. */
-static bool stats_u64(const char *json, const char *key, uint64_t *v)
-{
-	char pat[48];
-	snprintf(pat, sizeof(pat), "\"%s\":", key);
-	const char *at = strstr(json, pat);
-	if (!at)
-		return false;
-	at += strlen(pat);
-	char *end;
-	errno = 0;
-	unsigned long long n = strtoull(at, &end, 10);
-	if (end == at || errno)
-		return false;
-	*v = n;
-	return true;
 }
 
 enum look { LOOK_IDLE, LOOK_BUSY, LOOK_NO_STATS, LOOK_ERROR };
@@ -55,17 +36,22 @@ static enum look look_at(struct xseg *seg, uint32_t port, uint64_t deadline, uin
 		return LOOK_NO_STATS;   /* refused: not the runtime's peer */
 	if (rc < 0)
 		return LOOK_ERROR;
-	uint64_t first, last, in_flight, queued = 0;
-	if (!stats_u64(reply, "port", &first) || !stats_u64(reply, "port_last", &last) ||
-	    !stats_u64(reply, "in_flight", &in_flight) || first != port || last < first ||
-	    last >= XSEG_NO_PORT)
+	struct stats_doc d;
+	const char *bad;
+	if (stats_doc_parse(reply, &d, &bad) < 0)
 		return LOOK_NO_STATS;
-	for (uint64_t p = first; p <= last; p++) {
+	double first = stats_doc_num(&d, "port", -1), last = stats_doc_num(&d, "port_last", -1);
+	double in_flight = stats_doc_num(&d, "in_flight", -1);
+	stats_doc_free(&d);
+	if (first != port || last < first || last >= XSEG_NO_PORT || in_flight < 0)
+		return LOOK_NO_STATS;
+	uint64_t queued = 0;
+	for (uint32_t p = port; p <= (uint32_t)last; p++) {
 		struct xseg_port_info pi;
-		if (xseg_port_info(seg, (uint32_t)p, &pi) == 0)
+		if (xseg_port_info(seg, p, &pi) == 0)
 			queued += pi.request_depth;
 	}
-	*busy = in_flight + queued;
+	*busy = (uint64_t)in_flight + queued;
 	return *busy ? LOOK_BUSY : LOOK_IDLE;
 }
 

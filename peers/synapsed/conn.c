@@ -38,11 +38,12 @@ void conn_set_events(struct conn *c, uint32_t ci, uint32_t events)
 
 /* ---- closing ------------------------------------------------------------ */
 
+/* Lock held. */
 static void free_list(struct frame *f)
 {
 	while (f) {
 		struct frame *next = f->next;
-		frame_free(f);
+		frame_free_locked(f);
 		f = next;
 	}
 }
@@ -58,7 +59,7 @@ static void keep_requests(struct frame_queue *q)
 		if (f->slot_id)
 			frame_queue_push(q, f);
 		else
-			frame_free(f);
+			frame_free_locked(f);
 	}
 }
 
@@ -91,7 +92,7 @@ static void requeue_unwritten(struct conn *c, uint32_t ci, uint32_t gen, struct 
 			s->conn = UINT32_MAX;
 			frame_queue_push(f->len <= SMALL_FRAME ? &small : &large, f);
 		} else {
-			frame_free(f);
+			frame_free_locked(f);
 		}
 	}
 	queue_prepend(&c->small, &small);
@@ -183,7 +184,7 @@ static void take_frames(struct conn *c, uint32_t ci)
 		if (f->slot_id) {
 			struct slot *s = slots_lookup(&S.slots, f->slot_id);
 			if (!s || s->state != SLOT_QUEUED) {
-				frame_free(f);
+				frame_free_locked(f);
 				continue;
 			}
 			s->state = SLOT_SENT;
@@ -262,11 +263,12 @@ void conn_kick(uint32_t ci)
 	}
 }
 
-bool conn_write_now(uint32_t ci, uint32_t gen, const struct iovec *iov, int n, uint32_t idx)
+enum write_now conn_write_now(uint32_t ci, uint32_t gen, const struct iovec *iov, int n,
+			      uint32_t idx, uint64_t charge)
 {
 	struct conn *c = &S.conns[ci];
 	if (pthread_mutex_trylock(&c->wlock) != 0)
-		return false;
+		return WRITE_NOT;
 	bool ok = c->writable && !(c->events & EPOLLOUT) && !c->writing;
 	uint64_t id = 0;
 	if (ok) {
@@ -286,11 +288,12 @@ bool conn_write_now(uint32_t ci, uint32_t gen, const struct iovec *iov, int n, u
 	}
 	if (!ok) {
 		pthread_mutex_unlock(&c->wlock);
-		return false;
+		return WRITE_NOT;
 	}
 	size_t total = 0, done;
 	for (int i = 0; i < n; i++)
 		total += iov[i].iov_len;
+	enum write_now how = WRITE_WHOLE;
 	ssize_t w;
 	do
 		w = writev(c->fd, iov, n);
@@ -305,9 +308,10 @@ bool conn_write_now(uint32_t ci, uint32_t gen, const struct iovec *iov, int n, u
 			err = err ? err : ENOMEM;
 		} else {
 			size_t at = 0;
-			if (idx == SLOT_NONE)
-				frame_charge(f);   /* a reply: held until written */
-			else if (done == 0)
+			if (idx == SLOT_NONE) {   /* a reply: its place held until written */
+				frame_owe(f, ci, gen, charge);
+				how = WRITE_REST;
+			} else if (done == 0)
 				f->slot_id = id;   /* whole: may go again on the next connection */
 			for (int i = 0; i < n; i++) {
 				size_t skip = done > iov[i].iov_len ? iov[i].iov_len : done;
@@ -330,7 +334,7 @@ bool conn_write_now(uint32_t ci, uint32_t gen, const struct iovec *iov, int n, u
 	pthread_mutex_unlock(&c->wlock);
 	/* a frame queued while we wrote found the lock taken: ours to write */
 	conn_kick(ci);
-	return true;
+	return how;
 }
 
 /* The socket can take more (EPOLLOUT). */

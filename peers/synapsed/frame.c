@@ -15,21 +15,44 @@ struct frame *frame_alloc(size_t len)
 	f->len = len;
 	f->done = 0;
 	f->charge = 0;
+	f->owed = false;
 	return f;
+}
+
+void frame_free_locked(struct frame *f)
+{
+	if (!f)
+		return;
+	if (f->owed) {
+		struct conn *c = &S.conns[f->conn];
+		if (c->gen == f->conn_gen && c->incoming) {
+			c->incoming_bytes -= f->charge;
+			if (c->incoming-- == MAX_INCOMING)
+				net_wake();   /* the connection was not read: it may be again */
+		}
+	}
+	budget_release(f->charge);
+	free(f);
 }
 
 void frame_free(struct frame *f)
 {
-	if (f) {
+	if (f && f->owed) {
+		pthread_mutex_lock(&S.lock);
+		frame_free_locked(f);
+		pthread_mutex_unlock(&S.lock);
+	} else if (f) {
 		budget_release(f->charge);
 		free(f);
 	}
 }
 
-void frame_charge(struct frame *f)
+void frame_owe(struct frame *f, uint32_t ci, uint32_t gen, uint64_t charge)
 {
-	f->charge = f->len;
-	atomic_fetch_add(&S.inflight_bytes, f->charge);
+	f->charge = charge;
+	f->conn = ci;
+	f->conn_gen = gen;
+	f->owed = true;
 }
 
 struct frame *frame_new(size_t body_len)
@@ -66,13 +89,13 @@ void frame_queue_free(struct frame_queue *q)
 {
 	struct frame *f;
 	while ((f = frame_queue_pop(q)))
-		frame_free(f);
+		frame_free_locked(f);
 }
 
 bool conn_queue_locked(struct conn *c, uint32_t gen, struct frame *f)
 {
 	if (c->gen != gen || !c->up) {
-		frame_free(f);
+		frame_free_locked(f);
 		return false;
 	}
 	frame_queue_push(f->len <= SMALL_FRAME ? &c->small : &c->large, f);

@@ -90,25 +90,30 @@ void inbound_abandon(void *owner)
 	pthread_mutex_unlock(&S.lock);
 }
 
-/* Queues a reply frame (unless `sent` already) on the request's
- * connection and forgets `in`. */
-static void send_reply(struct inbound *in, struct frame *f, bool sent)
+/* Queues reply frame f (none: `how` says it was written, or no memory) on
+ * the request's connection and forgets `in`. Until written, the reply
+ * holds the request's place on the connection (frame_owe): a client that
+ * does not read its replies gets no more than its share. */
+static void send_reply(struct inbound *in, struct frame *f, enum write_now how)
 {
 	bool queued = false, resume = false;
 	uint32_t ci = in->conn;
 	pthread_mutex_lock(&S.lock);
 	struct conn *c = &S.conns[ci];
-	if (c->gen == in->conn_gen && c->incoming)
-		resume = c->incoming-- == MAX_INCOMING;
 	if (f) {
-		frame_charge(f);   /* until written: the reservation moves to it */
+		frame_owe(f, ci, in->conn_gen, in->charge);
+		in->charge = 0;
 		queued = conn_queue_locked(c, in->conn_gen, f);
+	} else if (how == WRITE_REST) {
+		in->charge = 0;   /* moved to the frame being written */
+	} else if (c->gen == in->conn_gen && c->incoming) {
+		resume = c->incoming-- == MAX_INCOMING;
 	}
 	uint64_t id = in->h.id;
 	inbound_free_locked(in);
 	pthread_mutex_unlock(&S.lock);
 	atomic_fetch_sub(&S.inbound_live, 1);
-	if (!f && !sent)
+	if (!f && how == WRITE_NOT)
 		peer_error("no memory for the reply to request id %#" PRIx64 ": its requester "
 			   "will time out", id);
 	if (queued)
@@ -120,7 +125,7 @@ static void send_reply(struct inbound *in, struct frame *f, bool sent)
 static void reply_failed(struct inbound *in, int err)
 {
 	peer_stats_end(in->h.op, 0, err, in->stats_ns);
-	send_reply(in, frame_failed_reply(&in->h, err), false);
+	send_reply(in, frame_failed_reply(&in->h, err), WRITE_NOT);
 }
 
 /* On a worker: the target's reply to our request. */
@@ -149,16 +154,17 @@ static void target_replied(struct peer_thread *t, struct xseg_request *r, void *
 	uint8_t hdr[WIRE_HEADER_LEN];
 	wire_encode_header(&h, hdr);
 	struct iovec iov[2] = { { hdr, WIRE_HEADER_LEN }, { xseg_get_data(seg, r), out } };
-	bool sent = conn_write_now(in->conn, in->conn_gen, iov, out ? 2 : 1, SLOT_NONE);
+	enum write_now how = conn_write_now(in->conn, in->conn_gen, iov, out ? 2 : 1, SLOT_NONE,
+					    in->charge);
 	struct frame *f = NULL;
-	if (!sent && (f = frame_new(out))) {
+	if (how == WRITE_NOT && (f = frame_new(out))) {
 		memcpy(f->bytes, hdr, WIRE_HEADER_LEN);
 		if (out)
 			memcpy(f->bytes + WIRE_HEADER_LEN, iov[1].iov_base, out);
 	}
 	peer_stats_end(in->h.op, r->serviced, served ? 0 : h.error, in->stats_ns);
 	peer_put_request(t, r);
-	send_reply(in, f, sent);
+	send_reply(in, f, how);
 }
 
 /* Submits the request to --target-port, or answers it FAILED: true. False:

@@ -467,8 +467,10 @@ void net_stop(void)
 	S.net_helper = NULL;
 	for (uint32_t ci = 0; ci < S.nr_conns; ci++) {
 		struct conn *c = &S.conns[ci];
+		pthread_mutex_lock(&S.lock);
 		frame_queue_free(&c->small);
 		frame_queue_free(&c->large);
+		pthread_mutex_unlock(&S.lock);
 		free(c->rx.buf);
 		c->rx.buf = NULL;
 		pthread_mutex_destroy(&c->wlock);

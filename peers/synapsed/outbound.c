@@ -124,7 +124,7 @@ void outbound_on_request(struct peer_thread *t, struct xseg_request *req)
 		iov[n++] = (struct iovec){ (void *)target, tl };
 	if (out)
 		iov[n++] = (struct iovec){ xseg_get_data(seg, req), out };
-	if (conn_write_now(REMOTE_CONN, gen, iov, n, idx)) {
+	if (conn_write_now(REMOTE_CONN, gen, iov, n, idx, 0) != WRITE_NOT) {
 		write_returned(t, idx);
 		return;
 	}

@@ -60,6 +60,13 @@ struct frame {
 	uint64_t slot_id;      /* request frames: the slot's id; 0 for replies */
 	size_t len, done;      /* bytes, bytes written */
 	uint64_t charge;       /* bytes of S.inflight_bytes it holds (replies) */
+	/* A reply to a client holds its request's place on the connection it
+	 * goes to until written or dropped: one of conn's `incoming` and
+	 * `charge` of its incoming_bytes (when conn is still generation
+	 * conn_gen). So a client that does not read its replies keeps its
+	 * share full and is not read either. */
+	bool owed;
+	uint32_t conn, conn_gen;
 	uint8_t bytes[];
 };
 
@@ -73,7 +80,7 @@ struct conn {
 	bool up;
 	struct frame_queue small, large;
 	bool large_turn;       /* alternation between the queues */
-	uint32_t incoming;     /* requests from it not yet replied to */
+	uint32_t incoming;     /* requests from it whose replies are not yet written */
 	uint64_t incoming_bytes;   /* bytes reserved for its requests (and the one being read) */
 	/* inbound.c: its requests go to the target in arrival order; one that
 	 * found no xseg request or heap space (wait_busy, retried by a
@@ -166,15 +173,21 @@ void budget_release(uint64_t charge);
 
 /* frame.c */
 struct frame *frame_alloc(size_t len);
-/* Frees f and gives back what it holds of S.inflight_bytes. */
+/* Frees f and gives back what it holds of S.inflight_bytes and, a reply
+ * `owed`, its place on its connection. frame_free takes S.lock for that;
+ * frame_free_locked is called with it held. */
 void frame_free(struct frame *f);
-/* f (a reply to a client) holds its length of S.inflight_bytes until freed. */
-void frame_charge(struct frame *f);
+void frame_free_locked(struct frame *f);
+/* f, a reply not yet queued to a request of `charge` bytes from
+ * connection ci (generation gen), takes that request's reservation and its
+ * place on the connection: the caller gives both up. */
+void frame_owe(struct frame *f, uint32_t ci, uint32_t gen, uint64_t charge);
 /* A frame of a header and body_len more bytes. */
 struct frame *frame_new(size_t body_len);
 void frame_queue_init(struct frame_queue *q);
 void frame_queue_push(struct frame_queue *q, struct frame *f);
 struct frame *frame_queue_pop(struct frame_queue *q);
+/* Frees every frame of q (lock held). */
 void frame_queue_free(struct frame_queue *q);
 /* Queues f on connection c (lock held); frees f if c is not generation
  * `gen` any more. Returns true when queued. */
@@ -245,10 +258,15 @@ void conn_kick(uint32_t ci);
 /* Writes the frame in iov[0..n) now, without copying it, when connection
  * ci (generation gen) is idle and nobody else is writing; what the socket
  * does not take is copied for the network thread to finish. For a
- * request, slot `idx` becomes SENT and in flight first. False: nothing
- * done, queue a copy instead. Any thread. */
+ * request, slot `idx` becomes SENT and in flight first; for a reply
+ * (idx SLOT_NONE), the copy takes its request's place on the connection
+ * and `charge` (frame_owe). WRITE_NOT: nothing done, queue a copy
+ * instead; WRITE_WHOLE: written; WRITE_REST: the rest copied (a reply's
+ * place moved to it). Any thread. */
 struct iovec;
-bool conn_write_now(uint32_t ci, uint32_t gen, const struct iovec *iov, int n, uint32_t idx);
+enum write_now { WRITE_NOT, WRITE_WHOLE, WRITE_REST };
+enum write_now conn_write_now(uint32_t ci, uint32_t gen, const struct iovec *iov, int n,
+			      uint32_t idx, uint64_t charge);
 
 /* outbound.c: requests to the --remote synapsed (above net.c); the
  * network thread reaches the rest through struct net_ops. */

@@ -8,9 +8,9 @@
  *   but always room for the largest frame). A header that finds no room
  *   waits in the connection's buffer and the connection is not read until
  *   one of its replies is written (a reply holds its request's place until
- *   then, so a client that does not read is not read either; the sender's
- *   TCP window fills: back-pressure, not
- *   a close, since a busy but honest client must not lose its link). Only
+ *   then, so a client that does not read is not read either). The
+ *   sender's TCP window fills: back-pressure, not a close, since a busy
+ *   but honest client must not lose its link. Only
  *   a request larger than a connection may ever hold closes it.
  * - Time. A frame must be complete within --timeout of its first byte
  *   (time spent waiting for room does not count: that is ours); a

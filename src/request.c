@@ -724,10 +724,25 @@ uint32_t xseg_pass_on_dead_queue(struct xseg *s, uint32_t port, int err)
  * that is not on the port's rings (read after: a done push stays there
  * until taken) was popped by the dead owner. A push not yet DONE is its
  * pusher's: a live one ends it within instructions, so the scan waits for
- * that a little; a dead one's reaper pushes it again (xseg_resume_pushes).
+ * that while the pusher's owner lives (a pusher preempted between its ring
+ * push and its DONE, whose request the dead owner popped, would otherwise
+ * leave it held by nobody: a 20 ms wait gave up on a loaded machine); a
+ * dead one's reaper pushes it again (xseg_resume_pushes). The wait is
+ * bounded (a pusher stopped with SIGSTOP must not hang the reaper): past
+ * it, such a request is left as before.
  */
 #define LIMBO_WAIT_US    100
-#define LIMBO_WAIT_TRIES 200   /* 20 ms */
+#define LIMBO_WAIT_NS    1000000000ull   /* 1 s */
+
+/* Whether the port a push's tag names as its pusher has a live owner. */
+static bool pusher_lives(struct xseg *s, uint64_t tag)
+{
+	uint64_t p = tag >> PUSH_PUSHER_SHIFT;
+	if (!p || p > s->nr_ports)
+		return false;
+	uint64_t owner = atomic_load(&s->ports[p - 1].owner);
+	return owner && (xseg_owner_is_self(owner) || xseg_owner_alive(owner));
+}
 
 static uint32_t find_limbo(struct xseg *s, uint32_t port, uint32_t *found, bool *under_way)
 {
@@ -742,7 +757,7 @@ static uint32_t find_limbo(struct xseg *s, uint32_t port, uint32_t *found, bool 
 		uint64_t tag = __atomic_load_n(&r->pushing, __ATOMIC_ACQUIRE);
 		if (tag & PUSH_DONE)
 			found[n++] = i;
-		else
+		else if (pusher_lives(s, tag))
 			*under_way = true;
 	}
 	return n;
@@ -757,11 +772,9 @@ uint32_t xseg_settle_limbo(struct xseg *s, uint32_t port)
 	uint8_t *queued = NULL;
 	if (!found)
 		goto out;   /* left as before: lost */
-	for (int tries = 0; (n = find_limbo(s, port, found, &under_way)), under_way; tries++) {
-		if (tries == LIMBO_WAIT_TRIES)
-			break;
+	uint64_t until = xseg_now_ns() + LIMBO_WAIT_NS;
+	while ((n = find_limbo(s, port, found, &under_way)), under_way && xseg_now_ns() < until)
 		usleep(LIMBO_WAIT_US);
-	}
 	if (!n || !(queued = calloc(s->nr_requests, 1)))
 		goto out;
 	xseg_ring_mark_queued(xseg_req_ring(s, port), queued, s->nr_requests);

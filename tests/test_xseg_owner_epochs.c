@@ -401,6 +401,36 @@ START_TEST(request_whose_push_is_under_way_is_left_to_its_pusher)
 }
 END_TEST
 
+/* The pusher (port 1, alive) preempted between its ring push and its DONE,
+ * and the dead owner of 6 popped the request in between: the reap waits
+ * for the live pusher's DONE (here 200 ms later, from another thread) and
+ * then fails the request back. A 20 ms wait gave up and left it held by
+ * nobody, its issuer waiting for ever. */
+static void *mark_done_later(void *arg)
+{
+	struct xseg_request *r = arg;
+	usleep(200 * 1000);
+	__atomic_or_fetch(&r->pushing, XSEG_PUSH_DONE, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+START_TEST(request_popped_before_its_live_pusher_said_done_fails_back)
+{
+	ck_assert_int_eq(xseg_bind_port(xt_seg, 1), 0);
+	struct limbo_child c;
+	limbo_child_start(&c, 6, 1, false, XSEG_NO_PORT);
+	struct xseg_request *r = issue(1, 6);
+	__atomic_and_fetch(&r->pushing, ~XSEG_PUSH_DONE, __ATOMIC_RELEASE);
+	limbo_child_die(&c);   /* it popped r: on no ring, its push not DONE */
+	pthread_t t;
+	ck_assert_int_eq(pthread_create(&t, NULL, mark_done_later, r), 0);
+	ck_assert_int_eq(xseg_reap_port(xt_seg, 6, EHOSTDOWN), 2);   /* reaped, r failed */
+	pthread_join(t, NULL);
+	expect_failed_back(1, r, EPIPE);
+	assert_pool_whole();
+}
+END_TEST
+
 /*
  * A server (6) that accepts one request and answers it, then waits to be
  * told to exit. Between the two the test makes by hand what a server
@@ -651,6 +681,7 @@ int main(void)
 	tcase_add_test(tc, request_popped_by_a_dying_owner_fails_back_at_a_takeover);
 	tcase_add_test(tc, reply_popped_by_a_dying_owner_goes_back_to_the_pool);
 	tcase_add_test(tc, request_whose_push_is_under_way_is_left_to_its_pusher);
+	tcase_add_test(tc, request_popped_before_its_live_pusher_said_done_fails_back);
 	tcase_add_test(tc, reply_whose_responder_died_before_the_queue_took_it_arrives_at_the_reap);
 	tcase_add_test(tc, reply_whose_responder_died_after_the_queue_took_it_arrives_once);
 	tcase_add_test(tc, reply_resumed_by_the_reaper_is_taken_once);

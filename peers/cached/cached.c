@@ -414,12 +414,34 @@ static void handle_control(struct glue_req *g)
 			if (!write_back_on(&g->req, x, "plug", CACHE_WRITEBACK))
 				give_up_hold(ESHUTDOWN, "refused: stopping");
 		} else {
+			/* Stopping: the route the tool would move next would
+			 * lead to a cache that exits (write_back_on says so
+			 * for a write-back one). */
 			pthread_mutex_lock(&C.policy_lock);
-			C.unplugged = false;
+			bool stopping = C.stopping;
+			if (!stopping)
+				C.unplugged = false;
 			pthread_mutex_unlock(&C.policy_lock);
+			if (stopping) {
+				peer_warn("refused 'plug': stopping");
+				give_up_hold(ESHUTDOWN, "refused: stopping");
+				respond(x, false, ESHUTDOWN, 0);
+				return;
+			}
 			cache_engine_set_policy(C.engine, C.cfg.policy, &g->req);
 		}
 	} else if (!strcmp(g->control, "plugged")) {
+		/* The stop began after the plug was answered: the tool puts
+		 * the route back (the stop's own unroute may have run before
+		 * the route moved). */
+		pthread_mutex_lock(&C.policy_lock);
+		bool stopping = C.stopping;
+		pthread_mutex_unlock(&C.policy_lock);
+		if (stopping) {
+			peer_warn("refused 'plugged': stopping (the plug's route must go back)");
+			respond(x, false, ESHUTDOWN, 0);
+			return;
+		}
 		/* xseg plug saw port B idle since the route moved: a load
 		 * could not have begun meanwhile (all parked), but one begun
 		 * before the plug may have landed since. */
@@ -1026,6 +1048,12 @@ static void fini(struct peer *p)
 {
 	(void)p;
 	if (C.clean) {
+		/* A plug answered just before the stop may have moved the
+		 * route after the drain restored it: no route is left to a
+		 * port that the next peer to bind it would get. */
+		if (unroute())
+			peer_log(PEER_LOG_WARN, "a plug moved port %u's route here during the stop: "
+				 "put back", C.blocker_port);
 		dirty_mark_update();   /* nothing dirty, nothing under way: clear */
 		cache_engine_destroy(C.engine);
 	} else if (C.engine) {

@@ -111,8 +111,22 @@ static int end_hold(struct xseg *seg, uint32_t port, uint32_t via, const char *w
 	int rc = control_call(seg, via, "plugged", NULL, 0, 60, &why);
 	if (rc == 0 || rc == EINVAL || rc == EOPNOTSUPP)
 		return 0;
-	fprintf(stderr, "xseg: %s: port %u did not take 'plugged': %s; it holds port %u's "
-		"requests until its plug times out: run xseg plug again\n", what, via, why, port);
+	if (rc != ESHUTDOWN)
+		fprintf(stderr, "xseg: %s: port %u did not take 'plugged': %s; it holds port %u's "
+			"requests until its plug times out: run xseg plug again\n", what, via, why,
+			port);
+	return rc;
+}
+
+/* The cache began its stop after it took the plug: its own unroute may
+ * have run before the route moved, so the route goes back (unless
+ * another plug moved it since). */
+static int stopped_during_plug(struct xseg *seg, uint32_t port, uint32_t via, uint32_t there,
+			       const char *what)
+{
+	bool back = xseg_replace_next_hop(seg, port, via, there) == 0;
+	fprintf(stderr, "xseg: %s: port %u began to stop during the plug; port %u %s\n", what,
+		via, port, back ? "routes as before again" : "was routed elsewhere meanwhile");
 	return 1;
 }
 
@@ -157,6 +171,11 @@ int plug_in(struct xseg *seg, uint32_t port, uint32_t via, const char *what)
 			"served there (its log names the port)\n", what, via, port, port, port);
 		return 1;
 	}
+	if (rc == ESHUTDOWN) {
+		fprintf(stderr, "xseg: %s: port %u is stopping: not plugged; port %u routes as "
+			"before\n", what, via, port);
+		return 1;
+	}
 	if (rc != 0 && rc != EOPNOTSUPP && rc != EINVAL) {
 		fprintf(stderr, "xseg: %s: port %u did not take the plug command: %s\n", what, via,
 			why);
@@ -176,7 +195,10 @@ int plug_in(struct xseg *seg, uint32_t port, uint32_t via, const char *what)
 		return 0;   /* it caches nothing: what port's peer still holds is no matter */
 	if (wait_drained(seg, port, via, what) != 0)
 		return 1;
-	return end_hold(seg, port, via, what);
+	rc = end_hold(seg, port, via, what);
+	if (rc == ESHUTDOWN)
+		return stopped_during_plug(seg, port, via, there, what);
+	return rc ? 1 : 0;
 }
 
 bool gone_dirty(struct xseg *seg, uint32_t port, const char *what)

@@ -104,6 +104,25 @@ START_TEST(meta_verify_checks_both_signatures)
 }
 END_TEST
 
+/* A block shorter than the 24-byte signature held only its first bytes
+ * (the seed's): another object's or another offset's block of the same
+ * run checked out. Such blocks get the full pattern instead. */
+START_TEST(meta_verify_of_a_short_block_checks_object_and_offset)
+{
+	for (size_t len = 1; len < 48; len++) {
+		unsigned char buf[48];
+		block_data_fill(VERIFY_META, buf, len, 1, 2, 64);
+		ck_assert_uint_eq(block_data_check(VERIFY_META, buf, len, 1, 2, 64), 0);
+		ck_assert_msg(block_data_check(VERIFY_META, buf, len, 1, 3, 64) > 0,
+			      "a %zu-byte block of object 2 checks out as object 3's", len);
+		ck_assert_msg(block_data_check(VERIFY_META, buf, len, 1, 2, 64 + len) > 0,
+			      "a %zu-byte block checks out at the next offset", len);
+		memset(buf, 0, len);
+		ck_assert_uint_gt(block_data_check(VERIFY_META, buf, len, 1, 2, 64), 0);
+	}
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("bench_patterns");
@@ -115,6 +134,7 @@ int main(void)
 	tcase_add_test(tc, full_verify_accepts_written_data_at_any_block_size);
 	tcase_add_test(tc, full_verify_catches_damage);
 	tcase_add_test(tc, meta_verify_checks_both_signatures);
+	tcase_add_test(tc, meta_verify_of_a_short_block_checks_object_and_offset);
 	suite_add_tcase(s, tc);
 	return xt_run(s);
 }

@@ -64,9 +64,18 @@ static void stamp(unsigned char *p, size_t len, uint64_t seed, uint64_t object,
 		memset(p + sizeof(sig), 0, len - sizeof(sig));
 }
 
+/* A block shorter than the signature would hold only its seed's bytes
+ * (another object's or offset's block would check out): it gets the full
+ * pattern, which costs nothing at that size. */
+static enum verify_mode mode_for(enum verify_mode mode, size_t len)
+{
+	return mode == VERIFY_META && len < sizeof(struct signature) ? VERIFY_FULL : mode;
+}
+
 void block_data_fill(enum verify_mode mode, void *buf, size_t len, uint64_t seed,
 		     uint64_t object, uint64_t offset)
 {
+	mode = mode_for(mode, len);
 	if (mode == VERIFY_FULL)
 		fill_full(buf, len, object_key(seed, object), offset);
 	else if (mode == VERIFY_META)
@@ -80,6 +89,7 @@ void block_data_poison(enum verify_mode mode, void *buf, size_t len)
 {
 	unsigned char *p = buf;
 	size_t sig2 = 2 * sizeof(struct signature);
+	mode = mode_for(mode, len);
 	if (mode == VERIFY_FULL || (mode == VERIFY_META && len <= sig2)) {
 		memset(p, 0xa5, len);
 	} else if (mode == VERIFY_META) {
@@ -100,6 +110,7 @@ size_t block_data_check(enum verify_mode mode, const void *buf, size_t len,
 			uint64_t seed, uint64_t object, uint64_t offset)
 {
 	const unsigned char *p = buf;
+	mode = mode_for(mode, len);
 	if (mode == VERIFY_FULL) {
 		uint64_t key = object_key(seed, object);
 		unsigned char want[4096];

@@ -5,7 +5,8 @@
  * in the object), so a read with the same seed checks every byte whatever
  * block size either run used. "meta" only stamps and checks a 24-byte
  * signature {seed, object, offset} (masked, so that it is never zeros) at
- * the start and end of each block.
+ * the start and end of each block; a block shorter than that gets the full
+ * pattern.
  */
 #ifndef BENCH_BLOCK_DATA_H
 #define BENCH_BLOCK_DATA_H

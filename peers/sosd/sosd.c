@@ -23,7 +23,10 @@
  *           source over COPY_PIECE is written in pieces (write_full, then
  *           writes at offsets): RADOS refuses one write past the OSDs'
  *           osd_max_write_size (90M by default) with EMSGSIZE. A COPY
- *           that fails part way leaves the target undefined
+ *           that fails part way leaves the target undefined. The sources
+ *           held in memory at once are bounded by --max-copy-memory: a
+ *           COPY whose source does not fit waits (in order) for others
+ *           to end
  *   PING    served by the runtime
  * A request with XF_FLUSH set is preceded by a FLUSH barrier.
  *
@@ -37,6 +40,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
 #include <inttypes.h>
 #include <rados/librados.h>
 #include <stdatomic.h>
@@ -57,8 +61,14 @@
 struct sosd {
 	const char *pool, *conf, *id;
 	uint64_t op_timeout, connect_timeout;
-	uint64_t max_request, max_name, max_copy;
+	uint64_t max_request, max_name, max_copy, max_copy_memory;
 	struct peer *peer;
+	/* COPY sources in memory (--max-copy-memory), and the COPYs waiting
+	 * for room, oldest first */
+	pthread_mutex_t copy_lock;
+	uint64_t copy_held;
+	struct sosd_op *copy_wait_head, *copy_wait_tail;
+	_Atomic uint64_t copy_waits;
 	rados_t cluster;
 	rados_ioctx_t io;
 	struct write_order order;
@@ -73,6 +83,8 @@ static struct sosd S = {
 	.max_request = 16u << 20,
 	.max_name = XSEG_MAX_TARGETLEN,
 	.max_copy = 128u << 20,
+	.max_copy_memory = 512u << 20,
+	.copy_lock = PTHREAD_MUTEX_INITIALIZER,
 	.last_warn_s = -1,
 };
 
@@ -96,6 +108,8 @@ struct sosd_op {
 	uint64_t stat_size;
 	time_t stat_mtime;
 	char *copy_buf;
+	uint64_t copy_reserved;       /* of S.copy_held */
+	struct sosd_op *copy_next;    /* waiting for --max-copy-memory */
 	uint64_t copy_len;
 	uint64_t copy_done;           /* bytes of copy_buf written to the target */
 	char oid[XSEG_MAX_TARGETLEN + 1];
@@ -110,7 +124,7 @@ struct sosd_op {
 
 enum {
 	OPT_POOL = 1, OPT_CONF, OPT_ID, OPT_OP_TIMEOUT, OPT_CONNECT_TIMEOUT,
-	OPT_MAX_REQUEST, OPT_MAX_NAME, OPT_MAX_COPY,
+	OPT_MAX_REQUEST, OPT_MAX_NAME, OPT_MAX_COPY, OPT_MAX_COPY_MEMORY,
 };
 
 static const struct option sosd_options[] = {
@@ -122,6 +136,7 @@ static const struct option sosd_options[] = {
 	{ "max-request-size", required_argument, NULL, OPT_MAX_REQUEST },
 	{ "max-name-len", required_argument, NULL, OPT_MAX_NAME },
 	{ "max-copy-size", required_argument, NULL, OPT_MAX_COPY },
+	{ "max-copy-memory", required_argument, NULL, OPT_MAX_COPY_MEMORY },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -134,7 +149,10 @@ static const char sosd_usage[] =
 "  --connect-timeout SECONDS  give up connecting at start (default 10)\n"
 "  --max-request-size SIZE  largest READ/WRITE accepted (default 16M)\n"
 "  --max-name-len N         longest object name accepted (default and at most 255)\n"
-"  --max-copy-size SIZE     largest COPY source (read whole; default 128M)\n";
+"  --max-copy-size SIZE     largest COPY source (read whole; default 128M)\n"
+"  --max-copy-memory SIZE   COPY sources held in memory at once; a COPY that\n"
+"                           does not fit waits (default 512M, at least\n"
+"                           --max-copy-size)\n";
 
 static int parse_option(struct peer *p, int val, const char *arg)
 {
@@ -165,6 +183,8 @@ static int parse_option(struct peer *p, int val, const char *arg)
 		return peer_arg_uint("--max-name-len", arg, 1, XSEG_MAX_TARGETLEN, &S.max_name);
 	case OPT_MAX_COPY:
 		return peer_arg_size("--max-copy-size", arg, 1, 1ull << 30, &S.max_copy);
+	case OPT_MAX_COPY_MEMORY:
+		return peer_arg_size("--max-copy-memory", arg, 1, 1ull << 40, &S.max_copy_memory);
 	}
 	return -1;
 }
@@ -182,6 +202,12 @@ static int check_options(struct peer *p)
 	}
 	if (access(S.conf, R_OK) < 0)
 		return peer_arg_error("--conf", S.conf, strerror(errno));
+	if (S.max_copy_memory < S.max_copy) {
+		fprintf(stderr, "sosd: --max-copy-memory %" PRIu64 " is less than --max-copy-size "
+			"%" PRIu64 ": a COPY that large would wait for ever\n", S.max_copy_memory,
+			S.max_copy);
+		return -1;
+	}
 	return 0;
 }
 
@@ -212,6 +238,8 @@ static void warn_failure(const struct sosd_op *op, int err)
 /* ---- answering --------------------------------------------------------------- */
 
 static void start_op(struct peer_thread *t, struct sosd_op *op);
+static void copy_read_source(struct peer_thread *t, struct sosd_op *op);
+static struct sosd_op *copy_release(uint64_t bytes);
 
 /* Answers the request (err 0: served), frees op, and starts the requests
  * that were waiting behind a barrier for this mutation. */
@@ -230,12 +258,87 @@ static void finish(struct peer_thread *t, struct sosd_op *op, int err)
 	if (op->mutation)
 		released = write_order_end(&S.order, &op->order);
 	free(op->copy_buf);
+	struct sosd_op *copies = op->copy_reserved ? copy_release(op->copy_reserved) : NULL;
 	free(op);
 	while (released) {
 		struct sosd_op *next = container_of(released, struct sosd_op, waiter);
 		released = released->next;
 		start_op(t, next);
 	}
+	while (copies) {
+		struct sosd_op *next = copies->copy_next;
+		copy_read_source(t, copies);
+		copies = next;
+	}
+}
+
+/* ---- --max-copy-memory ------------------------------------------------------ */
+
+/* Reserves op's source size, or queues op behind the COPYs already
+ * waiting (in order: a large one is not starved by small ones). True:
+ * reserved, go on. */
+static bool copy_reserve(struct sosd_op *op)
+{
+	uint64_t want = op->stat_size ? op->stat_size : 1;
+	pthread_mutex_lock(&S.copy_lock);
+	bool now = !S.copy_wait_head && S.copy_held + want <= S.max_copy_memory;
+	uint64_t held = S.copy_held;
+	if (now) {
+		S.copy_held += want;
+		op->copy_reserved = want;
+	} else {
+		op->copy_next = NULL;
+		if (S.copy_wait_tail)
+			S.copy_wait_tail->copy_next = op;
+		else
+			S.copy_wait_head = op;
+		S.copy_wait_tail = op;
+	}
+	pthread_mutex_unlock(&S.copy_lock);
+	if (!now) {
+		atomic_fetch_add(&S.copy_waits, 1);
+		peer_info("COPY of '%s' (%" PRIu64 " bytes) to '%s' waits for --max-copy-memory "
+			  "(%" PRIu64 " of %" PRIu64 " held)", op->src, op->stat_size, op->oid, held,
+			  S.max_copy_memory);
+	}
+	return now;
+}
+
+/* Gives `bytes` back; returns the waiting COPYs that fit now, reserved,
+ * linked by copy_next, to be started by the caller. */
+static struct sosd_op *copy_release(uint64_t bytes)
+{
+	struct sosd_op *go = NULL, **tail = &go;
+	pthread_mutex_lock(&S.copy_lock);
+	S.copy_held -= bytes;
+	struct sosd_op *op;
+	while ((op = S.copy_wait_head)) {
+		uint64_t want = op->stat_size ? op->stat_size : 1;
+		if (S.copy_held + want > S.max_copy_memory)
+			break;
+		S.copy_held += want;
+		op->copy_reserved = want;
+		if (!(S.copy_wait_head = op->copy_next))
+			S.copy_wait_tail = NULL;
+		op->copy_next = NULL;
+		*tail = op;
+		tail = &op->copy_next;
+	}
+	pthread_mutex_unlock(&S.copy_lock);
+	return go;
+}
+
+/* sosd's figures in "stats", after the runtime's. */
+static int stats_fields(struct peer *p, char *buf, size_t len)
+{
+	(void)p;
+	pthread_mutex_lock(&S.copy_lock);
+	uint64_t held = S.copy_held, waiting = 0;
+	for (struct sosd_op *op = S.copy_wait_head; op; op = op->copy_next)
+		waiting++;
+	pthread_mutex_unlock(&S.copy_lock);
+	return snprintf(buf, len, ",\"copy_memory_bytes\":%" PRIu64 ",\"copy_waiting\":%" PRIu64
+			",\"copy_waits\":%" PRIu64, held, waiting, atomic_load(&S.copy_waits));
 }
 
 /* A one-step operation's result (READ, WRITE, DELETE); 0 or an errno. */
@@ -470,19 +573,9 @@ static void op_completed(struct peer_thread *t, struct peer_work *w)
 			rc = -EFBIG;
 			break;
 		}
-		if (!(op->copy_buf = malloc(op->stat_size ? op->stat_size : 1))) {
-			rc = -ENOMEM;
-			break;
-		}
-		if (op->stat_size == 0) {
-			op->copy_len = 0;
-			err = submit_stage(t, op, ST_COPY_WRITE);
-		} else {
-			err = submit_stage(t, op, ST_COPY_READ);
-		}
-		if (err)
-			finish(t, op, -err);
-		return;
+		if (copy_reserve(op))
+			copy_read_source(t, op);
+		return;   /* else started by the finish that makes room */
 	case ST_COPY_READ:
 		if (rc < 0)
 			break;
@@ -504,6 +597,24 @@ static void op_completed(struct peer_thread *t, struct peer_work *w)
 		break;
 	}
 	finish(t, op, rc < 0 ? -rc : 0);
+}
+
+/* A COPY with its source's size reserved: reads the source (into memory). */
+static void copy_read_source(struct peer_thread *t, struct sosd_op *op)
+{
+	int err;
+	if (!(op->copy_buf = malloc(op->stat_size ? op->stat_size : 1))) {
+		finish(t, op, ENOMEM);
+		return;
+	}
+	if (op->stat_size == 0) {
+		op->copy_len = 0;
+		err = submit_stage(t, op, ST_COPY_WRITE);
+	} else {
+		err = submit_stage(t, op, ST_COPY_READ);
+	}
+	if (err)
+		finish(t, op, -err);
 }
 
 /* Checks what can be checked without the cluster; 0 or an errno. */
@@ -722,6 +833,7 @@ static const struct peer_ops sosd_ops = {
 	.on_accept_in_order = on_place,
 	.on_request = on_request,
 	.fini = fini,
+	.stats = stats_fields,
 };
 
 int main(int argc, char **argv)

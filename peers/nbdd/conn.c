@@ -78,6 +78,23 @@ void conn_set_disc_locked(struct conn *c)
 		conn_kick(c);
 }
 
+void conn_owe_locked(struct conn *c, uint64_t replies)
+{
+	c->inflight += replies;
+	atomic_fetch_add(&H.unanswered, replies);
+}
+
+void conn_unowe_locked(struct conn *c, uint64_t replies)
+{
+	c->inflight -= replies;
+	atomic_fetch_sub(&H.unanswered, replies);
+}
+
+bool conn_closing_locked(const struct conn *c)
+{
+	return c->disc || atomic_load(&H.stopping);
+}
+
 /* Buffer bytes a connection holds (lock held), counted in the total too. */
 void conn_hold_locked(struct conn *c, uint64_t bytes)
 {
@@ -108,7 +125,7 @@ void conn_unpause_locked(struct conn *c)
 /* Takes a written or dropped buffer off the books (lock held). */
 void conn_release_locked(struct conn *c, struct out_buf *ob)
 {
-	c->inflight -= ob->charge;
+	conn_unowe_locked(c, ob->charge);
 	conn_unhold_locked(c, ob->charge_bytes);
 	free(ob);
 	/* Resume at half the limits, not at the first reply written. */
@@ -211,7 +228,7 @@ void conn_flush_locked(struct conn *c)
 		c->want_out = false;
 		conn_update_events_locked(c);
 	}
-	if (c->disc && conn_drained_locked(c))
+	if (conn_closing_locked(c) && conn_drained_locked(c))
 		conn_kick(c);   /* everything answered: close it */
 }
 
@@ -307,7 +324,7 @@ void conn_send_bytes(struct conn *c, const void *data, uint32_t len, uint32_t ch
 	ob->charge = charge;
 	ob->charge_bytes = len;
 	pthread_mutex_lock(&c->lock);
-	c->inflight += charge;
+	conn_owe_locked(c, charge);
 	conn_hold_locked(c, len);
 	pthread_mutex_unlock(&c->lock);
 	conn_send(c, ob);

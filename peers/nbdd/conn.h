@@ -66,6 +66,12 @@ struct conn_hub {
 	/* Buffers held for every connection (their inflight_bytes). */
 	atomic_uint_fast64_t held_total;
 	atomic_uint total_waiters;      /* connections with waits_total */
+	/* Replies not yet written, every connection's (their inflight): what
+	 * the stop waits for and names. */
+	atomic_uint_fast64_t unanswered;
+	/* nbdd stops (server_drain): new commands get NBD_ESHUTDOWN, and a
+	 * connection is closed once drained. */
+	atomic_bool stopping;
 };
 extern struct conn_hub H;
 
@@ -74,6 +80,11 @@ bool conn_drained_locked(const struct conn *c);      /* nothing in flight, nothi
 void conn_kick(struct conn *c);                      /* the socket thread looks at c */
 void conn_update_events_locked(struct conn *c);      /* epoll: read unless paused, write if waiting */
 void conn_set_disc_locked(struct conn *c);           /* DISC or ABORT: stop reading, close once drained */
+/* Replies owed (c->inflight), counted in H.unanswered too. */
+void conn_owe_locked(struct conn *c, uint64_t replies);
+void conn_unowe_locked(struct conn *c, uint64_t replies);
+/* Whether c is to close once drained: after DISC or ABORT, or nbdd stops. */
+bool conn_closing_locked(const struct conn *c);
 void conn_hold_locked(struct conn *c, uint64_t bytes);
 void conn_unhold_locked(struct conn *c, uint64_t bytes);
 void conn_unpause_locked(struct conn *c);

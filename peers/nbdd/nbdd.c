@@ -424,6 +424,14 @@ static void on_request(struct peer_thread *t, struct xseg_request *req)
 	peer_fail(t, req, EOPNOTSUPP);
 }
 
+/* SIGTERM/SIGINT, while the workers still take replies: answer what is in
+ * flight before closing (server_drain). */
+static int drain(struct peer *p, uint64_t deadline_ns)
+{
+	(void)p;
+	return server_drain(deadline_ns);
+}
+
 static void on_stop(struct peer_thread *t)
 {
 	(void)t;
@@ -460,6 +468,7 @@ static const struct peer_ops nbdd_ops = {
 	.init = init,
 	.on_request = on_request,
 	.on_stop = on_stop,
+	.drain = drain,
 	.fini = fini,
 	.stats = stats_fields,
 };

@@ -154,6 +154,11 @@ struct server_ops {
 int server_open(struct peer *p, const struct server_ops *ops);
 /* Starts the socket threads. */
 int server_start(void);
+/* The stop's drain (peer_ops.drain, before server_stop): no new connection,
+ * new commands answered NBD_ESHUTDOWN, each connection closed once every
+ * command in flight on it is answered. Returns 0 once all have closed so;
+ * 1 (logged, with the commands left) at deadline_ns, xseg_now_ns() time. */
+int server_drain(uint64_t deadline_ns);
 /* Stops them: no more connections or requests; returns once they have
  * ended, so nothing is posted afterwards. */
 void server_stop(void);

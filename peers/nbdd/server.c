@@ -40,6 +40,12 @@
  * none of its replies for that long (a client that stopped reading would
  * otherwise hold its connection and its replies for ever). An idle
  * connection between requests has no limit.
+ *
+ * Stop: server_drain (SIGTERM/SIGINT, the runtime's drain) answers every
+ * new command NBD_ESHUTDOWN and closes each connection once what it had
+ * in flight is answered: a WRITE done by the path, its reply dropped, left
+ * the client unsure whether it is on the disk. Only what is still open
+ * after --stop-timeout is closed with replies to come (server_stop).
  */
 #define _GNU_SOURCE   /* accept4 */
 #include <errno.h>
@@ -104,8 +110,9 @@ static struct {
 	/* Figures: connections closed holding replies their client does not
 	 * read; times a connection waited for the total. */
 	_Atomic uint64_t buffer_closes, total_waits;
-	/* commands refused before reaching the path (flags, range, size) */
-	_Atomic uint64_t refused;
+	/* commands refused before reaching the path (flags, range, size, and
+	 * NBD_ESHUTDOWN in the stop: those also in `shutdowns`) */
+	_Atomic uint64_t refused, shutdowns;
 	/* The first socket thread's. */
 	struct listener listeners[MAX_LISTENERS];
 	unsigned nr_listeners;
@@ -171,7 +178,7 @@ static void conn_close(struct conn *c, const char *why)
 	if (!c->writing)   /* else its writer drops them when sendmsg returns */
 		conn_drop_output_locked(c);
 	if (c->filling) {
-		c->inflight -= c->filling->reply->charge;
+		conn_unowe_locked(c, c->filling->reply->charge);
 		conn_unhold_locked(c, c->filling->reply->charge_bytes);
 	}
 	if (c->waits_total) {
@@ -349,7 +356,7 @@ static bool start_cmd(struct conn *c, const struct nbd_request *req)
 		return true;
 	}
 	pthread_mutex_lock(&c->lock);
-	c->inflight += cmd->reply->charge;
+	conn_owe_locked(c, cmd->reply->charge);
 	conn_hold_locked(c, cmd->reply->charge_bytes);
 	pthread_mutex_unlock(&c->lock);
 	if (cmd->payload) {
@@ -369,6 +376,16 @@ static bool handle_request(struct conn *c, const struct nbd_request *req)
 		pthread_mutex_lock(&c->lock);
 		conn_set_disc_locked(c);
 		pthread_mutex_unlock(&c->lock);
+		return true;
+	}
+	if (atomic_load(&H.stopping)) {
+		/* The spec: once the server is shutting down, commands it has
+		 * not started get NBD_ESHUTDOWN (the client then disconnects);
+		 * those in flight are answered first (server_drain). */
+		atomic_fetch_add(&S.refused, 1);
+		atomic_fetch_add(&S.shutdowns, 1);
+		reply_now(c, req->cookie, NBD_ESHUTDOWN);
+		c->discard = nbd_request_payload(req);
 		return true;
 	}
 	uint32_t err = nbd_check_request(req, c->exp->size, (uint32_t)nbdd_cfg.max_request);
@@ -434,10 +451,18 @@ static bool admit(struct conn *c, uint64_t bytes, bool uses_path)
 	return false;
 }
 
+/* Whether a request is answered with an error at once (never held, never
+ * on the path): a bad one, or any once nbdd stops. */
+static bool refused_at_once(const struct conn *c, const struct nbd_request *req)
+{
+	return atomic_load(&H.stopping) ||
+	       nbd_check_request(req, c->exp->size, (uint32_t)nbdd_cfg.max_request);
+}
+
 /* What a request would hold: nothing when it is to be refused. */
 static uint64_t request_buffer_bytes(const struct conn *c, const struct nbd_request *req)
 {
-	if (nbd_check_request(req, c->exp->size, (uint32_t)nbdd_cfg.max_request))
+	if (refused_at_once(c, req))
 		return 0;
 	return S.up->cmd_buffer_bytes(req);
 }
@@ -445,8 +470,7 @@ static uint64_t request_buffer_bytes(const struct conn *c, const struct nbd_requ
 /* Whether a request goes to the target (not refused, not answered here). */
 static bool request_uses_path(const struct conn *c, const struct nbd_request *req)
 {
-	if (nbd_check_request(req, c->exp->size, (uint32_t)nbdd_cfg.max_request) ||
-	    req->type == NBD_CMD_DISC)
+	if (refused_at_once(c, req) || req->type == NBD_CMD_DISC)
 		return false;
 	return req->type == NBD_CMD_FLUSH || req->length;
 }
@@ -595,13 +619,15 @@ static void conn_readable(struct conn *c)
 	conn_close(c, why);
 }
 
-/* A kick: resume reading, or close after DISC or a failed write. */
+/* A kick: resume reading, or close after DISC, in the stop or after a
+ * failed write. */
 static void conn_kicked(struct conn *c)
 {
 	if (c->closed)
 		return;
 	pthread_mutex_lock(&c->lock);
-	bool dead = c->dead, broken = c->broken, done = c->disc && conn_drained_locked(c);
+	bool dead = c->dead, broken = c->broken, disc = c->disc;
+	bool done = conn_closing_locked(c) && conn_drained_locked(c);
 	if (!dead && !broken && !done)
 		conn_update_events_locked(c);
 	pthread_mutex_unlock(&c->lock);
@@ -610,7 +636,8 @@ static void conn_kicked(struct conn *c)
 	if (broken)
 		conn_close(c, "write failed");
 	else if (done)
-		conn_close(c, "disconnected");
+		conn_close(c, disc ? "disconnected" : c->phase != PH_TRANSMISSION ?
+			   "nbdd stops (in the handshake)" : "nbdd stops, every command answered");
 	else
 		conn_readable(c);
 }
@@ -761,6 +788,48 @@ static void expire_stalled(struct loop *L)
 }
 
 /*
+ * A round of the stop (server_drain), on each socket thread: the first
+ * closes the listeners; connections still in the handshake close (they
+ * have no command), those drained close now, the others once their last
+ * reply is written (conn_kicked). The rest keep being read: what they
+ * send gets NBD_ESHUTDOWN.
+ */
+static void stop_round(struct loop *L, bool first)
+{
+	if (first)
+		for (unsigned i = 0; i < S.nr_listeners; i++)
+			if (S.listeners[i].fd >= 0) {
+				epoll_ctl(L->epfd, EPOLL_CTL_DEL, S.listeners[i].fd, NULL);
+				close(S.listeners[i].fd);
+				S.listeners[i].fd = -1;
+			}
+	for (struct conn *c = L->conns, *next; c; c = next) {
+		next = c->next;   /* conn_close moves c to the zombies */
+		pthread_mutex_lock(&c->lock);
+		bool done = conn_drained_locked(c);
+		pthread_mutex_unlock(&c->lock);
+		if (c->phase != PH_TRANSMISSION)
+			conn_close(c, "nbdd stops (in the handshake)");
+		else if (done)
+			conn_close(c, "nbdd stops, every command answered");
+	}
+}
+
+/* Closes c at the end of the stop, naming what it leaves unanswered. */
+static void close_stopped(struct conn *c)
+{
+	pthread_mutex_lock(&c->lock);
+	uint64_t left = c->inflight;
+	pthread_mutex_unlock(&c->lock);
+	char why[96];
+	if (left) {
+		snprintf(why, sizeof(why), "nbdd stops, %" PRIu64 " commands unanswered", left);
+		peer_warn("%s: closed: %s", c->peer_name, why);
+	}
+	conn_close(c, left ? why : "nbdd stops");
+}
+
+/*
  * --socket-poll-us: after a round with events, looks again without
  * sleeping for that long. A client at depth sends its next commands within
  * microseconds of a reply, and each sleep in epoll_wait that they end is a
@@ -822,20 +891,24 @@ static void *server_loop(void *arg)
 		if (atomic_exchange(&L->total_released, false))
 			resume_total_waiters(L);
 		expire_stalled(L);
+		if (atomic_load(&H.stopping))
+			stop_round(L, first);
 		free_zombies(L);
 		if (first)
 			update_full();
 	}
-	/* Stop: no new connections or requests; commands in flight finish on
-	 * the workers and their replies are dropped. */
+	/* The end: no new connections or requests. After server_drain only
+	 * what its bound left is here; commands still in flight finish on the
+	 * workers and their replies are dropped. */
 	if (first)
 		for (unsigned i = 0; i < S.nr_listeners; i++) {
-			close(S.listeners[i].fd);
+			if (S.listeners[i].fd >= 0)
+				close(S.listeners[i].fd);
 			S.listeners[i].fd = -1;
 		}
 	run_kicks(L);
 	while (L->conns)
-		conn_close(L->conns, "nbdd stops");
+		close_stopped(L->conns);
 	free_zombies(L);
 	return NULL;
 }
@@ -960,6 +1033,45 @@ int server_start(void)
 		server_stop();
 		return -1;
 	}
+	return 0;
+}
+
+/*
+ * The stop's first part (the runtime's drain: the workers still take
+ * replies). Commands in flight were sent on, maybe done by the path: each
+ * is answered to its client before its connection closes (a WRITE
+ * dropped unanswered leaves the client unsure it is on the disk), and new
+ * ones get NBD_ESHUTDOWN (the protocol's way to say "shutting down").
+ * Waits until every connection has closed so, or until the deadline
+ * (--stop-timeout); then server_stop closes what is left, naming the
+ * commands left unanswered, and nbdd exits 1.
+ */
+int server_drain(uint64_t deadline_ns)
+{
+	uint64_t start = xseg_now_ns();
+	uint64_t bound_s = deadline_ns > start ? (deadline_ns - start + 500000000) / 1000000000 : 0;
+	unsigned conns = atomic_load(&S.nr_conns);
+	peer_info("stop: answering the %" PRIu64 " commands in flight on %u connections before "
+		  "closing them (at most --stop-timeout %" PRIu64 " s); new commands get "
+		  "NBD_ESHUTDOWN", (uint64_t)atomic_load(&H.unanswered), conns, bound_s);
+	atomic_store(&H.stopping, true);
+	for (unsigned i = 0; i < loops_count(); i++)
+		loop_wake(loop_at(i));
+	while (atomic_load(&S.nr_conns) && xseg_now_ns() < deadline_ns)
+		usleep(10 * 1000);
+	uint64_t ms = (xseg_now_ns() - start) / 1000000;
+	uint64_t shutdowns = atomic_load(&S.shutdowns);
+	conns = atomic_load(&S.nr_conns);
+	if (conns) {
+		peer_warn("stop: %" PRIu64 " commands unanswered on %u connections after "
+			  "--stop-timeout %" PRIu64 " s: closing them (%" PRIu64 " new commands "
+			  "refused with ESHUTDOWN)", (uint64_t)atomic_load(&H.unanswered), conns,
+			  bound_s, shutdowns);
+		return 1;
+	}
+	peer_info("stop: every command answered, connections closed in %" PRIu64 ".%03" PRIu64
+		  " s (%" PRIu64 " new commands refused with ESHUTDOWN)", ms / 1000, ms % 1000,
+		  shutdowns);
 	return 0;
 }
 

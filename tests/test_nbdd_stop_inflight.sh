@@ -8,8 +8,10 @@
 # and nbdd exits 0. (The old nbdd closed both connections at once: 8
 # writes that filed completed, never answered.) Then the bound: with
 # filed stopped (SIGSTOP) nbdd closes its client after --stop-timeout,
-# saying how many commands were left, and exits; no hang. Last, qemu-io
-# with two aio_writes in flight at the SIGTERM: both succeed.
+# saying how many commands were left, and exits; no hang. qemu-io with
+# two aio_writes in flight at the SIGTERM: both succeed. Last, the whole
+# path stopped by `xseg down` (nbdd first) with 8 WRITEs in flight: all
+# answered.
 set -u
 SEG_PREFIX=nbdd-stop
 . "$(dirname "$0")/lib.sh"
@@ -173,5 +175,38 @@ grep -E "stop: 3 commands? unanswered .*after --stop-timeout 2 s" "$DIR/nbdd-bou
 	fail "nbdd's log does not say how many commands its stop left"
 echo "closed at the bound, the unanswered commands counted: ok"
 
-grep -l Sanitizer "$DIR"/*.log && fail "a sanitizer reported an error (logs above)"
+echo "--- xseg down of the whole path (nbdd first), 8 WRITEs in flight"
+SEG2=$SEG-up RUN=$DIR/run
+trap '"$BIN/xseg" down "$DIR/up.path" --run-dir "$RUN" --timeout 30 > /dev/null 2>&1; cleanup' EXIT
+cat > "$DIR/up.path" <<EOF
+segment $SEG2 ports=16 requests=256 heap=64M
+peer filed port=1 dir=$DIR/data-up threads=12 delay-us=$DELAY_US
+peer vlmcd port=2 blocker-port=1 volume=vol:64M
+peer nbdd port=4 target-port=2 unix=$DIR/up.sock socket-threads=2 log-level=info
+EOF
+"$BIN/xseg" up "$DIR/up.path" --run-dir "$RUN" > "$DIR/up.out" 2>&1 ||
+	fail "xseg up: $(cat "$DIR/up.out")"
+rm -f "$DIR/go"
+$T $CLIENT write "$DIR/up.sock" --conns $CONNS --writes $WRITES --stride $STRIDE --go "$DIR/go" \
+	--out "$DIR/down.json" > "$DIR/client.out" 2>&1 & cpid=$!
+SEG=$SEG2 wait_in_flight $((CONNS * WRITES))
+$T "$BIN/xseg" down "$DIR/up.path" --run-dir "$RUN" > "$DIR/down.out" 2>&1 & dpid=$!
+wait_stop_began run/4-nbdd.log
+touch "$DIR/go"
+wait "$cpid" || fail "the client failed: $(cat "$DIR/client.out")"
+wait "$dpid" || fail "xseg down exited $?: $(cat "$DIR/down.out")"
+python3 - "$DIR/down.json" $WRITES $ESHUTDOWN <<'EOF' ||
+import json, sys
+writes, eshutdown = int(sys.argv[2]), int(sys.argv[3])
+bad = 0
+for c, r in enumerate(json.load(open(sys.argv[1]))):
+    got = sorted(r["replies"].values())
+    print("  connection %d: replies %s, then %s" % (c, got, r["ended"]))
+    bad += got != sorted([0] * writes + [eshutdown]) or r["ended"] != "closed"
+sys.exit(bad)
+EOF
+	fail "xseg down: nbdd's stop did not answer every WRITE in flight (above)"
+echo "xseg down: every WRITE in flight answered, the late ones NBD_ESHUTDOWN: ok"
+
+grep -l Sanitizer "$DIR"/*.log "$RUN"/*.log && fail "a sanitizer reported an error (logs above)"
 echo "nbdd's stop answered every command in flight, and gave up at its bound: ok"

@@ -86,4 +86,20 @@ bench read 1 acked "$DIR/r.out" --verify full --may-differ "$DIR/unacked" || tru
 echo "read back from filed: corrupted $(json "$DIR/r.out" corrupted), failed $(json "$DIR/r.out" failed), differed $(json "$DIR/r.out" differed)"
 [ "$(json "$DIR/r.out" corrupted)" = 0 ] && [ "$(json "$DIR/r.out" failed)" = 0 ] ||
 	fail "acknowledged writes are not on filed after cached's stop"
+echo "--- a watcher spinning longer than --stop-timeout: an idle peer still stops at once"
+# (the spin looked only for work: the stop gave up after --stop-timeout,
+# exit 1, and filed's fini, its final sync, never ran)
+"$BIN/filed" --segment "$SEG" --port 5 --dir "$DIR/spin" --threads 2 --spin-us 5000000 \
+	--stop-timeout 2 --log-level info 2> "$DIR/spin.log" & spid=$!
+wait_bound 5
+"$BIN/bench-xseg" --segment "$SEG" --port 11 --target-port 5 --op write --pattern seq \
+	--block-size 4K --total-size 1M --iodepth 4 --verify full --json > "$DIR/spin.out" 2>&1 ||
+	fail "writes to the spinning filed: $(tail -1 "$DIR/spin.out")"
+sleep 0.5   # idle: its watchers spin
+t0=$(date +%s%N)
+kill -TERM $spid; wait $spid; src=$?
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+echo "filed --spin-us 5000000 --stop-timeout 2: exit $src after $ms ms"
+[ $src = 0 ] || fail "the idle filed's stop failed (exit $src): $(grep -i 'gave up' "$DIR/spin.log")"
+[ $ms -lt 1500 ] || fail "the idle filed took $ms ms to stop"
 echo "PASS"

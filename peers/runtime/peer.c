@@ -46,9 +46,22 @@ void peer_stop(struct peer *p)
 	atomic_store(&p->stop, 1);
 	peer_unpark_workers(p);
 	peer_bench_call(p, true);
+	/* and the watchers asleep on the port (each would sleep out its
+	 * IDLE_WAIT_NS: up to 100 ms more per stop) */
+	for (unsigned i = 0; p->seg && i < p->max_watchers; i++)
+		xseg_signal(p->seg, p->cfg.port_first);
 }
 
 /* ---- workers ---------------------------------------------------------------------- */
+
+/* A watcher's spin ends on work posted or on the stop: a --spin-us
+ * longer than --stop-timeout made an idle peer's stop give up (exit 1,
+ * fini skipped: filed's final sync). */
+static bool watch_ready(void *arg)
+{
+	struct peer *p = arg;
+	return peer_posted_ready(p) || atomic_load_explicit(&p->stop, memory_order_relaxed);
+}
 
 static void control_passed_back(struct peer_thread *t, struct xseg_request *req, void *arg)
 {
@@ -370,7 +383,11 @@ static void *worker(void *arg)
 		if (peer_run_posted(t))
 			work++;
 		take_off_answered(t);
-		if (stopping && !t->deferred && drained(p) && !atomic_load(&p->maint_running))
+		/* maint_running first: once it reads 0, what the maintenance
+		 * thread's last calls posted or sent shows in drained() (read
+		 * the other way round, it could end between the two reads and
+		 * its last post never run) */
+		if (stopping && !t->deferred && !atomic_load(&p->maint_running) && drained(p))
 			break;
 		if (work) {
 			peer_bench_call_if_busy(p);
@@ -389,7 +406,7 @@ static void *worker(void *arg)
 			park(p);
 		} else if (peer_watch_begin(p)) {
 			xseg_poll_until(p->seg, p->cfg.port_first, p->cfg.spin_ns,
-					IDLE_WAIT_NS, peer_posted_ready, p);
+					IDLE_WAIT_NS, watch_ready, p);
 			peer_watch_end(p);
 		} else {
 			peer_bench_wait(p, IDLE_WAIT_NS);

@@ -32,7 +32,11 @@ static void wait_for_readers(struct xworkq *q)
 bool xworkq_read_begin(struct xworkq *q)
 {
 	atomic_fetch_add_explicit(&q->readers, 1, memory_order_seq_cst);
-	if (!atomic_load_explicit(&q->pending, memory_order_seq_cst))
+	/* Nothing linked either: pending can be 0 while a job is linked and
+	 * not yet counted (counts and links are fungible, see enqueue), and
+	 * a reader of that job's thread must come after it. */
+	if (!atomic_load_explicit(&q->pending, memory_order_seq_cst) &&
+	    cds_wfcq_empty(&q->head, &q->tail))
 		return true;
 	atomic_fetch_sub_explicit(&q->readers, 1, memory_order_release);
 	return false;

@@ -64,9 +64,10 @@ int xworkq_destroy(struct xworkq *q);
 bool xworkq_enqueue(struct xworkq *q, struct xwork *work);
 
 /*
- * Begins a reader beside the queue: true when the queue is idle (then no
- * job runs until xworkq_read_end), false when it is busy (nothing to end;
- * queue the work as a job instead).
+ * Begins a reader beside the queue: true when the queue is idle (no job
+ * counted, none linked: then no job runs until xworkq_read_end), false
+ * when it is busy (nothing to end; queue the work as a job instead). A
+ * job the calling thread enqueued before has run when it returns true.
  */
 bool xworkq_read_begin(struct xworkq *q);
 

@@ -8,6 +8,7 @@
  * engine_private.h.
  */
 #include <ctype.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include "engine_private.h"
@@ -97,6 +98,8 @@ void cache_engine_forget_clean(struct cache_engine *e)
 
 static void index_retry(struct xwork *w, void *arg);
 
+#define ALLOC_YIELDS 1000
+
 static bool entry_cond(void *arg)
 {
 	struct cache_engine *e = arg;
@@ -110,6 +113,16 @@ static void dispatch_object(struct cache_engine *e, struct cache_req *req)
 	struct xcache_entry *ent = xcache_lookup(e->index, req->name, len);
 	if (!ent) {
 		struct xcache_entry *fresh = xcache_alloc(e->index, req->name, len);
+		/* The count says a node is free, the pool has none: one is
+		 * between its on_free and the pool, or taken and not yet in
+		 * on_init, on a thread that may be preempted. The wait queue
+		 * would run this again at once (its condition holds), each
+		 * time a level deeper on this stack: yield instead. */
+		for (unsigned tries = 0; !fresh && errno == ENOSPC && entry_cond(e) &&
+		     tries < ALLOC_YIELDS; tries++) {
+			sched_yield();
+			fresh = xcache_alloc(e->index, req->name, len);
+		}
 		if (!fresh) {
 			if (errno == ENOSPC) {
 				STAT_ADD(e, waits, 1);

@@ -130,6 +130,42 @@ static int stopped_during_plug(struct xseg *seg, uint32_t port, uint32_t via, ui
 	return 1;
 }
 
+uint32_t front_in_use(struct xseg *seg, uint32_t port)
+{
+	/* The whole chain in front of the port counts: past a dead clean
+	 * hop a live cache is still in the path (routing skips the dead
+	 * one). Bounded: a chain is at most XSEG_MAX_PATH long. */
+	uint32_t busy = XSEG_NO_PORT;
+	for (uint32_t cur = xseg_get_next_hop(seg, port), steps = 0;
+	     cur != XSEG_NO_PORT && steps < XSEG_MAX_PATH; cur = xseg_get_next_hop(seg, cur), steps++) {
+		struct xseg_port_info ti;
+		if (xseg_port_info(seg, cur, &ti) == 0 &&
+		    ((ti.owner && ti.owner_alive) || ti.dirty_bytes))
+			busy = cur;
+	}
+	return busy;
+}
+
+uint64_t hop_dirty_bytes(struct xseg *seg, uint32_t hop)
+{
+	struct xseg_port_info pi;
+	if (xseg_port_info(seg, hop, &pi) < 0)
+		return 0;
+	if (!pi.owner || !pi.owner_alive)
+		return pi.dirty_bytes;
+	/* the mark may be a bare "some" (1): the cache's own figure is exact */
+	char reply[4096];
+	const char *why = "";
+	struct stats_doc d;
+	const char *bad;
+	if (control_call(seg, hop, "stats", reply, sizeof(reply), 2, &why) != 0 ||
+	    stats_doc_parse(reply, &d, &bad) < 0)
+		return pi.dirty_bytes;
+	double bytes = stats_doc_num(&d, "dirty_bytes", -1);
+	stats_doc_free(&d);
+	return bytes >= 0 && bytes > (double)pi.dirty_bytes ? (uint64_t)bytes : pi.dirty_bytes;
+}
+
 int plug_in(struct xseg *seg, uint32_t port, uint32_t via, const char *what)
 {
 	struct xseg_port_info pi;
@@ -142,17 +178,7 @@ int plug_in(struct xseg *seg, uint32_t port, uint32_t via, const char *what)
 	 * the path, and its dirty bytes with it (reads then served the
 	 * blocker's older data). The same cache again is fine. */
 	uint32_t there = xseg_get_next_hop(seg, port);
-	/* The whole chain in front of the port counts: past a dead clean
-	 * hop a live cache is still in the path (routing skips the dead
-	 * one), and a route over the dead hop would cut it out too. */
-	uint32_t busy = XSEG_NO_PORT;
-	for (uint32_t cur = there, steps = 0; there != via && cur != XSEG_NO_PORT &&
-	     steps < XSEG_MAX_PATH; cur = xseg_get_next_hop(seg, cur), steps++) {
-		struct xseg_port_info ti;
-		if (xseg_port_info(seg, cur, &ti) == 0 &&
-		    ((ti.owner && ti.owner_alive) || ti.dirty_bytes))
-			busy = cur;   /* the front-most one is where to plug */
-	}
+	uint32_t busy = there == via ? XSEG_NO_PORT : front_in_use(seg, port);
 	if (busy != XSEG_NO_PORT) {
 		fprintf(stderr, "xseg: %s: port %u is plugged via port %u already; plug port "
 			"%u in front of it (--port %u --via %u), or unplug --via %u first\n",

@@ -20,6 +20,18 @@
 int plug_in(struct xseg *seg, uint32_t port, uint32_t via, const char *what);
 
 /*
+ * The front-most hop in the chain in front of `port` (its next hop, that
+ * one's, ...) that a live process serves or whose port is marked dirty: a
+ * peer that still sends `port`'s requests on to it, or a gone cache's
+ * data. XSEG_NO_PORT when none.
+ */
+uint32_t front_in_use(struct xseg *seg, uint32_t port);
+
+/* The dirty bytes the cache at `hop` holds: its "stats" figure when it
+ * answers within 2 s, else its port's dirty mark (maybe only "some": 1). */
+uint64_t hop_dirty_bytes(struct xseg *seg, uint32_t hop);
+
+/*
  * A cache at `port` that is gone but holds dirty data (xseg.h: fail
  * closed): taking it out of the path would serve older data. Says so and
  * what to do ("xseg: WHAT: ..."); true if that is the case.

@@ -551,6 +551,54 @@ int path_up(const struct path_file *pf, const char *run_dir, unsigned timeout_s)
 	return rc;
 }
 
+/*
+ * Something still sends pp's requests on to pp, or holds data pp lacks: a
+ * live peer (or a gone cache's dirty mark) in the chain in front of one of
+ * its ports that down did not stop first (plugged by hand, not a line of
+ * the file, or left running). Stopping pp would cut that cache off from
+ * where it writes back. Says so; true if that is the case.
+ */
+static bool held_in_front(struct xseg *seg, const struct path_file *pf,
+			  const struct path_peer *pp)
+{
+	for (uint32_t p = pp->port_first; p <= pp->port_last; p++) {
+		uint32_t hop = front_in_use(seg, p);
+		if (hop == XSEG_NO_PORT)
+			continue;
+		struct xseg_port_info pi = { 0 };
+		xseg_port_info(seg, hop, &pi);
+		if (!(pi.owner && pi.owner_alive)) {
+			gone_dirty(seg, hop, "down");
+		} else {
+			fprintf(stderr, "xseg: down: port %u (pid %d, %" PRIu64 " dirty bytes) is in "
+				"front of port %u and still runs: %s on port %u is not stopped, nor "
+				"the peers before it in %s, and the segment is kept; unplug it first "
+				"(xseg unplug --segment %s --via %u) or stop it, then run xseg down "
+				"again\n", hop, (int)pi.owner, hop_dirty_bytes(seg, hop), p, pp->program,
+				pp->port_first, pf->file, pf->segment, hop);
+		}
+		return true;
+	}
+	return false;
+}
+
+/*
+ * The segment goes only once nothing is left on it: a live process on
+ * any port (a peer not in the file, a client), or a dirty mark (a cache
+ * gone with data the blocker lacks: removing the segment removes the mark
+ * and its fail-closed routes). The first such port, or XSEG_NO_PORT.
+ */
+static uint32_t port_in_use(struct xseg *seg, struct xseg_port_info *pi)
+{
+	struct xseg_segment_info si;
+	xseg_segment_info(seg, &si);
+	for (uint32_t p = 0; p < si.nr_ports; p++)
+		if (xseg_port_info(seg, p, pi) == 0 && ((pi->owner && pi->owner_alive) ||
+							  pi->dirty_bytes))
+			return p;
+	return XSEG_NO_PORT;
+}
+
 int path_down(const struct path_file *pf, const char *run_dir, unsigned timeout_s)
 {
 	/* a reader gone from stdout (make run | head) must not stop it halfway */
@@ -563,7 +611,8 @@ int path_down(const struct path_file *pf, const char *run_dir, unsigned timeout_
 		seg = NULL;
 	bool left = false;
 	for (unsigned i = pf->nr_peers; i-- > 0;) {
-		enum stopped r = stop_peer(seg, &pf->peers[i], &rd, timeout_s, "down");
+		enum stopped r = seg && held_in_front(seg, pf, &pf->peers[i]) ? STUCK :
+				 stop_peer(seg, &pf->peers[i], &rd, timeout_s, "down");
 		if (r == STUCK) {
 			if (seg)
 				xseg_leave(seg);
@@ -575,10 +624,25 @@ int path_down(const struct path_file *pf, const char *run_dir, unsigned timeout_
 		printf("xseg down: segment %s does not exist\n", pf->segment);
 		return left ? 1 : 0;
 	}
+	struct xseg_port_info pi;
+	uint32_t busy = left ? XSEG_NO_PORT : port_in_use(seg, &pi);
 	xseg_leave(seg);
 	if (left) {
 		fprintf(stderr, "xseg: down: segment %s left in place for what still runs on it\n",
 			pf->segment);
+		return 1;
+	}
+	if (busy != XSEG_NO_PORT) {
+		if (pi.owner && pi.owner_alive)
+			fprintf(stderr, "xseg: down: segment %s kept: port %u is still served by pid %d "
+				"(not a peer of %s)%s; stop it, then run xseg down again\n", pf->segment,
+				busy, (int)pi.owner, pf->file, pi.dirty_bytes ? ", marked dirty" : "");
+		else
+			fprintf(stderr, "xseg: down: segment %s kept: port %u is marked as holding %"
+				PRIu64 " dirty bytes of a cache that is gone (removing the segment would "
+				"lose the mark); restart the cache on its persist file, or give them up "
+				"with xseg unplug --force --via %u\n", pf->segment, busy, pi.dirty_bytes,
+				busy);
 		return 1;
 	}
 	if (xseg_destroy(pf->segment) < 0) {

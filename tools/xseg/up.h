@@ -24,7 +24,10 @@ int path_up(const struct path_file *pf, const char *run_dir, unsigned timeout_s)
  * for it to exit before the next (a cache writes back all it holds first);
  * then removes the segment. Returns 0 once nothing of the file runs, also
  * when nothing did; 1 when a peer did not stop or a cache left dirty data
- * (the rest is left running then).
+ * (the rest is left running then), and 1 without stopping a peer that a
+ * live peer or a dirty mark is in front of (plug.h, front_in_use), nor
+ * those before it. The segment stays while any port is served or marked
+ * dirty.
  */
 int path_down(const struct path_file *pf, const char *run_dir, unsigned timeout_s);
 

@@ -208,6 +208,8 @@ static int peer_line(struct path_file *pf, unsigned line, char **w, unsigned n, 
 	pp->line = line;
 	pp->program = w[1];
 	pp->plug = XSEG_NO_PORT;
+	for (unsigned k = 0; k < PATH_PEER_NR_SENDS_TO; k++)
+		pp->sends_to[k] = XSEG_NO_PORT;
 	if (!plain_name(pp->program) || strchr(pp->program, '=') || strlen(pp->program) > 64)
 		return fault(pf, line, "peer: '%s' is not a program name", pp->program);
 	bool have_port = false;
@@ -251,6 +253,13 @@ static int peer_line(struct path_file *pf, unsigned line, char **w, unsigned n, 
 		 * are the peer's as much as N is (the last lanes= counts). */
 		if (!strcmp(key, "lanes") && eq && xseg_parse_uint(eq + 1, XSEG_MAX_PORTS, &lanes) < 0)
 			lanes = 1;   /* the peer itself refuses the value */
+		static const char *const sends[] = PATH_PEER_SENDS_TO;
+		for (unsigned k = 0; k < PATH_PEER_NR_SENDS_TO; k++) {
+			uint64_t to;
+			if (!strcmp(key, sends[k]) && eq)
+				pp->sends_to[k] = xseg_parse_uint(eq + 1, XSEG_MAX_PORTS - 1, &to) < 0 ?
+						  XSEG_NO_PORT : (uint32_t)to;
+		}
 		if (!strcmp(key, "plug")) {
 			uint64_t b;
 			if (pp->plug != XSEG_NO_PORT)

@@ -22,6 +22,11 @@
 #define PATH_FILE_MAX_PEERS 64
 #define PATH_FILE_MAX_WORDS 64
 
+/* The keys that name a port the peer sends its requests to (its blocker,
+ * a mirror, the port it forwards to), in path_peer.sends_to's order. */
+#define PATH_PEER_SENDS_TO { "blocker-port", "mirror-port", "forward", "target-port" }
+#define PATH_PEER_NR_SENDS_TO 4
+
 struct path_peer {
 	unsigned line;                 /* in the file, for messages */
 	const char *program;           /* PROGRAM as written */
@@ -29,6 +34,9 @@ struct path_peer {
 	uint32_t port_first, port_last;
 	uint32_t bound_last;           /* port_last, or with lanes=N the last lane */
 	uint32_t plug;                 /* XSEG_NO_PORT: none */
+	/* each PATH_PEER_SENDS_TO key's port (the last given), XSEG_NO_PORT
+	 * when absent or not a number (the peer refuses that itself) */
+	uint32_t sends_to[PATH_PEER_NR_SENDS_TO];
 	unsigned argc;                 /* "--key", "value", ... in file order, */
 	const char *argv[2 * PATH_FILE_MAX_WORDS];   /* port included, plug not */
 };

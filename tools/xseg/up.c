@@ -582,6 +582,28 @@ static bool held_in_front(struct xseg *seg, const struct path_file *pf,
 	return false;
 }
 
+/* pp serves a port that a later peer left running sends to (blocker-port=,
+ * plug= ...: a cache unplugged or not, writing back to it). Says so. */
+static bool needed_by_left(const struct path_file *pf, const bool *left, unsigned i)
+{
+	const struct path_peer *pp = &pf->peers[i];
+	for (unsigned j = i + 1; j < pf->nr_peers; j++) {
+		const struct path_peer *o = &pf->peers[j];
+		for (unsigned k = 0; left[j] && k <= PATH_PEER_NR_SENDS_TO; k++) {
+			uint32_t to = k < PATH_PEER_NR_SENDS_TO ? o->sends_to[k] : o->plug;
+			if (to == XSEG_NO_PORT || to < pp->port_first || to > pp->bound_last)
+				continue;
+			fprintf(stderr, "xseg: down: %s on port %u (%s:%u) is left running and sends to "
+				"port %u: %s on port %u is not stopped, nor the peers before it, and the "
+				"segment is kept; stop that %s first (its pidfile is not in the run "
+				"directory), then run xseg down again\n", o->program, o->port_first,
+				pf->file, o->line, to, pp->program, pp->port_first, o->program);
+			return true;
+		}
+	}
+	return false;
+}
+
 /*
  * The segment goes only once nothing is left on it: a live process on
  * any port (a peer not in the file, a client), or a dirty mark (a cache
@@ -609,15 +631,19 @@ int path_down(const struct path_file *pf, const char *run_dir, unsigned timeout_
 	struct xseg *seg = NULL;
 	if (xseg_join(pf->segment, &seg) < 0)
 		seg = NULL;
-	bool left = false;
+	bool left = false, was_left[PATH_FILE_MAX_PEERS] = { false };
 	for (unsigned i = pf->nr_peers; i-- > 0;) {
-		enum stopped r = seg && held_in_front(seg, pf, &pf->peers[i]) ? STUCK :
+		/* nothing behind a peer still running is stopped: a cache there
+		 * writes back to it */
+		enum stopped r = needed_by_left(pf, was_left, i) ||
+				 (seg && held_in_front(seg, pf, &pf->peers[i])) ? STUCK :
 				 stop_peer(seg, &pf->peers[i], &rd, timeout_s, "down");
 		if (r == STUCK) {
 			if (seg)
 				xseg_leave(seg);
 			return 1;
 		}
+		was_left[i] = r == LEFT;
 		left |= r == LEFT;
 	}
 	if (!seg) {

@@ -25,8 +25,9 @@ int path_up(const struct path_file *pf, const char *run_dir, unsigned timeout_s)
  * then removes the segment. Returns 0 once nothing of the file runs, also
  * when nothing did; 1 when a peer did not stop or a cache left dirty data
  * (the rest is left running then), and 1 without stopping a peer that a
- * live peer or a dirty mark is in front of (plug.h, front_in_use), nor
- * those before it. The segment stays while any port is served or marked
+ * live peer or a dirty mark is in front of (plug.h, front_in_use), or
+ * that a peer left running sends to (path_peer.sends_to, plug), nor those
+ * before it. The segment stays while any port is served or marked
  * dirty.
  */
 int path_down(const struct path_file *pf, const char *run_dir, unsigned timeout_s);

@@ -620,8 +620,9 @@ static const struct command commands[] = {
 	  "0 once nothing of FILE runs (also if nothing did); 1 if a peer does not\n"
 	  "stop or a cache is gone holding dirty data: what runs before it is left\n"
 	  "running, and the segment too. A peer with a live peer (a cache plugged\n"
-	  "by hand, or one left running) or a dirty mark in front of its port is\n"
-	  "not stopped (exit 1: unplug or stop that one first). The segment stays\n"
+	  "by hand, or one left running) or a dirty mark in front of its port, or\n"
+	  "that a peer left running sends to (blocker-port= ...), is not stopped\n"
+	  "(exit 1: unplug or stop that one first). The segment stays\n"
 	  "while any port is served or marked dirty.\n", true },
 	{ "status", cmd_status, "xseg status FILE [--run-dir DIR]",
 	  "One line per peer of FILE: port, program, pid, and whether it serves\n"

@@ -291,6 +291,19 @@ static int peer_line(struct path_file *pf, unsigned line, char **w, unsigned n, 
 				     pp->port_first > o->port_first ? pp->port_first : o->port_first,
 				     o->program, o->line);
 	}
+	/* A peer sends to ports served by earlier lines only, as plug= does:
+	 * down stops in reverse order, and stopping the port a cache writes
+	 * back to before the cache would lose its dirty data. */
+	static const char *const sends[] = PATH_PEER_SENDS_TO;
+	for (unsigned i = 0; i < pf->nr_peers; i++) {
+		const struct path_peer *o = &pf->peers[i];
+		for (unsigned k = 0; k < PATH_PEER_NR_SENDS_TO; k++)
+			if (o->sends_to[k] >= pp->port_first && o->sends_to[k] <= pp->bound_last)
+				return fault(pf, o->line, "%s=%u: port %u is served by %s on a later "
+					     "line (%u); list %s before this line", sends[k],
+					     o->sends_to[k], o->sends_to[k], pp->program, line,
+					     pp->program);
+	}
 	/* Two caches on one persist file would overwrite each other's data
 	 * (the second's start is refused only once the first runs). */
 	const char *persist = persist_of(pp);

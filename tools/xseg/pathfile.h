@@ -8,8 +8,10 @@
  *
  * `peer NAME key=value...` runs `NAME --key value ...` (a key without '='
  * is a bare `--key`); `plug=B` is xseg's own: once the peer serves, it is
- * plugged in front of port B, which an earlier peer serves. Values are one
- * word each (no blanks, no '#').
+ * plugged in front of port B, which an earlier peer serves. A port a peer
+ * sends to (PATH_PEER_SENDS_TO: blocker-port= ...) may not be one a later
+ * line serves (down stops in reverse order). Values are one word each (no
+ * blanks, no '#').
  */
 #ifndef XSEG_TOOL_PATHFILE_H
 #define XSEG_TOOL_PATHFILE_H

@@ -147,6 +147,35 @@ static void print_port(const struct path_peer *pp, char *out, size_t len)
 }
 
 /*
+ * A daemon's exit status reaches nobody's waitpid: the runtime says it in
+ * its log ("NAME[PID] ERROR: stopped, exit status N", only when N is not
+ * 0, or "stop: gave up" before it exits 1). True if `log` from `offset`
+ * on holds such a line of `pid`; the line's text from the pid on in `why`.
+ */
+static bool failed_exit(const char *log, off_t offset, pid_t pid, char *why, size_t len)
+{
+	FILE *f = fopen(log, "re");
+	if (!f)
+		return false;
+	char tag[32], line[1024];
+	snprintf(tag, sizeof(tag), "[%d] ERROR: ", (int)pid);
+	bool failed = false;
+	if (fseeko(f, offset, SEEK_SET) == 0) {
+		while (!failed && fgets(line, sizeof(line), f)) {
+			const char *t = strstr(line, tag);
+			const char *m = t ? t + strlen(tag) : "";
+			failed = !strncmp(m, "stopped, exit status ", 21) || !strncmp(m, "stop: gave up", 13);
+			if (failed) {
+				line[strcspn(line, "\n")] = '\0';
+				snprintf(why, len, "%s", m);
+			}
+		}
+	}
+	fclose(f);
+	return failed;
+}
+
+/*
  * SIGTERM to the peer of the pidfile, then waits for it to exit, one
  * progress line every few seconds (with the dirty bytes a cache still
  * writes back). seg may be NULL (the segment is gone).
@@ -184,6 +213,10 @@ static enum stopped stop_peer(struct xseg *seg, const struct path_peer *pp,
 	printf("xseg %s: stopping %s on port %u (pid %d)\n", what, pp->program, pp->port_first,
 	       (int)pid);
 	fflush(stdout);
+	char log[PATH_MAX];
+	struct stat st;
+	peer_file(rd, pp, "log", log, sizeof(log));
+	off_t log_from = stat(log, &st) == 0 ? st.st_size : 0;
 	kill(pid, SIGTERM);
 	uint64_t start = xseg_now_ns();
 	unsigned shown = 0;
@@ -214,13 +247,23 @@ static enum stopped stop_peer(struct xseg *seg, const struct path_peer *pp,
 	printf("xseg %s: %s on port %u stopped after %" PRIu64 ".%01" PRIu64 " s\n", what,
 	       pp->program, pp->port_first, ms / 1000, ms % 1000 / 100);
 	fflush(stdout);
-	if (seg) {
-		for (uint32_t p = pp->port_first; p <= pp->port_last; p++) {
+	if (seg)
+		for (uint32_t p = pp->port_first; p <= pp->port_last; p++)
 			if (gone_dirty(seg, p, what))
 				return STUCK;
-			clear_routes_to(seg, p);
-		}
+	/* Also with no segment to look at (its name removed while the path
+	 * ran): a cache that gave up its write-back exits non-zero. */
+	char why[512];
+	if (failed_exit(log, log_from, pid, why, sizeof(why))) {
+		fprintf(stderr, "xseg: %s: %s on port %u (pid %d) failed its stop: '%s' (%s); data "
+			"it held may be lost: the peers before it are left running%s\n", what,
+			pp->program, pp->port_first, (int)pid, why, log,
+			seg ? ", and the segment" : "");
+		return STUCK;
 	}
+	if (seg)
+		for (uint32_t p = pp->port_first; p <= pp->port_last; p++)
+			clear_routes_to(seg, p);
 	return STOPPED;
 }
 

@@ -23,8 +23,10 @@ int path_up(const struct path_file *pf, const char *run_dir, unsigned timeout_s)
  * SIGTERM to each peer in reverse order, waiting (at most timeout_s each)
  * for it to exit before the next (a cache writes back all it holds first);
  * then removes the segment. Returns 0 once nothing of the file runs, also
- * when nothing did; 1 when a peer did not stop or a cache left dirty data
- * (the rest is left running then), and 1 without stopping a peer that a
+ * when nothing did; 1 when a peer did not stop, a cache left dirty data or
+ * a peer's log says its stop failed (a daemon's exit status: the runtime's
+ * "stopped, exit status N" or "stop: gave up"; the rest is left running
+ * then), and 1 without stopping a peer that a
  * live peer or a dirty mark is in front of (plug.h, front_in_use), or
  * that a peer left running sends to (path_peer.sends_to, plug), nor those
  * before it. The segment stays while any port is served or marked

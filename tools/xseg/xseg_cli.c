@@ -618,14 +618,15 @@ static const struct command commands[] = {
 	{ "down", cmd_down, "xseg down FILE [--run-dir DIR] [--timeout S]",
 	  "Stops FILE's peers in reverse order, one at a time: SIGTERM, then waits\n"
 	  "(--timeout S each, default 120) for it to exit; a cache writes back\n"
-	  "every dirty byte and leaves the path first. Then removes the segment.\n"
-	  "0 once nothing of FILE runs (also if nothing did); 1 if a peer does not\n"
-	  "stop or a cache is gone holding dirty data: what runs before it is left\n"
-	  "running, and the segment too. A peer with a live peer (a cache plugged\n"
-	  "by hand, or one left running) or a dirty mark in front of its port, or\n"
-	  "that a peer left running sends to (blocker-port= ...), is not stopped\n"
-	  "(exit 1: unplug or stop that one first). The segment stays\n"
-	  "while any port is served or marked dirty.\n", true },
+	  "every dirty byte and leaves the path first. Then removes the segment. 0\n"
+	  "once nothing of FILE runs (also if nothing did); 1 if a peer does not\n"
+	  "stop, its log says its stop failed (exit status not 0: a cache that gave\n"
+	  "up its write-back) or a cache is gone holding dirty data: what runs\n"
+	  "before it is left running, and the segment too. A peer with a live peer\n"
+	  "(a cache plugged by hand, or one left running) or a dirty mark in front\n"
+	  "of its port, or that a peer left running sends to (blocker-port= ...),\n"
+	  "is not stopped (exit 1: unplug or stop that one first). The segment\n"
+	  "stays while any port is served or marked dirty.\n", true },
 	{ "status", cmd_status, "xseg status FILE [--run-dir DIR]",
 	  "One line per peer of FILE: port, program, pid, and whether it serves\n"
 	  "(its pidfile names a live process that owns its port, plugged where\n"

@@ -138,6 +138,28 @@ static bool is_peer(struct xseg *seg, const struct path_peer *pp, pid_t pid)
 	return !strcmp(a ? a + 1 : exe, b ? b + 1 : real);
 }
 
+/*
+ * The pid of the peer's pidfile, 0 if none. One that names a live process
+ * that is not the peer is stale (the peer died without removing it and
+ * its pid was reused after a reboot or a long run): removed, said, 0 (the
+ * peer would refuse it, and down would take a stranger for the peer).
+ */
+static pid_t pidfile_pid(struct xseg *seg, const struct path_peer *pp, const char *pidfile,
+			 const char *what)
+{
+	pid_t pid = read_pidfile(pidfile);
+	if (!xseg_pid_alive(pid) || is_peer(seg, pp, pid))
+		return pid;
+	if (unlink(pidfile) < 0 && errno != ENOENT) {
+		fprintf(stderr, "xseg: %s: %s names pid %d, which is not %s, and cannot be removed: "
+			"%s\n", what, pidfile, (int)pid, pp->program, strerror(errno));
+		return pid;
+	}
+	fprintf(stderr, "xseg: %s: %s named pid %d, which is not %s (a stale pidfile, its pid "
+		"reused): removed\n", what, pidfile, (int)pid, pp->program);
+	return 0;
+}
+
 static void print_port(const struct path_peer *pp, char *out, size_t len)
 {
 	if (pp->port_first == pp->port_last)
@@ -185,7 +207,7 @@ static enum stopped stop_peer(struct xseg *seg, const struct path_peer *pp,
 {
 	char pidfile[PATH_MAX];
 	peer_file(rd, pp, "pid", pidfile, sizeof(pidfile));
-	pid_t pid = read_pidfile(pidfile);
+	pid_t pid = pidfile_pid(seg, pp, pidfile, what);
 	pid_t owner = port_owner(seg, pp->port_first);
 	if (!xseg_pid_alive(pid)) {
 		if (pid)
@@ -205,7 +227,7 @@ static enum stopped stop_peer(struct xseg *seg, const struct path_peer *pp,
 					return STUCK;
 		return STOPPED;
 	}
-	if (!is_peer(seg, pp, pid)) {
+	if (!is_peer(seg, pp, pid)) {   /* a stale pidfile that could not be removed */
 		fprintf(stderr, "xseg: %s: %s names pid %d, which is not %s; left running\n", what,
 			pidfile, (int)pid, pp->program);
 		return LEFT;
@@ -328,6 +350,7 @@ static int start_peer(struct xseg *seg, const struct path_file *pf, const struct
 	peer_file(rd, pp, "log", log, sizeof(log));
 	print_port(pp, port, sizeof(port));
 	peer_argv(pf, pp, pidfile, argv);
+	pidfile_pid(seg, pp, pidfile, "up");   /* a live peer's is kept: it refuses to start */
 
 	int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
 	if (fd < 0) {

@@ -193,6 +193,36 @@ static bool same_file(const char *a, const char *b)
 	return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
 }
 
+/*
+ * The keys xseg reads or sets itself. The peer's getopt_long takes any
+ * unambiguous prefix of an option (di=data is --dir=data), so a prefix of
+ * one of these would pass every check made on the whole key.
+ */
+static const char *const own_keys[] = {
+	"segment", "daemon", "pidfile", "port", "lanes", "plug", "dir", "persist",
+	"persist-discard", "conf", "volumes-file", "blocker-port", "mirror-port",
+	"forward", "target-port",
+};
+/* whole options of a peer that are prefixes of one of those */
+static const char *const whole_keys[] = { "volume" };
+
+/* The own key that `key`, a proper prefix of it, abbreviates, or NULL. */
+static const char *abbreviates(const char *key)
+{
+	size_t len = strlen(key);
+	const char *longer = NULL;
+	for (size_t i = 0; i < sizeof(own_keys) / sizeof(own_keys[0]); i++) {
+		if (!strcmp(key, own_keys[i]))
+			return NULL;
+		if (!strncmp(key, own_keys[i], len) && (!longer || strlen(own_keys[i]) < strlen(longer)))
+			longer = own_keys[i];   /* the shortest, to name */
+	}
+	for (size_t i = 0; longer && i < sizeof(whole_keys) / sizeof(whole_keys[0]); i++)
+		if (!strcmp(key, whole_keys[i]))
+			return NULL;
+	return longer;
+}
+
 static int peer_line(struct path_file *pf, unsigned line, char **w, unsigned n, char **arena)
 {
 	if (!pf->segment)
@@ -230,6 +260,10 @@ static int peer_line(struct path_file *pf, unsigned line, char **w, unsigned n, 
 			return fault(pf, line, "'%s': the value is missing", word);
 		char key[64];
 		snprintf(key, sizeof(key), "%.*s", (int)klen, word);
+		const char *whole = abbreviates(key);
+		if (whole)
+			return fault(pf, line, "'%s': write the whole key (%s): the peer would take "
+				     "'%s' for --%s, past xseg's checks of it", word, whole, key, whole);
 		if (!strcmp(key, "segment") || !strcmp(key, "daemon") || !strcmp(key, "pidfile"))
 			return fault(pf, line, "'%s': xseg up sets --segment, --daemon and --pidfile itself",
 				     word);

@@ -7,10 +7,12 @@
  *   peer PROGRAM port=N|A-B [plug=B] [key=value | key]...
  *
  * `peer NAME key=value...` runs `NAME --key value ...` (a key without '='
- * is a bare `--key`); `plug=B` is xseg's own: once the peer serves, it is
- * plugged in front of port B, which an earlier peer serves. A port a peer
- * sends to (PATH_PEER_SENDS_TO: blocker-port= ...) may not be one a later
- * line serves (down stops in reverse order). Values are one word each (no
+ * is a bare `--key`; a key that abbreviates one xseg reads or sets is
+ * refused: the peer's getopt_long would take it whole); `plug=B` is
+ * xseg's own: once the peer serves, it is plugged in front of port B,
+ * which an earlier peer serves. A port a peer sends to
+ * (PATH_PEER_SENDS_TO: blocker-port= ...) may not be one a later line
+ * serves (down stops in reverse order). Values are one word each (no
  * blanks, no '#').
  */
 #ifndef XSEG_TOOL_PATHFILE_H

@@ -104,6 +104,9 @@ static int segment_line(struct path_file *pf, unsigned line, char **w, unsigned 
 			if (!*val || *end || errno || m > 0777)
 				return fault(pf, line, "segment: mode: '%s' is not an octal mode like 0600",
 					     val);
+			if (!m)   /* 0 was taken for "not given" (0600) */
+				return fault(pf, line, "segment: mode: '%s' lets nobody open the segment "
+					     "(e.g. 0600)", val);
 			pf->cfg.mode = (mode_t)m;
 		} else {
 			return fault(pf, line, "segment: unknown key '%s' (ports, requests, heap, mode)",

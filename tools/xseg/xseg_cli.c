@@ -15,8 +15,9 @@
  *   xseg down    FILE [--run-dir DIR] [--timeout S]
  *   xseg status  FILE [--run-dir DIR]
  *
- * A bad argument: one line on stderr naming it, exit 2. A failure of the
- * segment or a peer: the reason on stderr, exit 1.
+ * Each takes the options its usage line names, --help and --version. A bad
+ * argument (another command's option too): one line on stderr naming it,
+ * exit 2. A failure of the segment or a peer: the reason on stderr, exit 1.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -80,17 +81,26 @@ static uint64_t num(const char *opt, const char *val, uint64_t min, uint64_t max
 	return v;
 }
 
-static void only_for(const struct command *cmd, const char *name, const char *opt)
+/* --NAME is in the command's synopsis: its options, and only those, are
+ * taken (another command's, silently dropped, would do something else
+ * than asked: `up --ports 2` made a 64-port segment). */
+static void takes(const struct command *cmd, const char *name)
 {
-	if (strcmp(cmd->name, name))
-		bad("%s goes with %s", opt, name);
+	size_t len = strlen(name);
+	for (const char *s = strstr(cmd->synopsis, name); s; s = strstr(s + 1, name))
+		if (s - cmd->synopsis >= 2 && !strncmp(s - 2, "--", 2) &&
+		    !(s[len] == '-' || (s[len] >= 'a' && s[len] <= 'z')))
+			return;
+	fprintf(stderr, "xseg: --%s does not go with %s (usage: %s)\n", name, cmd->name,
+		cmd->synopsis);
+	exit(2);
 }
 
 static void parse(int argc, char **argv, const struct command *cmd, struct args *a)
 {
 	enum { O_SEG = 256, O_PORTS, O_REQS, O_HEAP, O_MODE, O_PORT, O_NEXT, O_VIA, O_CLEAR,
 	       O_JSON, O_ALL, O_SET, O_FORCE, O_RUN_DIR, O_TIMEOUT, O_WATCH, O_COUNT,
-	       O_PROMETHEUS, O_LISTEN, O_HELP };
+	       O_PROMETHEUS, O_LISTEN, O_HELP, O_VERSION };
 	static const struct option opts[] = {
 		{ "segment", required_argument, NULL, O_SEG },
 		{ "ports", required_argument, NULL, O_PORTS },
@@ -112,11 +122,15 @@ static void parse(int argc, char **argv, const struct command *cmd, struct args 
 		{ "prometheus", no_argument, NULL, O_PROMETHEUS },
 		{ "listen", required_argument, NULL, O_LISTEN },
 		{ "help", no_argument, NULL, O_HELP },
+		{ "version", no_argument, NULL, O_VERSION },
 		{ NULL, 0, NULL, 0 },
 	};
-	int c;
+	int c, index = -1;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "h", opts, &index)) != -1) {
+		if (index >= 0 && c != O_HELP && c != O_VERSION)
+			takes(cmd, opts[index].name);
+		index = -1;
 		switch (c) {
 		case O_SEG: a->segment = optarg; break;
 		case O_PORTS: a->ports = num("--ports", optarg, 1, XSEG_MAX_PORTS); break;
@@ -130,6 +144,9 @@ static void parse(int argc, char **argv, const struct command *cmd, struct args 
 			a->mode = strtoul(optarg, &end, 8);
 			if (!*optarg || *end || a->mode > 0777)
 				bad("--mode: '%s' is not an octal mode like 0600%s", optarg, "");
+			/* 0 was taken for "not given" (0600): nobody could open it */
+			if (!a->mode)
+				bad("--mode: '%s' lets nobody open the segment (e.g. 0600)%s", optarg, "");
 			break;
 		}
 		case O_PORT: a->port = (uint32_t)num("--port", optarg, 0, XSEG_MAX_PORTS - 1); a->have_port = true; break;
@@ -143,30 +160,20 @@ static void parse(int argc, char **argv, const struct command *cmd, struct args 
 				bad("--set: '%s' is not writeback or writethrough%s", optarg, "");
 			a->set = optarg;
 			break;
-		case O_FORCE:
-			if (strcmp(cmd->name, "unplug") && strcmp(cmd->name, "promote"))
-				bad("--force goes with unplug and promote, not %s%s", cmd->name, "");
-			a->force = true;
-			break;
+		case O_FORCE: a->force = true; break;
 		case O_RUN_DIR:
-			if (!cmd->takes_file)
-				bad("--run-dir goes with up, down and status, not %s%s", cmd->name, "");
 			if (!*optarg)
 				bad("--run-dir: '%s' is empty%s", optarg, "");
 			a->run_dir = optarg;
 			break;
 		case O_TIMEOUT:
-			if ((!cmd->takes_file && strcmp(cmd->name, "promote")) ||
-			    !strcmp(cmd->name, "status"))
-				bad("--timeout goes with up, down and promote, not %s%s", cmd->name, "");
 			a->timeout = num("--timeout", optarg, 1, 86400);
 			break;
-		case O_WATCH: only_for(cmd, "stats", "--watch"); a->watch = num("--watch", optarg, 1, 86400); break;
-		case O_COUNT: only_for(cmd, "stats", "--count"); a->count = num("--count", optarg, 1, UINT32_MAX); break;
-		case O_PROMETHEUS: only_for(cmd, "stats", "--prometheus"); a->prometheus = true; break;
+		case O_WATCH: a->watch = num("--watch", optarg, 1, 86400); break;
+		case O_COUNT: a->count = num("--count", optarg, 1, UINT32_MAX); break;
+		case O_PROMETHEUS: a->prometheus = true; break;
 		case O_LISTEN: {
 			const char *why = "";
-			only_for(cmd, "exporter", "--listen");
 			if (exporter_check_listen(optarg, &why) < 0)
 				bad("--listen: '%s' %s", optarg, why);
 			a->listen = optarg;
@@ -174,12 +181,11 @@ static void parse(int argc, char **argv, const struct command *cmd, struct args 
 		}
 		case 'h':
 		case O_HELP: printf("usage: %s\n%s", cmd->synopsis, cmd->help); exit(0);
+		case O_VERSION: xseg_print_version("xseg"); exit(0);
 		default: bad("unknown or incomplete option '%s'%s", argv[optind - 1], " (see --help)");
 		}
 	}
 	if (cmd->takes_file) {
-		if (a->segment)
-			bad("%s: the segment is named in FILE, not by --segment%s", cmd->name, "");
 		if (optind == argc)
 			bad("%s: FILE is required%s", cmd->name, " (see --help)");
 		a->file = argv[optind++];

@@ -121,7 +121,34 @@ static pid_t port_owner(struct xseg *seg, uint32_t port)
 }
 
 /* pid is the peer: it owns the peer's port, or runs the peer's program. */
-static bool is_peer(struct xseg *seg, const struct path_peer *pp, pid_t pid)
+/* Whether pid's command line holds "--pidfile PIDFILE" (as xseg up
+ * starts a peer: peer_argv). */
+static bool started_with_pidfile(pid_t pid, const char *pidfile)
+{
+	char path[64], buf[8192];
+	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return false;
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	for (size_t i = 0; i < n; i += strlen(buf + i) + 1) {
+		const char *arg = buf + i;
+		if (!strcmp(arg, "--pidfile") && i + strlen(arg) + 1 < n &&
+		    !strcmp(arg + strlen(arg) + 1, pidfile))
+			return true;
+		if (!strncmp(arg, "--pidfile=", 10) && !strcmp(arg + 10, pidfile))
+			return true;
+	}
+	return false;
+}
+
+/* Whether pid is the peer pp whose pidfile is `pidfile`: the owner of its
+ * port, or (the segment gone, the port not yet bound) its program started
+ * with that pidfile. The program alone would take a reused pid running
+ * the same program for another path for ours, and signal it. */
+static bool is_peer(struct xseg *seg, const struct path_peer *pp, pid_t pid, const char *pidfile)
 {
 	if (port_owner(seg, pp->port_first) == pid)
 		return true;
@@ -135,7 +162,7 @@ static bool is_peer(struct xseg *seg, const struct path_peer *pp, pid_t pid)
 	if (deleted)
 		*deleted = '\0';
 	const char *a = strrchr(exe, '/'), *b = strrchr(real, '/');
-	return !strcmp(a ? a + 1 : exe, b ? b + 1 : real);
+	return !strcmp(a ? a + 1 : exe, b ? b + 1 : real) && started_with_pidfile(pid, pidfile);
 }
 
 /*
@@ -148,7 +175,7 @@ static pid_t pidfile_pid(struct xseg *seg, const struct path_peer *pp, const cha
 			 const char *what)
 {
 	pid_t pid = read_pidfile(pidfile);
-	if (!xseg_pid_alive(pid) || is_peer(seg, pp, pid))
+	if (!xseg_pid_alive(pid) || is_peer(seg, pp, pid, pidfile))
 		return pid;
 	if (unlink(pidfile) < 0 && errno != ENOENT) {
 		fprintf(stderr, "xseg: %s: %s names pid %d, which is not %s, and cannot be removed: "
@@ -227,7 +254,7 @@ static enum stopped stop_peer(struct xseg *seg, const struct path_peer *pp,
 					return STUCK;
 		return STOPPED;
 	}
-	if (!is_peer(seg, pp, pid)) {   /* a stale pidfile that could not be removed */
+	if (!is_peer(seg, pp, pid, pidfile)) {   /* a stale pidfile that could not be removed */
 		fprintf(stderr, "xseg: %s: %s names pid %d, which is not %s; left running\n", what,
 			pidfile, (int)pid, pp->program);
 		return LEFT;
@@ -769,7 +796,7 @@ int path_status(const struct path_file *pf, const char *run_dir)
 		peer_file(&rd, pp, "pid", pidfile, sizeof(pidfile));
 		print_port(pp, port, sizeof(port));
 		pid_t pid = read_pidfile(pidfile), owner = port_owner(seg, pp->port_first);
-		bool runs = xseg_pid_alive(pid) && is_peer(seg, pp, pid);
+		bool runs = xseg_pid_alive(pid) && is_peer(seg, pp, pid, pidfile);
 		if (runs)
 			snprintf(pidtxt, sizeof(pidtxt), "%d", (int)pid);
 		printf("%-9s %-12s %8s  ", port, pp->program, pidtxt);

@@ -11,7 +11,9 @@
 # saying how many commands were left, and exits; no hang. qemu-io with
 # two aio_writes in flight at the SIGTERM: both succeed. Last, the whole
 # path stopped by `xseg down` (nbdd first) with 8 WRITEs in flight: all
-# answered.
+# answered. Commands read but not yet started at the stop (waiting for
+# --max-buffer-total, or behind the connection's --max-inflight) get
+# NBD_ESHUTDOWN.
 set -u
 SEG_PREFIX=nbdd-stop
 . "$(dirname "$0")/lib.sh"
@@ -174,6 +176,75 @@ python3 -c "import sys; sys.exit(not 1.5 <= $2 <= 10)" ||
 grep -E "stop: 3 commands? unanswered .*after --stop-timeout 2 s" "$DIR/nbdd-bound.log" ||
 	fail "nbdd's log does not say how many commands its stop left"
 echo "closed at the bound, the unanswered commands counted: ok"
+
+echo "--- commands read but not started at the stop: each gets NBD_ESHUTDOWN"
+# Found by review: "drained" counted only started commands, so a
+# connection whose command waited for --max-buffer-total (B), or behind
+# its own --max-inflight (C's second), was closed unanswered ("every
+# command answered", exit 0).
+SUPPORT=$(cd "$(dirname "$0")" && pwd)/support
+# replies: what a raw client got after the SIGTERM (sorted (cookie,
+# error) pairs, then how the connection ended)
+cat > "$DIR/replies.py" <<'EOF'
+import socket, struct
+def replies(s):
+    s.settimeout(20); got = []; buf = b""; how = "timeout"
+    try:
+        while True:
+            r = s.recv(65536)
+            if not r: how = "closed"; break
+            buf += r
+    except socket.timeout: pass
+    except ConnectionResetError: how = "reset"
+    while len(buf) >= 16:
+        m, e, c = struct.unpack(">IIQ", buf[:16]); buf = buf[16:]
+        got.append((c, e))
+    return sorted(got), how
+EOF
+start_nbdd nbdd-wait.log --socket-threads 1 --max-client-buffer 4M --max-buffer-total 4M
+PYTHONPATH=$SUPPORT:$DIR $T python3 - "$SOCK" "$npid" > "$DIR/wait.out" 2>&1 <<'EOF' ||
+import os, signal, sys, time
+from nbd_raw_client import WRITE, connect, handshake, request
+from replies import replies
+sock, npid = sys.argv[1], int(sys.argv[2])
+M = 1 << 20
+a = connect(sock); handshake(a, b"vol")     # fills the 4M total
+request(a, WRITE, 1, 0, 2 * M, b"a" * (2 * M))
+request(a, WRITE, 2, 8 * M, 2 * M, b"b" * (2 * M))
+time.sleep(0.5)
+b = connect(sock); handshake(b, b"vol")     # waits for the total
+request(b, WRITE, 3, 16 * M, 64 << 10, b"c" * (64 << 10))
+time.sleep(0.5)
+os.kill(npid, signal.SIGTERM)
+print("A", *replies(a))
+print("B", *replies(b))
+EOF
+	fail "the clients: $(cat "$DIR/wait.out")"
+wait_exit "$npid" 200
+cat "$DIR/wait.out"
+grep -qx "A \[(1, 0), (2, 0)\] closed" "$DIR/wait.out" || fail "A's WRITEs in flight"
+grep -qx "B \[(3, $ESHUTDOWN)\] closed" "$DIR/wait.out" ||
+	fail "B's WRITE, waiting for --max-buffer-total at the stop, got no NBD_ESHUTDOWN"
+[ "$rc" = 0 ] || fail "nbdd exited $rc"
+start_nbdd nbdd-limit.log --max-inflight 1
+PYTHONPATH=$SUPPORT:$DIR $T python3 - "$SOCK" "$npid" > "$DIR/limit.out" 2>&1 <<'EOF' ||
+import os, signal, sys, time
+from nbd_raw_client import WRITE, connect, handshake, request
+from replies import replies
+sock, npid = sys.argv[1], int(sys.argv[2])
+c = connect(sock); handshake(c, b"vol")
+request(c, WRITE, 1, 0, 2 << 20, b"a" * (2 << 20))
+request(c, WRITE, 2, 8 << 20, 4096, b"b" * 4096)   # behind --max-inflight 1
+time.sleep(0.5)
+os.kill(npid, signal.SIGTERM)
+print("C", *replies(c))
+EOF
+	fail "the client: $(cat "$DIR/limit.out")"
+wait_exit "$npid" 200
+cat "$DIR/limit.out"
+grep -qx "C \[(1, 0), (2, $ESHUTDOWN)\] closed" "$DIR/limit.out" ||
+	fail "C's second WRITE, behind --max-inflight 1 at the stop, got no NBD_ESHUTDOWN"
+echo "commands waiting at the stop answered NBD_ESHUTDOWN: ok"
 
 echo "--- xseg down of the whole path (nbdd first), 8 WRITEs in flight"
 SEG2=$SEG-up RUN=$DIR/run

@@ -619,6 +619,41 @@ static void conn_readable(struct conn *c)
 	conn_close(c, why);
 }
 
+/* In the stop, whether c owes its client nothing: no command in flight
+ * or reply unsent, and none read but not yet started (paused: waiting for
+ * memory or its own limit; in the input buffer; a payload being read). */
+static bool stop_done(struct conn *c)
+{
+	pthread_mutex_lock(&c->lock);
+	bool done = conn_drained_locked(c) && !c->paused && !c->in_len && !c->filling &&
+		    !c->discard;
+	pthread_mutex_unlock(&c->lock);
+	return done;
+}
+
+/*
+ * In the stop: closes c once every command it sent is answered. What its
+ * socket still holds is read first (each command NBD_ESHUTDOWN): a
+ * command read but not started, or sent just before, would otherwise be
+ * dropped unanswered with the connection. True: c is closed.
+ */
+static bool stop_close_if_done(struct conn *c)
+{
+	if (c->phase != PH_TRANSMISSION) {
+		conn_close(c, "nbdd stops (in the handshake)");
+		return true;
+	}
+	if (!stop_done(c))
+		return false;
+	conn_readable(c);
+	if (c->closed)
+		return true;
+	if (!stop_done(c))
+		return false;
+	conn_close(c, "nbdd stops, every command answered");
+	return true;
+}
+
 /* A kick: resume reading, or close after DISC, in the stop or after a
  * failed write. */
 static void conn_kicked(struct conn *c)
@@ -627,7 +662,7 @@ static void conn_kicked(struct conn *c)
 		return;
 	pthread_mutex_lock(&c->lock);
 	bool dead = c->dead, broken = c->broken, disc = c->disc;
-	bool done = conn_closing_locked(c) && conn_drained_locked(c);
+	bool done = disc && conn_drained_locked(c);
 	if (!dead && !broken && !done)
 		conn_update_events_locked(c);
 	pthread_mutex_unlock(&c->lock);
@@ -636,9 +671,8 @@ static void conn_kicked(struct conn *c)
 	if (broken)
 		conn_close(c, "write failed");
 	else if (done)
-		conn_close(c, disc ? "disconnected" : c->phase != PH_TRANSMISSION ?
-			   "nbdd stops (in the handshake)" : "nbdd stops, every command answered");
-	else
+		conn_close(c, "disconnected");
+	else if (!atomic_load(&H.stopping) || !stop_close_if_done(c))
 		conn_readable(c);
 }
 
@@ -805,13 +839,17 @@ static void stop_round(struct loop *L, bool first)
 			}
 	for (struct conn *c = L->conns, *next; c; c = next) {
 		next = c->next;   /* conn_close moves c to the zombies */
+		/* One waiting for memory is read again: its commands now get
+		 * NBD_ESHUTDOWN, which needs none. */
 		pthread_mutex_lock(&c->lock);
-		bool done = conn_drained_locked(c);
+		bool resume = c->waits_total && !c->dead;
+		if (resume) {
+			conn_unpause_locked(c);
+			conn_update_events_locked(c);
+		}
 		pthread_mutex_unlock(&c->lock);
-		if (c->phase != PH_TRANSMISSION)
-			conn_close(c, "nbdd stops (in the handshake)");
-		else if (done)
-			conn_close(c, "nbdd stops, every command answered");
+		if (!stop_close_if_done(c) && resume && !c->closed)
+			conn_readable(c);
 	}
 }
 

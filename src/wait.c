@@ -150,3 +150,12 @@ int xseg_signal(struct xseg *s, uint32_t port)
 	return 0;
 }
 
+int xseg_signal_all(struct xseg *s, uint32_t port)
+{
+	if (!xseg_port_valid(s, port))
+		return xseg_fail(EINVAL, "signal: port %u out of range", port);
+	xseg_full_fence();   /* as xseg_signal_port: the leader read after */
+	xseg_wake_all(s, leader_of(s, port));
+	return 0;
+}
+

@@ -473,6 +473,9 @@ int xseg_poll_until(struct xseg *seg, uint32_t port, uint64_t spin_ns,
 /* Wakes one thread sleeping on port's group (after work was queued for it
  * outside the segment). Costs no system call when nobody sleeps. */
 int xseg_signal(struct xseg *seg, uint32_t port);
+/* Wakes every thread sleeping on port's group (a peer stopping: each of
+ * its watchers must look at the stop flag, not sleep out its timeout). */
+int xseg_signal_all(struct xseg *seg, uint32_t port);
 
 /* ---- names ----------------------------------------------------------------- */
 

@@ -47,9 +47,9 @@ void peer_stop(struct peer *p)
 	peer_unpark_workers(p);
 	peer_bench_call(p, true);
 	/* and the watchers asleep on the port (each would sleep out its
-	 * IDLE_WAIT_NS: up to 100 ms more per stop) */
-	for (unsigned i = 0; p->seg && i < p->max_watchers; i++)
-		xseg_signal(p->seg, p->cfg.port_first);
+	 * IDLE_WAIT_NS: up to 100 ms more per stop; xseg_signal wakes one) */
+	if (p->seg)
+		xseg_signal_all(p->seg, p->cfg.port_first);
 }
 
 /* ---- workers ---------------------------------------------------------------------- */

@@ -568,6 +568,11 @@ void cache_engine_persist_report(struct cache_engine *e, char *buf, size_t len)
 		 r->was_kept ? "kept at a stop" : "not closed clean",
 		 r->bytes, r->objects, r->torn_headers, r->torn_data, r->orphans, r->bad_objects,
 		 r->older_versions);
+	size_t used = strlen(buf);
+	if (r->rewritten_bytes && used < len)
+		snprintf(buf + used, len - used, "; %" PRIu64 " bytes written again before the "
+			 "first sync (a write-back the crashed process saw fail is not on the "
+			 "device)", r->rewritten_bytes);
 }
 
 struct cache_engine *cache_engine_create(const struct cache_config *cfg,

@@ -321,6 +321,15 @@ static uint64_t pow2_at_least(uint64_t n)
 	return x;
 }
 
+/* Marks [ptr, ptr + len) dirty in the page cache: a byte of each page
+ * written back as it is (a write fault on the shared mapping). */
+static void redirty(unsigned char *ptr, uint64_t len)
+{
+	volatile unsigned char *b = ptr;
+	for (uint64_t off = 0; off < len; off += PAGE)
+		b[off] = b[off];
+}
+
 int persist_recover(struct persist *p, persist_recover_fn fn, void *arg,
 		    struct persist_recovery *r)
 {
@@ -359,6 +368,23 @@ int persist_recover(struct persist *p, persist_recover_fn fn, void *arg,
 	}
 	qsort(c, n, sizeof(*c), by_seq);
 	atomic_store(&p->next_seq, max_seq);
+
+	/*
+	 * After a crash, what recovery keeps is written again before the
+	 * caller's sync: a write-back of the dead process's that failed
+	 * (Linux reports it to one fsync, the dead one's, and marks the pages
+	 * clean) left pages that read back right from the page cache but are
+	 * not on the device, and a sync now would find nothing to write and
+	 * promise them durable (a host crash later: older bytes). The tables
+	 * and the kept slots' data, once each.
+	 */
+	if (!r->was_clean && !r->was_kept && n) {
+		redirty((unsigned char *)p->objects, (uint64_t)(p->data - (unsigned char *)p->objects));
+		for (uint32_t k = 0; k < n; k++)
+			redirty(persist_slot_data(p, c[k].slot), p->geo.bucket_size);
+		r->rewritten_bytes = (uint64_t)(p->data - (unsigned char *)p->objects) +
+				     (uint64_t)n * p->geo.bucket_size;
+	}
 
 	int rc = 0;
 	for (uint32_t k = 0; k < n && !rc; k++) {

@@ -74,6 +74,7 @@ struct persist_recovery {
 	uint64_t torn_data;      /* data checksum wrong */
 	uint64_t orphans;        /* slot naming a missing, reused or superseded object record */
 	uint64_t bad_objects;    /* object record checksum wrong */
+	uint64_t rewritten_bytes; /* after a crash: written again for the sync */
 	bool was_clean;          /* the last close was clean */
 	bool was_kept;           /* ... or kept its dirty data, all synced first */
 };

@@ -569,29 +569,38 @@ END_TEST
  * for ~60 turns: the bug makes about one per turn slow; more than 30 (half
  * the turns) over 10 ms is that bug. A correct run has next to none on a
  * quiet machine, but a loaded one under TSan had 17 (worst 42 ms), and
- * the old limit of 15 failed CI once. */
+ * the old limit of 15 failed CI once; so did 30, once, under ASan. */
 START_TEST(unparked_workers_watch_the_port)
 {
 	helped.mode = HELP_TURNS;
 	start_peer(&helped_ops, 0, "0");
+	/* Up to three 2 s looks: the bug is slow in every turn of each, a
+	 * loaded machine in bursts (CI under ASan beside a Ceph test: 79 of
+	 * 14314 in one look, the next runs none). */
 	unsigned slow = 0, done = 0;
-	uint64_t start = xseg_now_ns(), worst = 0;
-	while (xseg_now_ns() - start < 2000000000ull) {
-		struct pt_req r = { .op = X_READ, .target = "obj", .size = 64 };
-		uint64_t t0 = xseg_now_ns();
-		ck_assert_msg(pt_submit(seg, CLIENT, RELAY, &r), "submit: %s", xseg_last_error());
-		struct xseg_request *req = pt_receive(seg, CLIENT, TIMEOUT);
-		ck_assert_msg(req, "no reply after %u requests", done);
-		ck_assert_uint_eq(req->result, XR_SERVED);
-		struct pt_req answer = { 0 };
-		pt_finish(seg, req, &answer);
-		uint64_t ns = xseg_now_ns() - t0;
-		slow += ns > 10000000;
-		worst = ns > worst ? ns : worst;
-		done++;
+	uint64_t worst = 0;
+	for (int look = 0; look < 3 && (look == 0 || slow > 30); look++) {
+		slow = done = 0;
+		worst = 0;
+		uint64_t start = xseg_now_ns();
+		while (xseg_now_ns() - start < 2000000000ull) {
+			struct pt_req r = { .op = X_READ, .target = "obj", .size = 64 };
+			uint64_t t0 = xseg_now_ns();
+			ck_assert_msg(pt_submit(seg, CLIENT, RELAY, &r), "submit: %s",
+				      xseg_last_error());
+			struct xseg_request *req = pt_receive(seg, CLIENT, TIMEOUT);
+			ck_assert_msg(req, "no reply after %u requests", done);
+			ck_assert_uint_eq(req->result, XR_SERVED);
+			struct pt_req answer = { 0 };
+			pt_finish(seg, req, &answer);
+			uint64_t ns = xseg_now_ns() - t0;
+			slow += ns > 10000000;
+			worst = ns > worst ? ns : worst;
+			done++;
+		}
 	}
-	ck_assert_msg(slow <= 30, "%u of %u requests took over 10 ms (worst %llu ms): "
-		      "unparked workers did not watch the port", slow, done,
+	ck_assert_msg(slow <= 30, "%u of %u requests took over 10 ms (worst %llu ms), in each of "
+		      "3 looks: unparked workers did not watch the port", slow, done,
 		      (unsigned long long)(worst / 1000000));
 	run_load(xt_scaled(20000, 1000), 64);
 	int status = pt_stop(child, SIGTERM, TIMEOUT);

@@ -191,6 +191,11 @@ void cache_engine_set_policy(struct cache_engine *e, enum cache_policy p,
 	req_init(e, req);
 	if (p == CACHE_WRITETHROUGH && replica_refuses(e, req))
 		return;
+	if (p == CACHE_WRITEBACK && persist_failed(e) && !is_replica(e)) {
+		/* its syncs fail for good: a restart on a working file */
+		finish(e, req, false, atomic_load(&e->persist.sync_error), 0);
+		return;
+	}
 	atomic_store(&e->policy, (int)p);
 	if (p == CACHE_WRITETHROUGH) {
 		req->switching = true;   /* a primary answers once its replica is safe */

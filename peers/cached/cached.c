@@ -292,8 +292,11 @@ static bool write_back_on(struct cache_req *r, struct xseg_request *x, const cha
 			  enum cache_policy p)
 {
 	bool plug = !strcmp(what, "plug");
+	struct cache_stats st;
+	cache_engine_stats(C.engine, &st);
 	pthread_mutex_lock(&C.policy_lock);
-	int err = C.stopping ? ESHUTDOWN : C.unplugged && !plug ? EBUSY : 0;
+	int err = C.stopping ? ESHUTDOWN : st.persist_sync_error ? EIO :
+		  C.unplugged && !plug ? EBUSY : 0;
 	if (!err) {
 		C.write_back_gen++;
 		C.unplugged = false;
@@ -303,6 +306,9 @@ static bool write_back_on(struct cache_req *r, struct xseg_request *x, const cha
 	if (err == ESHUTDOWN)
 		peer_warn("refused '%s': stopping (every dirty byte written back, write-through "
 			  "until it exits)", what);
+	else if (err == EIO)
+		peer_warn("refused '%s': the persist file failed a sync (%s): write-through until "
+			  "cached restarts on a working file", what, strerror(st.persist_sync_error));
 	else if (err)
 		peer_warn("refused '%s': unplugged (its route may be gone: a write-back write "
 			  "would be hidden from the path); xseg plug puts it back first", what);
@@ -412,7 +418,8 @@ static void handle_control(struct glue_req *g)
 		cache_engine_forget_clean(C.engine);
 		if (C.cfg.policy == CACHE_WRITEBACK) {
 			if (!write_back_on(&g->req, x, "plug", CACHE_WRITEBACK))
-				give_up_hold(ESHUTDOWN, "refused: stopping");
+				give_up_hold(ESHUTDOWN, "refused: stopping, or the persist file "
+					     "failed");
 		} else {
 			/* Stopping: the route the tool would move next would
 			 * lead to a cache that exits (write_back_on says so
@@ -853,6 +860,25 @@ static void say_mirror_state(void)
 						: "writing through", st.exposure_bytes);
 }
 
+/* Once: the persist file failed a sync (the engine writes through from
+ * then on and writes every dirty byte back). */
+static void say_persist_failure(void)
+{
+	static bool said;
+	if (said || !C.cfg.persist_path)
+		return;
+	struct cache_stats st;
+	cache_engine_stats(C.engine, &st);
+	if (!st.persist_sync_error)
+		return;
+	said = true;
+	peer_error("persist: a sync of '%s' failed (%s): its disk may not hold what the kernel "
+		   "could not write. Writing through from now on, every dirty byte (%" PRIu64
+		   ") being written back to port %u; FLUSH fails until cached restarts on a "
+		   "working file", C.cfg.persist_path, strerror(st.persist_sync_error),
+		   st.dirty_bytes, C.blocker_port);
+}
+
 /* The runtime's maintenance thread: the flusher and reclaimer, and ten
  * times a second the dead-blocker reap and the write-back warnings. */
 static uint64_t maintain(struct peer *p)
@@ -869,6 +895,7 @@ static uint64_t maintain(struct peer *p)
 		}
 		dirty_mark_update();
 		watch_hold(now);
+		say_persist_failure();
 		next_reap = now + 100000000ull;
 	}
 	return cache_engine_maintain(C.engine);

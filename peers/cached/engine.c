@@ -710,6 +710,8 @@ uint64_t cache_engine_maintain(struct cache_engine *e)
 		e->flushing = true;
 	else if (dirty * 100 <= (uint64_t)e->cfg.dirty_low_pct * total)
 		e->flushing = false;
+	if (persist_failed(e) && !is_replica(e))
+		e->flushing = dirty > 0;   /* every dirty byte back at once (engine_sync) */
 
 	/* Short of buckets, clean buckets of cold objects go first: nothing to
 	 * write, and the dirty ones stay to absorb rewrites. Dirty data is
@@ -823,6 +825,7 @@ void cache_engine_stats(struct cache_engine *e, struct cache_stats *s)
 				     e->recovery.orphans + e->recovery.bad_objects;
 		s->persist_discarded_bytes = e->discarded_bytes;
 		s->persist_syncs = syncs;
+		s->persist_sync_error = atomic_load(&e->persist.sync_error);
 		s->persist_sync_avg_us = syncs ? atomic_load(&e->sync_ns_total) / syncs / 1000 : 0;
 		s->persist_forced_full = atomic_load(&e->forced_full);
 		s->persist_forced_spares = atomic_load(&e->forced_spares);

@@ -229,6 +229,7 @@ struct cache_stats {
 	uint64_t persist_dropped;               /* torn, orphaned, bad records at recovery */
 	uint64_t persist_discarded_bytes;       /* dropped by --persist-discard */
 	uint64_t persist_syncs;
+	int persist_sync_error;                 /* a sync of the file failed: write-through */
 	uint64_t persist_sync_avg_us;
 	/* syncs the host-crash rules forced (--persist-sync flush|always):
 	 * old versions piled up, spares short, a write-back's older version */

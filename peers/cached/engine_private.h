@@ -529,6 +529,12 @@ static inline uint64_t now_ns(void)
 static inline void obj_get(struct cache_object *o) { xcache_get(o->e->index, o->entry); }
 static inline void obj_put(struct cache_object *o) { xcache_put(o->e->index, o->entry); }
 
+/* The persist file failed a sync: write-through from then on (engine_sync). */
+static inline bool persist_failed(struct cache_engine *e)
+{
+	return e->persisting && atomic_load_explicit(&e->persist.sync_error, memory_order_relaxed);
+}
+
 static inline void obj_enqueue(struct cache_object *o, struct xwork *w, xwork_fn fn, void *arg)
 {
 	xwork_init(w, fn, arg);

@@ -500,5 +500,13 @@ int engine_sync(struct cache_engine *e)
 	int rc = sync_and_retire(e, false);
 	atomic_fetch_add(&e->sync_ns_total, now_ns() - t0);
 	atomic_fetch_add(&e->syncs, 1);
+	/* The persist file failed a sync (for good, persist_sync): its
+	 * pages whose write-back failed are clean to the kernel, which may
+	 * drop them and read the device's older bytes back in. No new dirty
+	 * data, then (write-through, refused back on: set_policy), and what
+	 * is dirty goes to the blocker at once (cache_engine_maintain). A
+	 * replica's data is its primary's to write back. */
+	if (rc && !is_replica(e))
+		atomic_store(&e->policy, (int)CACHE_WRITETHROUGH);
 	return rc;
 }

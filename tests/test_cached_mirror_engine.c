@@ -492,9 +492,12 @@ static uint64_t now_ms(void)
 		ck_assert_msg((cond), "timed out waiting for %s", #cond);              \
 	} while (0)
 
+/* Mirrored, and the marker on the blocker says so: write-back from then
+ * on (before it lands, writes go through). */
 static void wait_mirrored(void)
 {
-	MAINTAIN_UNTIL(stats_of(primary).mirror_state == MIRROR_MIRRORED);
+	MAINTAIN_UNTIL(stats_of(primary).mirror_state == MIRROR_MIRRORED &&
+		       stats_of(primary).marker_state == MARKER_MIRRORED);
 }
 
 static void maintain_replica(void *arg)
@@ -1095,10 +1098,22 @@ START_TEST(connecting_primary_writes_through)
 	ck_assert_uint_eq(stats_of(primary).dirty_bytes, 0);
 	ck_assert_int_eq(stats_of(primary).mirror_state, MIRROR_CONNECTING);
 	ck_assert_uint_eq(stats_of(replica).replica_writes, 0);
+	/* the reset answered, the marker's `mirrored` not yet on the blocker
+	 * (its writes fail): a write goes through, nothing rests on the
+	 * replica that a promote reading `degraded` would refuse */
+	atomic_store(&blk.fail_marker, EIO);
 	mir_serve_one();
 	MAINTAIN_UNTIL(stats_of(primary).mirror_state == MIRROR_MIRRORED);
-	fill(w, sizeof(w), 13);
 	mir_release_hold();
+	fill(w, sizeof(w), 14);
+	ck_assert_int_eq(run_on(primary, X_WRITE, "n", 0, BKT_SIZE, w), 0);
+	ck_assert_msg(blk_has("n", 0, w, BKT_SIZE),
+		      "a write was answered from the replica before the marker said mirrored");
+	ck_assert_uint_eq(stats_of(replica).replica_writes, 0);
+	ck_assert_uint_eq(stats_of(primary).dirty_bytes, 0);
+	atomic_store(&blk.fail_marker, 0);
+	MAINTAIN_UNTIL(stats_of(primary).marker_state == MARKER_MIRRORED);
+	fill(w, sizeof(w), 13);
 	ck_assert_int_eq(run_on(primary, X_WRITE, "n", 0, BKT_SIZE, w), 0);
 	ck_assert(!blk_has("n", 0, w, BKT_SIZE));
 	ck_assert_uint_eq(stats_of(replica).replica_writes, 1);

@@ -25,6 +25,16 @@ static bool fua_through(const struct cache_engine *e, const struct cache_req *re
 	       !(e->cfg.mirror && !mirror_down(e));
 }
 
+/* Mirrored, with a marker: write-back (answered once the replica has it)
+ * only once the blocker's marker says `mirrored`. Between a reset and
+ * that marker write's landing a promote would read `degraded` and refuse
+ * the replica, stranding what it was answered for: written through. */
+static inline bool marker_allows_write_back(struct cache_engine *e)
+{
+	return !e->cfg.mirror || !e->cfg.mirror_marker ||
+	       atomic_load_explicit(&e->marker_says_mirrored, memory_order_acquire);
+}
+
 /* A write's step: into buckets (write-back), or through; a replica holds
  * it; a primary whose replica is down writes it through, or fails it
  * (--mirror-fail stop). */
@@ -39,7 +49,7 @@ static void write_step(struct cache_object *o, struct cache_req *req, const stru
 		finish(e, req, false, EPERM, 0);   /* promoted: the primary degrades */
 	else if (writeback && mirror_down(e) && e->cfg.mirror_fail_stop)
 		finish(e, req, false, ENOTCONN, 0);
-	else if (writeback && !mirror_down(e))
+	else if (writeback && !mirror_down(e) && marker_allows_write_back(e))
 		write_back(o, req, sp);
 	else
 		write_through(o, req, sp);

@@ -346,6 +346,7 @@ struct cache_engine {
 	 * under marker_lock. */
 	pthread_mutex_t marker_lock;
 	int marker_want, marker_written;
+	_Atomic bool marker_says_mirrored;   /* marker_written == MARKER_MIRRORED */
 	bool marker_out;
 	struct cache_req *marker_held;     /* linked by next_held */
 	struct cache_req *switch_held;     /* switches to write-through, the same */

@@ -80,6 +80,18 @@ void marker_switches(struct cache_engine *e)
 	release_held(e, held);
 }
 
+/* What the blocker's marker says (marker_lock held), and whether that is
+ * `mirrored`, for writes to read without the lock (engine.c's
+ * write_step: write-back, whose answers rest on the replica, only once
+ * the marker says so; else a host lost meanwhile left acknowledged data
+ * on a replica the promote refuses, the marker still `degraded`). */
+static void set_written(struct cache_engine *e, int state)
+{
+	e->marker_written = state;
+	atomic_store_explicit(&e->marker_says_mirrored, state == MARKER_MIRRORED,
+			      memory_order_release);
+}
+
 static void marker_written(struct cache_bio *bio)
 {
 	struct cache_engine *e = bio->engine;
@@ -89,7 +101,7 @@ static void marker_written(struct cache_bio *bio)
 	bio_release(e, bio);
 	pthread_mutex_lock(&e->marker_lock);
 	e->marker_out = false;
-	e->marker_written = ok ? said : MARKER_UNKNOWN;
+	set_written(e, ok ? said : MARKER_UNKNOWN);
 	if (ok && said == MARKER_DEGRADED) {
 		held = e->marker_held;
 		e->marker_held = NULL;
@@ -114,7 +126,7 @@ static void marker_send(struct cache_engine *e)
 	bool go = !e->marker_out && e->marker_written != want;
 	if (go) {
 		e->marker_out = true;
-		e->marker_written = MARKER_UNKNOWN;   /* until this one lands */
+		set_written(e, MARKER_UNKNOWN);   /* until this one lands */
 	}
 	pthread_mutex_unlock(&e->marker_lock);
 	if (!go)
@@ -212,7 +224,7 @@ void marker_init(struct cache_engine *e)
 {
 	pthread_mutex_init(&e->marker_lock, NULL);
 	e->marker_want = MARKER_DEGRADED;   /* CONNECTING: not mirrored yet */
-	e->marker_written = MARKER_UNKNOWN;
+	set_written(e, MARKER_UNKNOWN);
 	if (e->cfg.mirror && e->cfg.mirror_marker)
 		e->answer_gate = hold_answer;
 }

@@ -22,6 +22,14 @@ name=$(pstat mirror_marker)
 [ -n "$name" ] && [ "$(rstat mirror_marker)" = "$name" ] ||
 	fail "the replica knows the marker as '$(rstat mirror_marker)', the primary as '$name'"
 echo "marker '$name' says mirrored; the replica learned its name from the reset"
+# The default name says the segment too: two primaries on one port of two
+# segments of a host shared one, and one's `mirrored` let the other's
+# stale replica be promoted (a review: 8M of older data over acknowledged
+# writes).
+case "$name" in
+*".$SEG.3") ;;
+*) fail "the default marker '$name' does not name the primary's segment $SEG" ;;
+esac
 # One volume through vlmcd on each side (its object names do not change
 # with the seed: seed 2 overwrites seed 1's blocks).
 "$BIN/vlmcd" --segment "$SEG" --port 2 --blocker-port 3 --volume v:8M --object-size 4M \

@@ -242,6 +242,8 @@ int peer_arg_size(const char *opt, const char *value, uint64_t min, uint64_t max
 
 void *peer_priv(struct peer *p);
 struct xseg *peer_segment(struct peer *p);
+/* --segment's name (known from the options on). */
+const char *peer_segment_name(struct peer *p);
 /* The first bound port: the source of the peer's own requests. */
 uint32_t peer_port(struct peer *p);
 /* The bound range [first, last]. */

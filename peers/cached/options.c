@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "xseg/xseg.h"
 #include "options.h"
@@ -72,7 +73,7 @@ const char cached_options_usage[] =
 "  --mirror-marker NAME    the blocker object in which the primary says whether\n"
 "                          its replica holds every write it answered; a promote\n"
 "                          of the replica reads it (default\n"
-"                          cached-mirror-marker.HOSTNAME.PORT)\n"
+"                          cached-mirror-marker.HOSTNAME.SEGMENT.PORT)\n"
 "  --replica               hold a primary's mirrored writes: no reads, never\n"
 "                          written back until `xseg promote --port PORT`\n"
 "  (--threads: default half the online CPUs, 1 to 8; --stop-timeout: how long\n"
@@ -188,18 +189,32 @@ bool cached_marker_name_ok(const char *name)
 	return n && n <= MARKER_NAME_MAX && strspn(name, MARKER_NAME_CHARS) == n;
 }
 
-/* A primary's marker, unless named: this host's and this port's, the same
- * at every start (its replica must find what it said last). */
-static const char *default_marker(uint32_t port)
+static void marker_chars(char *s)
 {
-	static char name[MARKER_NAME_MAX + 1];
-	char host[65] = "";
-	if (gethostname(host, sizeof(host) - 1) < 0 || !host[0])
-		snprintf(host, sizeof(host), "localhost");
-	for (char *c = host; *c; c++)   /* a hostname is already of these, nearly */
+	for (char *c = s; *c; c++)   /* a hostname is already of these, nearly */
 		if (!strchr(MARKER_NAME_CHARS, *c))
 			*c = '_';
-	snprintf(name, sizeof(name), "cached-mirror-marker.%s.%u", host, port);
+}
+
+/* A primary's marker, unless named: this host's, this segment's and this
+ * port's, the same at every start (its replica must find what it said
+ * last). The segment too: two primaries on one port of two segments of a
+ * host shared one marker, and one's `mirrored` let the other's stale
+ * replica be promoted (a review: 8M of older data over acknowledged
+ * writes). A segment name too long for it is given by its hash. */
+static const char *default_marker(const char *segment, uint32_t port)
+{
+	static char name[MARKER_NAME_MAX + 1];
+	char host[65] = "", seg[XSEG_NAME_MAX + 1];
+	if (gethostname(host, sizeof(host) - 1) < 0 || !host[0])
+		snprintf(host, sizeof(host), "localhost");
+	marker_chars(host);
+	snprintf(seg, sizeof(seg), "%s", segment ? segment : "");
+	marker_chars(seg);
+	int n = snprintf(name, sizeof(name), "cached-mirror-marker.%s.%s.%u", host, seg, port);
+	if (n < 0 || (size_t)n >= sizeof(name))
+		snprintf(name, sizeof(name), "cached-mirror-marker.%s.%016llx.%u", host,
+			 (unsigned long long)XXH3_64bits(segment, strlen(segment)), port);
 	return name;
 }
 
@@ -244,7 +259,7 @@ int cached_check_options(struct peer *p)
 		return -1;
 	}
 	if (O.cfg.mirror && !O.cfg.mirror_marker)
-		O.cfg.mirror_marker = default_marker(O.port);
+		O.cfg.mirror_marker = default_marker(peer_segment_name(p), O.port);
 	if (bs < 512 || (bs & (bs - 1)))
 		return peer_arg_error("--bucket-size", O.bsize_arg,
 				      "is not a power of two of at least 512");

@@ -30,6 +30,7 @@
 
 void *peer_priv(struct peer *p) { return p->priv; }
 struct xseg *peer_segment(struct peer *p) { return p->seg; }
+const char *peer_segment_name(struct peer *p) { return p->cfg.segment; }
 uint32_t peer_port(struct peer *p) { return p->cfg.port_first; }
 uint32_t peer_port_last(struct peer *p) { return p->cfg.port_last; }
 unsigned peer_lanes(struct peer *p) { return p->cfg.lanes > 1 ? p->cfg.lanes : 1; }

@@ -1122,6 +1122,71 @@ START_TEST(connecting_primary_writes_through)
 }
 END_TEST
 
+/* 7c. A primary restarted on its persist file after its replica was
+ * promoted (the marker says so): what it recovered is older than the
+ * store's, so it writes nothing back, serves nothing (ESTALE), and a
+ * FLUSH or policy switch fails too (found by review: the old primary's
+ * write-back went over 8M a VM wrote through the promoted cache). And a
+ * promote writes `promoted` before its write-back. */
+static void blk_put(const char *name, uint64_t off, const void *data, uint64_t size);
+static void blk_put_marker(const char *text);
+
+START_TEST(primary_back_after_a_promote_is_fenced)
+{
+	char dir[64], path[96], crashed[96];
+	snprintf(dir, sizeof(dir), "/tmp/pt-%d-fence-XXXXXX", (int)getpid());
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/cache.pf", dir);
+	snprintf(crashed, sizeof(crashed), "%s/crashed.pf", dir);
+	primary_persist = path;
+	setup(true);
+	unsigned char w[2 * BKT_SIZE], n[BKT_SIZE], got[BKT_SIZE];
+	fill(w, sizeof(w), 46);
+	fill(n, sizeof(n), 47);
+	ck_assert_int_eq(run_on(primary, X_WRITE, "f", 0, sizeof(w), w), 0);
+	FILE *in = fopen(path, "rb"), *out = fopen(crashed, "wb");   /* as a SIGKILL leaves it */
+	ck_assert(in && out);
+	static char buf[1 << 16];
+	size_t len;
+	while ((len = fread(buf, 1, sizeof(buf), in)) > 0)
+		ck_assert_uint_eq(fwrite(buf, 1, len, out), len);
+	fclose(in);
+	fclose(out);
+	/* host A lost: B's replica promoted; then the VM writes on B */
+	ck_assert_int_eq(run_on(replica, OP_PROMOTE, "", 0, 0, NULL), 0);
+	pthread_mutex_lock(&blk.lock);
+	struct fake_object *m = blk_find(MARKER, false);
+	bool promoted = m && m->exists && !memcmp(m->data, "cached-mirror-marker promoted ", 30);
+	pthread_mutex_unlock(&blk.lock);
+	ck_assert_msg(promoted, "the promote did not say `promoted` in the marker");
+	teardown();
+
+	primary_persist = crashed;   /* host A back, on its file */
+	setup(false);
+	/* the store as B left it (setup starts an empty one): the marker the
+	 * promote wrote, the VM's write through the promoted cache */
+	blk_put_marker("cached-mirror-marker promoted 1700000000");
+	blk_put("f", 0, n, BKT_SIZE);
+	ck_assert_uint_eq(stats_of(primary).recovered_bytes, sizeof(w));
+	MAINTAIN_UNTIL(stats_of(primary).fence == 2);
+	ck_assert_int_eq(stats_of(primary).fence, 2);
+	ck_assert_int_eq(run_on(primary, X_READ, "f", 0, BKT_SIZE, got), ESTALE);
+	ck_assert_int_eq(run_on(primary, X_WRITE, "f", 0, BKT_SIZE, w), ESTALE);
+	ck_assert_int_eq(run_on(primary, X_FLUSH, "", 0, 0, NULL), ESTALE);
+	for (int i = 0; i < 20; i++) {
+		cache_engine_maintain(primary);
+		usleep(1000);
+	}
+	ck_assert_msg(blk_has("f", 0, n, BKT_SIZE), "the old primary wrote its older data back");
+	ck_assert_uint_eq(stats_of(primary).dirty_bytes, sizeof(w));   /* kept, not written */
+	atomic_store(&primary->fence, FENCE_NONE);   /* teardown writes through */
+	teardown();
+	unlink(path);
+	unlink(crashed);
+	rmdir(dir);
+}
+END_TEST
+
 /* 7b. A primary restarted on its persist file (a crash) writes its
  * recovered data back and only then resets the replica, writing through
  * meanwhile: the replica then holds nothing older than the blocker. */
@@ -1166,6 +1231,8 @@ START_TEST(restarted_primary_writes_back_then_resets)
 	ck_assert_int_eq(mir_queued(), 0);                    /* no reset while dirty */
 	ck_assert_int_eq(atomic_load(&mir.resets), 0);
 	blk_release_hold();
+	MAINTAIN_UNTIL(stats_of(primary).fence == 0);        /* its marker read: not promoted */
+	ck_assert_int_eq(stats_of(primary).fence, 0);
 	ck_assert_int_eq(run_on(primary, X_WRITE, "k", 2 * BKT_SIZE, BKT_SIZE, n), 0);
 	ck_assert(blk_has("k", 2 * BKT_SIZE, n, BKT_SIZE));   /* through */
 	MAINTAIN_UNTIL(stats_of(primary).mirror_state == MIRROR_MIRRORED);
@@ -1587,6 +1654,7 @@ int main(void)
 	tcase_add_test(tc, fresh_replica_refuses_until_the_primary_resets_it);
 	tcase_add_test(tc, connecting_primary_writes_through);
 	tcase_add_test(tc, restarted_primary_writes_back_then_resets);
+	tcase_add_test(tc, primary_back_after_a_promote_is_fenced);
 	tcase_add_test(tc, unreplicated_write_of_an_evicted_object_waits_for_the_blocker);
 	tcase_add_test(tc, replica_evicting_a_dirty_object_never_writes_it_back);
 	tcase_add_test(tc, clean_of_an_object_the_replica_evicted_drops_its_copy);

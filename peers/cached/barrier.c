@@ -144,10 +144,21 @@ static bool replica_refuses(struct cache_engine *e, struct cache_req *req)
 	return true;
 }
 
+/* A primary fenced (marker.c: fence_tick) writes nothing to the blocker:
+ * what it holds may be older than the store's. */
+static bool fence_refuses(struct cache_engine *e, struct cache_req *req)
+{
+	int fence = atomic_load(&e->fence);
+	if (fence == FENCE_NONE)
+		return false;
+	finish(e, req, false, fence == FENCE_PROMOTED ? ESTALE : EAGAIN, 0);
+	return true;
+}
+
 void cache_engine_flush_all(struct cache_engine *e, struct cache_req *req)
 {
 	req_init(e, req);
-	if (replica_refuses(e, req))
+	if (replica_refuses(e, req) || fence_refuses(e, req))
 		return;
 	if (!flush_by_sync(e, req))
 		flush_all_to_blocker(e, req);
@@ -189,7 +200,7 @@ void cache_engine_set_policy(struct cache_engine *e, enum cache_policy p,
 			     struct cache_req *req)
 {
 	req_init(e, req);
-	if (p == CACHE_WRITETHROUGH && replica_refuses(e, req))
+	if ((p == CACHE_WRITETHROUGH && replica_refuses(e, req)) || fence_refuses(e, req))
 		return;
 	if (p == CACHE_WRITEBACK && persist_failed(e) && !is_replica(e)) {
 		/* its syncs fail for good: a restart on a working file */

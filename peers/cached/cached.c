@@ -860,6 +860,25 @@ static void say_mirror_state(void)
 						: "writing through", st.exposure_bytes);
 }
 
+/* Once: the replica was promoted while this primary was down (its
+ * marker says so): what it recovered is older than the store's. */
+static void say_fenced(void)
+{
+	static bool said;
+	if (said || !C.cfg.mirror)
+		return;
+	struct cache_stats st;
+	cache_engine_stats(C.engine, &st);
+	if (st.fence != 2)
+		return;
+	said = true;
+	peer_error("the replica was promoted while this cache was down (marker '%s' says "
+		   "promoted): the %" PRIu64 " dirty bytes recovered from '%s' are older than "
+		   "the store's and are NOT written back; every request fails ESTALE. Restart "
+		   "with --persist-discard (copy the file first to keep them)", C.cfg.mirror_marker,
+		   st.dirty_bytes, C.cfg.persist_path ? C.cfg.persist_path : "");
+}
+
 /* Once: the persist file failed a sync (the engine writes through from
  * then on and writes every dirty byte back). */
 static void say_persist_failure(void)
@@ -896,6 +915,7 @@ static uint64_t maintain(struct peer *p)
 		dirty_mark_update();
 		watch_hold(now);
 		say_persist_failure();
+		say_fenced();
 		next_reap = now + 100000000ull;
 	}
 	return cache_engine_maintain(C.engine);
@@ -1041,6 +1061,13 @@ static int drain(struct peer *p, uint64_t deadline)
 	give_up_hold(ESHUTDOWN, "stopping");
 	struct cache_stats st;
 	cache_engine_stats(C.engine, &st);
+	if (st.fence == 2) {
+		/* Older than the store's (say_fenced): kept, never written back. */
+		peer_log(PEER_LOG_WARN, "fenced (its replica was promoted): %" PRIu64 " dirty bytes "
+			 "stay in the persist file, not written back", st.dirty_bytes);
+		C.clean = false;
+		return 1;
+	}
 	if (st.replica) {
 		/* A replica's data is its primary's to write back, or promote's. */
 		peer_log(st.dirty_bytes ? PEER_LOG_WARN : PEER_LOG_INFO, "replica stopping: %" PRIu64

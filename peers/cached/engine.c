@@ -230,6 +230,10 @@ static bool preflush(struct cache_engine *e, struct cache_req *req)
 void cache_engine_submit(struct cache_engine *e, struct cache_req *req)
 {
 	req_init(e, req);
+	if (atomic_load(&e->fence) != FENCE_NONE) {   /* see fence_tick */
+		finish(e, req, false, atomic_load(&e->fence) == FENCE_PROMOTED ? ESTALE : EAGAIN, 0);
+		return;
+	}
 	if (!xwaitq_empty(&e->entry_waitq))
 		xwaitq_signal(&e->entry_waitq);
 
@@ -680,6 +684,9 @@ struct cache_engine *cache_engine_create(const struct cache_config *cfg,
 		errno = -rc;
 		return NULL;
 	}
+	/* A primary back with dirty data: was its replica promoted meanwhile? */
+	if (cfg->mirror && cfg->mirror_marker && e->recovery.slots)
+		atomic_store(&e->fence, FENCE_CHECKING);
 	return e;
 bad:
 	free(e);
@@ -711,6 +718,10 @@ void cache_engine_keep(struct cache_engine *e)
 
 uint64_t cache_engine_maintain(struct cache_engine *e)
 {
+	if (atomic_load(&e->fence) != FENCE_NONE) {
+		fence_tick(e);   /* nothing flushed, reset or evicted meanwhile */
+		return 10000000ull;
+	}
 	uint64_t total = e->pool.count - e->pool.reserve;   /* the reserve is for spares */
 	uint64_t dirty = atomic_load(&e->totals.count[BUCKET_DIRTY]);
 	uint64_t claimed = atomic_load(&e->totals.claimed);
@@ -836,6 +847,7 @@ void cache_engine_stats(struct cache_engine *e, struct cache_stats *s)
 		s->persist_discarded_bytes = e->discarded_bytes;
 		s->persist_syncs = syncs;
 		s->persist_sync_error = atomic_load(&e->persist.sync_error);
+		s->fence = atomic_load(&e->fence);
 		s->persist_sync_avg_us = syncs ? atomic_load(&e->sync_ns_total) / syncs / 1000 : 0;
 		s->persist_forced_full = atomic_load(&e->forced_full);
 		s->persist_forced_spares = atomic_load(&e->forced_spares);

@@ -98,7 +98,7 @@ struct cache_config {
 /* The marker's name, at most (it rides in the reset's control text). */
 #define MARKER_NAME_MAX 200u
 /* What the blocker's marker says (or a promote read there). */
-enum marker_state { MARKER_UNKNOWN, MARKER_DEGRADED, MARKER_MIRRORED };
+enum marker_state { MARKER_UNKNOWN, MARKER_DEGRADED, MARKER_MIRRORED, MARKER_PROMOTED };
 const char *marker_state_name(int state);
 
 /* ---- I/O to the blocker, provided by the glue ------------------------------ */
@@ -230,6 +230,7 @@ struct cache_stats {
 	uint64_t persist_discarded_bytes;       /* dropped by --persist-discard */
 	uint64_t persist_syncs;
 	int persist_sync_error;                 /* a sync of the file failed: write-through */
+	int fence;                              /* 0; 1: reading the marker; 2: promoted */
 	uint64_t persist_sync_avg_us;
 	/* syncs the host-crash rules forced (--persist-sync flush|always):
 	 * old versions piled up, spares short, a write-back's older version */

@@ -347,6 +347,13 @@ struct cache_engine {
 	pthread_mutex_t marker_lock;
 	int marker_want, marker_written;
 	_Atomic bool marker_says_mirrored;   /* marker_written == MARKER_MIRRORED */
+	/* A primary that recovered dirty data: CHECKING until its marker is
+	 * read, PROMOTED for good when the marker said its replica was
+	 * promoted (marker.c: fence_tick). Nothing written to the blocker,
+	 * nothing served meanwhile. */
+	_Atomic int fence;
+	_Atomic bool fence_read_out;
+	_Atomic int fence_marker_said;
 	bool marker_out;
 	struct cache_req *marker_held;     /* linked by next_held */
 	struct cache_req *switch_held;     /* switches to write-through, the same */
@@ -530,6 +537,8 @@ static inline uint64_t now_ns(void)
 static inline void obj_get(struct cache_object *o) { xcache_get(o->e->index, o->entry); }
 static inline void obj_put(struct cache_object *o) { xcache_put(o->e->index, o->entry); }
 
+enum { FENCE_NONE, FENCE_CHECKING, FENCE_PROMOTED };
+
 /* The persist file failed a sync: write-through from then on (engine_sync). */
 static inline bool persist_failed(struct cache_engine *e)
 {
@@ -671,8 +680,13 @@ void marker_tick(struct cache_engine *e);
 void marker_switches(struct cache_engine *e);
 /* At create: the lock, and the gate where the primary has a marker. */
 void marker_init(struct cache_engine *e);
-/* What a marker's bytes say: MARKER_MIRRORED, _DEGRADED or _UNKNOWN. */
+/* What a marker's bytes say: MARKER_MIRRORED, _DEGRADED, _PROMOTED or
+ * _UNKNOWN. */
 int marker_says(const char *data, uint64_t len);
+/* The marker's text saying `state`: MARKER_SIZE bytes at d. */
+void marker_text(char *d, int state);
+/* The maintenance tick while the fence is CHECKING: reads the marker. */
+void fence_tick(struct cache_engine *e);
 
 /* ---- mirror.c: --mirror-port ------------------------------------------------------- */
 

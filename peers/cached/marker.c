@@ -31,12 +31,12 @@
 
 static const char *const marker_names[] = {
 	[MARKER_UNKNOWN] = "unknown", [MARKER_DEGRADED] = "degraded",
-	[MARKER_MIRRORED] = "mirrored",
+	[MARKER_MIRRORED] = "mirrored", [MARKER_PROMOTED] = "promoted",
 };
 
 const char *marker_state_name(int state)
 {
-	return state >= MARKER_UNKNOWN && state <= MARKER_MIRRORED ? marker_names[state] : "?";
+	return state >= MARKER_UNKNOWN && state <= MARKER_PROMOTED ? marker_names[state] : "?";
 }
 
 /* ---- the primary's marker writes ---------------------------------------------- */
@@ -121,6 +121,8 @@ static void marker_written(struct cache_bio *bio)
 /* Writes the wanted state unless a write is out or the blocker holds it. */
 static void marker_send(struct cache_engine *e)
 {
+	if (atomic_load(&e->fence) != FENCE_NONE)
+		return;   /* not over a promote's `promoted` unread, nor after it */
 	pthread_mutex_lock(&e->marker_lock);
 	int want = e->marker_want;
 	bool go = !e->marker_out && e->marker_written != want;
@@ -138,11 +140,7 @@ static void marker_send(struct cache_engine *e)
 		pthread_mutex_unlock(&e->marker_lock);
 		return;
 	}
-	char *d = bio->data;
-	memset(d, '\n', MARKER_SIZE);
-	int n = snprintf(d, MARKER_SIZE, MARKER_PREFIX "%s %lld", marker_state_name(want),
-			 (long long)time(NULL));
-	d[n >= 0 && (size_t)n < MARKER_SIZE ? (size_t)n : MARKER_SIZE - 1] = '\n';   /* not NUL */
+	marker_text(bio->data, want);
 	bio->flags = XF_FUA;   /* durable when answered */
 	bio->first = (uint32_t)want;
 	bio->engine = e;
@@ -235,9 +233,57 @@ int marker_says(const char *d, uint64_t len)
 {
 	static const char mirrored[] = MARKER_PREFIX "mirrored ";
 	static const char degraded[] = MARKER_PREFIX "degraded ";
+	static const char promoted[] = MARKER_PREFIX "promoted ";
 	if (len >= sizeof(mirrored) - 1 && !memcmp(d, mirrored, sizeof(mirrored) - 1))
 		return MARKER_MIRRORED;
 	if (len >= sizeof(degraded) - 1 && !memcmp(d, degraded, sizeof(degraded) - 1))
 		return MARKER_DEGRADED;
+	if (len >= sizeof(promoted) - 1 && !memcmp(d, promoted, sizeof(promoted) - 1))
+		return MARKER_PROMOTED;
 	return MARKER_UNKNOWN;
+}
+
+/* The marker's text for `state`, at d (MARKER_SIZE bytes, no NUL). */
+void marker_text(char *d, int state)
+{
+	memset(d, '\n', MARKER_SIZE);
+	int n = snprintf(d, MARKER_SIZE, MARKER_PREFIX "%s %lld", marker_state_name(state),
+			 (long long)time(NULL));
+	d[n >= 0 && (size_t)n < MARKER_SIZE ? (size_t)n : MARKER_SIZE - 1] = '\n';   /* not NUL */
+}
+
+/* ---- the fence: a primary back on its persist file after a promote ------------------ */
+
+static void fence_read_done(struct cache_bio *bio)
+{
+	struct cache_engine *e = bio->engine;
+	int said = bio->served ? marker_says(bio->data, bio->serviced) : -1;
+	bio_release(e, bio);
+	atomic_store(&e->fence_read_out, false);
+	if (said < 0)
+		return;   /* the blocker failed it: the tick asks again */
+	atomic_store(&e->fence_marker_said, said);
+	atomic_store(&e->fence, said == MARKER_PROMOTED ? FENCE_PROMOTED : FENCE_NONE);
+}
+
+/*
+ * A primary that recovered dirty data reads its marker before it writes
+ * anything to the blocker or serves: if its replica was promoted while it
+ * was down, the store holds newer data than what it recovered, and its
+ * write-back would go over it (a review: 8M of a VM's writes on B lost
+ * when host A came back). Fenced for good then: every request fails
+ * ESTALE. The maintenance tick calls it while the check is pending.
+ */
+void fence_tick(struct cache_engine *e)
+{
+	if (atomic_load(&e->fence) != FENCE_CHECKING || atomic_exchange(&e->fence_read_out, true))
+		return;
+	struct cache_bio *bio = bio_alloc(e, X_READ, e->cfg.mirror_marker, 0, MARKER_SIZE, NULL);
+	if (!bio) {
+		atomic_store(&e->fence_read_out, false);
+		return;
+	}
+	bio->engine = e;
+	bio->done = fence_read_done;
+	e->be.submit(e->be.ctx, bio);
 }

@@ -270,6 +270,55 @@ static void promote_now(struct cache_engine *e, struct cache_req *req)
 	flush_all_to_blocker(e, req);
 }
 
+static void refuse_promote(struct cache_engine *e, struct cache_req *req, int said, int error);
+
+static void promoted_written(struct cache_bio *bio)
+{
+	struct cache_engine *e = bio->engine;
+	struct cache_req *req = bio->priv;
+	bool ok = bio->served && bio->serviced == MARKER_SIZE;
+	int error = bio->error ? bio->error : EIO;
+	bool force = bio->first;
+	bio_release(e, bio);
+	if (!ok && !force) {
+		refuse_promote(e, req, atomic_load(&e->promote_marker_said), error);
+		return;
+	}
+	promote_now(e, req);
+}
+
+/*
+ * The marker says `promoted` before anything is written back: the old
+ * primary, back on its persist file with data older than what the path
+ * writes from here on, reads it and is fenced (marker.c: fence_tick)
+ * instead of writing that data over the store's (a review: a VM's 8M on
+ * B lost when host A came back). A marker that cannot be written refuses
+ * the promote (a forced one goes on).
+ */
+static void promote_fenced(struct cache_engine *e, struct cache_req *req, bool force)
+{
+	char name[MARKER_NAME_MAX + 1];
+	pthread_mutex_lock(&e->marker_lock);
+	memcpy(name, e->replica_marker, sizeof(name));
+	pthread_mutex_unlock(&e->marker_lock);
+	struct cache_bio *bio = name[0] ? bio_alloc(e, X_WRITE, name, 0, MARKER_SIZE, NULL) : NULL;
+	if (!bio) {
+		if (name[0] && !force) {
+			finish(e, req, false, ENOBUFS, 0);
+			return;
+		}
+		promote_now(e, req);   /* no marker known (forced): nothing to fence */
+		return;
+	}
+	marker_text(bio->data, MARKER_PROMOTED);
+	bio->flags = XF_FUA;
+	bio->first = force;
+	bio->engine = e;
+	bio->priv = req;
+	bio->done = promoted_written;
+	e->be.submit(e->be.ctx, bio);
+}
+
 static void refuse_promote(struct cache_engine *e, struct cache_req *req, int said, int error)
 {
 	atomic_store(&e->promote_marker_said, said);
@@ -288,7 +337,7 @@ static void marker_read_done(struct cache_bio *bio)
 		return;
 	}
 	atomic_store(&e->promote_marker_said, said);
-	promote_now(e, req);
+	promote_fenced(e, req, false);
 }
 
 void cache_engine_promote(struct cache_engine *e, struct cache_req *req, bool force)
@@ -297,8 +346,12 @@ void cache_engine_promote(struct cache_engine *e, struct cache_req *req, bool fo
 	engine_wait_writes(e);   /* what it took so far counts as held */
 	bool holds = atomic_load(&e->totals.count[BUCKET_DIRTY]) ||
 		     atomic_load(&e->totals.count[BUCKET_WRITING]);
-	if (force || !is_replica(e)) {
+	if (!is_replica(e)) {
 		promote_now(e, req);
+		return;
+	}
+	if (force) {
+		promote_fenced(e, req, true);
 		return;
 	}
 	char name[MARKER_NAME_MAX + 1];
@@ -313,7 +366,7 @@ void cache_engine_promote(struct cache_engine *e, struct cache_req *req, bool fo
 		return;
 	}
 	if (!holds) {   /* nothing older to write over the blocker's */
-		promote_now(e, req);
+		promote_fenced(e, req, false);
 		return;
 	}
 	struct cache_bio *bio = bio_alloc(e, X_READ, name, 0, MARKER_SIZE, NULL);

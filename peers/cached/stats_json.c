@@ -94,7 +94,8 @@ int cached_stats_json(struct cache_engine *e, uint32_t blocker_port, int mirror_
 		",\"recovered_bytes\":%" PRIu64 ",\"persist_dropped\":%" PRIu64
 		",\"persist_syncs\":%" PRIu64 ",\"persist_sync_avg_us\":%" PRIu64
 		",\"persist_forced_full\":%" PRIu64 ",\"persist_forced_spares\":%" PRIu64
-		",\"persist_forced_writeback\":%" PRIu64 ",\"persist_sync_error\":\"%s\"",
+		",\"persist_forced_writeback\":%" PRIu64 ",\"persist_sync_error\":\"%s\""
+		",\"fence\":\"%s\"",
 		blocker_port, s.policy == CACHE_WRITEBACK ? "writeback" : "writethrough",
 		s.hits, s.misses, s.partial_hits, s.parallel_hits, s.read_bytes, s.write_bytes,
 		s.blocker_read_bytes, s.blocker_write_bytes, s.dirty_bytes, s.cached_bytes,
@@ -105,7 +106,8 @@ int cached_stats_json(struct cache_engine *e, uint32_t blocker_port, int mirror_
 		s.barrier_waiters, s.persist ? "true" : "false", s.persist_dirty_bytes,
 		s.recoveries, s.recovered_bytes, s.persist_dropped, s.persist_syncs,
 		s.persist_sync_avg_us, s.persist_forced_full, s.persist_forced_spares,
-		s.persist_forced_writeback, s.persist_sync_error ? strerror(s.persist_sync_error) : "");
+		s.persist_forced_writeback, s.persist_sync_error ? strerror(s.persist_sync_error) : "",
+		s.fence == 2 ? "promoted" : s.fence == 1 ? "checking" : "");
 	if (k >= 0 && (size_t)k < len)
 		k += mirror_json(buf + k, len - (size_t)k, &s, mirror_port);
 	if (k < 0 || (size_t)k >= len)

@@ -10,17 +10,7 @@
 set -u
 SEG_PREFIX=xseg-down-noseg
 . "$(dirname "$0")/lib.sh"
-
-RUN=$DIR/run
-down_all() {
-	for f in "$DIR"/*.path; do
-		[ -f "$f" ] && "$BIN/xseg" down "$f" --run-dir "$RUN" --timeout 10 > /dev/null 2>&1
-	done
-	for f in "$RUN"/*.pid; do [ -f "$f" ] && kill -KILL "$(cat "$f")" 2>/dev/null; done
-	cleanup
-}
-trap down_all EXIT
-alive() { kill -0 "$1" 2>/dev/null && [ "$(ps -o stat= -p "$1" | cut -c1)" != Z ]; }
+. "$(dirname "$0")/up_lib.sh"
 
 # filed takes 1 s a request on one thread: the cache cannot write back
 # its 8 objects within its 1 s stop-timeout

@@ -33,7 +33,9 @@ undo() {
 	stop_peers
 	umount "$DIR/m" 2>/dev/null
 	[ -n "$LOOP" ] && losetup -d "$LOOP"
+	# the loop device lets go of the image lazily: then a lazy unmount
 	for _ in $(seq 10); do umount "$DIR/t" 2>/dev/null && break; sleep 0.3; done
+	mountpoint -q "$DIR/t" && umount -l "$DIR/t"
 	"$BIN/xseg" destroy --segment "$SEG" 2>/dev/null
 	rm -rf "$DIR"
 }

@@ -18,6 +18,7 @@ down_all() {
 	"$BIN/xseg" down "$path" --run-dir "$RUN" --timeout 10 > /dev/null 2>&1
 	for f in "$RUN"/*.pid; do [ -f "$f" ] && kill -KILL "$(cat "$f")" 2>/dev/null; done
 	cleanup
+	"$BIN/xseg" destroy --segment "$SEG-other" > /dev/null 2>&1
 }
 trap down_all EXIT
 alive() { kill -0 "$1" 2>/dev/null && [ "$(ps -o stat= -p "$1" | cut -c1)" != Z ]; }

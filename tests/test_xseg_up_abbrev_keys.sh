@@ -12,12 +12,7 @@ SEG_PREFIX=xseg-abbrev
 
 f=$DIR/p.path
 # the old build started what it accepted: whatever runs goes down
-down_all() {
-	[ -f "$f" ] && "$BIN/xseg" down "$f" --run-dir "$DIR/run" --timeout 10 > /dev/null 2>&1
-	for p in "$DIR"/run/*.pid; do [ -f "$p" ] && kill -KILL "$(cat "$p")" 2>/dev/null; done
-	cleanup
-}
-trap down_all EXIT
+. "$(dirname "$0")/up_lib.sh"
 # refused WORD WHOLE: a filed line with WORD exits 2 naming line 2 and WHOLE
 refused() {
 	printf 'segment %s ports=16\npeer filed port=1 dir=%s %s\n' "$SEG" "$DIR/data" "$1" > "$f"

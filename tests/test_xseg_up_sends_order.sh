@@ -12,12 +12,7 @@ SEG_PREFIX=xseg-up-order
 
 f=$DIR/p.path
 # the old build started what it accepted: whatever runs goes down
-down_all() {
-	[ -f "$f" ] && "$BIN/xseg" down "$f" --run-dir "$DIR/run" --timeout 10 > /dev/null 2>&1
-	for p in "$DIR"/run/*.pid; do [ -f "$p" ] && kill -KILL "$(cat "$p")" 2>/dev/null; done
-	cleanup
-}
-trap down_all EXIT
+. "$(dirname "$0")/up_lib.sh"
 # refused PEER-LINE-BEFORE PEER-LINE-AFTER KEY: line 2 named, with KEY
 refused() {
 	printf 'segment %s ports=16\n%s\n%s\n' "$SEG" "$1" "$2" > "$f"

@@ -110,6 +110,8 @@ struct peer_stats_sum {
 	uint64_t hist[PEER_STATS_BUCKETS];
 };
 void peer_stats_read(struct peer_stats_sum *s);
+/* ns per tick of peer_stats_ticks (the first call measures it: 1 ms). */
+double peer_stats_ns_per_tick(void);
 /* Bucket i covers [lo, lo + width) ticks. */
 void peer_stats_bucket_range(unsigned i, uint64_t *lo, uint64_t *width);
 /* The latency (ns) below which `pct` percent of the requests fell: the

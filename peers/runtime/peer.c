@@ -132,9 +132,11 @@ static bool answered_by_runtime(struct peer_thread *t, struct xseg_request *req)
 
 /* One tick read per batch: when these were accepted (their latency
  * ends when answered), and how many are in flight. */
-static void accepted_now(struct peer *p, struct xseg_request **batch, int n)
+static void accepted_now(struct peer_thread *t, struct xseg_request **batch, int n)
 {
+	struct peer *p = t->peer;
 	uint64_t now = peer_stats_ticks();
+	t->round_accept_tick = now;
 	for (int i = 0; i < n; i++)
 		if (batch[i]->index < p->nr_requests)
 			atomic_store_explicit(&p->accept_tick[batch[i]->index], now,
@@ -157,7 +159,7 @@ static int accept_batch(struct peer_thread *t, uint32_t port, unsigned max)
 		if (n <= 0)
 			return n;
 		atomic_fetch_add(&p->accepted, (uint64_t)n);
-		accepted_now(p, t->batch, n);
+		accepted_now(t, t->batch, n);
 		if (!ops->supported_ops) {   /* every op is the peer's (nulld, cached) */
 			for (int i = 0; i < n; i++)
 				if (t->batch[i]->op != X_CONTROL || !answered_control(t, t->batch[i]))
@@ -175,7 +177,7 @@ static int accept_batch(struct peer_thread *t, uint32_t port, unsigned max)
 	n = xseg_accept(p->seg, port, t->batch, max);
 	if (n > 0) {
 		atomic_fetch_add(&p->accepted, (uint64_t)n);
-		accepted_now(p, t->batch, n);
+		accepted_now(t, t->batch, n);
 	}
 	for (int i = 0; i < n; i++) {
 		if (answered_by_runtime(t, t->batch[i]))
@@ -373,6 +375,7 @@ static void *worker(void *arg)
 	for (;;) {
 		bool stopping = atomic_load(&p->stop);
 
+		t->round_accept_tick = 0;
 		if (stopping && ops->on_stop && !atomic_exchange(&p->on_stop_done, 1))
 			ops->on_stop(t);
 		int work = serve_ports(t, stopping,
@@ -391,7 +394,7 @@ static void *worker(void *arg)
 		if (stopping && !t->deferred && !atomic_load(&p->maint_running) && drained(p))
 			break;
 		if (work) {
-			peer_bench_call_if_busy(p);
+			peer_bench_call_if_busy(t, work);
 			yield_if_cpu_shared(t);
 			continue;
 		}
@@ -683,6 +686,7 @@ int peer_main(int argc, char **argv, const struct peer_ops *ops, void *priv)
 	}
 	p->main_tid = pthread_self();
 	p->max_watchers = p->cfg.watchers ? p->cfg.watchers : peer_default_watchers(p);
+	peer_bench_setup(p);
 	start_maintainer(p);
 	unsigned started = 0;
 	for (; started < p->cfg.threads; started++) {

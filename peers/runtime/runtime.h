@@ -53,6 +53,9 @@ struct peer_thread {
 	/* Requests this worker answered since the end of its last round: taken
 	 * off peer.accepted once a round (requests.c), not one by one. */
 	uint64_t answered;
+	/* The tick of this round's last accept (0: none yet): how long its
+	 * requests took, for peer_bench_call_if_busy. */
+	uint64_t round_accept_tick;
 };
 
 /* The worker running on this thread (NULL on any other thread). */
@@ -107,6 +110,7 @@ struct peer {
 	/* watch.c: idle workers watching the ports (at most max_watchers),
 	 * and those waiting on the bench for a call. */
 	unsigned max_watchers;
+	uint64_t slow_request_ticks;      /* SLOW_REQUEST_NS in ticks */
 	_Atomic unsigned watching;
 	_Atomic unsigned benched;
 	_Atomic uint32_t bench_seq;       /* the bench's futex word */
@@ -127,13 +131,16 @@ bool peer_posted_ready(void *arg);
  * peer_bench_wait: an idle worker that may not watch waits for a call, a
  * stop or timeout_ns; peer_bench_call: wakes one waiting worker (all at a
  * stop), no system call while none waits; peer_bench_call_if_busy: calls
- * one when work is queued and no watcher is idle. */
+ * one when work is queued, no watcher is idle and more workers would help
+ * (the round's `work` items: sends out, or slow requests).
+ * peer_bench_setup: the bench's figures, at the start. */
 unsigned peer_default_watchers(const struct peer *p);
+void peer_bench_setup(struct peer *p);
 bool peer_watch_begin(struct peer *p);
 void peer_watch_end(struct peer *p);
 void peer_bench_wait(struct peer *p, uint64_t timeout_ns);
 void peer_bench_call(struct peer *p, bool all);
-void peer_bench_call_if_busy(struct peer *p);
+void peer_bench_call_if_busy(struct peer_thread *t, int work);
 
 /* options.c */
 int peer_parse_args(struct peer *p, int argc, char **argv);

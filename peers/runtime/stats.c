@@ -95,6 +95,12 @@ static uint64_t get(const _Atomic uint64_t *c)
 	return atomic_load_explicit(c, memory_order_relaxed);
 }
 
+double peer_stats_ns_per_tick(void)
+{
+	pthread_once(&key_once, make_key);
+	return ns_per_tick();
+}
+
 void peer_stats_read(struct peer_stats_sum *s)
 {
 	pthread_once(&key_once, make_key);

@@ -3,8 +3,9 @@
  * watch its ports (spin on their rings, then sleep on the port's futex).
  * The others wait on the bench, a futex of this process, until a worker
  * ends a round of work with work queued and no watcher idle (every one
- * busy: peer_bench_call_if_busy), a stop, or IDLE_WAIT_NS (then they look
- * at the ports once). A worker called off the bench becomes a watcher
+ * busy: peer_bench_call_if_busy) while the peer waits on another or its
+ * requests are slow, a stop, or IDLE_WAIT_NS (then they look at the
+ * ports once). A worker called off the bench becomes a watcher
  * when it is next idle if a watcher's place is free, else goes back.
  *
  * Why: a spinning worker reads the ring lines the client writes on every
@@ -65,13 +66,45 @@ void peer_bench_wait(struct peer *p, uint64_t timeout_ns)
 	atomic_fetch_sub(&p->benched, 1);
 }
 
-/* After a round of work: when no idle worker watches the ports (every
- * watcher is busy) and work is queued, one more worker is needed. Cheap
- * while nobody waits on the bench: one load. */
-void peer_bench_call_if_busy(struct peer *p)
+/* A request whose own work takes longer than this is worth another
+ * worker: more than a call costs (the caller's futex wake, the callee's
+ * start). A 4K hit in cached takes about 1 us, a 64K copy a few. */
+#define SLOW_REQUEST_NS 5000
+
+void peer_bench_setup(struct peer *p)
 {
+	p->slow_request_ticks = (uint64_t)(SLOW_REQUEST_NS / peer_stats_ns_per_tick());
+}
+
+/* Whether the round's work is of the kind more workers help with: the peer
+ * waits on another (a send of its own is out: more workers keep more of
+ * its requests moving; cached's cold misses on 16 cores were 0.61 of the
+ * bare hop with 2 workers, 0.81-0.87 with 8), or its requests are slow
+ * (a big copy each). Short requests with nothing out are CPU work on one
+ * ring: called to it, more workers only contend for its lines, and the
+ * caller pays a futex wake every few requests (cached's 4K hits on 16
+ * cores: 0.17 context switches a request; read hits 0.76-0.79 of nulld
+ * with the calls, 0.80-0.85 without; docs/benchmarks.md). */
+static bool more_workers_help(struct peer_thread *t, int work)
+{
+	struct peer *p = t->peer;
+	if (atomic_load_explicit(&p->outstanding, memory_order_relaxed))
+		return true;
+	if (!t->round_accept_tick || work <= 0)
+		return false;
+	uint64_t now = peer_stats_ticks();
+	return now > t->round_accept_tick && (now - t->round_accept_tick) / (uint64_t)work > p->slow_request_ticks;
+}
+
+/* After a round of work: when no idle worker watches the ports (every
+ * watcher is busy), work is queued and more workers help, one more is
+ * called. Cheap while nobody waits on the bench: one load. */
+void peer_bench_call_if_busy(struct peer_thread *t, int work)
+{
+	struct peer *p = t->peer;
 	if (atomic_load_explicit(&p->benched, memory_order_relaxed) &&
 	    !atomic_load_explicit(&p->watching, memory_order_relaxed) &&
+	    more_workers_help(t, work) &&
 	    xseg_has_work(p->seg, p->cfg.port_first) > 0)
 		peer_bench_call(p, false);
 }

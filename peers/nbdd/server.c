@@ -54,6 +54,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,6 +114,7 @@ static struct {
 	/* commands refused before reaching the path (flags, range, size, and
 	 * NBD_ESHUTDOWN in the stop: those also in `shutdowns`) */
 	_Atomic uint64_t refused, shutdowns;
+	_Atomic uint64_t stop_deadline_ns;   /* server_drain's: lingers end then */
 	/* The first socket thread's. */
 	struct listener listeners[MAX_LISTENERS];
 	unsigned nr_listeners;
@@ -632,6 +634,49 @@ static bool stop_done(struct conn *c)
 }
 
 /*
+ * In the stop, before a drained TCP connection is closed: its replies are
+ * in the socket's send queue, and a close with the client's later bytes
+ * unread resets the connection, which drops what the client has not yet
+ * received (a slow reader lost the end of a READ's reply while the log
+ * said every command was answered). So the replies are followed by the
+ * end of the stream, and what comes in is dropped until the client has
+ * acknowledged every byte, reset or left, or the stop's deadline passes.
+ * A Unix socket keeps what it delivered: closed at once.
+ */
+static void linger_until_delivered(struct conn *c)
+{
+	int domain = 0;
+	socklen_t len = sizeof(domain);
+	if (getsockopt(c->fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0 ||
+	    (domain != AF_INET && domain != AF_INET6))
+		return;
+	shutdown(c->fd, SHUT_WR);
+	uint64_t start = xseg_now_ns();
+	char sink[4096];
+	for (;;) {
+		int queued = 0;
+		if (ioctl(c->fd, SIOCOUTQ, &queued) < 0 || queued == 0)
+			break;
+		ssize_t r = recv(c->fd, sink, sizeof(sink), MSG_DONTWAIT);
+		if (r > 0)
+			continue;   /* a command sent after the stop's last read: dropped */
+		if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+			break;      /* reset: nothing left to deliver */
+		if (xseg_now_ns() >= atomic_load(&S.stop_deadline_ns)) {
+			peer_warn("%s: %d bytes of replies not yet received by the client at "
+				  "--stop-timeout: closing", c->peer_name, queued);
+			break;
+		}
+		struct pollfd pfd = { .fd = c->fd, .events = r == 0 ? 0 : POLLIN };
+		poll(&pfd, 1, 1);   /* the client reads, or sends */
+	}
+	uint64_t ms = (xseg_now_ns() - start) / 1000000;
+	if (ms)
+		peer_info("%s: waited %" PRIu64 " ms for the client to receive its replies",
+			  c->peer_name, ms);
+}
+
+/*
  * In the stop: closes c once every command it sent is answered. What its
  * socket still holds is read first (each command NBD_ESHUTDOWN): a
  * command read but not started, or sent just before, would otherwise be
@@ -650,6 +695,7 @@ static bool stop_close_if_done(struct conn *c)
 		return true;
 	if (!stop_done(c))
 		return false;
+	linger_until_delivered(c);
 	conn_close(c, "nbdd stops, every command answered");
 	return true;
 }
@@ -1092,6 +1138,7 @@ int server_drain(uint64_t deadline_ns)
 	peer_info("stop: answering the %" PRIu64 " commands in flight on %u connections before "
 		  "closing them (at most --stop-timeout %" PRIu64 " s); new commands get "
 		  "NBD_ESHUTDOWN", (uint64_t)atomic_load(&H.unanswered), conns, bound_s);
+	atomic_store(&S.stop_deadline_ns, deadline_ns);
 	atomic_store(&H.stopping, true);
 	for (unsigned i = 0; i < loops_count(); i++)
 		loop_wake(loop_at(i));

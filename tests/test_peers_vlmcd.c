@@ -371,6 +371,24 @@ START_TEST(options)
 		{ 2, (const char *const[]){ "--segment", segname, "--port", "3", "--blocker-port", "1",
 					    "--volume", "v:1M", "--retry-limit", "2s", NULL },
 		  "--retry-limit: '2s'" },
+		/* a next hop the segment lacks: every request would fail EINVAL */
+		{ 2, (const char *const[]){ "--segment", segname, "--port", "3", "--blocker-port", "40",
+					    "--volume", "v:1M", NULL }, "--blocker-port 40" },
+		/* more objects than a FLUSH walks: 2^64-1 bytes (their count overflowed
+		 * to 0: a 0-byte dirty set, writes past it, FLUSHes that flushed
+		 * nothing), 4T of 512-byte objects (a 1G set, seconds a FLUSH) */
+		{ 2, (const char *const[]){ "--segment", segname, "--port", "3", "--blocker-port", "1",
+					    "--volume", "v:18446744073709551615", NULL },
+		  "volume v: 18446744073709551615 bytes" },
+		{ 2, (const char *const[]){ "--segment", segname, "--port", "3", "--blocker-port", "1",
+					    "--volume", "v:4T", "--object-size", "512", NULL },
+		  "8589934592 objects" },
+		/* not a text file: /dev/zero read on forever, a directory read as
+		 * empty */
+		{ 2, (const char *const[]){ "--segment", segname, "--port", "3", "--blocker-port", "1",
+					    "--volumes-file", "/dev/zero", NULL }, "NUL" },
+		{ 2, (const char *const[]){ "--segment", segname, "--port", "3", "--blocker-port", "1",
+					    "--volumes-file", "/", NULL }, "Is a directory" },
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		unlink(log);
@@ -709,6 +727,38 @@ START_TEST(flush_fans_out)
 }
 END_TEST
 
+/* A 0-byte WRITE or READ with XF_FLUSH is a barrier: answered once the
+ * written objects are flushed, as a FLUSH is (it was answered at once,
+ * nothing flushed). Without the flag, answered at once. */
+START_TEST(empty_request_with_flush_flag)
+{
+	struct xseg_request *parts[16];
+	blocker_write(5 * OBJ + 100, 10, 0);   /* object 5 dirty */
+	struct pt_req r = { .op = X_WRITE, .target = "vol", .offset = OBJ, .size = 0 };
+	struct xseg_request *req = pt_submit(seg, CLIENT, VLMCD, &r);
+	ck_assert_ptr_eq(pt_receive(seg, CLIENT, TIMEOUT), req);
+	ck_assert_uint_eq(req->result, XR_SERVED);
+	xseg_put_request(seg, req);
+	ck_assert_ptr_null(blocker_accept(BLOCKER, 50));
+
+	for (int i = 0; i < 2; i++) {
+		blocker_write(5 * OBJ + 100, 10, 0);
+		r.op = i ? X_READ : X_WRITE;
+		r.flags = XF_FLUSH;
+		req = pt_submit(seg, CLIENT, VLMCD, &r);
+		ck_assert_ptr_nonnull(req);
+		ck_assert_int_eq(blocker_flushes(parts, 16, 300), 1);
+		ck_assert_str_eq(xseg_get_target(seg, parts[0]), "vol_0000000000000005");
+		ck_assert_msg(!client_has_reply(100), "answered before the flush");
+		blocker_answer(parts[0], BLOCKER, 0);
+		ck_assert_ptr_eq(pt_receive(seg, CLIENT, TIMEOUT), req);
+		ck_assert_uint_eq(req->result, XR_SERVED);
+		ck_assert_uint_eq(req->serviced, 0);
+		xseg_put_request(seg, req);
+	}
+}
+END_TEST
+
 /* A FLUSH is answered only after every earlier FLUSH of the volume; the
  * later one covers what was written while the earlier one was out. */
 START_TEST(flushes_in_order)
@@ -1038,6 +1088,7 @@ int main(void)
 	tcase_add_test(fake, exact_split);
 	tcase_add_test(fake, flush_fans_out);
 	tcase_add_test(fake, flushes_in_order);
+	tcase_add_test(fake, empty_request_with_flush_flag);
 	tcase_add_test(fake, failed_flush_keeps_objects_dirty);
 	tcase_add_test(fake, unsent_flush_keeps_objects_dirty);
 	tcase_add_test(fake, follows_routes);

@@ -34,28 +34,67 @@ int peer_volume_arg(const char *opt, const char *arg, peer_volume_fn add, void *
 	return check_and_add(opt, name, colon + 1, add, ctx);
 }
 
+/* A line of the file that is not one: FILE, its number and why. */
+static int line_error(const char *opt, const char *path, unsigned lineno, const char *why)
+{
+	char where[96];
+	snprintf(where, sizeof(where), "line %u %s", lineno, why);
+	return peer_arg_error(opt, path, where);
+}
+
+#define LINE_MAX_BYTES 1024   /* 'NAME SIZE': a name is at most 238 bytes */
+
+/* One line into line[LINE_MAX_BYTES + 1], its newline dropped: 1, 0 at
+ * the end, or -1 with why (a NUL byte: /dev/zero gave empty lines
+ * forever; a line too long to be one). Bounded, whatever the file. */
+static int read_line(FILE *f, char *line, const char **why)
+{
+	size_t n = 0;
+	int c;
+	while ((c = getc(f)) != EOF && c != '\n') {
+		if (c == '\0') {
+			*why = "holds a NUL byte: not a text file";
+			return -1;
+		}
+		if (n == LINE_MAX_BYTES) {
+			*why = "is over 1024 bytes: not 'NAME SIZE'";
+			return -1;
+		}
+		line[n++] = (char)c;
+	}
+	line[n] = '\0';
+	return c == EOF && n == 0 ? 0 : 1;
+}
+
 int peer_volumes_file(const char *opt, const char *path, peer_volume_fn add, void *ctx)
 {
-	char line[1024], name[512], size[128], extra[2];
+	char line[LINE_MAX_BYTES + 1], name[512], size[128], extra[2];
+	const char *why = NULL;
 	unsigned lineno = 0;
-	int rc = 0;
+	int rc = 0, got;
 	FILE *f = fopen(path, "r");
 
 	if (!f)
 		return peer_arg_error(opt, path, strerror(errno));
-	while (!rc && fgets(line, sizeof(line), f)) {
+	errno = 0;
+	while (!rc && (got = read_line(f, line, &why)) != 0) {
 		lineno++;
+		if (got < 0) {
+			rc = line_error(opt, path, lineno, why);
+			break;
+		}
 		char *s = line + strspn(line, " \t\r\n");
 		if (*s == '#' || *s == '\0')
 			continue;
 		if (sscanf(s, "%511s %127s %1s", name, size, extra) != 2) {
-			char where[64];
-			snprintf(where, sizeof(where), "line %u is not 'NAME SIZE'", lineno);
-			rc = peer_arg_error(opt, path, where);
+			rc = line_error(opt, path, lineno, "is not 'NAME SIZE'");
 			break;
 		}
 		rc = check_and_add(opt, name, size, add, ctx);
 	}
+	/* a read that failed (a directory: EISDIR) is not the file's end */
+	if (!rc && ferror(f))
+		rc = peer_arg_error(opt, path, strerror(errno ? errno : EIO));
 	fclose(f);
 	return rc;
 }

@@ -230,6 +230,9 @@ static int check_options(struct peer *p)
 
 /* ---- jobs ------------------------------------------------------------------------ */
 
+/* Objects a volume may span (its dirty bits: 2M; 64T of 4M objects). */
+#define VLMCD_MAX_OBJECTS (1ull << 24)
+
 /* An object's name: the volume's, '_' and 16 hex digits of its index. */
 #define OBJECT_SUFFIX_LEN 17u
 
@@ -567,6 +570,8 @@ static bool forward_renamed(struct peer_thread *t, struct xseg_request *req, str
 	return true;
 }
 
+static void serve_flush(struct peer_thread *t, struct xseg_request *req, struct volume *v);
+
 static void serve_rw(struct peer_thread *t, struct xseg_request *req, struct volume *v)
 {
 	if (req->size > req->datalen || req->offset > v->size || req->size > v->size - req->offset) {
@@ -577,6 +582,10 @@ static void serve_rw(struct peer_thread *t, struct xseg_request *req, struct vol
 		return;
 	}
 	if (req->size == 0) {
+		if (req->flags & XF_FLUSH) {   /* the barrier is all it asks for */
+			serve_flush(t, req, v);
+			return;
+		}
 		req->serviced = 0;
 		peer_complete(t, req);
 		return;
@@ -619,6 +628,7 @@ static struct job *flush_job(struct xseg_request *req, struct volume *v)
 	struct job *job = new_job(req, v, v->unsure ? 1 : n);
 	if (!job)
 		return NULL;
+	job->op = X_FLUSH;   /* also for a 0-byte READ or WRITE with XF_FLUSH */
 	if (v->unsure)
 		job->parts[0].object = ALL_OBJECTS;
 	n = 0;
@@ -658,6 +668,7 @@ static void serve_flush(struct peer_thread *t, struct xseg_request *req, struct 
 		peer_fail(t, req, ENOMEM);
 		return;
 	}
+	job->op = X_FLUSH;
 	pthread_mutex_lock(&v->lock);
 	if (v->flushing) {
 		*v->flush_tail = job;
@@ -752,9 +763,22 @@ static int init(struct peer *p)
 		return -1;
 	}
 	memset(V.figures, 0, V.nr_figures * sizeof(*V.figures));
+	if (V.blocker_port >= si.nr_ports) {
+		fprintf(stderr, "vlmcd: --blocker-port %" PRIu64 ": the segment has ports 0..%u\n",
+			V.blocker_port, si.nr_ports - 1);
+		return 2;
+	}
 	for (unsigned i = 0; i < V.nr_volumes; i++) {
 		struct volume *v = V.volumes[i];
-		v->nr_objects = (v->size + V.object_size - 1) / V.object_size;
+		/* A FLUSH walks the volume's dirty bits under its lock: bounded,
+		 * so that a FLUSH stays short and the bits small (2M). */
+		v->nr_objects = v->size / V.object_size + (v->size % V.object_size != 0);
+		if (v->nr_objects > VLMCD_MAX_OBJECTS) {
+			fprintf(stderr, "vlmcd: volume %s: %" PRIu64 " bytes are %" PRIu64 " objects of "
+				"--object-size %" PRIu64 ", more than %llu: a larger --object-size\n",
+				v->name, v->size, v->nr_objects, V.object_size, VLMCD_MAX_OBJECTS);
+			return 2;
+		}
 		v->dirty = calloc((v->nr_objects + 63) / 64, sizeof(uint64_t));
 		if (!v->dirty) {
 			peer_error("out of memory for volume %s", v->name);

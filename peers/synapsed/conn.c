@@ -99,14 +99,33 @@ static void requeue_unwritten(struct conn *c, uint32_t ci, uint32_t gen, struct 
 	queue_prepend(&c->large, &large);
 }
 
+/*
+ * The --remote link, up and now closing, proved itself: a reply came on
+ * it, or it stayed up BACKOFF_MAX_NS with nothing asked of it (an idle
+ * link). Only then does its close begin a new outage (logged, the backoff
+ * back to its minimum). A remote that takes the connection and drops it
+ * at once (we are not in its --allow, its table is full) or answers
+ * nothing on it is tried again with growing backoff, logged once.
+ * Network thread.
+ */
+static bool remote_proven(const struct conn *c, uint64_t now)
+{
+	pthread_mutex_lock(&S.lock);
+	bool asked = c->asked;
+	pthread_mutex_unlock(&S.lock);
+	return c->frames_done || (now - c->connected_ns >= BACKOFF_MAX_NS && !asked);
+}
+
 void conn_close(uint32_t ci, const char *why, int err)
 {
 	struct conn *c = &S.conns[ci];
 	uint64_t now = xseg_now_ns();
+	bool remote_up = ci == REMOTE_CONN && c->fd >= 0 && !c->connecting;
+	bool proven = remote_up && remote_proven(c, now);
 
 	if (c->fd >= 0 && (ci != REMOTE_CONN || !c->connecting || !c->warned_down))
-		peer_log(err == ESHUTDOWN ? PEER_LOG_INFO : PEER_LOG_WARN,
-			 "connection %s closed: %s", c->peer, why);
+		peer_log(err == ESHUTDOWN || (remote_up && !proven && c->warned_down)
+			 ? PEER_LOG_INFO : PEER_LOG_WARN, "connection %s closed: %s", c->peer, why);
 	pthread_mutex_lock(&c->wlock);
 	if (c->fd >= 0) {
 		epoll_ctl(conn_epfd, EPOLL_CTL_DEL, c->fd, NULL);
@@ -152,6 +171,12 @@ void conn_close(uint32_t ci, const char *why, int err)
 	if (ci == REMOTE_CONN) {
 		c->connecting = false;
 		c->warned_down = true;
+		if (proven)
+			c->backoff_ns = BACKOFF_MIN_NS;
+		else if (remote_up && err != ESHUTDOWN)
+			/* as a failed connect: new requests fail at once until the
+			 * next connection (those never written wait for it) */
+			atomic_store(&S.remote_down, err);
 		c->retry_at_ns = now + c->backoff_ns;
 		c->backoff_ns = c->backoff_ns * 2 < BACKOFF_MAX_NS ? c->backoff_ns * 2 : BACKOFF_MAX_NS;
 	} else {
@@ -190,6 +215,7 @@ static void take_frames(struct conn *c, uint32_t ci)
 			s->state = SLOT_SENT;
 			s->conn = ci;
 			s->conn_gen = c->gen;
+			c->asked = true;
 		}
 		*tail = f;
 		tail = &f->next;
@@ -281,6 +307,7 @@ enum write_now conn_write_now(uint32_t ci, uint32_t gen, const struct iovec *iov
 			s->writing = true;   /* the caller clears it once we return */
 			s->conn = ci;
 			s->conn_gen = gen;
+			c->asked = true;
 			slots_link(&S.slots, idx);
 			id = slots_id(&S.slots, idx);
 		}

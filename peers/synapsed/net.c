@@ -82,6 +82,7 @@ static void conn_up(struct conn *c)
 {
 	pthread_mutex_lock(&S.lock);
 	c->up = true;
+	c->asked = false;
 	c->incoming = 0;
 	c->incoming_bytes = 0;
 	pthread_mutex_unlock(&S.lock);
@@ -211,8 +212,11 @@ static void remote_connected(void)
 		return;
 	}
 	c->connecting = false;
-	c->warned_down = false;
-	c->backoff_ns = BACKOFF_MIN_NS;
+	/* Requests go out on it, but the backoff and the outage's log stay
+	 * until it proves itself (conn_close): a TCP connect alone does not
+	 * (a remote that refuses us accepts, then closes). */
+	c->connected_ns = xseg_now_ns();
+	c->frames_done = 0;
 	atomic_store(&S.remote_down, 0);
 	conn_up(c);
 	peer_info("connected to %s", c->peer);

@@ -80,6 +80,7 @@ struct conn {
 	bool up;
 	struct frame_queue small, large;
 	bool large_turn;       /* alternation between the queues */
+	bool asked;            /* a request was sent on it (the --remote link) */
 	uint32_t incoming;     /* requests from it whose replies are not yet written */
 	uint64_t incoming_bytes;   /* bytes reserved for its requests (and the one being read) */
 	/* inbound.c: its requests go to the target in arrival order; one that
@@ -109,7 +110,9 @@ struct conn {
 	uint64_t frames_done;      /* complete frames read on it */
 	/* --remote link only */
 	uint64_t retry_at_ns, backoff_ns;
-	bool warned_down;
+	uint64_t connected_ns;     /* when this connection came up */
+	bool warned_down;      /* this outage was logged: say no more until the
+				* link proves itself again (conn_close) */
 };
 
 struct synapsed {

@@ -105,8 +105,8 @@ static void requeue_unwritten(struct conn *c, uint32_t ci, uint32_t gen, struct 
  * link). Only then does its close begin a new outage (logged, the backoff
  * back to its minimum). A remote that takes the connection and drops it
  * at once (we are not in its --allow, its table is full) or answers
- * nothing on it is tried again with growing backoff, logged once.
- * Network thread.
+ * nothing on it (stalled) is tried again with growing backoff, logged
+ * once. Network thread.
  */
 static bool remote_proven(const struct conn *c, uint64_t now)
 {

@@ -214,8 +214,9 @@ static void remote_connected(void)
 	c->connecting = false;
 	/* Requests go out on it, but the backoff and the outage's log stay
 	 * until it proves itself (conn_close): a TCP connect alone does not
-	 * (a remote that refuses us accepts, then closes). */
-	c->connected_ns = xseg_now_ns();
+	 * (a remote that refuses us accepts, then closes). Its silence, for
+	 * the stall check (outbound_expire), counts from now. */
+	c->connected_ns = c->idle_since_ns = xseg_now_ns();
 	c->frames_done = 0;
 	atomic_store(&S.remote_down, 0);
 	conn_up(c);

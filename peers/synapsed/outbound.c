@@ -18,6 +18,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
@@ -111,7 +112,14 @@ void outbound_on_request(struct peer_thread *t, struct xseg_request *req)
 	}
 	pthread_mutex_unlock(&S.lock);
 	if (!s) {
-		peer_warn("no free request slot: %s refused", xseg_op_name(req->op));
+		/* a fault that repeats per request: said once a second, counted */
+		static _Atomic int64_t last;
+		static _Atomic uint64_t skipped;
+		uint64_t quiet, n = atomic_fetch_add(&S.slot_refusals, 1) + 1;
+		if (peer_log_once_a_second(&last, &skipped, &quiet))
+			peer_warn("no free request slot (%u in use): %s refused ENOBUFS (%" PRIu64
+				  " more such since the last word, %" PRIu64 " in all)", S.slots.nr,
+				  xseg_op_name(req->op), quiet, n);
 		peer_fail(t, req, ENOBUFS);
 		return;
 	}
@@ -319,8 +327,37 @@ void outbound_reply_done(struct conn *c, uint32_t ci, const struct wire_header *
 		answer_here((uint32_t)(s - S.slots.slots));
 }
 
+/* A request accepted by `before` is still owed a reply on connection
+ * generation gen (sent, or timed out and LATE). Lock held. */
+static bool owed_since(uint32_t gen, uint64_t before)
+{
+	for (uint32_t i = 0; i < S.slots.nr; i++) {
+		const struct slot *s = &S.slots.slots[i];
+		bool owed = s->state == SLOT_SENT || s->state == SLOT_LATE ||
+			    (s->state == SLOT_ANSWERING && s->await_late);
+		if (owed && s->conn == REMOTE_CONN && s->conn_gen == gen &&
+		    s->deadline_ns - S.timeout_ns <= before)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Fails what timed out. A request that times out after it was sent keeps
+ * its slot (LATE) until its late reply or the connection's close: a slow
+ * remote keeps its link. One that sent not a byte for STALL_TIMEOUTS x
+ * --timeout while it owed a request accepted before that is stalled
+ * (stopped, hung: its kernel still ACKs, so TCP sees nothing wrong): the
+ * link is closed, which settles the LATE slots, and connected again. Not
+ * sooner: a remote busy with one request (its heap full, retrying for its
+ * --retry-limit) is slow, and holds the ones behind it. Not later: the
+ * table (synapsed.c) has room for that many --timeouts of LATE requests
+ * beside a full pool, and past it every request would fail ENOBUFS.
+ */
 void outbound_expire(uint64_t now_ns)
 {
+	struct conn *remote = &S.conns[REMOTE_CONN];
+	uint64_t silence = STALL_TIMEOUTS * S.timeout_ns;
 	pthread_mutex_lock(&S.lock);
 	uint32_t idx;
 	while ((idx = S.slots.head) != SLOT_NONE) {
@@ -336,7 +373,18 @@ void outbound_expire(uint64_t now_ns)
 			  "is unreachable" : "timed out");
 		finish_locked(s, XR_FAILED, shutdown ? ESHUTDOWN : ETIMEDOUT);
 	}
+	/* the scan only once the link has been silent that long */
+	bool stalled = remote->up && now_ns - remote->idle_since_ns >= silence &&
+		       !atomic_load(&S.stopping) && owed_since(remote->gen, now_ns - silence);
 	pthread_mutex_unlock(&S.lock);
+	if (stalled) {
+		char why[160];
+		uint64_t n = atomic_fetch_add(&S.remote_stalls, 1) + 1;
+		snprintf(why, sizeof(why), "stalled: nothing from it for %" PRIu64 " s (%u x --timeout) "
+			 "with requests out; they fail ETIMEDOUT (stalls so far: %" PRIu64 ")",
+			 silence / 1000000000u, STALL_TIMEOUTS, n);
+		conn_close(REMOTE_CONN, why, ETIMEDOUT);
+	}
 }
 
 void outbound_fail_queued(int err)

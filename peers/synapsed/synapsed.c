@@ -179,10 +179,13 @@ static int init(struct peer *p)
 	mallopt(M_MMAP_THRESHOLD, 32 << 20);
 	if (xseg_segment_info(peer_segment(p), &si) < 0)
 		return -1;
-	/* An accepted request holds a slot; timed-out ones may keep theirs
-	 * a while (LATE), hence twice the pool. */
-	if (slots_init(&S.slots, si.nr_requests * 2) < 0) {
-		peer_error("out of memory for %u request slots", si.nr_requests * 2);
+	/* An accepted request holds a slot; one that timed out after it was
+	 * sent keeps it (LATE) until its late reply or the link's close,
+	 * which a stalled remote gets within STALL_TIMEOUTS x --timeout:
+	 * room for that many timeouts of LATE slots beside the pool. */
+	uint32_t nr = si.nr_requests * (STALL_TIMEOUTS + 1);
+	if (slots_init(&S.slots, nr) < 0) {
+		peer_error("out of memory for %u request slots", nr);
 		return -1;
 	}
 	if (net_start(&net_ops) < 0)
@@ -196,6 +199,14 @@ static int init(struct peer *p)
 		peer_info("requests to port %u go to %s (timeout %" PRIu64 " s)", peer_port(p),
 			  S.remote_addr.text, (uint64_t)(S.timeout_ns / 1000000000u));
 	return 0;
+}
+
+/* Its own figures in xseg stats (docs/interfaces.md), after the runtime's. */
+static int stats_fields(struct peer *p, char *buf, size_t len)
+{
+	(void)p;
+	return snprintf(buf, len, ",\"remote_stalls\":%" PRIu64 ",\"slot_refusals\":%" PRIu64,
+			atomic_load(&S.remote_stalls), atomic_load(&S.slot_refusals));
 }
 
 static void on_request(struct peer_thread *t, struct xseg_request *req)
@@ -238,6 +249,7 @@ static const struct peer_ops synapsed_ops = {
 	.on_request = on_request,
 	.on_stop = on_stop,
 	.fini = fini,
+	.stats = stats_fields,
 };
 
 int main(int argc, char **argv)

@@ -41,6 +41,9 @@
 struct inbound;
 
 #define REMOTE_CONN      0u            /* the --remote link's connection */
+/* --timeouts of silence, requests owed, before the remote is taken for
+ * stalled and its link closed (outbound_expire) */
+#define STALL_TIMEOUTS   3u
 #define MAX_ALLOW        32u
 /* Requests from one connection handed to the workers and not yet
  * answered; past it the connection is not read (back-pressure). Their
@@ -145,6 +148,9 @@ struct synapsed {
 		uint64_t idle_closed, frame_timeouts, evicted, refused_full,
 			 over_budget, budget_waits;
 	} counts;
+	/* xseg stats (synapsed.c): the --remote link closed as stalled
+	 * (outbound_expire), requests refused for want of a slot */
+	_Atomic uint64_t remote_stalls, slot_refusals;
 	int wake_fd;            /* eventfd: workers -> network thread */
 	_Atomic int wake_pending;
 	_Atomic int remote_down;  /* errno of the last failed connect, 0 when up or

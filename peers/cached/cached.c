@@ -879,6 +879,23 @@ static void say_fenced(void)
 		   st.dirty_bytes, C.cfg.persist_path ? C.cfg.persist_path : "");
 }
 
+/* Once per episode: requests that find no free index node fail (every
+ * node a dirty object's, their write-backs failing: engine.c). */
+static void say_node_refusal(void)
+{
+	static int said;
+	struct cache_stats st;
+	cache_engine_stats(C.engine, &st);
+	if (st.node_refusal && !said)
+		peer_warn("every index node is held by an object whose write-back fails (%s; "
+			  "--max-objects %u): requests for other objects fail until a "
+			  "write-back succeeds (stats node_refusals)", strerror(st.node_refusal),
+			  C.cfg.max_objects);
+	else if (!st.node_refusal && said)
+		peer_info("a write-back succeeded: requests for other objects are served again");
+	said = st.node_refusal;
+}
+
 /* Once: the persist file failed a sync (the engine writes through from
  * then on and writes every dirty byte back). */
 static void say_persist_failure(void)
@@ -916,6 +933,7 @@ static uint64_t maintain(struct peer *p)
 		watch_hold(now);
 		say_persist_failure();
 		say_fenced();
+		say_node_refusal();
 		next_reap = now + 100000000ull;
 	}
 	return cache_engine_maintain(C.engine);

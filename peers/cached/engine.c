@@ -110,10 +110,16 @@ static void index_retry(struct xwork *w, void *arg);
 
 #define ALLOC_YIELDS 1000
 
+static bool node_free(struct cache_engine *e)
+{
+	return atomic_load(&e->nodes_used) < e->nr_nodes;
+}
+
+/* A waiter for a node runs again when one is free, or to be refused. */
 static bool entry_cond(void *arg)
 {
 	struct cache_engine *e = arg;
-	return atomic_load(&e->nodes_used) < e->nr_nodes;
+	return node_free(e) || atomic_load(&e->node_refusal);
 }
 
 /* Finds or inserts the object and runs req on it; waits for a free node. */
@@ -128,12 +134,18 @@ static void dispatch_object(struct cache_engine *e, struct cache_req *req)
 		 * on_init, on a thread that may be preempted. The wait queue
 		 * would run this again at once (its condition holds), each
 		 * time a level deeper on this stack: yield instead. */
-		for (unsigned tries = 0; !fresh && errno == ENOSPC && entry_cond(e) &&
+		for (unsigned tries = 0; !fresh && errno == ENOSPC && node_free(e) &&
 		     tries < ALLOC_YIELDS; tries++) {
 			sched_yield();
 			fresh = xcache_alloc(e->index, req->name, len);
 		}
 		if (!fresh) {
+			int refusal = errno == ENOSPC ? atomic_load(&e->node_refusal) : 0;
+			if (refusal) {
+				STAT_ADD(e, node_refusals, 1);
+				finish(e, req, false, refusal, 0);
+				return;
+			}
 			if (errno == ENOSPC) {
 				STAT_ADD(e, waits, 1);
 				req_set(req, REQ_WAIT_NODE);
@@ -716,6 +728,27 @@ void cache_engine_keep(struct cache_engine *e)
 		persist_close_kept(&e->persist);
 }
 
+/*
+ * A dirty object keeps its index node until its write-back succeeds: with
+ * every node so held and the blocker failing writes (full, or gone), no
+ * node frees, and a request for any other object (a read the blocker
+ * could serve at once among them) waited for ever. After
+ * NODE_REFUSAL_AFTER_NS of failing write-backs such requests fail with
+ * the write-back's error, as a dead blocker's own do; the first write-back
+ * that succeeds ends it (flush.c).
+ */
+#define NODE_REFUSAL_AFTER_NS (1000ull * 1000 * 1000)
+
+static void refuse_nodes_if_stuck(struct cache_engine *e, bool short_of_nodes)
+{
+	pthread_mutex_lock(&e->backoff_lock);
+	int err = atomic_load(&e->flush_error);
+	bool stuck = err && (short_of_nodes || atomic_load(&e->node_refusal)) &&
+		     now_ns() - e->failing_since_ns >= NODE_REFUSAL_AFTER_NS;
+	atomic_store(&e->node_refusal, stuck ? err : 0);
+	pthread_mutex_unlock(&e->backoff_lock);
+}
+
 uint64_t cache_engine_maintain(struct cache_engine *e)
 {
 	if (atomic_load(&e->fence) != FENCE_NONE) {
@@ -741,6 +774,10 @@ uint64_t cache_engine_maintain(struct cache_engine *e)
 			atomic_load(&e->totals.count[BUCKET_LOADING]);
 	bool clean_to_spare = claimed > busy && claimed - busy > total / 16;
 	bool short_of_nodes = !xwaitq_empty(&e->entry_waitq);
+	refuse_nodes_if_stuck(e, short_of_nodes);
+	/* refusing, nobody waits: room is still wanted, and the write-back
+	 * that succeeds ends the refusal */
+	short_of_nodes = short_of_nodes || atomic_load(&e->node_refusal);
 	bool need_room = (short_of_buckets && !clean_to_spare) || short_of_nodes;
 	bool paused = backing_off(e, now_ns());
 	mirror_tick(e);   /* a degraded primary writes everything back */
@@ -827,6 +864,8 @@ void cache_engine_stats(struct cache_engine *e, struct cache_stats *s)
 	s->flush_backoff_ns = atomic_load(&e->backoff_ns);
 	s->flush_error = atomic_load(&e->flush_error);
 	s->waits = STAT_SUM(e, waits);
+	s->node_refusals = STAT_SUM(e, node_refusals);
+	s->node_refusal = atomic_load(&e->node_refusal);
 	s->uncached = STAT_SUM(e, uncached);
 	s->lent = STAT_SUM(e, lent);
 	s->raced_writes = STAT_SUM(e, raced_writes);

@@ -213,6 +213,8 @@ struct cache_stats {
 	int flush_error;                        /* of the last failed flush write; 0 after a success */
 	uint64_t clean_released_bytes;          /* given back by cold objects kept cached */
 	uint64_t waits, uncached;               /* parked; served past a full pool */
+	uint64_t node_refusals;                 /* failed: no index node, write-backs failing */
+	int node_refusal;                       /* the error they get now (0: none) */
 	uint64_t lent;                          /* client requests sent on to the blocker */
 	uint64_t raced_writes;                  /* uncached writes of a bucket another was writing */
 	uint64_t rereads;                       /* uncached reads sent again: a cached copy went */

@@ -78,7 +78,7 @@ struct engine_counts {
 	_Atomic uint64_t parallel_hits;   /* of hits: beside the object's queue */
 	_Atomic uint64_t blocker_read_bytes, blocker_write_bytes;
 	_Atomic uint64_t evictions, clean_released, flushes, flush_failures, flush_ns_total;
-	_Atomic uint64_t waits, uncached, failed, lent;
+	_Atomic uint64_t waits, uncached, failed, lent, node_refusals;
 	_Atomic uint64_t raced_writes;   /* uncached writes of one bucket out at once */
 	_Atomic uint64_t reread;         /* uncached reads read again: a cached copy went */
 	/* Writes under way on this thread (write_enter/leave: a submit, a
@@ -275,6 +275,11 @@ struct cache_engine {
 	_Atomic uint64_t backoff_ns;       /* the pause now; 0: the blocker takes writes */
 	_Atomic uint64_t retry_at_ns;      /* no background flush write before this */
 	_Atomic int flush_error;           /* of the last failed flush write; 0 after a success */
+	uint64_t failing_since_ns;         /* when flush_error last became one */
+	/* 0, or the error a request gets that finds no free index node while
+	 * write-backs fail (every node may be a dirty object's: none frees);
+	 * cache_engine_maintain sets it, a write-back that succeeds clears it. */
+	_Atomic int node_refusal;
 
 	uint64_t id;                       /* unique in the process: names it in counters.c */
 	_Atomic(struct count_block *) count_blocks;   /* STAT_ADD's, one per thread */

@@ -80,6 +80,8 @@ static void backoff_failed(struct cache_engine *e, const struct cache_bio *bio, 
 {
 	uint64_t now = now_ns();
 	pthread_mutex_lock(&e->backoff_lock);
+	if (!atomic_load(&e->flush_error))
+		e->failing_since_ns = now;
 	atomic_store(&e->flush_error, error);
 	if (bio->started_ns >= e->backoff_step_ns) {
 		uint64_t b = atomic_load(&e->backoff_ns) * 2;
@@ -100,6 +102,7 @@ static void backoff_succeeded(struct cache_engine *e)
 	atomic_store(&e->flush_error, 0);
 	atomic_store(&e->backoff_ns, 0);
 	atomic_store(&e->retry_at_ns, 0);
+	atomic_store(&e->node_refusal, 0);
 	pthread_mutex_unlock(&e->backoff_lock);
 }
 

@@ -86,7 +86,8 @@ int cached_stats_json(struct cache_engine *e, uint32_t blocker_port, int mirror_
 		",\"evictions\":%" PRIu64 ",\"clean_released_bytes\":%" PRIu64
 		",\"flushes\":%" PRIu64 ",\"flush_failures\":%" PRIu64
 		",\"flush_backoff_ms\":%" PRIu64 ",\"flush_error\":\"%s\""
-		",\"flush_avg_us\":%.1f,\"waits\":%" PRIu64 ",\"uncached\":%" PRIu64
+		",\"flush_avg_us\":%.1f,\"waits\":%" PRIu64 ",\"node_refusals\":%" PRIu64
+		",\"uncached\":%" PRIu64
 		",\"lent\":%" PRIu64 ",\"raced_writes\":%" PRIu64 ",\"rereads\":%" PRIu64
 		",\"failed\":%" PRIu64 ",\"blocker_in_flight\":%" PRIu64
 		",\"barriers_open\":%" PRIu64 ",\"barrier_waiters\":%" PRIu64
@@ -102,7 +103,7 @@ int cached_stats_json(struct cache_engine *e, uint32_t blocker_port, int mirror_
 		s.free_bytes, s.objects, s.evictions, s.clean_released_bytes, s.flushes, s.flush_failures,
 		s.flush_backoff_ns / 1000000, s.flush_error ? strerror(s.flush_error) : "",
 		s.flushes ? (double)s.flush_ns_total / (double)s.flushes / 1e3 : 0.0,
-		s.waits, s.uncached, s.lent, s.raced_writes, s.rereads, s.failed, s.blocker_in_flight, s.barriers_open,
+		s.waits, s.node_refusals, s.uncached, s.lent, s.raced_writes, s.rereads, s.failed, s.blocker_in_flight, s.barriers_open,
 		s.barrier_waiters, s.persist ? "true" : "false", s.persist_dirty_bytes,
 		s.recoveries, s.recovered_bytes, s.persist_dropped, s.persist_syncs,
 		s.persist_sync_avg_us, s.persist_forced_full, s.persist_forced_spares,

@@ -57,7 +57,7 @@ void conn_kick(struct conn *c)
 
 void conn_update_events_locked(struct conn *c)
 {
-	if (c->dead)
+	if (c->dead || c->lingering)
 		return;
 	struct epoll_event ev = { .data.ptr = c };
 	ev.events = (c->paused || c->disc ? 0 : EPOLLIN) | (c->want_out ? EPOLLOUT : 0);

@@ -39,6 +39,7 @@ struct conn {
 	uint64_t discard;           /* payload bytes of a refused WRITE to skip */
 	uint64_t last_rx_ns;        /* last bytes read, or when waiting began */
 	int outq_seen;              /* its socket's unread bytes at the last look */
+	uint64_t linger_ns;         /* when its linger began (the stop) */
 
 	/* Shared: under lock. */
 	pthread_mutex_t lock;
@@ -52,6 +53,8 @@ struct conn {
 	bool paused_memory;         /* ... for --max-client-buffer or --max-buffer-total */
 	bool waits_total;           /* ... for --max-buffer-total: S.total_waiters counts it */
 	bool disc;                  /* DISC (or ABORT): close once drained */
+	bool lingering;             /* the stop: drained, its side shut down, closed
+				     * once the client has every byte (server.c) */
 	bool kicked;                /* on the socket thread's kick list */
 	uint64_t tx_wait_ns;        /* want_out: the socket last took bytes then */
 	uint64_t inflight, inflight_bytes;   /* inflight_bytes: also in S.held_total */

@@ -634,46 +634,69 @@ static bool stop_done(struct conn *c)
 }
 
 /*
- * In the stop, before a drained TCP connection is closed: its replies are
- * in the socket's send queue, and a close with the client's later bytes
- * unread resets the connection, which drops what the client has not yet
- * received (a slow reader lost the end of a READ's reply while the log
- * said every command was answered). So the replies are followed by the
- * end of the stream, and what comes in is dropped until the client has
- * acknowledged every byte, reset or left, or the stop's deadline passes.
+ * In the stop, a drained TCP connection lingers before it is closed: its
+ * replies are in the socket's send queue, and a close with the client's
+ * later bytes unread resets the connection, which drops what the client
+ * has not yet received (a slow reader lost the end of a READ's reply while
+ * the log said every command was answered). So its side is shut down
+ * after the replies, what comes in is dropped, and it is closed once the
+ * client has acknowledged every byte, reset or left, or the stop's
+ * deadline passed. The socket thread looks at it each round (its epoll
+ * wait is short in the stop) and serves its other connections meanwhile.
  * A Unix socket keeps what it delivered: closed at once.
  */
-static void linger_until_delivered(struct conn *c)
+static bool linger_begin(struct conn *c)
 {
 	int domain = 0;
 	socklen_t len = sizeof(domain);
 	if (getsockopt(c->fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0 ||
 	    (domain != AF_INET && domain != AF_INET6))
-		return;
+		return false;
 	shutdown(c->fd, SHUT_WR);
-	uint64_t start = xseg_now_ns();
+	pthread_mutex_lock(&c->lock);
+	c->lingering = true;
+	pthread_mutex_unlock(&c->lock);
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = c };   /* input only */
+	epoll_ctl(c->loop->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+	c->linger_ns = xseg_now_ns();
+	return true;
+}
+
+/* One look at a lingering connection: true once it may close. */
+static bool linger_done(struct conn *c)
+{
 	char sink[4096];
-	for (;;) {
-		int queued = 0;
-		if (ioctl(c->fd, SIOCOUTQ, &queued) < 0 || queued == 0)
-			break;
-		ssize_t r = recv(c->fd, sink, sizeof(sink), MSG_DONTWAIT);
-		if (r > 0)
-			continue;   /* a command sent after the stop's last read: dropped */
-		if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-			break;      /* reset: nothing left to deliver */
-		if (xseg_now_ns() >= atomic_load(&S.stop_deadline_ns)) {
-			peer_warn("%s: %d bytes of replies not yet received by the client at "
-				  "--stop-timeout: closing", c->peer_name, queued);
-			break;
-		}
-		struct pollfd pfd = { .fd = c->fd, .events = r == 0 ? 0 : POLLIN };
-		poll(&pfd, 1, 1);   /* the client reads, or sends */
+	ssize_t r = 0;
+	for (int i = 0; i < 64 && (r = recv(c->fd, sink, sizeof(sink), MSG_DONTWAIT)) > 0; i++)
+		;   /* commands sent after the stop's last read: dropped */
+	if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+		return true;   /* reset: nothing left to deliver */
+	if (r == 0) {      /* the client's end of the stream: stop watching input */
+		struct epoll_event ev = { .events = 0, .data.ptr = c };
+		epoll_ctl(c->loop->epfd, EPOLL_CTL_MOD, c->fd, &ev);
 	}
-	uint64_t ms = (xseg_now_ns() - start) / 1000000;
+	int queued = 0;
+	if (ioctl(c->fd, SIOCOUTQ, &queued) < 0 || queued == 0)
+		return true;
+	if (xseg_now_ns() >= atomic_load(&S.stop_deadline_ns)) {
+		peer_warn("%s: %d bytes of replies not yet received by the client at "
+			  "--stop-timeout: closing", c->peer_name, queued);
+		return true;
+	}
+	return false;
+}
+
+/* Closes a lingering connection once it may. True: closed. */
+static bool linger_close_if_done(struct conn *c)
+{
+	if (!linger_done(c))
+		return false;
+	uint64_t ms = (xseg_now_ns() - c->linger_ns) / 1000000;
 	if (ms)
 		peer_info("%s: waited %" PRIu64 " ms for the client to receive its replies",
 			  c->peer_name, ms);
+	conn_close(c, "nbdd stops, every command answered");
+	return true;
 }
 
 /*
@@ -688,6 +711,8 @@ static bool stop_close_if_done(struct conn *c)
 		conn_close(c, "nbdd stops (in the handshake)");
 		return true;
 	}
+	if (c->lingering)   /* written by this thread only (under the lock, for the others) */
+		return linger_close_if_done(c);
 	if (!stop_done(c))
 		return false;
 	conn_readable(c);
@@ -695,7 +720,8 @@ static bool stop_close_if_done(struct conn *c)
 		return true;
 	if (!stop_done(c))
 		return false;
-	linger_until_delivered(c);
+	if (linger_begin(c))
+		return linger_close_if_done(c);
 	conn_close(c, "nbdd stops, every command answered");
 	return true;
 }
@@ -706,6 +732,10 @@ static void conn_kicked(struct conn *c)
 {
 	if (c->closed)
 		return;
+	if (c->lingering) {
+		linger_close_if_done(c);
+		return;
+	}
 	pthread_mutex_lock(&c->lock);
 	bool dead = c->dead, broken = c->broken, disc = c->disc;
 	bool done = disc && conn_drained_locked(c);
@@ -939,7 +969,9 @@ static void *server_loop(void *arg)
 	while (!atomic_load(&S.stop)) {
 		int n = busy && nbdd_cfg.socket_poll_us ? poll_events(L, events, 64) : 0;
 		if (n == 0) {
-			n = epoll_wait(L->epfd, events, 64, first ? resume_listeners(200) : 200);
+			/* in the stop, lingering connections are looked at each round */
+			int wait_ms = atomic_load(&H.stopping) ? 5 : 200;
+			n = epoll_wait(L->epfd, events, 64, first ? resume_listeners(wait_ms) : wait_ms);
 			if (n > 0)
 				atomic_fetch_add_explicit(&L->waits, 1, memory_order_relaxed);
 		}
@@ -958,6 +990,10 @@ static void *server_loop(void *arg)
 				struct conn *c = (struct conn *)kind;
 				if (c->closed)
 					continue;
+				if (c->lingering) {   /* input to drop, or the client gone */
+					linger_close_if_done(c);
+					continue;
+				}
 				uint32_t e = events[i].events;
 				if (e & EPOLLOUT) {
 					pthread_mutex_lock(&c->lock);

@@ -73,5 +73,5 @@ kill -TERM $cpid; wait $cpid; crc=$?
 echo "read back from filed: corrupted $(json "$DIR/r.out" corrupted), failed $(json "$DIR/r.out" failed)"
 [ "$(json "$DIR/r.out" corrupted)" = 0 ] && [ "$(json "$DIR/r.out" failed)" = 0 ] ||
 	fail "acknowledged writes are not on filed"
-grep -q "every index node is held" "$DIR/cached.log" || fail "cached's log does not say why requests failed"
+grep -q "no index node is free" "$DIR/cached.log" || fail "cached's log does not say why requests failed"
 echo "PASS"

@@ -887,10 +887,10 @@ static void say_node_refusal(void)
 	struct cache_stats st;
 	cache_engine_stats(C.engine, &st);
 	if (st.node_refusal && !said)
-		peer_warn("every index node is held by an object whose write-back fails (%s; "
-			  "--max-objects %u): requests for other objects fail until a "
-			  "write-back succeeds (stats node_refusals)", strerror(st.node_refusal),
-			  C.cfg.max_objects);
+		peer_warn("no index node is free (--max-objects %u; a dirty object keeps its "
+			  "node until written back) and write-backs fail (%s): requests for "
+			  "objects not in the cache fail until a write-back succeeds (stats "
+			  "node_refusals)", C.cfg.max_objects, strerror(st.node_refusal));
 	else if (!st.node_refusal && said)
 		peer_info("a write-back succeeded: requests for other objects are served again");
 	said = st.node_refusal;

@@ -49,7 +49,9 @@ ms=$(( ($(date +%s%N) - t0) / 1000000 ))
 echo "a 5th object's write: exit $wrc ($(cat "$DIR/fifth.out")); a read of another: exit $rrc ($(cat "$DIR/other.out")); $ms ms"
 [ $wrc = 1 ] && [ $rrc = 1 ] || fail "requests for objects with no node: exits $wrc, $rrc (3: no answer in 10 s)"
 refusals=$(peer_stat 3 node_refusals)
-echo "node_refusals: $refusals"
+nodes="$(peer_stat 3 object_nodes) of $(peer_stat 3 object_nodes_max)"
+echo "node_refusals: $refusals; index nodes held: $nodes"
+[ "$nodes" = "4 of 4" ] || fail "object_nodes: $nodes, expected 4 of 4"
 [ "$refusals" -ge 2 ] || fail "node_refusals $refusals"
 
 echo "--- the blocker back: written back, served again"

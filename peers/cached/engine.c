@@ -856,6 +856,8 @@ void cache_engine_stats(struct cache_engine *e, struct cache_stats *s)
 	s->cached_bytes = atomic_load(&e->totals.claimed) * bs;
 	s->free_bytes = (e->pool.count - e->pool.reserve - atomic_load(&e->totals.claimed)) * bs;
 	s->objects = xcache_nr_active(e->index);
+	s->object_nodes = atomic_load(&e->nodes_used);
+	s->object_nodes_max = e->nr_nodes;
 	s->evictions = STAT_SUM(e, evictions);
 	s->clean_released_bytes = STAT_SUM(e, clean_released);
 	s->flushes = STAT_SUM(e, flushes);

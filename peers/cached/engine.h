@@ -209,6 +209,8 @@ struct cache_stats {
 	uint64_t blocker_read_bytes, blocker_write_bytes;
 	uint64_t dirty_bytes, cached_bytes, free_bytes;
 	uint64_t objects, evictions, flushes, flush_failures, flush_ns_total;
+	uint64_t object_nodes, object_nodes_max;   /* index nodes held (also evicted objects'
+	                                            * until written back), of how many */
 	uint64_t flush_backoff_ns;              /* the flusher's pause now (0: none) */
 	int flush_error;                        /* of the last failed flush write; 0 after a success */
 	uint64_t clean_released_bytes;          /* given back by cold objects kept cached */

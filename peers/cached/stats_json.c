@@ -83,6 +83,7 @@ int cached_stats_json(struct cache_engine *e, uint32_t blocker_port, int mirror_
 		",\"write_bytes\":%" PRIu64 ",\"blocker_read_bytes\":%" PRIu64
 		",\"blocker_write_bytes\":%" PRIu64 ",\"dirty_bytes\":%" PRIu64
 		",\"cached_bytes\":%" PRIu64 ",\"free_bytes\":%" PRIu64 ",\"objects\":%" PRIu64
+		",\"object_nodes\":%" PRIu64 ",\"object_nodes_max\":%" PRIu64
 		",\"evictions\":%" PRIu64 ",\"clean_released_bytes\":%" PRIu64
 		",\"flushes\":%" PRIu64 ",\"flush_failures\":%" PRIu64
 		",\"flush_backoff_ms\":%" PRIu64 ",\"flush_error\":\"%s\""
@@ -100,7 +101,7 @@ int cached_stats_json(struct cache_engine *e, uint32_t blocker_port, int mirror_
 		blocker_port, s.policy == CACHE_WRITEBACK ? "writeback" : "writethrough",
 		s.hits, s.misses, s.partial_hits, s.parallel_hits, s.read_bytes, s.write_bytes,
 		s.blocker_read_bytes, s.blocker_write_bytes, s.dirty_bytes, s.cached_bytes,
-		s.free_bytes, s.objects, s.evictions, s.clean_released_bytes, s.flushes, s.flush_failures,
+		s.free_bytes, s.objects, s.object_nodes, s.object_nodes_max, s.evictions, s.clean_released_bytes, s.flushes, s.flush_failures,
 		s.flush_backoff_ns / 1000000, s.flush_error ? strerror(s.flush_error) : "",
 		s.flushes ? (double)s.flush_ns_total / (double)s.flushes / 1e3 : 0.0,
 		s.waits, s.node_refusals, s.uncached, s.lent, s.raced_writes, s.rereads, s.failed, s.blocker_in_flight, s.barriers_open,

@@ -791,25 +791,23 @@ static void reap_dead_blocker(void)
  * The engine meanwhile retries with a growing pause (flush.c).
  */
 #define FLUSH_WARN_INTERVAL_S 10
-static void warn_flush_failures(uint64_t now)
+static void warn_flush_failures(const struct cache_stats *s, uint64_t now)
 {
 	static uint64_t failures_seen, next_warn;
 	static bool warned;
-	struct cache_stats st;
-	cache_engine_stats(C.engine, &st);
-	if (st.flush_error && st.flush_failures > failures_seen && now >= next_warn) {
+	if (s->flush_error && s->flush_failures > failures_seen && now >= next_warn) {
 		peer_log(PEER_LOG_WARN, "cannot write back to blocker port %u: %s; %" PRIu64 " dirty "
 		       "bytes wait, %" PRIu64 " failed writes since the last word; retrying "
-		       "every %" PRIu64 " ms", C.blocker_port, strerror(st.flush_error),
-		       st.dirty_bytes, st.flush_failures - failures_seen,
-		       st.flush_backoff_ns / 1000000);
-		failures_seen = st.flush_failures;
+		       "every %" PRIu64 " ms", C.blocker_port, strerror(s->flush_error),
+		       s->dirty_bytes, s->flush_failures - failures_seen,
+		       s->flush_backoff_ns / 1000000);
+		failures_seen = s->flush_failures;
 		next_warn = now + FLUSH_WARN_INTERVAL_S * 1000000000ull;
 		warned = true;
-	} else if (warned && !st.flush_error) {
+	} else if (warned && !s->flush_error) {
 		peer_log(PEER_LOG_WARN, "blocker port %u takes writes again; %" PRIu64 " dirty bytes left",
-		       C.blocker_port, st.dirty_bytes);
-		failures_seen = st.flush_failures;
+		       C.blocker_port, s->dirty_bytes);
+		failures_seen = s->flush_failures;
 		warned = false;   /* next_warn stays: a flapping blocker, 2 lines per interval */
 	}
 }
@@ -862,57 +860,51 @@ static void say_mirror_state(void)
 
 /* Once: the replica was promoted while this primary was down (its
  * marker says so): what it recovered is older than the store's. */
-static void say_fenced(void)
+static void say_fenced(const struct cache_stats *s)
 {
 	static bool said;
 	if (said || !C.cfg.mirror)
 		return;
-	struct cache_stats st;
-	cache_engine_stats(C.engine, &st);
-	if (st.fence != 2)
+	if (s->fence != 2)
 		return;
 	said = true;
 	peer_error("the replica was promoted while this cache was down (marker '%s' says "
 		   "promoted): the %" PRIu64 " dirty bytes recovered from '%s' are older than "
 		   "the store's and are NOT written back; every request fails ESTALE. Restart "
 		   "with --persist-discard (copy the file first to keep them)", C.cfg.mirror_marker,
-		   st.dirty_bytes, C.cfg.persist_path ? C.cfg.persist_path : "");
+		   s->dirty_bytes, C.cfg.persist_path ? C.cfg.persist_path : "");
 }
 
 /* Once per episode: requests that find no free index node fail (every
  * node a dirty object's, their write-backs failing: engine.c). */
-static void say_node_refusal(void)
+static void say_node_refusal(const struct cache_stats *s)
 {
 	static int said;
-	struct cache_stats st;
-	cache_engine_stats(C.engine, &st);
-	if (st.node_refusal && !said)
+	if (s->node_refusal && !said)
 		peer_warn("no index node is free (--max-objects %u; a dirty object keeps its "
 			  "node until written back) and write-backs fail (%s): requests for "
 			  "objects not in the cache fail until a write-back succeeds (stats "
-			  "node_refusals)", C.cfg.max_objects, strerror(st.node_refusal));
-	else if (!st.node_refusal && said)
+			  "node_refusals)", C.cfg.max_objects, strerror(s->node_refusal));
+	else if (!s->node_refusal && said)
 		peer_info("a write-back succeeded: requests for other objects are served again");
-	said = st.node_refusal;
+	said = s->node_refusal;
 }
 
 /* Once: the persist file failed a sync (the engine writes through from
  * then on and writes every dirty byte back). */
-static void say_persist_failure(void)
+static void say_persist_failure(const struct cache_stats *s)
 {
 	static bool said;
 	if (said || !C.cfg.persist_path)
 		return;
-	struct cache_stats st;
-	cache_engine_stats(C.engine, &st);
-	if (!st.persist_sync_error)
+	if (!s->persist_sync_error)
 		return;
 	said = true;
 	peer_error("persist: a sync of '%s' failed (%s): its disk may not hold what the kernel "
 		   "could not write. Writing through from now on, every dirty byte (%" PRIu64
 		   ") being written back to port %u; FLUSH fails until cached restarts on a "
-		   "working file", C.cfg.persist_path, strerror(st.persist_sync_error),
-		   st.dirty_bytes, C.blocker_port);
+		   "working file", C.cfg.persist_path, strerror(s->persist_sync_error),
+		   s->dirty_bytes, C.blocker_port);
 }
 
 /* The runtime's maintenance thread: the flusher and reclaimer, and ten
@@ -924,16 +916,19 @@ static uint64_t maintain(struct peer *p)
 	uint64_t now = xseg_now_ns();
 	if (now >= next_reap) {
 		reap_dead_blocker();
-		warn_flush_failures(now);
+		/* one reading of the figures for the lines below */
+		struct cache_stats st;
+		cache_engine_stats(C.engine, &st);
+		warn_flush_failures(&st, now);
 		if (C.cfg.mirror) {
 			watch_mirror_port();
 			say_mirror_state();
 		}
 		dirty_mark_update();
 		watch_hold(now);
-		say_persist_failure();
-		say_fenced();
-		say_node_refusal();
+		say_persist_failure(&st);
+		say_fenced(&st);
+		say_node_refusal(&st);
 		next_reap = now + 100000000ull;
 	}
 	return cache_engine_maintain(C.engine);

@@ -484,14 +484,15 @@ static void retry_issue(struct peer_thread *t, struct peer_work *w)
 	issue(t, job);
 }
 
-static struct job *new_job(struct xseg_request *req, struct volume *v, uint64_t nr_parts)
+static struct job *new_job(struct xseg_request *req, struct volume *v, uint32_t op,
+			   uint64_t nr_parts)
 {
 	struct job *job = calloc(1, sizeof(*job) + nr_parts * sizeof(struct part));
 	if (!job)
 		return NULL;
 	job->req = req;
 	job->vol = v;
-	job->op = req->op;
+	job->op = op;
 	job->nr_parts = nr_parts;
 	job->deadline_ns = xseg_now_ns() + V.retry_limit_ns;
 	atomic_init(&job->pending, 1);   /* the issuer's: the caller issues */
@@ -595,7 +596,7 @@ static void serve_rw(struct peer_thread *t, struct xseg_request *req, struct vol
 	if (first == last && forward_renamed(t, req, v, first))
 		return;
 	count(t, false);
-	struct job *job = new_job(req, v, last - first + 1);
+	struct job *job = new_job(req, v, req->op, last - first + 1);
 	if (!job) {
 		peer_fail(t, req, ENOMEM);
 		return;
@@ -625,10 +626,10 @@ static struct job *flush_job(struct xseg_request *req, struct volume *v)
 	uint64_t words = (v->nr_objects + 63) / 64, n = 0;
 	for (uint64_t w = 0; w < words && !v->unsure; w++)
 		n += (uint64_t)__builtin_popcountll(v->dirty[w]);
-	struct job *job = new_job(req, v, v->unsure ? 1 : n);
+	/* X_FLUSH also for a 0-byte READ or WRITE with XF_FLUSH */
+	struct job *job = new_job(req, v, X_FLUSH, v->unsure ? 1 : n);
 	if (!job)
 		return NULL;
-	job->op = X_FLUSH;   /* also for a 0-byte READ or WRITE with XF_FLUSH */
 	if (v->unsure)
 		job->parts[0].object = ALL_OBJECTS;
 	n = 0;
@@ -663,12 +664,11 @@ static void start_flush(struct peer_thread *t, struct job *job)
 
 static void serve_flush(struct peer_thread *t, struct xseg_request *req, struct volume *v)
 {
-	struct job *job = new_job(req, v, 0);   /* a placeholder until its turn */
+	struct job *job = new_job(req, v, X_FLUSH, 0);   /* a placeholder until its turn */
 	if (!job) {
 		peer_fail(t, req, ENOMEM);
 		return;
 	}
-	job->op = X_FLUSH;
 	pthread_mutex_lock(&v->lock);
 	if (v->flushing) {
 		*v->flush_tail = job;

@@ -390,12 +390,29 @@ bool xseg_route_reaches(struct xseg *s, uint32_t dst, uint32_t port)
  */
 uint32_t xseg_resolve_route(struct xseg *s, uint32_t from, uint32_t dst)
 {
-	return xseg_resolve_route_past(s, from, dst, XSEG_NO_PORT);
+	return xseg_resolve_route_past(s, from, dst, XSEG_NO_PORT, NULL, 0);
+}
+
+/* Whether `port` (a service) is `from` or on the return path. */
+static bool passed(struct xseg *s, uint32_t port, uint32_t from,
+		   const struct xseg_path_hop *path, uint32_t path_len)
+{
+	if (port == from)
+		return true;
+	for (uint32_t i = 0; i < path_len && i < XSEG_MAX_PATH; i++)
+		if (xseg_lane_leader(s, path[i].port) == port)
+			return true;
+	return false;
 }
 
 /* As xseg_resolve_route, `gone` counted as unbound (its reaper owns it for
- * the reap). */
-uint32_t xseg_resolve_route_past(struct xseg *s, uint32_t from, uint32_t dst, uint32_t gone)
+ * the reap), and never back to a hop on the request's return path: a hop
+ * that passed the request on waits for its reply, and taking it again as
+ * new would send it twice. The request goes behind the deepest hop of the
+ * chain it has passed: a cache unplugged from the middle of 1 <- 3 <- 4
+ * forwards what 4 lent it, and the chain is 1 <- 4 now; the front is 4. */
+uint32_t xseg_resolve_route_past(struct xseg *s, uint32_t from, uint32_t dst, uint32_t gone,
+				 const struct xseg_path_hop *path, uint32_t path_len)
 {
 	uint32_t chain[XSEG_MAX_PATH + 1];
 	uint32_t n = 0, cur = dst;
@@ -422,7 +439,7 @@ uint32_t xseg_resolve_route_past(struct xseg *s, uint32_t from, uint32_t dst, ui
 		chain[n++] = next;
 	}
 	for (uint32_t k = 0; k < n; k++)
-		if (chain[k] == from)
+		if (passed(s, chain[k], from, path, path_len))
 			return k == 0 ? dst : chain[k - 1];
 	return chain[n - 1];
 }

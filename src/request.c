@@ -471,7 +471,7 @@ int xseg_push_request(struct xseg *s, struct xseg_request *req, uint32_t from, u
 	if (req->path_len >= XSEG_MAX_PATH)
 		return xseg_fail(E2BIG, "submit: request %u already passed %u ports",
 				 req->index, XSEG_MAX_PATH);
-	uint32_t to = xseg_resolve_route(s, from, dst);
+	uint32_t to = xseg_resolve_route_past(s, from, dst, XSEG_NO_PORT, req->path, req->path_len);
 	if (to == XSEG_NO_PORT || !atomic_load(&s->ports[to].owner)) {
 		uint64_t dirty = to == XSEG_NO_PORT ? 0 : atomic_load(&s->ports[to].dirty_bytes);
 		if (dirty)
@@ -683,7 +683,8 @@ static uint32_t settle_queued(struct xseg *s, uint32_t port, int err, enum settl
 				      (!dead && xseg_route_reaches(s, r->dst_port, port))
 				      ? XSEG_NO_PORT
 				      : xseg_resolve_route_past(s, issuer, r->dst_port,
-								dead ? port : XSEG_NO_PORT);
+								dead ? port : XSEG_NO_PORT,
+								r->path, r->path_len);
 			if (to != XSEG_NO_PORT && to != port &&
 			    atomic_load(&s->ports[to].owner) &&
 			    deliver(s, r, port, to, xseg_req_ring(s, to),

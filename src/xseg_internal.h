@@ -288,8 +288,10 @@ void xseg_port_ungroup(struct xseg *s, uint32_t port);
 /* Whether a next hop of dst's chain is `port` (or the service it is a lane
  * of), bound or not. */
 bool xseg_route_reaches(struct xseg *s, uint32_t dst, uint32_t port);
-/* xseg_resolve_route with port `gone` taken for unbound (a reap). */
-uint32_t xseg_resolve_route_past(struct xseg *s, uint32_t from, uint32_t dst, uint32_t gone);
+/* xseg_resolve_route with port `gone` taken for unbound (a reap), for a
+ * request on its way: never back to a hop of its return path (`path`). */
+uint32_t xseg_resolve_route_past(struct xseg *s, uint32_t from, uint32_t dst, uint32_t gone,
+				 const struct xseg_path_hop *path, uint32_t path_len);
 /* A dead owner's queue (the reap): a request that reached `port` as a hop
  * goes on where the route leads past it, unless the port says it holds
  * dirty data (fail closed); everything else fails back with `err`. */

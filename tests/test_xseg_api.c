@@ -865,6 +865,65 @@ START_TEST(submit_follows_routes)
 END_TEST
 
 /*
+ * The middle hop of B <- C <- D spliced out while it holds a request D lent
+ * it: the route is B <- D now and C is outside it, but C's forward must go
+ * on to B, not to the front (D, which waits for that request's reply and
+ * would take it as new: "request sent twice", then a double completion).
+ * The same when C is moved in front of D: never back to a hop passed.
+ */
+START_TEST(forward_never_returns_to_a_hop_passed)
+{
+	struct xseg_request *r, *got;
+
+	ck_assert_int_eq(xseg_bind_range(xt_seg, PA, PD), 0);
+	ck_assert_int_eq(xseg_set_next_hop(xt_seg, PB, PC), 0);
+	ck_assert_int_eq(xseg_set_next_hop(xt_seg, PC, PD), 0);
+	r = xseg_get_request(xt_seg, PA);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_int_eq(xseg_submit(xt_seg, r, PA, PB), PD);
+	ck_assert_int_eq(xseg_accept(xt_seg, PD, &got, 1), 1);
+	ck_assert_int_eq(xseg_forward(xt_seg, r, PD, PB), PC);
+	ck_assert_int_eq(xseg_accept(xt_seg, PC, &got, 1), 1);
+
+	/* Unplug C: B -> D, C's hop cleared (what xseg unplug --via C does). */
+	ck_assert_int_eq(xseg_replace_next_hop(xt_seg, PB, PC, PD), 0);
+	ck_assert_int_eq(xseg_clear_next_hop(xt_seg, PC), 0);
+	ck_assert_uint_eq(xseg_resolve_route(xt_seg, PC, PB), PD);   /* a new request of C's */
+	ck_assert_int_eq(xseg_forward(xt_seg, r, PC, PB), PB);
+	ck_assert_int_eq(xseg_accept(xt_seg, PB, &got, 1), 1);
+	r->result = XR_SERVED;
+	ck_assert_int_eq(xseg_respond(xt_seg, r, PB), PC);
+	ck_assert_int_eq(xseg_receive(xt_seg, PC, &got, 1), 1);
+	ck_assert_int_eq(xseg_respond(xt_seg, r, PC), PD);
+	ck_assert_int_eq(xseg_receive(xt_seg, PD, &got, 1), 1);
+	ck_assert_int_eq(xseg_respond(xt_seg, r, PD), PA);
+	ck_assert_int_eq(xseg_receive(xt_seg, PA, &got, 1), 1);
+
+	/* B <- D, then C plugged in front of D (B <- D <- C): a request C
+	 * lent D is forwarded by D to B, not to C. */
+	ck_assert_int_eq(xseg_set_next_hop(xt_seg, PD, PC), 0);
+	ck_assert_int_eq(xseg_submit(xt_seg, r, PA, PB), PC);
+	ck_assert_int_eq(xseg_accept(xt_seg, PC, &got, 1), 1);
+	ck_assert_int_eq(xseg_forward(xt_seg, r, PC, PB), PD);
+	ck_assert_int_eq(xseg_accept(xt_seg, PD, &got, 1), 1);
+	/* Reordered meanwhile to B <- C <- D: D is the front now. */
+	ck_assert_int_eq(xseg_clear_next_hop(xt_seg, PD), 0);
+	ck_assert_int_eq(xseg_set_next_hop(xt_seg, PB, PC), 0);
+	ck_assert_int_eq(xseg_set_next_hop(xt_seg, PC, PD), 0);
+	ck_assert_uint_eq(xseg_resolve_route(xt_seg, PD, PB), PC);
+	ck_assert_int_eq(xseg_forward(xt_seg, r, PD, PB), PB);
+	ck_assert_int_eq(xseg_accept(xt_seg, PB, &got, 1), 1);
+	ck_assert_int_eq(xseg_respond(xt_seg, r, PB), PD);
+	ck_assert_int_eq(xseg_receive(xt_seg, PD, &got, 1), 1);
+	ck_assert_int_eq(xseg_respond(xt_seg, r, PD), PC);
+	ck_assert_int_eq(xseg_receive(xt_seg, PC, &got, 1), 1);
+	ck_assert_int_eq(xseg_respond(xt_seg, r, PC), PA);
+	ck_assert_int_eq(xseg_receive(xt_seg, PA, &got, 1), 1);
+	ck_assert_int_eq(xseg_put_request(xt_seg, r), 0);
+}
+END_TEST
+
+/*
  * Fail closed: a cache that leaves its port while it says it holds dirty
  * data is never bypassed; requests through it fail EIO until it comes back
  * or its data is given up.
@@ -1116,6 +1175,7 @@ static Suite *api_suite(void)
 	tcase_add_test(tc, next_hop_replace_only_over_old);
 	tcase_add_test(tc, resolve_route_semantics);
 	tcase_add_test(tc, submit_follows_routes);
+	tcase_add_test(tc, forward_never_returns_to_a_hop_passed);
 	tcase_add_test(tc, dirty_cache_fails_closed);
 	tcase_add_test(tc, dead_middle_hop_keeps_front_cache);
 	suite_add_tcase(s, tc);

@@ -350,7 +350,8 @@ int xseg_replace_next_hop(struct xseg *seg, uint32_t port, uint32_t old, uint32_
 /* Returns the next hop or XSEG_NO_PORT. */
 uint32_t xseg_get_next_hop(struct xseg *seg, uint32_t port);
 
-/* Where a request submitted by `from` for `dst` is delivered right now. */
+/* Where a request submitted by `from` for `dst` is delivered right now (a new
+ * one; one on its way also skips the hops on its return path). */
 uint32_t xseg_resolve_route(struct xseg *seg, uint32_t from, uint32_t dst);
 
 /* ---- requests ------------------------------------------------------------ */

@@ -171,15 +171,17 @@ python3 - "$FP" > "$DIR/fake.out" 2>&1 <<'PY' & fakepid=$!
 import socket, struct, sys
 srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 srv.bind(("127.0.0.1", int(sys.argv[1]))); srv.listen(4); srv.settimeout(30)
-def recv_frame(c):
-    hdr = b''
-    while len(hdr) < 64:
-        hdr += c.recv(64 - len(hdr))
-    f = struct.unpack('<IHBBIIQQQQiIQ', hdr)
-    body = f[11] + f[12]
-    while body > 0:
-        body -= len(c.recv(body))
-    return f
+def recv_frame(c):   # the next request (a hello, first on each connection, skipped)
+    while True:
+        hdr = b''
+        while len(hdr) < 64:
+            hdr += c.recv(64 - len(hdr))
+        f = struct.unpack('<IHBBIIQQQQiIQ', hdr)
+        body = f[11] + f[12]
+        while body > 0:
+            body -= len(c.recv(body))
+        if f[2] != 3:
+            return f
 # 1: a READ reply with more data than asked for; 2: a reply to another id;
 # 3: half the data, then the connection closes; 4: half the data, then
 # nothing (synapsed must cut the connection itself)

@@ -71,6 +71,8 @@ try:
         f = struct.unpack('<IHBBIIQQQQiIQ', recv_exact(c, 64))
         magic, ver, kind, res, op, flags, fid, off, size, serv, err, tl, dl = f
         recv_exact(c, tl + dl)
+        if kind == 3:   # the hello: nothing to answer
+            continue
         c.sendall(struct.pack('<IHBBIIQQQQiIQ', magic, 1, 2, 1, op, 0, fid, off, size,
                               size, 0, 0, 0))
         n += 1

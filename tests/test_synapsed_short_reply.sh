@@ -39,6 +39,8 @@ while True:   # synapsed A closes on a protocol error and connects again
             f = struct.unpack('<IHBBIIQQQQiIQ', recv_exact(c, 64))
             magic, ver, kind, res, op, flags, fid, off, size, serv, err, tl, dl = f
             recv_exact(c, tl + dl)
+            if kind == 3:   # the hello: nothing to answer
+                continue
             data = b'zzzz' if op == 1 and off == 4096 else b''
             if op == 5:   # INFO: serviced = sizeof(struct xseg_reply_info), no data
                 size = 8

@@ -117,6 +117,31 @@ START_TEST(malformed_headers_are_refused)
 }
 END_TEST
 
+/* A hello: header only, the requester in id and the epoch in offset;
+ * anything else set is refused. */
+START_TEST(hello_is_header_only)
+{
+	struct wire_header h = { .kind = WIRE_HELLO, .id = 0x5eed, .offset = 1764300000000000000ull };
+	struct wire_header back;
+	uint8_t buf[WIRE_HEADER_LEN];
+	wire_encode_header(&h, buf);
+	ck_assert_int_eq(wire_decode_header(buf, sizeof(buf), &back), WIRE_HEADER_LEN);
+	ck_assert_uint_eq(back.kind, WIRE_HELLO);
+	ck_assert_uint_eq(back.id, h.id);
+	ck_assert_uint_eq(back.offset, h.offset);
+	struct wire_header bad[] = {
+		{ .kind = WIRE_HELLO, .size = 1 }, { .kind = WIRE_HELLO, .op = X_READ },
+		{ .kind = WIRE_HELLO, .result = XR_SERVED }, { .kind = WIRE_HELLO, .flags = XF_FUA },
+		{ .kind = WIRE_HELLO, .target_len = 1 }, { .kind = WIRE_HELLO, .data_len = 1 },
+		{ .kind = WIRE_HELLO, .serviced = 1 }, { .kind = WIRE_HELLO, .error = 5 },
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		wire_encode_header(&bad[i], buf);
+		ck_assert_int_eq(wire_decode_header(buf, sizeof(buf), &back), WIRE_BAD_FIELD);
+	}
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("synapsed_wire");
@@ -126,6 +151,7 @@ int main(void)
 	tcase_add_test(tc, little_endian_on_the_wire);
 	tcase_add_test(tc, short_input_needs_more);
 	tcase_add_test(tc, malformed_headers_are_refused);
+	tcase_add_test(tc, hello_is_header_only);
 	suite_add_tcase(s, tc);
 	return xt_run(s);
 }

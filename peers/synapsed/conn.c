@@ -389,6 +389,15 @@ static int on_header(void *ctx, const struct wire_header *h, uint8_t **body)
 
 	c->body_owner = NULL;
 	c->body_direct = false;
+	if (h->kind == WIRE_HELLO) {   /* who sends: the listener's side only */
+		if (ci == REMOTE_CONN || conn_up_ops->hello(c, ci, h, &why) < 0) {
+			conn_close(ci, ci == REMOTE_CONN ? "a hello from the remote" : why,
+				   ECONNRESET);
+			return RX_DROP;
+		}
+		*body = (uint8_t *)c;   /* no body: any pointer */
+		return RX_TAKE;
+	}
 	if (h->kind == WIRE_REQUEST) {
 		int rc = conn_up_ops->request_header(c, ci, h, body, &c->body_owner, &why);
 		if (rc < 0) {
@@ -418,7 +427,9 @@ static void on_body(void *ctx, const struct wire_header *h, uint8_t *body)
 	struct conn *c = ctx;
 	c->frame_since_ns = 0;   /* the next frame's clock starts at its first byte */
 	c->frames_done++;
-	if (h->kind == WIRE_REQUEST) {
+	if (h->kind == WIRE_HELLO) {
+		/* said: nothing more to do */
+	} else if (h->kind == WIRE_REQUEST) {
 		conn_up_ops->request_done(c->body_owner);
 	} else if (c->body_direct) {
 		conn_up_ops->reply_received(h);

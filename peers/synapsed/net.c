@@ -131,6 +131,8 @@ static void accept_all(void)
 		c->used = true;
 		rx_init(&c->rx, buf);
 		c->frames_done = 0;
+		c->requester = 0;   /* until its hello (epochs.c) */
+		c->epoch = 0;
 		c->frame_since_ns = 0;
 		c->idle_since_ns = xseg_now_ns();
 		snprintf(c->peer, sizeof(c->peer), "%s", who);
@@ -211,6 +213,13 @@ static void remote_connected(void)
 		remote_unreachable(err);
 		return;
 	}
+	/* Before any request: who we are and this connection's epoch, so
+	 * that the remote runs nothing more of our older connections. */
+	struct frame *hello = hello_frame();
+	if (!hello) {
+		conn_close(REMOTE_CONN, "out of memory for its hello", ECONNRESET);
+		return;
+	}
 	c->connecting = false;
 	/* Requests go out on it, but the backoff and the outage's log stay
 	 * until it proves itself (conn_close): a TCP connect alone does not
@@ -222,6 +231,7 @@ static void remote_connected(void)
 	conn_up(c);
 	peer_info("connected to %s", c->peer);
 	pthread_mutex_lock(&c->wlock);
+	c->writing = hello;   /* first: a worker writes only when nothing is */
 	c->writable = true;
 	conn_set_events(c, REMOTE_CONN, EPOLLIN);
 	pthread_mutex_unlock(&c->wlock);

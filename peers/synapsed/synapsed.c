@@ -151,6 +151,7 @@ static void report(void)
 /* The layers above the socket layer, as net.c calls them (it never names
  * them: see struct net_ops). */
 static const struct net_ops net_ops = {
+	.hello = epochs_hello,
 	.request_header = inbound_request_header,
 	.request_done = inbound_request_done,
 	.request_abandon = inbound_abandon,
@@ -188,6 +189,11 @@ static int init(struct peer *p)
 		peer_error("out of memory for %u request slots", nr);
 		return -1;
 	}
+	if (epochs_init() < 0) {
+		peer_error("out of memory for %u requesters", 2 * S.max_conns);
+		return -1;
+	}
+	hello_init();
 	if (net_start(&net_ops) < 0)
 		return -1;
 	if (S.have_listen)
@@ -205,8 +211,9 @@ static int init(struct peer *p)
 static int stats_fields(struct peer *p, char *buf, size_t len)
 {
 	(void)p;
-	return snprintf(buf, len, ",\"remote_stalls\":%" PRIu64 ",\"slot_refusals\":%" PRIu64,
-			atomic_load(&S.remote_stalls), atomic_load(&S.slot_refusals));
+	return snprintf(buf, len, ",\"remote_stalls\":%" PRIu64 ",\"slot_refusals\":%" PRIu64
+			",\"superseded\":%" PRIu64, atomic_load(&S.remote_stalls),
+			atomic_load(&S.slot_refusals), atomic_load(&S.superseded));
 }
 
 static void on_request(struct peer_thread *t, struct xseg_request *req)

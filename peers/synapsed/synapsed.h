@@ -111,6 +111,9 @@ struct conn {
 	uint64_t frame_since_ns;   /* a frame began arriving (0: none, or paused) */
 	uint64_t idle_since_ns;    /* last byte read or last work for it */
 	uint64_t frames_done;      /* complete frames read on it */
+	/* epochs.c: its requester (1 + its index; 0: no hello) and epoch */
+	uint32_t requester;
+	uint64_t epoch;
 	/* --remote link only */
 	uint64_t retry_at_ns, backoff_ns;
 	uint64_t connected_ns;     /* when this connection came up */
@@ -151,6 +154,9 @@ struct synapsed {
 	/* xseg stats (synapsed.c): the --remote link closed as stalled
 	 * (outbound_expire), requests refused for want of a slot */
 	_Atomic uint64_t remote_stalls, slot_refusals;
+	/* connections closed or refused as older than another of their
+	 * requester (epochs.c) */
+	_Atomic uint64_t superseded;
 	int wake_fd;            /* eventfd: workers -> network thread */
 	_Atomic int wake_pending;
 	_Atomic int remote_down;  /* errno of the last failed connect, 0 when up or
@@ -210,6 +216,10 @@ struct frame *frame_failed_reply(const struct wire_header *req, int err);
  * through the net_ops synapsed.c gives net_start; they call it by name.
  * Every hook is called on the network thread. */
 struct net_ops {
+	/* epochs.c: a requester's hello, the first frame of its connection;
+	 * -1 to drop the connection for *why. */
+	int (*hello)(struct conn *c, uint32_t ci, const struct wire_header *h, const char **why);
+
 	/* inbound.c: request frames from the network */
 	/* A request header arrived. 1: *body is the buffer for its body
 	 * (target_len + data_len bytes), *owner its owner; 0: no room now (too
@@ -297,6 +307,24 @@ int inbound_request_header(struct conn *c, uint32_t ci, const struct wire_header
 			   uint8_t **body, void **owner, const char **why);
 void inbound_request_done(void *owner);
 void inbound_abandon(void *owner);
+
+/* hello.c: the --remote link's hello (below conn.c) */
+/* Names this requester: from the host's name, the segment and the port. */
+void hello_init(void);
+/* A hello frame with this connection's epoch (larger than the last). */
+struct frame *hello_frame(void);
+
+/* epochs.c: a requester's older connections run nothing once a newer one
+ * said hello (above net.c; the hello is a net_ops hook) */
+int epochs_init(void);
+int epochs_hello(struct conn *c, uint32_t ci, const struct wire_header *h, const char **why);
+/* Before a request of connection epoch `epoch` of `requester` (0: none)
+ * goes to the target: 1 it may (counted until epochs_release), 0 not yet
+ * (the requester's older requests are at the target), -1 never (a newer
+ * connection of its requester said hello). */
+int epochs_claim(uint32_t requester, uint64_t epoch);
+/* Its reply came (or its submit failed). */
+void epochs_release(uint32_t requester, uint64_t epoch);
 
 /* limits.c: deadlines and eviction (above net.c; net_ops hooks) */
 void limits_sweep(uint64_t now);

@@ -66,8 +66,11 @@ int64_t wire_decode_header(const uint8_t *buf, size_t len, struct wire_header *h
 	h->target_len = get32(buf + OFF_TARGET_LEN);
 	h->data_len = get64(buf + OFF_DATA_LEN);
 
-	if (h->kind != WIRE_REQUEST && h->kind != WIRE_REPLY)
+	if (h->kind != WIRE_REQUEST && h->kind != WIRE_REPLY && h->kind != WIRE_HELLO)
 		return WIRE_BAD_KIND;
+	if (h->kind == WIRE_HELLO)   /* all but the requester and the epoch: 0 */
+		return h->result || h->op || h->flags || h->size || h->serviced || h->error ||
+		       h->target_len || h->data_len ? WIRE_BAD_FIELD : (int64_t)WIRE_HEADER_LEN;
 	if (h->op >= X_OP_MAX)
 		return WIRE_BAD_OP;
 	if (h->kind == WIRE_REQUEST ? h->result != XR_NONE

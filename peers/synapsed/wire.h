@@ -22,7 +22,10 @@
 #define WIRE_MAX_DATA     (64u << 20)   /* one frame's payload */
 #define WIRE_MAX_ERRNO    4095
 
-enum wire_kind { WIRE_REQUEST = 1, WIRE_REPLY = 2 };
+/* A hello is the first frame a requester sends on each connection: `id`
+ * names the requester, `offset` is the connection's epoch (it grows with
+ * each connection); every other field is 0. */
+enum wire_kind { WIRE_REQUEST = 1, WIRE_REPLY = 2, WIRE_HELLO = 3 };
 
 struct wire_header {
 	uint8_t kind;         /* enum wire_kind */

@@ -1,0 +1,158 @@
+/*
+ * Connection epochs on the listening side: a requester's older connection
+ * runs nothing once a newer one said hello. A requester (the --remote link
+ * of another synapsed) that timed out on a connection, closed it and
+ * connected again has failed every request it wrote there; but those
+ * bytes may still sit unread in our socket (we were stopped, or not
+ * reading it for back-pressure), and run after what it wrote, and had
+ * acknowledged, on the new one: an old write over a newer one. So a hello
+ * of a newer epoch closes the requester's older connections here (their
+ * unread requests dropped), a hello of an older epoch is refused while
+ * anything of the requester is open or out here, and the
+ * new connection's requests wait until those of the older ones already at
+ * the target are answered (--retry-limit at most, then ETIMEDOUT).
+ *
+ * Connections without a hello (a client other than synapsed) are not
+ * ordered against each other. The table is under S.lock; the hello and
+ * the closes it causes are the network thread's.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "synapsed.h"
+
+struct requester {
+	uint64_t id;            /* 0: a free entry */
+	uint64_t epoch;         /* the newest connection's */
+	uint64_t at_target;     /* its requests at the target, of that epoch */
+	uint64_t older_at_target;   /* and of older epochs: the newest waits */
+	uint64_t seen_ns;       /* last hello: the oldest free entry goes first */
+};
+
+static struct requester *table;
+static uint32_t nr_requesters;
+
+int epochs_init(void)
+{
+	nr_requesters = 2 * S.max_conns;
+	table = calloc(nr_requesters, sizeof(*table));
+	return table ? 0 : -1;
+}
+
+/* An open connection names entry r (network thread). */
+static bool entry_in_use(uint32_t r)
+{
+	for (uint32_t ci = REMOTE_CONN + 1; ci < S.nr_conns; ci++)
+		if (S.conns[ci].fd >= 0 && S.conns[ci].requester == r + 1)
+			return true;
+	return false;
+}
+
+/* Requester id's entry, or a new one: a free entry, else the one heard
+ * from least recently that no connection names and nothing is out for
+ * (forgetting it forgets its epoch: only when the table is full). Lock
+ * held; UINT32_MAX when there is none. */
+static uint32_t find_locked(uint64_t id)
+{
+	uint32_t oldest = UINT32_MAX;
+	for (uint32_t r = 0; r < nr_requesters; r++) {
+		if (table[r].id == id)
+			return r;
+		if (!table[r].id) {
+			if (oldest == UINT32_MAX || table[oldest].id)
+				oldest = r;
+		} else if ((oldest == UINT32_MAX || (table[oldest].id &&
+			    table[r].seen_ns < table[oldest].seen_ns)) &&
+			   !table[r].at_target && !table[r].older_at_target && !entry_in_use(r)) {
+			oldest = r;
+		}
+	}
+	if (oldest != UINT32_MAX)
+		table[oldest] = (struct requester){ .id = id };
+	return oldest;
+}
+
+int epochs_hello(struct conn *c, uint32_t ci, const struct wire_header *h, const char **why)
+{
+	static char text[192];   /* network thread only */
+	if (c->frames_done || c->requester) {
+		*why = "a hello after its first frame";
+		return -1;
+	}
+	pthread_mutex_lock(&S.lock);
+	uint32_t r = find_locked(h->id);
+	if (r == UINT32_MAX) {
+		pthread_mutex_unlock(&S.lock);
+		*why = "no room to remember its requester (every one has requests out)";
+		return -1;
+	}
+	struct requester *q = &table[r];
+	/* Older than the newest seen: refused while anything of the requester
+	 * is open or out here (it is a connection that was superseded before
+	 * we read its hello). With nothing, it is the requester restarted
+	 * with its clock stepped back: refusing it would keep it out until
+	 * its clock passed ours. */
+	bool older = q->epoch && h->offset <= q->epoch;
+	if (older && !q->at_target && !q->older_at_target && !entry_in_use(r)) {
+		peer_warn("connection %s: its requester's epoch %" PRIu64 " is older than the "
+			  "last seen (%" PRIu64 ") with nothing of it left here: taken (its clock "
+			  "went back?)", c->peer, h->offset, q->epoch);
+		older = false;
+	}
+	if (older) {
+		pthread_mutex_unlock(&S.lock);
+		atomic_fetch_add(&S.superseded, 1);
+		snprintf(text, sizeof(text), "an older connection of its requester (epoch %" PRIu64
+			 ", the newest seen %" PRIu64 "): none of its requests is run", h->offset,
+			 q->epoch);
+		*why = text;
+		return -1;
+	}
+	q->older_at_target += q->at_target;
+	q->at_target = 0;
+	q->epoch = h->offset;
+	q->seen_ns = xseg_now_ns();
+	pthread_mutex_unlock(&S.lock);
+	c->requester = r + 1;
+	c->epoch = h->offset;
+	/* Its requester closed them (it reconnects only then) and failed what
+	 * it wrote there: what we have not read of them must not run. */
+	for (uint32_t other = REMOTE_CONN + 1; other < S.nr_conns; other++) {
+		struct conn *o = &S.conns[other];
+		if (other == ci || o->fd < 0 || o->requester != r + 1)
+			continue;
+		atomic_fetch_add(&S.superseded, 1);
+		snprintf(text, sizeof(text), "superseded by a newer connection of its requester "
+			 "(%s); what it sent and we did not run is dropped", c->peer);
+		conn_close(other, text, ECONNRESET);
+	}
+	return 0;
+}
+
+int epochs_claim(uint32_t requester, uint64_t epoch)
+{
+	if (!requester)
+		return 1;
+	pthread_mutex_lock(&S.lock);
+	struct requester *q = &table[requester - 1];
+	int rc = q->epoch != epoch ? -1 : q->older_at_target ? 0 : 1;
+	if (rc > 0)
+		q->at_target++;
+	pthread_mutex_unlock(&S.lock);
+	return rc;
+}
+
+void epochs_release(uint32_t requester, uint64_t epoch)
+{
+	if (!requester)
+		return;
+	pthread_mutex_lock(&S.lock);
+	struct requester *q = &table[requester - 1];
+	if (q->epoch == epoch && q->at_target)
+		q->at_target--;
+	else if (q->older_at_target)
+		q->older_at_target--;
+	pthread_mutex_unlock(&S.lock);
+}

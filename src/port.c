@@ -438,6 +438,8 @@ uint32_t xseg_resolve_route_past(struct xseg *s, uint32_t from, uint32_t dst, ui
 			continue;
 		chain[n++] = next;
 	}
+	if (n == 1)   /* no route: whoever sends it, it goes to dst */
+		return dst;
 	for (uint32_t k = 0; k < n; k++)
 		if (passed(s, chain[k], from, path, path_len))
 			return k == 0 ? dst : chain[k - 1];

@@ -133,5 +133,62 @@ wait_log "$DIR/synapsed-b.log" "a hello after its first frame"
 wait_log "$DIR/synapsed-b.log" "taken (its clock went back?)"
 wait_log "$DIR/synapsed-b.log" "bad frame: field out of range"
 
+echo "--- what the old connection left at the target: a request over it waits, another does not"
+"$BIN/filed" --segment "$SEGB" --port 3 --dir "$DIR/slow" --delay-us 1000000 --threads 4 \
+	2> "$DIR/filed-slow.log" & pids+=($!)
+wait_bound_in "$SEGB" 3
+P2=$(free_port)
+"$BIN/synapsed" --segment "$SEGB" --port 4 --listen "127.0.0.1:$P2" --target-port 3 \
+	--log-level info 2> "$DIR/synapsed-b2.log" & pids+=($!)
+wait_bound_in "$SEGB" 4
+out=$(python3 - "$P2" <<'PY'
+import socket, struct, sys, time
+port = int(sys.argv[1])
+H = '<IHBBIIQQQQiIQ'
+def frame(kind, fid, off, obj, data=b'', epoch=0):
+    if kind == 3:
+        return struct.pack(H, 0x4e595358, 1, 3, 0, 0, 0, 0x7000, epoch, 0, 0, 0, 0, 0)
+    return struct.pack(H, 0x4e595358, 1, 1, 0, 2, 0, fid, off, len(data), 0, 0,
+                       len(obj), len(data)) + obj + data
+def recv_exact(s, n):
+    b = b''
+    while len(b) < n:
+        x = s.recv(n - len(b))
+        if not x:
+            raise EOFError
+        b += x
+    return b
+c1 = socket.create_connection(('127.0.0.1', port))
+c1.sendall(frame(3, 0, 0, b'', epoch=10) + frame(1, 1, 0, b'objA', b'A' * 4096))
+time.sleep(0.3)   # W1 is at filed, 1 s to go
+c2 = socket.create_connection(('127.0.0.1', port)); c2.settimeout(20)
+t0 = time.time()
+c2.sendall(frame(3, 0, 0, b'', epoch=20) + frame(1, 3, 0, b'objB', b'C' * 4096) +
+           frame(1, 2, 0, b'objA', b'B' * 4096))   # (behind W2, W3 would wait too: arrival order)
+done = {}
+for _ in range(2):
+    r = struct.unpack(H, recv_exact(c2, 64))
+    done[r[6]] = (time.time() - t0, r[3])
+print('W2 %.2f s result %d, W3 %.2f s result %d' % (done[2][0], done[2][1], done[3][0], done[3][1]))
+print('wait %.2f' % (done[2][0] - done[3][0]))
+PY
+) || fail "fake requester: $out"
+echo "$out"
+case $out in *"result 1, W3"*"result 1"*) ;; *) fail "W2 or W3 not served: $out" ;; esac
+wait_s=$(echo "$out" | sed -n 's/^wait //p')
+python3 -c "import sys; sys.exit(0 if float('$wait_s') >= 0.4 else 1)" ||
+	fail "W2 (over W1, still at the target from the old connection) did not wait for it: only $wait_s s after W3"
+got=$("$BIN/xreq" --segment "$SEGB" --port 12 --target-port 3 --op read --target objA --size 8 --timeout 10)
+[ "$got" = "SERVED serviced=8 data='BBBBBBBB'" ] || fail "objA: $got"
+
+echo "--- a real requester says hello"
+"$BIN/xseg" create --segment "$SEG" --ports 16 --requests 16 --heap 32M || fail "create A"
+"$BIN/synapsed" --segment "$SEG" --port 2 --remote "127.0.0.1:$P" --log-level info \
+	2> "$DIR/synapsed-a.log" & pids+=($!)
+wait_bound 2
+wait_log "$DIR/synapsed-a.log" "connected to 127.0.0.1:$P"
+bench_ok "$SEG" 10 2 --op write --pattern seq --total-size 256K --block-size 4K --iodepth 4
+wait_log "$DIR/synapsed-b.log" "requester 0x[0-9a-f]*, epoch [0-9]\{19\}"
+
 grep -l "Sanitizer" "$DIR"/*.log && fail "a sanitizer reported an error (logs above)"
 echo "synapsed, old connections: ok"

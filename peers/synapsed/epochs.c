@@ -8,9 +8,12 @@
  * acknowledged, on the new one: an old write over a newer one. So a hello
  * of a newer epoch closes the requester's older connections here (their
  * unread requests dropped), a hello of an older epoch is refused while
- * anything of the requester is open or out here, and the
- * new connection's requests wait until those of the older ones already at
- * the target are answered (--retry-limit at most, then ETIMEDOUT).
+ * anything of the requester is open or out here, and a request of the new
+ * connection waits while one of the older ones' that it overlaps (the same
+ * target and bytes, a write in either; any op but READ, WRITE and PING
+ * overlaps everything) is still at the target (--retry-limit at most,
+ * then ETIMEDOUT). Those that overlap nothing go at once: a request the
+ * target never answers holds back only what it could be reordered with.
  *
  * Connections without a hello (a client other than synapsed) are not
  * ordered against each other. The table is under S.lock; the hello and
@@ -20,25 +23,44 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "synapsed.h"
 
 struct requester {
 	uint64_t id;            /* 0: a free entry */
 	uint64_t epoch;         /* the newest connection's */
-	uint64_t at_target;     /* its requests at the target, of that epoch */
-	uint64_t older_at_target;   /* and of older epochs: the newest waits */
+	/* its requests at the target: of that epoch, and of older ones (which
+	 * the newest's wait for where they overlap); circular lists */
+	struct epoch_ticket current, older;
+	uint64_t at_target, older_at_target;
 	uint64_t seen_ns;       /* last hello: the oldest free entry goes first */
 };
 
 static struct requester *table;
 static uint32_t nr_requesters;
 
+static void list_init(struct epoch_ticket *head)
+{
+	head->prev = head->next = head;
+}
+
+static void reset(struct requester *q, uint64_t id)
+{
+	*q = (struct requester){ .id = id };
+	list_init(&q->current);
+	list_init(&q->older);
+}
+
 int epochs_init(void)
 {
 	nr_requesters = 2 * S.max_conns;
 	table = calloc(nr_requesters, sizeof(*table));
-	return table ? 0 : -1;
+	if (!table)
+		return -1;
+	for (uint32_t r = 0; r < nr_requesters; r++)
+		reset(&table[r], 0);
+	return 0;
 }
 
 /* An open connection names entry r (network thread). */
@@ -69,8 +91,8 @@ static uint32_t find_locked(uint64_t id)
 			oldest = r;
 		}
 	}
-	if (oldest != UINT32_MAX)
-		table[oldest] = (struct requester){ .id = id };
+	if (oldest != UINT32_MAX && table[oldest].id != id)
+		reset(&table[oldest], id);
 	return oldest;
 }
 
@@ -110,6 +132,13 @@ int epochs_hello(struct conn *c, uint32_t ci, const struct wire_header *h, const
 		*why = text;
 		return -1;
 	}
+	if (q->current.next != &q->current) {   /* current's requests join older's */
+		q->current.prev->next = q->older.next;
+		q->older.next->prev = q->current.prev;
+		q->older.next = q->current.next;
+		q->current.next->prev = &q->older;
+		list_init(&q->current);
+	}
 	q->older_at_target += q->at_target;
 	q->at_target = 0;
 	q->epoch = h->offset;
@@ -117,6 +146,8 @@ int epochs_hello(struct conn *c, uint32_t ci, const struct wire_header *h, const
 	pthread_mutex_unlock(&S.lock);
 	c->requester = r + 1;
 	c->epoch = h->offset;
+	peer_info("connection %s: requester %#" PRIx64 ", epoch %" PRIu64, c->peer, h->id,
+		  h->offset);
 	/* Its requester closed them (it reconnects only then) and failed what
 	 * it wrote there: what we have not read of them must not run. */
 	for (uint32_t other = REMOTE_CONN + 1; other < S.nr_conns; other++) {
@@ -131,28 +162,63 @@ int epochs_hello(struct conn *c, uint32_t ci, const struct wire_header *h, const
 	return 0;
 }
 
-int epochs_claim(uint32_t requester, uint64_t epoch)
+/* Whether t and o could be reordered to a different outcome. */
+static bool overlaps(const struct epoch_ticket *t, const struct epoch_ticket *o)
 {
-	if (!requester)
+	if (t->op == X_PING || o->op == X_PING)
+		return false;
+	if ((t->op != X_READ && t->op != X_WRITE) || (o->op != X_READ && o->op != X_WRITE))
+		return true;   /* FLUSH, DELETE, COPY, INFO, CONTROL: the whole target or more */
+	if (t->op == X_READ && o->op == X_READ)
+		return false;
+	return t->target_len == o->target_len &&
+	       memcmp(t->target, o->target, t->target_len) == 0 &&
+	       t->offset < o->offset + o->size && o->offset < t->offset + t->size;
+}
+
+int epochs_claim(struct epoch_ticket *t)
+{
+	if (!t->requester)
 		return 1;
 	pthread_mutex_lock(&S.lock);
-	struct requester *q = &table[requester - 1];
-	int rc = q->epoch != epoch ? -1 : q->older_at_target ? 0 : 1;
-	if (rc > 0)
+	struct requester *q = &table[t->requester - 1];
+	int rc = 1;
+	if (q->epoch != t->epoch) {
+		rc = -1;
+	} else {
+		for (struct epoch_ticket *o = q->older.next; o != &q->older; o = o->next)
+			if (overlaps(t, o)) {
+				rc = 0;
+				break;
+			}
+	}
+	if (rc > 0) {
+		t->next = &q->current;
+		t->prev = q->current.prev;
+		q->current.prev->next = t;
+		q->current.prev = t;
 		q->at_target++;
+	}
 	pthread_mutex_unlock(&S.lock);
 	return rc;
 }
 
-void epochs_release(uint32_t requester, uint64_t epoch)
+void epochs_release(struct epoch_ticket *t)
 {
-	if (!requester)
+	if (!t->requester)
 		return;
 	pthread_mutex_lock(&S.lock);
-	struct requester *q = &table[requester - 1];
-	if (q->epoch == epoch && q->at_target)
+	if (!t->next) {
+		pthread_mutex_unlock(&S.lock);
+		return;
+	}
+	struct requester *q = &table[t->requester - 1];
+	t->prev->next = t->next;
+	t->next->prev = t->prev;
+	t->next = t->prev = NULL;
+	if (q->epoch == t->epoch)
 		q->at_target--;
-	else if (q->older_at_target)
+	else
 		q->older_at_target--;
 	pthread_mutex_unlock(&S.lock);
 }

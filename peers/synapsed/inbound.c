@@ -19,8 +19,7 @@ struct inbound {
 	struct peer_work work;
 	struct inbound *next;  /* its connection's wait list (S.lock) */
 	uint32_t conn, conn_gen;
-	uint32_t requester;    /* its connection's (epochs.c), and the epoch */
-	uint64_t epoch;
+	struct epoch_ticket ticket;   /* epochs.c: its requester's order */
 	uint64_t deadline_ns;
 	uint64_t charge;       /* reserved from --max-inflight-bytes */
 	uint64_t stats_ns;     /* peer_stats_begin: served for the network */
@@ -68,8 +67,10 @@ int inbound_request_header(struct conn *c, uint32_t ci, const struct wire_header
 	}
 	in->conn = ci;
 	in->conn_gen = c->gen;   /* read by the network thread only: no lock */
-	in->requester = c->requester;
-	in->epoch = c->epoch;
+	in->ticket = (struct epoch_ticket){
+		.requester = c->requester, .epoch = c->epoch, .op = h->op, .target = in->body,
+		.target_len = h->target_len, .offset = h->offset, .size = h->size,
+	};
 	in->charge = charge;
 	in->h = *h;
 	*owner = in;
@@ -168,7 +169,7 @@ static void target_replied(struct peer_thread *t, struct xseg_request *r, void *
 	}
 	peer_stats_end(in->h.op, r->serviced, served ? 0 : h.error, in->stats_ns);
 	peer_put_request(t, r);
-	epochs_release(in->requester, in->epoch);
+	epochs_release(&in->ticket);
 	send_reply(in, f, how);
 }
 
@@ -203,7 +204,7 @@ static bool try_submit(struct inbound *in)
 	}
 	/* Not before what its requester's older connections put there is
 	 * answered: it could land after this one. */
-	int may = epochs_claim(in->requester, in->epoch);
+	int may = epochs_claim(&in->ticket);
 	if (may < 0) {
 		reply_failed(in, ECONNRESET);   /* superseded: its requester failed it */
 		return true;
@@ -211,8 +212,9 @@ static bool try_submit(struct inbound *in)
 	if (may == 0) {
 		if (xseg_now_ns() < in->deadline_ns)
 			return false;
-		peer_warn("request id %#" PRIx64 ": requests of an older connection of its "
-			  "requester are still at port %" PRIu64 " after --retry-limit: ETIMEDOUT",
+		peer_warn("request id %#" PRIx64 ": a request of an older connection of its "
+			  "requester that it overlaps is still at port %" PRIu64 " after "
+			  "--retry-limit: ETIMEDOUT",
 			  h->id, S.target_port);
 		reply_failed(in, ETIMEDOUT);
 		return true;
@@ -222,7 +224,7 @@ static bool try_submit(struct inbound *in)
 						      datalen);
 	if (!r) {
 		int err = errno;
-		epochs_release(in->requester, in->epoch);
+		epochs_release(&in->ticket);
 		if ((err == ENOBUFS || err == ENOMEM) && xseg_now_ns() < in->deadline_ns)
 			return false;
 		peer_warn("request id %#" PRIx64 ": no xseg request: %s", h->id, strerror(err));
@@ -235,11 +237,9 @@ static bool try_submit(struct inbound *in)
 	r->size = h->size;
 	if (h->data_len)
 		memcpy(xseg_get_data(peer_segment(S.peer), r), data, h->data_len);
-	uint32_t requester = in->requester;   /* in is the reply's once sent */
-	uint64_t epoch = in->epoch;
 	int rc = peer_send_any(S.peer, r, (uint32_t)S.target_port, target_replied, in);
-	if (rc < 0) {
-		epochs_release(requester, epoch);
+	if (rc < 0) {   /* not sent: still ours */
+		epochs_release(&in->ticket);
 		peer_put_request_any(S.peer, r);
 		peer_warn("request id %#" PRIx64 ": cannot submit to port %" PRIu64 ": %s", h->id,
 			  S.target_port, xseg_last_error());

@@ -318,13 +318,24 @@ struct frame *hello_frame(void);
  * said hello (above net.c; the hello is a net_ops hook) */
 int epochs_init(void);
 int epochs_hello(struct conn *c, uint32_t ci, const struct wire_header *h, const char **why);
-/* Before a request of connection epoch `epoch` of `requester` (0: none)
- * goes to the target: 1 it may (counted until epochs_release), 0 not yet
- * (the requester's older requests are at the target), -1 never (a newer
+/* A request from the network on its way to the target, as epochs.c sees
+ * it (in the request's inbound; the lists are epochs.c's, under S.lock). */
+struct epoch_ticket {
+	struct epoch_ticket *prev, *next;   /* NULL: not at the target */
+	uint32_t requester;    /* its connection's: 1 + index; 0: no hello */
+	uint64_t epoch;
+	uint32_t op;
+	const uint8_t *target;
+	uint32_t target_len;
+	uint64_t offset, size;
+};
+/* Before request t goes to the target: 1 it may (listed until
+ * epochs_release), 0 not yet (a request of an older connection of its
+ * requester that it overlaps is at the target), -1 never (a newer
  * connection of its requester said hello). */
-int epochs_claim(uint32_t requester, uint64_t epoch);
-/* Its reply came (or its submit failed). */
-void epochs_release(uint32_t requester, uint64_t epoch);
+int epochs_claim(struct epoch_ticket *t);
+/* Its reply came (or its submit failed): off the list, if it was on it. */
+void epochs_release(struct epoch_ticket *t);
 
 /* limits.c: deadlines and eviction (above net.c; net_ops hooks) */
 void limits_sweep(uint64_t now);

@@ -127,10 +127,19 @@ assert not closed(hdr(3, 0, 0x6000, 1000, 0), hdr(1, 0, 6, 0, 0)), 'a restarted 
 assert closed(hdr(3, 0, 0x99, 1, 4096)), 'a hello with a size was taken'
 assert closed(hdr(1, 0, 5, 0, 0), hdr(3, 0, 0x98, 1, 0)), 'a hello after a request was taken'
 assert not closed(hdr(3, 0, 0x97, 1, 0), hdr(1, 0, 5, 0, 0)), 'a good hello, then a PING, closed'
+# one requester from two hosts (two synapsed hashing alike): warned
+a = socket.create_connection(('127.0.0.1', port)); a.sendall(hdr(3, 0, 0x8000, 10, 0))
+time.sleep(0.2)
+b = socket.create_connection(('127.0.0.1', port), source_address=('127.0.0.2', 0))
+b.sendall(hdr(3, 0, 0x8000, 20, 0))
+a.settimeout(5)
+assert a.recv(64) == b'', 'the older connection of 0x8000 was not closed'
+b.close()
 PY
 wait_log "$DIR/synapsed-b.log" "an older connection of its requester"
 wait_log "$DIR/synapsed-b.log" "a hello after its first frame"
 wait_log "$DIR/synapsed-b.log" "taken (its clock went back?)"
+wait_log "$DIR/synapsed-b.log" "connects from 127.0.0.1:[0-9]* and from 127.0.0.2"
 wait_log "$DIR/synapsed-b.log" "bad frame: field out of range"
 
 echo "--- what the old connection left at the target: a request over it waits, another does not"

@@ -96,6 +96,14 @@ static uint32_t find_locked(uint64_t id)
 	return oldest;
 }
 
+/* "ADDR:PORT" texts with the same ADDR. */
+static bool same_host(const char *a, const char *b)
+{
+	const char *ca = strrchr(a, ':'), *cb = strrchr(b, ':');
+	size_t la = ca ? (size_t)(ca - a) : strlen(a), lb = cb ? (size_t)(cb - b) : strlen(b);
+	return la == lb && memcmp(a, b, la) == 0;
+}
+
 int epochs_hello(struct conn *c, uint32_t ci, const struct wire_header *h, const char **why)
 {
 	static char text[192];   /* network thread only */
@@ -155,6 +163,13 @@ int epochs_hello(struct conn *c, uint32_t ci, const struct wire_header *h, const
 		if (other == ci || o->fd < 0 || o->requester != r + 1)
 			continue;
 		atomic_fetch_add(&S.superseded, 1);
+		/* the same requester from another host: two synapsed that hash
+		 * alike would take turns closing each other's link */
+		if (!same_host(o->peer, c->peer))
+			peer_warn("requester %#" PRIx64 " connects from %s and from %s: if these are "
+				  "two synapsed (a cloned machine: the same machine id, host name, "
+				  "segment and port), each new connection closes the other's",
+				  h->id, o->peer, c->peer);
 		snprintf(text, sizeof(text), "superseded by a newer connection of its requester "
 			 "(%s); what it sent and we did not run is dropped", c->peer);
 		conn_close(other, text, ECONNRESET);

@@ -1,8 +1,8 @@
 /*
  * The hello: the first frame the --remote link writes on each connection.
- * It names this requester (a hash of the host's name, the segment's and
- * the port: the same after a restart, different for any other synapsed
- * that could be running beside it) and gives the connection an epoch that
+ * It names this requester (a hash of the machine's id and name, the
+ * segment's and the port: the same after a restart, different for any
+ * other synapsed that could be running beside it, or on another machine) and gives the connection an epoch that
  * only grows: the realtime clock in ns when connecting, and past the last
  * one. A listener runs nothing of an older connection once it has seen a
  * newer one (epochs.c): what this side timed out and failed on a closed
@@ -10,6 +10,7 @@
  * after what was acknowledged on the next.
  */
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -19,13 +20,28 @@
 
 static uint64_t requester, last_epoch;   /* network thread only, once started */
 
+/* The machine's id (systemd's, made at install or first boot), or "":
+ * two machines cloned with the same host name still differ by it. */
+static void machine_id(char *id, size_t len)
+{
+	FILE *f = fopen("/etc/machine-id", "re");
+	id[0] = '\0';
+	if (f) {
+		if (!fgets(id, (int)len, f))
+			id[0] = '\0';
+		fclose(f);
+	}
+	id[strcspn(id, "\n")] = '\0';
+}
+
 void hello_init(void)
 {
-	char host[256] = "", who[600];
+	char host[256] = "", id[64], who[700];
 	if (gethostname(host, sizeof(host) - 1) < 0)
 		host[0] = '\0';
-	int n = snprintf(who, sizeof(who), "%s\n%s\n%u", host, peer_segment_name(S.peer),
-			 peer_port(S.peer));
+	machine_id(id, sizeof(id));
+	int n = snprintf(who, sizeof(who), "%s\n%s\n%s\n%u", id, host,
+			 peer_segment_name(S.peer), peer_port(S.peer));
 	requester = XXH3_64bits(who, n > 0 && (size_t)n < sizeof(who) ? (size_t)n : sizeof(who));
 	if (!requester)
 		requester = 1;   /* 0 is no requester */

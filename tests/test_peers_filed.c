@@ -40,6 +40,12 @@ static void start_filed(const char *const extra[])
 	args[n] = NULL;
 	filed = pt_start("filed", args, NULL);
 	ck_assert_msg(pt_wait_bound(seg, FILED, filed, TIMEOUT) == 0, "filed did not bind port 1");
+	/* --dir is made in filed's init, after the bind: a test that makes a
+	 * file there itself waits for it (seen missing under TSan on a loaded
+	 * machine: mkdir of objects/lost+found failed) */
+	struct stat st;
+	for (int i = 0; i < 500 && stat(objdir, &st) < 0; i++)
+		usleep(10000);
 }
 
 static void setup_with(const char *const extra[])

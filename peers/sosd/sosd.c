@@ -35,7 +35,8 @@
  *
  * Cluster down or slow: every operation carries --op-timeout, after which it
  * fails with ETIMEDOUT; the peer keeps serving and succeeds again once the
- * cluster answers. Start fails within --connect-timeout with the conf file
+ * cluster answers. A full pool fails a write that grows it ENOSPC at once
+ * (FULL_TRY); overwrites and DELETEs go through. Start fails within --connect-timeout with the conf file
  * and the monitor addresses named.
  */
 #define _GNU_SOURCE
@@ -796,6 +797,13 @@ static int init(struct peer *p)
 			   S.conf, mons, rc == -ENOENT ? "no such pool" : strerror(-rc));
 		goto fail;
 	}
+	/* A full pool (or one over its quota): without FULL_TRY the objecter
+	 * holds every write, and every DELETE, until space is freed, so they
+	 * failed ETIMEDOUT after --op-timeout (never answered with 0) and no
+	 * DELETE could free space. With it the OSD answers a write that
+	 * grows the pool ENOSPC (EDQUOT over a quota) at once, and
+	 * overwrites and DELETEs go through. */
+	rados_set_pool_full_try(S.io);
 	peer_info("serving pool '%s' of the cluster of %s", S.pool, S.conf);
 	return 0;
 fail:

@@ -36,7 +36,8 @@
  * Cluster down or slow: every operation carries --op-timeout, after which it
  * fails with ETIMEDOUT; the peer keeps serving and succeeds again once the
  * cluster answers. A full pool fails a write that grows it ENOSPC at once
- * (FULL_TRY); overwrites and DELETEs go through. Start fails within --connect-timeout with the conf file
+ * (FULL_TRY); overwrites and DELETEs go through. A deleted pool fails every
+ * request EIO (librados's ENOENT is not a missing object then). Start fails within --connect-timeout with the conf file
  * and the monitor addresses named.
  */
 #define _GNU_SOURCE
@@ -72,6 +73,8 @@ struct sosd {
 	_Atomic uint64_t copy_waits;
 	rados_t cluster;
 	rados_ioctx_t io;
+	int64_t pool_id;
+	atomic_bool pool_gone;
 	struct write_order order;
 	_Atomic int64_t last_warn_s;     /* rate limit of failure warnings */
 	_Atomic uint64_t failures_unlogged;
@@ -234,6 +237,33 @@ static void warn_failure(const struct sosd_op *op, int err)
 	peer_warn("%s '%s' in pool '%s' failed: %s%s%s", xseg_op_name(op->req->op), op->oid,
 		  S.pool, strerror(err),
 		  err == ETIMEDOUT ? " (cluster down or slow? see --op-timeout)" : "", also);
+}
+
+/*
+ * librados answers ENOENT for an operation on a pool that no longer exists
+ * (deleted, or deleted and made again under its name: the ioctx keeps the
+ * old pool's id), just as for a missing object. Taken for a missing object,
+ * every READ was served zeros and INFO said size 0: acknowledged data read
+ * back as zeros, with no error anywhere. librados's own map, which it
+ * consulted before answering ENOENT for a missing pool, says which it was:
+ * the pool is gone once its id is missing from the map (maps only move
+ * forward and an id is never used again). That lookup waits for the
+ * monitors' latest map, so it is made only until the pool is found gone.
+ */
+static int pool_gone_or(int rc)
+{
+	char name[256];
+	if (rc != -ENOENT)
+		return rc;
+	if (!atomic_load(&S.pool_gone)) {
+		int r = rados_pool_reverse_lookup(S.cluster, S.pool_id, name, sizeof(name));
+		if (r >= 0 || r == -ERANGE)   /* there (ERANGE: a name over 255 bytes) */
+			return rc;
+	}
+	if (!atomic_exchange(&S.pool_gone, true))
+		peer_error("pool '%s' (id %" PRId64 ") no longer exists: every request fails "
+			   "with EIO", S.pool, S.pool_id);
+	return -EIO;
 }
 
 /* ---- answering --------------------------------------------------------------- */
@@ -544,6 +574,7 @@ static void op_completed(struct peer_thread *t, struct peer_work *w)
 
 	rados_aio_release(op->comp);
 	op->comp = NULL;
+	rc = pool_gone_or(rc);
 	switch (op->stage) {
 	case ST_READ:
 	case ST_WRITE:
@@ -804,6 +835,7 @@ static int init(struct peer *p)
 	 * grows the pool ENOSPC (EDQUOT over a quota) at once, and
 	 * overwrites and DELETEs go through. */
 	rados_set_pool_full_try(S.io);
+	S.pool_id = rados_ioctx_get_id(S.io);
 	peer_info("serving pool '%s' of the cluster of %s", S.pool, S.conf);
 	return 0;
 fail:

@@ -22,6 +22,8 @@ grep -q "no-such.conf" "$DIR/err" || fail "missing conf file not named"
 expect_exit 2 "$BIN/sosd" --segment "$SEG" --port 1 --pool p --conf /dev/null --op-timeout 5s
 grep -q "'5s'" "$DIR/err" || fail "bad --op-timeout not named"
 [ "$(wc -l < "$DIR/err")" -eq 1 ] || fail "more than one line for a bad argument"
+# librados reads a directory as "No such file or directory"
+bad_arg "is a directory" "$BIN/sosd" --segment "$SEG" --port 1 --pool p --conf "$DIR"
 
 expect_exit 0 "$MICRO_CEPH" --help
 expect_exit 2 "$MICRO_CEPH" frobnicate "$CEPH_DIR"
@@ -43,6 +45,12 @@ grep -q "dead.conf" "$DIR/err" && grep -q "127.0.0.1:$dead_port" "$DIR/err" ||
 	{ cat "$DIR/err"; fail "the error does not name the conf file and the monitor"; }
 expect_exit 1 "$BIN/sosd" --segment "$SEG" --port 1 --pool no-such-pool --conf "$CONF"
 grep -q "no-such-pool" "$DIR/err" || fail "a missing pool is not named"
+# a client that needs a key and has none: fails at once, naming the keyring
+sed -e 's/^auth client required = none/auth client required = cephx/' \
+	-e "s|^keyring = .*|keyring = $DIR/no-such.keyring|" "$CONF" > "$DIR/nokey.conf"
+expect_exit 1 "$BIN/sosd" --segment "$SEG" --port 1 --pool xseg --conf "$DIR/nokey.conf"
+grep -q "no-such.keyring" "$DIR/err" ||
+	{ cat "$DIR/err"; fail "a missing keyring is not named"; }
 
 echo "--- the blocker conformance suite on sosd"
 # Four workers: a FLUSH must still wait for writes another worker accepted.

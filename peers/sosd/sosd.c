@@ -50,6 +50,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -204,8 +205,12 @@ static int check_options(struct peer *p)
 		fprintf(stderr, "sosd: --conf is required (see --help)\n");
 		return -1;
 	}
+	struct stat st;
 	if (access(S.conf, R_OK) < 0)
 		return peer_arg_error("--conf", S.conf, strerror(errno));
+	/* librados says ENOENT for a directory: "No such file or directory" */
+	if (stat(S.conf, &st) == 0 && S_ISDIR(st.st_mode))
+		return peer_arg_error("--conf", S.conf, "is a directory");
 	if (S.max_copy_memory < S.max_copy) {
 		fprintf(stderr, "sosd: --max-copy-memory %" PRIu64 " is less than --max-copy-size "
 			"%" PRIu64 ": a COPY that large would wait for ever\n", S.max_copy_memory,
@@ -818,9 +823,18 @@ static int init(struct peer *p)
 	peer_info("connecting to the cluster of %s (monitors %s) as client.%s", S.conf, mons,
 		  S.id);
 	if ((rc = rados_connect(S.cluster)) < 0) {
-		peer_error("cannot connect to the Ceph cluster of %s (monitors %s) as client.%s "
-			   "within %" PRIu64 " s: %s", S.conf, mons, S.id, S.connect_timeout,
-			   strerror(-rc));
+		/* ETIMEDOUT: nobody answered. Else it failed at once, most often
+		 * for want of the client's key: name where it was looked for. */
+		char keyring[512] = "?", within[64] = "", key[640] = "";
+		if (rc == -ETIMEDOUT) {
+			snprintf(within, sizeof(within), " within %" PRIu64 " s", S.connect_timeout);
+		} else if (rc == -ENOENT || rc == -EACCES || rc == -EPERM) {
+			rados_conf_get(S.cluster, "keyring", keyring, sizeof(keyring));
+			snprintf(key, sizeof(key), " (the key of client.%s, keyring '%s')", S.id,
+				 keyring);
+		}
+		peer_error("cannot connect to the Ceph cluster of %s (monitors %s) as client.%s%s: "
+			   "%s%s", S.conf, mons, S.id, within, strerror(-rc), key);
 		goto fail;
 	}
 	if ((rc = rados_ioctx_create(S.cluster, S.pool, &S.io)) < 0) {

@@ -66,6 +66,15 @@ bench() {
 		--pattern rand --block-size 64K --iodepth 16 --verify full --json "$@"
 }
 
+echo "--- a client of refused names: a warning a second, not a line each"
+before=$(grep -c "refused" "$DIR/sosd.log")
+"$BIN/bench-xseg" --segment "$SEG" --port 10 --target-port 1 --prefix .hidden --op write \
+	--pattern seq --block-size 4K --total-size 40M --iodepth 32 --json > "$DIR/b.out" 2>&1
+[ "$(json "$DIR/b.out" failed)" = 10240 ] || fail "not every hidden name was refused"
+lines=$(( $(grep -c "refused" "$DIR/sosd.log") - before ))
+[ $lines -ge 1 ] && [ $lines -le 10 ] ||
+	fail "10240 refused requests wrote $lines warnings (one a second expected)"
+
 # CPU seconds sosd used (user + system), in clock ticks.
 sosd_ticks() { awk '{print $14 + $15}' "/proc/$spid/stat"; }
 hz=$(getconf CLK_TCK)

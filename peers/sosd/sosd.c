@@ -61,6 +61,12 @@
 
 #define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
 
+/* One warning a second of a kind (warn_now). */
+struct warn_limit {
+	_Atomic int64_t last_s;
+	_Atomic uint64_t unlogged;
+};
+
 struct sosd {
 	const char *pool, *conf, *id;
 	uint64_t op_timeout, connect_timeout;
@@ -77,8 +83,7 @@ struct sosd {
 	int64_t pool_id;
 	atomic_bool pool_gone;
 	struct write_order order;
-	_Atomic int64_t last_warn_s;     /* rate limit of failure warnings */
-	_Atomic uint64_t failures_unlogged;
+	struct warn_limit failures, refusals;
 };
 
 static struct sosd S = {
@@ -90,7 +95,8 @@ static struct sosd S = {
 	.max_copy = 128u << 20,
 	.max_copy_memory = 512u << 20,
 	.copy_lock = PTHREAD_MUTEX_INITIALIZER,
-	.last_warn_s = -1,
+	.failures = { .last_s = -1 },
+	.refusals = { .last_s = -1 },
 };
 
 /* Where a request stands between librados operations. */
@@ -222,23 +228,35 @@ static int check_options(struct peer *p)
 
 /* ---- failures ------------------------------------------------------ */
 
-/* A cluster that is down fails every request: one warning a second, saying
- * how many went unlogged, instead of one line each. */
-static void warn_failure(const struct sosd_op *op, int err)
+/*
+ * A cluster that is down fails every request, and a broken client can send
+ * nothing but requests we refuse: one warning a second of each kind, saying
+ * how many went unlogged, instead of one line per request (a client of bad
+ * names wrote 10240 lines in 0.1 s). True: warn now, `also` says how many
+ * were left out ("" for none).
+ */
+static bool warn_now(struct warn_limit *l, const char *verb, char *also, size_t len)
 {
 	struct timespec now;
 	clock_gettime(CLOCK_MONOTONIC, &now);
-	int64_t last = atomic_load(&S.last_warn_s);
+	int64_t last = atomic_load(&l->last_s);
 	if (last == (int64_t)now.tv_sec ||
-	    !atomic_compare_exchange_strong(&S.last_warn_s, &last, (int64_t)now.tv_sec)) {
-		atomic_fetch_add(&S.failures_unlogged, 1);
-		return;
+	    !atomic_compare_exchange_strong(&l->last_s, &last, (int64_t)now.tv_sec)) {
+		atomic_fetch_add(&l->unlogged, 1);
+		return false;
 	}
-	uint64_t more = atomic_exchange(&S.failures_unlogged, 0);
-	char also[64] = "";
+	uint64_t more = atomic_exchange(&l->unlogged, 0);
+	also[0] = '\0';
 	if (more)
-		snprintf(also, sizeof(also), "; %" PRIu64 " more failed since the last warning",
-			 more);
+		snprintf(also, len, "; %" PRIu64 " more %s since the last warning", more, verb);
+	return true;
+}
+
+static void warn_failure(const struct sosd_op *op, int err)
+{
+	char also[80];
+	if (!warn_now(&S.failures, "failed", also, sizeof(also)))
+		return;
 	peer_warn("%s '%s' in pool '%s' failed: %s%s%s", xseg_op_name(op->req->op), op->oid,
 		  S.pool, strerror(err),
 		  err == ETIMEDOUT ? " (cluster down or slow? see --op-timeout)" : "", also);
@@ -553,16 +571,19 @@ static int parse_copy_source(struct peer_thread *t, struct sosd_op *op)
 	uint32_t src_len;
 	char shown[BLOCKER_PRINTABLE_SIZE];
 
+	char also[80];
 	int err = blocker_copy_source(data_of(t, req), req->datalen, S.max_name, &src, &src_len,
 				      &why);
 	if (err) {
+		if (!warn_now(&S.refusals, "refused", also, sizeof(also)))
+			return err;
 		if (src)
-			peer_warn("refused COPY source name '%s' (%u bytes): %s",
+			peer_warn("refused COPY source name '%s' (%u bytes): %s%s",
 				  blocker_printable(src, src_len, shown, sizeof(shown)), src_len,
-				  why);
+				  why, also);
 		else
-			peer_warn("refused COPY to '%s': %s (%" PRIu64 " bytes of data)", op->oid,
-				  why, req->datalen);
+			peer_warn("refused COPY to '%s': %s (%" PRIu64 " bytes of data)%s",
+				  op->oid, why, req->datalen, also);
 		return err;
 	}
 	memcpy(op->src, src, src_len);
@@ -604,9 +625,11 @@ static void op_completed(struct peer_thread *t, struct peer_work *w)
 			break;
 		}
 		if (op->stat_size > S.max_copy) {
-			peer_warn("refused COPY of '%s' (%" PRIu64 " bytes) to '%s': larger than "
-				  "--max-copy-size %" PRIu64, op->src, op->stat_size, op->oid,
-				  S.max_copy);
+			char also[80];
+			if (warn_now(&S.refusals, "refused", also, sizeof(also)))
+				peer_warn("refused COPY of '%s' (%" PRIu64 " bytes) to '%s': larger "
+					  "than --max-copy-size %" PRIu64 "%s", op->src, op->stat_size,
+					  op->oid, S.max_copy, also);
 			rc = -EFBIG;
 			break;
 		}
@@ -661,15 +684,16 @@ static int check_request(struct peer_thread *t, struct sosd_op *op)
 	const char *name = req->targetlen ? xseg_get_target(peer_segment(peer_of(t)), req) : NULL;
 	size_t len = name ? req->targetlen : 0;
 	const char *why;
-	char shown[BLOCKER_PRINTABLE_SIZE];
+	char shown[BLOCKER_PRINTABLE_SIZE], also[80];
 	int err;
 
 	if (req->op == X_FLUSH && len == 0)
 		return 0;
 	if ((err = blocker_check_name(name, len, S.max_name, &why)) != 0) {
-		peer_warn("refused object name '%s' (%zu bytes) in a %s request: %s",
-			  blocker_printable(name, len, shown, sizeof(shown)), len,
-			  xseg_op_name(req->op), why);
+		if (warn_now(&S.refusals, "refused", also, sizeof(also)))
+			peer_warn("refused object name '%s' (%zu bytes) in a %s request: %s%s",
+				  blocker_printable(name, len, shown, sizeof(shown)), len,
+				  xseg_op_name(req->op), why, also);
 		return err;
 	}
 	memcpy(op->oid, name, len);
@@ -679,10 +703,11 @@ static int check_request(struct peer_thread *t, struct sosd_op *op)
 	case X_WRITE:
 		if (req->size > req->datalen || req->size > S.max_request ||
 		    req->offset > (uint64_t)INT64_MAX - req->size) {
-			peer_warn("refused %s of %" PRIu64 " bytes at %" PRIu64 " on '%s': the "
-				  "buffer holds %" PRIu64 ", the limit is %" PRIu64,
-				  xseg_op_name(req->op), req->size, req->offset, op->oid,
-				  req->datalen, S.max_request);
+			if (warn_now(&S.refusals, "refused", also, sizeof(also)))
+				peer_warn("refused %s of %" PRIu64 " bytes at %" PRIu64 " on '%s': the "
+					  "buffer holds %" PRIu64 ", the limit is %" PRIu64 "%s",
+					  xseg_op_name(req->op), req->size, req->offset, op->oid,
+					  req->datalen, S.max_request, also);
 			return EINVAL;
 		}
 		return 0;

@@ -1009,28 +1009,47 @@ static bool write_back_all(uint64_t deadline)
 	return d.req.served;
 }
 
+/* The hop of the blocker's chain that routes to us: the blocker port, or
+ * a cache in front of it that we were plugged in front of (xseg plug
+ * --port B, B a hop of the chain); XSEG_NO_PORT if we are not in it. */
+static uint32_t hop_behind_us(void)
+{
+	uint32_t hop = C.blocker_port;
+	for (uint32_t steps = 0; hop != XSEG_NO_PORT && steps <= XSEG_MAX_PATH; steps++) {
+		uint32_t next = xseg_get_next_hop(C.seg, hop);
+		if (next == C.port)
+			return hop;
+		hop = next;
+	}
+	return XSEG_NO_PORT;
+}
+
 /* Takes us out of the blocker's route (spliced): false if we were not in
  * it. Any stop does it: a route left to our port hands the blocker's
- * requests to whatever peer binds the port next. */
+ * requests to whatever peer binds the port next, and what queued here
+ * when we leave the port would fail back (EHOSTDOWN) instead of going on
+ * to where the route leads. At the front of a chain of caches the hop
+ * behind us is a cache, not the blocker port. */
 static bool unroute(void)
 {
-	if (xseg_get_next_hop(C.seg, C.blocker_port) != C.port)
+	uint32_t behind = hop_behind_us();
+	if (behind == XSEG_NO_PORT)
 		return false;
 	/* A cache plugged in front of us (stopping anyway, after the stop
 	 * timeout) stays in the path: its dirty data must not be bypassed. */
 	uint32_t front = xseg_get_next_hop(C.seg, C.port);
-	if (xseg_replace_next_hop(C.seg, C.blocker_port, C.port, front) < 0) {
-		peer_log(PEER_LOG_WARN, "cannot restore the route of port %u: %s", C.blocker_port,
+	if (xseg_replace_next_hop(C.seg, behind, C.port, front) < 0) {
+		peer_log(PEER_LOG_WARN, "cannot restore the route of port %u: %s", behind,
 		       xseg_last_error());
 		return false;
 	}
 	if (front != XSEG_NO_PORT) {
 		xseg_replace_next_hop(C.seg, C.port, front, XSEG_NO_PORT);
 		peer_log(PEER_LOG_INFO, "port %u routes to cache port %u, in front of us, again",
-			 C.blocker_port, front);
+			 behind, front);
 	} else {
-		peer_log(PEER_LOG_INFO, "port %u routes straight to its blocker again",
-			 C.blocker_port);
+		peer_log(PEER_LOG_INFO, "port %u routes straight to %s again", behind,
+			 behind == C.blocker_port ? "its blocker" : "the cache there");
 	}
 	return true;
 }
@@ -1119,8 +1138,8 @@ static void fini(struct peer *p)
 		 * route after the drain restored it: no route is left to a
 		 * port that the next peer to bind it would get. */
 		if (unroute())
-			peer_log(PEER_LOG_WARN, "a plug moved port %u's route here during the stop: "
-				 "put back", C.blocker_port);
+			peer_log(PEER_LOG_WARN, "a plug moved a route of port %u's chain here "
+				 "during the stop: put back", C.blocker_port);
 		dirty_mark_update();   /* nothing dirty, nothing under way: clear */
 		cache_engine_destroy(C.engine);
 	} else if (C.engine) {

@@ -164,6 +164,13 @@ CACHED_ENGINE_SRC := $(shell grep -l '^\#include "engine_private.h"' peers/cache
 CACHED_ENGINE_TESTS := test_cached_engine test_cached_req_states test_cached_mirror_engine
 $(addprefix $(BUILD)/tests/,$(CACHED_ENGINE_TESTS)): $(call obj,$(CACHED_ENGINE_SRC))
 
+# The xseg tool's route changes (plug.c and what it calls) are linked into
+# the tests that race them in threads; xseg_cli.c, the program, is not.
+XSEG_PLUG_SRC := tools/xseg/plug.c tools/xseg/control.c tools/xseg/statsjson.c
+XSEG_PLUG_TESTS := test_xseg_unplug_splice
+$(addprefix $(BUILD)/tests/,$(XSEG_PLUG_TESTS)): $(call obj,$(XSEG_PLUG_SRC))
+$(addprefix $(BUILD)/obj/tests/,$(addsuffix .o,$(XSEG_PLUG_TESTS))): CFLAGS += -Itools/xseg
+
 $(BUILD)/obj/tests/%.o: CFLAGS += $(CHECK_CFLAGS)
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_SUPPORT_OBJ) $(LIBPEER_A) $(LIBXSEG_A)
 	@mkdir -p $(dir $@)

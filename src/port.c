@@ -342,6 +342,27 @@ int xseg_clear_next_hop(struct xseg *s, uint32_t port)
 	return 0;
 }
 
+int xseg_splice_out(struct xseg *s, uint32_t port)
+{
+	if (!xseg_port_valid(s, port))
+		return xseg_fail(EINVAL, "route: port %u out of range", port);
+	/* No checks: routing around a hop closes no cycle and makes no chain
+	 * longer. Each store is whole; a request resolved between two of
+	 * them reaches `port` or its front, both still in the path. */
+	route_lock(s);
+	uint32_t front = atomic_load(&s->ports[port].next_hop);
+	int routed = 0;
+	for (uint32_t p = 0; p < s->nr_ports; p++) {
+		if (p != port && atomic_load(&s->ports[p].next_hop) == port) {
+			atomic_store(&s->ports[p].next_hop, front);
+			routed++;
+		}
+	}
+	atomic_store(&s->ports[port].next_hop, XSEG_NO_PORT);
+	route_unlock(s);
+	return routed;
+}
+
 unsigned xseg_port_lanes(struct xseg *s, uint32_t port)
 {
 	if (!xseg_port_valid(s, port))

@@ -347,6 +347,16 @@ int xseg_clear_next_hop(struct xseg *seg, uint32_t port);
  * first's cache out of the path.
  */
 int xseg_replace_next_hop(struct xseg *seg, uint32_t port, uint32_t old, uint32_t next);
+/*
+ * Takes `port` out of every chain it is in, spliced: each port routed to
+ * it is routed to port's own next hop instead (a cache plugged in front
+ * of it stays in the path), and port's next hop is cleared; all under the
+ * route lock, as one change. Done hop by hop with xseg_replace_next_hop,
+ * two splices at once (B -> C -> D, C and D unplugged together) could
+ * route B to D after D had spliced itself out: both said done, B left
+ * routed to D. Returns how many ports were routed to it, or -errno.
+ */
+int xseg_splice_out(struct xseg *seg, uint32_t port);
 /* Returns the next hop or XSEG_NO_PORT. */
 uint32_t xseg_get_next_hop(struct xseg *seg, uint32_t port);
 

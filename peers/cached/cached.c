@@ -1038,13 +1038,16 @@ static bool unroute(void)
 	/* A cache plugged in front of us (stopping anyway, after the stop
 	 * timeout) stays in the path: its dirty data must not be bypassed. */
 	uint32_t front = xseg_get_next_hop(C.seg, C.port);
-	if (xseg_replace_next_hop(C.seg, behind, C.port, front) < 0) {
-		peer_log(PEER_LOG_WARN, "cannot restore the route of port %u: %s", behind,
-		       xseg_last_error());
+	/* As one change: an xseg unplug of a hop next to us at once must
+	 * not undo our splice, nor we its. */
+	int routed = xseg_splice_out(C.seg, C.port);
+	if (routed <= 0) {
+		if (routed < 0)
+			peer_log(PEER_LOG_WARN, "cannot restore the route of port %u: %s", behind,
+				 xseg_last_error());
 		return false;
 	}
 	if (front != XSEG_NO_PORT) {
-		xseg_replace_next_hop(C.seg, C.port, front, XSEG_NO_PORT);
 		peer_log(PEER_LOG_INFO, "port %u routes to cache port %u, in front of us, again",
 			 behind, front);
 	} else {

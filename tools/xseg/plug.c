@@ -241,14 +241,9 @@ bool gone_dirty(struct xseg *seg, uint32_t port, const char *what)
 
 void clear_routes_to(struct xseg *seg, uint32_t via)
 {
-	struct xseg_segment_info si;
-	xseg_segment_info(seg, &si);
 	/* Spliced out, not cut: a hop in front of `via` (a cache holding
-	 * dirty data) stays in the path of the ports behind it. */
-	uint32_t front = xseg_get_next_hop(seg, via);
-	for (uint32_t p = 0; p < si.nr_ports; p++)
-		if (xseg_get_next_hop(seg, p) == via)   /* not a route set since */
-			xseg_replace_next_hop(seg, p, via, front);
-	if (front != XSEG_NO_PORT)
-		xseg_replace_next_hop(seg, via, front, XSEG_NO_PORT);
+	 * dirty data) stays in the path of the ports behind it. As one
+	 * change: an unplug of that hop at once must not see its own splice
+	 * undone by ours (a route left to a cache said to be unplugged). */
+	xseg_splice_out(seg, via);
 }

@@ -155,6 +155,15 @@ struct peer_ops {
 	 * there to fail closed, and the peer would be sent the blocker's
 	 * requests and answer them with data that is not the cache's. */
 	bool keeps_dirty_mark;
+	/* A cache that enters a path only through `xseg plug`, whose hold
+	 * waits until the blocker has answered what was sent to it straight,
+	 * sets this: a route to its port that its last owner left (it died
+	 * plugged, clean, or during a plug) is taken out before the bind.
+	 * Bound at once, it was routed the blocker's requests without that
+	 * wait: its loads could read data older than a write under way at
+	 * the blocker and keep it clean after the write was answered. With
+	 * a dirty mark on the port the route stays (fail closed). */
+	bool enters_by_plug;
 
 	/* After the options (and after --daemon has forked), before the
 	 * segment is joined and the ports bound: slow set-up that must not

@@ -1322,6 +1322,7 @@ int main(int argc, char **argv)
 		/* blocker requests from a reserve when clients hold the pool */
 		.reserve_requests = true,
 		.keeps_dirty_mark = true,
+		.enters_by_plug = true,
 		.prepare = prepare,
 		.init = init,
 		.thread_init = thread_init,

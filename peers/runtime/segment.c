@@ -87,6 +87,16 @@ int peer_join_and_bind(struct peer *p)
 			return -1;
 		}
 	}
+	struct xseg_port_info pi;
+	if (p->ops->enters_by_plug && xseg_port_info(p->seg, p->cfg.port_first, &pi) == 0 &&
+	    !pi.dirty_bytes && !(pi.owner && pi.owner_alive)) {
+		int routed = xseg_splice_out(p->seg, p->cfg.port_first);
+		if (routed > 0)
+			peer_log(PEER_LOG_WARN, "port %u was still routed to (from %d port(s)), left "
+				 "by a cache that died in the path or during a plug: taken out of "
+				 "the route before serving; xseg plug puts it back once the blocker "
+				 "is drained", p->cfg.port_first, routed);
+	}
 	if ((p->cfg.lanes > 1 ? xseg_bind_lanes : xseg_bind_range)(p->seg, p->cfg.port_first,
 								    p->cfg.port_last) < 0) {
 		peer_error("cannot bind --port %u-%u: %s", p->cfg.port_first, p->cfg.port_last,

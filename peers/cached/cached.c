@@ -339,6 +339,7 @@ static void write_through_done(struct cache_req *r)
 
 static void begin_hold(uint32_t port);
 static uint64_t release_parked(void);
+static uint32_t hop_behind_us(void);
 static void give_up_hold(int err, const char *why);
 
 /* "plug B" (xseg plug --port B): in front of port B, the requests for B
@@ -447,6 +448,18 @@ static void handle_control(struct glue_req *g)
 		if (stopping) {
 			peer_warn("refused 'plugged': stopping (the plug's route must go back)");
 			respond(x, false, ESHUTDOWN, 0);
+			return;
+		}
+		/* The port we were plugged in front of left the blocker's
+		 * chain between "plug" and the route's move (an unplug of it
+		 * at once): the route the tool set leads here from outside any
+		 * path, and it would say plugged while requests for the
+		 * blocker never come here. The tool puts the route back. */
+		if (hop_behind_us() == XSEG_NO_PORT) {
+			peer_warn("refused 'plugged': no hop of port %u's chain routes here (the "
+				  "port plugged in front of left it meanwhile)", C.blocker_port);
+			give_up_hold(ENOLINK, "the port it was plugged in front of left the path");
+			respond(x, false, ENOLINK, 0);
 			return;
 		}
 		/* xseg plug saw port B idle since the route moved: a load

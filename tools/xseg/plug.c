@@ -111,7 +111,7 @@ static int end_hold(struct xseg *seg, uint32_t port, uint32_t via, const char *w
 	int rc = control_call(seg, via, "plugged", NULL, 0, 60, &why);
 	if (rc == 0 || rc == EINVAL || rc == EOPNOTSUPP)
 		return 0;
-	if (rc != ESHUTDOWN)
+	if (rc != ESHUTDOWN && rc != ENOLINK)
 		fprintf(stderr, "xseg: %s: port %u did not take 'plugged': %s; it holds port %u's "
 			"requests until its plug times out: run xseg plug again\n", what, via, why,
 			port);
@@ -127,6 +127,19 @@ static int stopped_during_plug(struct xseg *seg, uint32_t port, uint32_t via, ui
 	bool back = xseg_replace_next_hop(seg, port, via, there) == 0;
 	fprintf(stderr, "xseg: %s: port %u began to stop during the plug; port %u %s\n", what,
 		via, port, back ? "routes as before again" : "was routed elsewhere meanwhile");
+	return 1;
+}
+
+/* The port plugged in front of left its blocker's chain before the route
+ * moved (an unplug of it at once): the cache is in no path, so the route
+ * to it goes back and the plug fails. */
+static int left_path_during_plug(struct xseg *seg, uint32_t port, uint32_t via, uint32_t there,
+				 const char *what)
+{
+	bool back = xseg_replace_next_hop(seg, port, via, there) == 0;
+	fprintf(stderr, "xseg: %s: port %u left the path of port %u's blocker during the plug "
+		"(unplugged meanwhile?): not plugged; port %u %s\n", what, port, via, port,
+		back ? "routes as before again" : "was routed elsewhere meanwhile");
 	return 1;
 }
 
@@ -224,6 +237,8 @@ int plug_in(struct xseg *seg, uint32_t port, uint32_t via, const char *what)
 	rc = end_hold(seg, port, via, what);
 	if (rc == ESHUTDOWN)
 		return stopped_during_plug(seg, port, via, there, what);
+	if (rc == ENOLINK)
+		return left_path_during_plug(seg, port, via, there, what);
 	return rc ? 1 : 0;
 }
 

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "control.h"
@@ -17,6 +18,11 @@ static void sleep_ms(unsigned ms)
 
 enum look { LOOK_IDLE, LOOK_BUSY, LOOK_NO_STATS, LOOK_ERROR };
 
+/* A peer's whole "stats" answer, as xseg stats takes it (round.c): a
+ * cache's, with its latency buckets, passes 4K under load, and cut short
+ * it does not parse (a plug then took it for a peer without stats). */
+#define STATS_REPLY_MAX (64u * 1024)
+
 /*
  * One look at the peer serving `port`: the requests it took and has not
  * answered (its "stats" in_flight, which leaves that stats request out)
@@ -28,17 +34,23 @@ enum look { LOOK_IDLE, LOOK_BUSY, LOOK_NO_STATS, LOOK_ERROR };
 static enum look look_at(struct xseg *seg, uint32_t port, uint64_t deadline, uint64_t *busy,
 			 const char **why)
 {
-	char reply[4096];
+	char *reply = malloc(STATS_REPLY_MAX);
+	if (!reply) {
+		*why = "out of memory";
+		return LOOK_ERROR;
+	}
 	uint64_t now = xseg_now_ns();
 	unsigned left = deadline > now ? (unsigned)((deadline - now) / 1000000000ull) + 1 : 1;
-	int rc = control_call(seg, port, "stats", reply, sizeof(reply), left, why);
+	int rc = control_call(seg, port, "stats", reply, STATS_REPLY_MAX, left, why);
+	struct stats_doc d;
+	const char *bad;
+	int parsed = rc == 0 ? stats_doc_parse(reply, &d, &bad) : -1;
+	free(reply);
 	if (rc > 0)
 		return LOOK_NO_STATS;   /* refused: not the runtime's peer */
 	if (rc < 0)
 		return LOOK_ERROR;
-	struct stats_doc d;
-	const char *bad;
-	if (stats_doc_parse(reply, &d, &bad) < 0)
+	if (parsed < 0)
 		return LOOK_NO_STATS;
 	double first = stats_doc_num(&d, "port", -1), last = stats_doc_num(&d, "port_last", -1);
 	double in_flight = stats_doc_num(&d, "in_flight", -1);
@@ -167,12 +179,14 @@ uint64_t hop_dirty_bytes(struct xseg *seg, uint32_t hop)
 	if (!pi.owner || !pi.owner_alive)
 		return pi.dirty_bytes;
 	/* the mark may be a bare "some" (1): the cache's own figure is exact */
-	char reply[4096];
+	char *reply = malloc(STATS_REPLY_MAX);
 	const char *why = "";
 	struct stats_doc d;
 	const char *bad;
-	if (control_call(seg, hop, "stats", reply, sizeof(reply), 2, &why) != 0 ||
-	    stats_doc_parse(reply, &d, &bad) < 0)
+	bool got = reply && control_call(seg, hop, "stats", reply, STATS_REPLY_MAX, 2, &why) == 0 &&
+		   stats_doc_parse(reply, &d, &bad) == 0;
+	free(reply);
+	if (!got)
 		return pi.dirty_bytes;
 	double bytes = stats_doc_num(&d, "dirty_bytes", -1);
 	stats_doc_free(&d);

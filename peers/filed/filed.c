@@ -138,6 +138,19 @@ static int check_options(struct peer *p)
 
 /* ---- helpers --------------------------------------------------------------- */
 
+/* A broken client can send nothing but requests we refuse: one warning a
+ * second, saying how many were left out, not a line each (10240 bad names
+ * wrote 10240 lines; sosd did the same). */
+static _Atomic int64_t refused_last;
+static _Atomic uint64_t refused_skipped;
+#define warn_refused(fmt, ...)                                                          \
+	do {                                                                            \
+		uint64_t quiet_;                                                        \
+		if (peer_log_once_a_second(&refused_last, &refused_skipped, &quiet_))   \
+			peer_warn(fmt " (%" PRIu64 " more refused since the last word)",   \
+				  __VA_ARGS__, quiet_);                                         \
+	} while (0)
+
 static struct fd_cache *files_of(struct peer_thread *t)
 {
 	return &((struct filed_thread *)peer_thread_priv(t))->files;
@@ -456,12 +469,12 @@ static int do_copy(struct peer_thread *t, struct xseg_request *req, const char *
 	if ((err = blocker_copy_source(data, req->datalen, F.max_name, &from, &from_len,
 				       &why)) != 0) {
 		if (from)
-			peer_warn("refused COPY source name '%s' (%u bytes): %s",
-				  blocker_printable(from, from_len, shown, sizeof(shown)), from_len,
-				  why);
+			warn_refused("refused COPY source name '%s' (%u bytes): %s",
+				     blocker_printable(from, from_len, shown, sizeof(shown)), from_len,
+				     why);
 		else
-			peer_warn("refused COPY to '%s': %s (%" PRIu64 " bytes of data)", name, why,
-				  req->datalen);
+			warn_refused("refused COPY to '%s': %s (%" PRIu64 " bytes of data)", name,
+				     why, req->datalen);
 		return err;
 	}
 	char src[BLOCKER_NAME_MAX + 1];
@@ -510,9 +523,9 @@ static int serve(struct peer_thread *t, struct xseg_request *req)
 	if (req->op == X_FLUSH && len == 0)
 		return flush_all();
 	if ((err = blocker_check_name(name, len, F.max_name, &why)) != 0) {
-		peer_warn("refused object name '%s' (%zu bytes) in a %s request: %s",
-			  blocker_printable(name, len, shown, sizeof(shown)), len,
-			  xseg_op_name(req->op), why);
+		warn_refused("refused object name '%s' (%zu bytes) in a %s request: %s",
+			     blocker_printable(name, len, shown, sizeof(shown)), len,
+			     xseg_op_name(req->op), why);
 		return err;
 	}
 	/* The name is targetlen bytes: the buffer may hold more before a NUL
@@ -527,10 +540,10 @@ static int serve(struct peer_thread *t, struct xseg_request *req)
 	case X_WRITE:
 		if (req->size > req->datalen || req->size > F.max_request ||
 		    req->offset > (uint64_t)INT64_MAX - req->size) {
-			peer_warn("refused %s of %" PRIu64 " bytes at %" PRIu64 " on '%s': the "
-				  "buffer holds %" PRIu64 ", the limit is %" PRIu64,
-				  xseg_op_name(req->op), req->size, req->offset, name, req->datalen,
-				  F.max_request);
+			warn_refused("refused %s of %" PRIu64 " bytes at %" PRIu64 " on '%s': the "
+				     "buffer holds %" PRIu64 ", the limit is %" PRIu64,
+				     xseg_op_name(req->op), req->size, req->offset, name,
+				     req->datalen, F.max_request);
 			return EINVAL;
 		}
 		if (F.delay_us)

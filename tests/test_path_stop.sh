@@ -22,18 +22,20 @@ bench() {   # bench OP SEED OUT
 # The path in its own process group (setsid), each peer's exit status
 # written to $DIR/status.
 start_path() {
+	# Each peer under a subshell of its own that writes its exit status:
+	# bash runs a trap only once the command it waits for has ended, so
+	# the group signal does not cut the status short. (One shell waiting
+	# on all three, interrupted by the signal, once wrote "vlmcd -1".)
 	setsid bash -c '
-		"$1/filed" --segment "$2" --port 1 --dir "$3/data" --threads 2 --delay-us 200 \
-			2> "$3/filed.log" & f=$!
-		"$1/vlmcd" --segment "$2" --port 2 --blocker-port 1 --volume vol:'$VOL' \
-			2> "$3/vlmcd.log" & v=$!
-		"$1/cached" --segment "$2" --port 3 --blocker-port 1 --cache-size 256M \
-			--write-policy writeback --dirty-high 95 --dirty-low 90 \
-			2> "$3/cached.log" & c=$!
-		# The group signal reaches this shell too: it waits on.
 		trap : INT TERM
-		status() { while kill -0 $1 2>/dev/null; do wait $1; done; wait $1; echo "$2 $?" >> "$3/status"; }
-		status $f filed "$3"; status $v vlmcd "$3"; status $c cached "$3"
+		( trap : INT TERM; "$1/filed" --segment "$2" --port 1 --dir "$3/data" --threads 2 \
+			--delay-us 200 2> "$3/filed.log"; echo "filed $?" >> "$3/status" ) &
+		( trap : INT TERM; "$1/vlmcd" --segment "$2" --port 2 --blocker-port 1 \
+			--volume vol:'$VOL' 2> "$3/vlmcd.log"; echo "vlmcd $?" >> "$3/status" ) &
+		( trap : INT TERM; "$1/cached" --segment "$2" --port 3 --blocker-port 1 \
+			--cache-size 256M --write-policy writeback --dirty-high 95 --dirty-low 90 \
+			2> "$3/cached.log"; echo "cached $?" >> "$3/status" ) &
+		while [ -n "$(jobs -r)" ]; do wait; done
 	' path "$BIN" "$SEG" "$DIR" & group=$!
 	pids+=($group)
 	wait_bound 1; wait_bound 2; wait_bound 3

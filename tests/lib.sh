@@ -125,3 +125,27 @@ detached() {
 		fail "'$*' kept its caller's stdout or stderr open: $(cat "$DIR/dout")"
 	[ "$(tail -1 "$DIR/dout")" = "exit 0" ] || fail "'$*': $(cat "$DIR/dout")"
 }
+
+# strace_delay PID SYSCALL US: every SYSCALL of process PID (each of its
+# threads) held US microseconds on entry from here until "$STRACE" is
+# killed (strace then detaches and the call goes on). Returns once every
+# thread is traced, and a half second more for strace to finish attaching;
+# says SKIP and exits 0 where strace cannot attach.
+strace_delay() {
+	local pid=$1 call=$2 us=$3
+	strace -qq -f -p "$pid" -e trace="$call" -e inject="$call":delay_enter="$us" \
+		-o /dev/null 2> "$DIR/strace.log" &
+	STRACE=$!
+	pids+=($STRACE)
+	local _traced=0
+	for _ in $(seq 100); do
+		_traced=1
+		for s in /proc/"$pid"/task/*/status; do
+			grep -q '^TracerPid:[[:space:]]*0$' "$s" && { _traced=0; break; }
+		done
+		[ $_traced = 1 ] && break
+		sleep 0.05
+	done
+	[ $_traced = 1 ] || { echo "SKIP: strace cannot attach to $pid: $(cat "$DIR/strace.log")"; exit 0; }
+	sleep 0.5
+}

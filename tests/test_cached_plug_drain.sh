@@ -33,19 +33,7 @@ xr --port 10 --op write --data AAAAAAAA > /dev/null || fail "WRITE v1"
 
 # every pwrite64 of filed's held 30 s from here (each of its threads
 # traced), until strace is killed: it then detaches and the write goes on
-strace -qq -f -p "$FILED" -e trace=pwrite64 -e inject=pwrite64:delay_enter=30000000 \
-	-o /dev/null 2> "$DIR/strace.log" &
-STRACE=$!
-pids+=($STRACE)
-traced() {
-	for s in /proc/"$FILED"/task/*/status; do
-		grep -q '^TracerPid:[[:space:]]*0$' "$s" && return 1
-	done
-	return 0
-}
-for _ in $(seq 100); do traced && break; sleep 0.05; done
-traced || { echo "SKIP: strace cannot attach to filed: $(cat "$DIR/strace.log")"; exit 0; }
-sleep 0.5   # let strace finish attaching to every thread before W
+strace_delay "$FILED" pwrite64 30000000
 
 xr --port 11 --op write --data BBBBBBBB --timeout 60 > "$DIR/w.out" 2>&1 &
 W=$!

@@ -43,19 +43,7 @@ wait_unbound 3
 [ "$(port_info 1 next_hop)" = 3 ] || fail "the dead clean cache's route is gone already"
 
 # every pwrite64 of filed's held 50 s from here, until strace is killed
-strace -qq -f -p "$FILED" -e trace=pwrite64 -e inject=pwrite64:delay_enter=50000000 \
-	-o /dev/null 2> "$DIR/strace.log" &
-STRACE=$!
-pids+=($STRACE)
-traced() {
-	for s in /proc/"$FILED"/task/*/status; do
-		grep -q '^TracerPid:[[:space:]]*0$' "$s" && return 1
-	done
-	return 0
-}
-for _ in $(seq 100); do traced && break; sleep 0.05; done
-traced || { echo "SKIP: strace cannot attach to filed: $(cat "$DIR/strace.log")"; exit 0; }
-sleep 0.5   # let strace finish attaching to every thread before W
+strace_delay "$FILED" pwrite64 50000000
 
 # W goes past the dead cache, straight to filed, and waits in its pwrite
 xr --port 11 --op write --data BBBBBBBB --timeout 60 > "$DIR/w.out" 2>&1 &

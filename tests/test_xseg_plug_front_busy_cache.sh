@@ -44,19 +44,7 @@ size=$("$BIN/xseg" stats --segment "$SEG" --port 3 --json | wc -c)
 [ "$size" -gt 4096 ] || echo "note: cache 3's stats answer is $size bytes, not over 4K"
 
 # every pread of filed's held 3 s from here, until strace is killed
-strace -qq -f -p "$FILED" -e trace=pread64 -e inject=pread64:delay_enter=3000000 \
-	-o /dev/null 2> "$DIR/strace.log" &
-STRACE=$!
-pids+=($STRACE)
-traced() {
-	for s in /proc/"$FILED"/task/*/status; do
-		grep -q '^TracerPid:[[:space:]]*0$' "$s" && return 1
-	done
-	return 0
-}
-for _ in $(seq 100); do traced && break; sleep 0.05; done
-traced || { echo "SKIP: strace cannot attach to filed: $(cat "$DIR/strace.log")"; exit 0; }
-sleep 0.5
+strace_delay "$FILED" pread64 3000000
 # a miss: cache 3 loads it from filed, whose pread holds it
 "$BIN/xreq" --segment "$SEG" --port 11 --target-port 1 --target cold --op read --size 8 \
 	--timeout 60 > "$DIR/r.out" 2>&1 & R=$!

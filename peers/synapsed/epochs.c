@@ -33,7 +33,6 @@ struct requester {
 	/* its requests at the target: of that epoch, and of older ones (which
 	 * the newest's wait for where they overlap); circular lists */
 	struct epoch_ticket current, older;
-	uint64_t at_target, older_at_target;
 	uint64_t seen_ns;       /* last hello: the oldest free entry goes first */
 };
 
@@ -43,6 +42,12 @@ static uint32_t nr_requesters;
 static void list_init(struct epoch_ticket *head)
 {
 	head->prev = head->next = head;
+}
+
+/* None of its requests is at the target. */
+static bool nothing_out(const struct requester *q)
+{
+	return q->current.next == &q->current && q->older.next == &q->older;
 }
 
 static void reset(struct requester *q, uint64_t id)
@@ -87,7 +92,7 @@ static uint32_t find_locked(uint64_t id)
 				oldest = r;
 		} else if ((oldest == UINT32_MAX || (table[oldest].id &&
 			    table[r].seen_ns < table[oldest].seen_ns)) &&
-			   !table[r].at_target && !table[r].older_at_target && !entry_in_use(r)) {
+			   nothing_out(&table[r]) && !entry_in_use(r)) {
 			oldest = r;
 		}
 	}
@@ -125,7 +130,7 @@ int epochs_hello(struct conn *c, uint32_t ci, const struct wire_header *h, const
 	 * with its clock stepped back: refusing it would keep it out until
 	 * its clock passed ours. */
 	bool older = q->epoch && h->offset <= q->epoch;
-	if (older && !q->at_target && !q->older_at_target && !entry_in_use(r)) {
+	if (older && nothing_out(q) && !entry_in_use(r)) {
 		peer_warn("connection %s: its requester's epoch %" PRIu64 " is older than the "
 			  "last seen (%" PRIu64 ") with nothing of it left here: taken (its clock "
 			  "went back?)", c->peer, h->offset, q->epoch);
@@ -147,8 +152,6 @@ int epochs_hello(struct conn *c, uint32_t ci, const struct wire_header *h, const
 		q->current.next->prev = &q->older;
 		list_init(&q->current);
 	}
-	q->older_at_target += q->at_target;
-	q->at_target = 0;
 	q->epoch = h->offset;
 	q->seen_ns = xseg_now_ns();
 	pthread_mutex_unlock(&S.lock);
@@ -212,7 +215,6 @@ int epochs_claim(struct epoch_ticket *t)
 		t->prev = q->current.prev;
 		q->current.prev->next = t;
 		q->current.prev = t;
-		q->at_target++;
 	}
 	pthread_mutex_unlock(&S.lock);
 	return rc;
@@ -227,13 +229,8 @@ void epochs_release(struct epoch_ticket *t)
 		pthread_mutex_unlock(&S.lock);
 		return;
 	}
-	struct requester *q = &table[t->requester - 1];
 	t->prev->next = t->next;
 	t->next->prev = t->prev;
 	t->next = t->prev = NULL;
-	if (q->epoch == t->epoch)
-		q->at_target--;
-	else
-		q->older_at_target--;
 	pthread_mutex_unlock(&S.lock);
 }

@@ -124,6 +124,8 @@ static bool flush_by_sync(struct cache_engine *e, struct cache_req *req)
 {
 	if (!e->persisting || e->cfg.persist_sync == PERSIST_SYNC_NONE)
 		return false;
+	if (persist_failed(e) && pmark_flush_by_blocker(e))
+		return false;   /* the file is behind the blocker: it no longer counts */
 	int rc = engine_sync(e);
 	if (rc)
 		finish(e, req, false, -rc, 0);
@@ -151,7 +153,7 @@ static bool fence_refuses(struct cache_engine *e, struct cache_req *req)
 	int fence = atomic_load(&e->fence);
 	if (fence == FENCE_NONE)
 		return false;
-	finish(e, req, false, fence == FENCE_PROMOTED ? ESTALE : EAGAIN, 0);
+	finish(e, req, false, fence_error(fence), 0);
 	return true;
 }
 

@@ -878,7 +878,7 @@ static void say_fenced(const struct cache_stats *s)
 	static bool said;
 	if (said || !C.cfg.mirror)
 		return;
-	if (s->fence != 2)
+	if (s->fence != CACHE_FENCE_PROMOTED)
 		return;
 	said = true;
 	peer_error("the replica was promoted while this cache was down (marker '%s' says "
@@ -915,9 +915,43 @@ static void say_persist_failure(const struct cache_stats *s)
 	said = true;
 	peer_error("persist: a sync of '%s' failed (%s): its disk may not hold what the kernel "
 		   "could not write. Writing through from now on, every dirty byte (%" PRIu64
-		   ") being written back to port %u; FLUSH fails until cached restarts on a "
-		   "working file", C.cfg.persist_path, strerror(s->persist_sync_error),
-		   s->dirty_bytes, C.blocker_port);
+		   ") being written back to port %u; object '%s' there says so (a restart on "
+		   "this file reads it). FLUSH fails until every byte is back; restart on a "
+		   "working file to write back again", C.cfg.persist_path,
+		   strerror(s->persist_sync_error), s->dirty_bytes, C.blocker_port,
+		   s->persist_marker_name);
+}
+
+/* Once each: the persist marker's word at the start, and once a failed
+ * file's data is all back. */
+static void say_persist_marker(const struct cache_stats *s)
+{
+	static bool said_found, said_back;
+	if (!said_found && s->persist_marker_found == 2) {
+		said_found = true;
+		peer_warn("persist: the last run (%" PRIu64 ") on '%s' failed a sync and then wrote "
+			  "every dirty byte back (object '%s' on port %u says written-back): the %"
+			  PRIu64 " bytes recovered are older than the blocker's and were dropped",
+			  s->persist_last_run, C.cfg.persist_path, s->persist_marker_name,
+			  C.blocker_port, s->persist_marker_dropped_bytes);
+	}
+	if (!said_found && s->fence == CACHE_FENCE_PERSIST_FAILED) {
+		said_found = true;
+		peer_error("persist: the last run (%" PRIu64 ") on '%s' failed a sync before it "
+			   "wrote every dirty byte back (object '%s' on port %u says failed): of the %"
+			   PRIu64 " bytes recovered some may be on no other disk and some older than "
+			   "writes answered since. Replaying and dropping them can both lose data: "
+			   "every request fails EIO. Restart with --persist-discard to drop them "
+			   "(copy the file first: cached --persist-inspect reads it), or delete that "
+			   "object to replay them", s->persist_last_run, C.cfg.persist_path,
+			   s->persist_marker_name, C.blocker_port, s->recovered_bytes);
+	}
+	if (!said_back && s->persist_sync_error && s->persist_marker == 2) {
+		said_back = true;
+		peer_info("persist: every dirty byte is back on port %u, and object '%s' there "
+			  "says so: FLUSH is served again (by the blocker), still writing through",
+			  C.blocker_port, s->persist_marker_name);
+	}
 }
 
 /* The runtime's maintenance thread: the flusher and reclaimer, and ten
@@ -940,6 +974,7 @@ static uint64_t maintain(struct peer *p)
 		dirty_mark_update();
 		watch_hold(now);
 		say_persist_failure(&st);
+		say_persist_marker(&st);
 		say_fenced(&st);
 		say_node_refusal(&st);
 		next_reap = now + 100000000ull;
@@ -1109,10 +1144,13 @@ static int drain(struct peer *p, uint64_t deadline)
 	give_up_hold(ESHUTDOWN, "stopping");
 	struct cache_stats st;
 	cache_engine_stats(C.engine, &st);
-	if (st.fence == 2) {
-		/* Older than the store's (say_fenced): kept, never written back. */
-		peer_log(PEER_LOG_WARN, "fenced (its replica was promoted): %" PRIu64 " dirty bytes "
-			 "stay in the persist file, not written back", st.dirty_bytes);
+	if (st.fence != CACHE_FENCE_NONE) {
+		/* Not to be written back, or not yet known (say_fenced,
+		 * say_persist_marker): kept. */
+		cache_engine_fail_waiting(C.engine, ESHUTDOWN);
+		peer_log(PEER_LOG_WARN, "fenced (%s): %" PRIu64 " dirty bytes stay in the persist "
+			 "file, not written back", st.fence == CACHE_FENCE_PROMOTED ?
+			 "its replica was promoted" : cache_fence_name(st.fence), st.dirty_bytes);
 		C.clean = false;
 		return 1;
 	}

@@ -11,7 +11,7 @@
  */
 #include "engine_private.h"
 
-static void drop_all(struct cache_object *o)
+void drop_buckets(struct cache_object *o)
 {
 	struct cache_engine *e = o->e;
 	for (uint32_t i = 0; i < o->b.n; i++)
@@ -22,6 +22,11 @@ static void drop_all(struct cache_object *o)
 		}
 	release_clean(o);
 	mark_clean(o);
+}
+
+static void drop_all(struct cache_object *o)
+{
+	drop_buckets(o);
 	if (!o->drop_told) {
 		mirror_dropped(o);   /* the replica drops it too */
 		o->drop_told = true;

@@ -239,11 +239,69 @@ static bool preflush(struct cache_engine *e, struct cache_req *req)
 	return true;
 }
 
+/*
+ * A start that recovered dirty data reads the persist marker first
+ * (persist_marker.c): milliseconds, unless the blocker is slow to answer.
+ * Requests that come meanwhile wait for it, in order, instead of failing
+ * EAGAIN; the maintenance tick submits them again once it is done.
+ */
+static bool checking(int fence)
+{
+	return fence == FENCE_PERSIST_CHECKING || fence == FENCE_PERSIST_DROPPING;
+}
+
+static bool wait_for_check(struct cache_engine *e, struct cache_req *req)
+{
+	pthread_mutex_lock(&e->pmark_lock);
+	bool wait = !e->check_waiters_failed && checking(atomic_load(&e->fence));
+	if (wait) {
+		req->next_held = NULL;
+		*e->check_waiters_tail = req;
+		e->check_waiters_tail = &req->next_held;
+	}
+	pthread_mutex_unlock(&e->pmark_lock);
+	return wait;
+}
+
+/* The waiters, taken off the list (in their order). */
+static struct cache_req *take_check_waiters(struct cache_engine *e)
+{
+	pthread_mutex_lock(&e->pmark_lock);
+	struct cache_req *list = e->check_waiters;
+	e->check_waiters = NULL;
+	e->check_waiters_tail = &e->check_waiters;
+	pthread_mutex_unlock(&e->pmark_lock);
+	return list;
+}
+
+static void release_check_waiters(struct cache_engine *e)
+{
+	for (struct cache_req *req = take_check_waiters(e), *next; req; req = next) {
+		next = req->next_held;
+		req->next_held = NULL;
+		cache_engine_submit(e, req);
+	}
+}
+
+void cache_engine_fail_waiting(struct cache_engine *e, int error)
+{
+	pthread_mutex_lock(&e->pmark_lock);
+	e->check_waiters_failed = true;
+	pthread_mutex_unlock(&e->pmark_lock);
+	for (struct cache_req *req = take_check_waiters(e), *next; req; req = next) {
+		next = req->next_held;
+		req->next_held = NULL;
+		finish(e, req, false, error, 0);
+	}
+}
+
 void cache_engine_submit(struct cache_engine *e, struct cache_req *req)
 {
 	req_init(e, req);
-	if (atomic_load(&e->fence) != FENCE_NONE) {   /* see fence_tick */
-		finish(e, req, false, atomic_load(&e->fence) == FENCE_PROMOTED ? ESTALE : EAGAIN, 0);
+	int fence = atomic_load(&e->fence);
+	if (fence != FENCE_NONE) {   /* see fence_tick, pmark_tick */
+		if (!wait_for_check(e, req))
+			finish(e, req, false, fence_error(fence), 0);
 		return;
 	}
 	if (!xwaitq_empty(&e->entry_waitq))
@@ -441,6 +499,7 @@ static void engine_free(struct cache_engine *e)
 	pthread_mutex_destroy(&e->backoff_lock);
 	pthread_mutex_destroy(&e->mirror_lock);
 	pthread_mutex_destroy(&e->marker_lock);
+	pthread_mutex_destroy(&e->pmark_lock);
 	pthread_mutex_destroy(&e->reset_lock);
 	engine_counts_free(e);
 	free(e);
@@ -685,6 +744,8 @@ struct cache_engine *cache_engine_create(const struct cache_config *cfg,
 	xwaitq_init(&e->io_waitq, io_cond, e);
 	xwaitq_init(&e->flush_waitq, flush_budget_cond, e);
 	pthread_mutex_init(&e->backoff_lock, NULL);
+	pthread_mutex_init(&e->pmark_lock, NULL);
+	e->check_waiters_tail = &e->check_waiters;
 	int rc = cfg->persist_path ? persist_start(e, why)
 		 : bucket_pool_init_mapped(&e->pool, cfg->premapped,
 					   (uint32_t)(cfg->cache_size / cfg->bucket_size),
@@ -696,9 +757,10 @@ struct cache_engine *cache_engine_create(const struct cache_config *cfg,
 		errno = -rc;
 		return NULL;
 	}
-	/* A primary back with dirty data: was its replica promoted meanwhile? */
-	if (cfg->mirror && cfg->mirror_marker && e->recovery.slots)
-		atomic_store(&e->fence, FENCE_CHECKING);
+	/* A primary back with dirty data: was its replica promoted meanwhile?
+	 * Asked after the persist marker: did the file fail before? */
+	pmark_init(e, cfg->mirror && cfg->mirror_marker && e->recovery.slots ? FENCE_CHECKING
+									     : FENCE_NONE);
 	return e;
 bad:
 	free(e);
@@ -751,6 +813,9 @@ static void refuse_nodes_if_stuck(struct cache_engine *e, bool short_of_nodes)
 
 uint64_t cache_engine_maintain(struct cache_engine *e)
 {
+	if (pmark_tick(e))
+		return 10000000ull;   /* the start's check first: nothing else meanwhile */
+	release_check_waiters(e);
 	if (atomic_load(&e->fence) != FENCE_NONE) {
 		fence_tick(e);   /* nothing flushed, reset or evicted meanwhile */
 		return 10000000ull;
@@ -889,6 +954,13 @@ void cache_engine_stats(struct cache_engine *e, struct cache_stats *s)
 		s->persist_syncs = syncs;
 		s->persist_sync_error = atomic_load(&e->persist.sync_error);
 		s->fence = atomic_load(&e->fence);
+		s->persist_marker = atomic_load(&e->pmark_landed);
+		s->persist_marker_found = atomic_load(&e->pmark_found);
+		s->persist_marker_held = atomic_load(&e->pmark_held_total);
+		s->persist_marker_failures = atomic_load(&e->pmark_failures);
+		s->persist_marker_dropped_bytes = atomic_load(&e->pmark_dropped_bytes);
+		s->persist_marker_name = e->pmark_name;
+		s->persist_last_run = e->persist.check_run;
 		s->persist_sync_avg_us = syncs ? atomic_load(&e->sync_ns_total) / syncs / 1000 : 0;
 		s->persist_forced_full = atomic_load(&e->forced_full);
 		s->persist_forced_spares = atomic_load(&e->forced_spares);
@@ -1008,4 +1080,20 @@ unsigned cache_engine_dirty_by_volume(struct cache_engine *e, struct cache_volum
 	memcpy(out, v, n * sizeof(*v));
 	free(v);
 	return n;
+}
+
+const char *cache_fence_name(int fence)
+{
+	static const char *const names[] = {
+		[FENCE_NONE] = "", [FENCE_CHECKING] = "checking", [FENCE_PROMOTED] = "promoted",
+		[FENCE_PERSIST_CHECKING] = "persist-checking",
+		[FENCE_PERSIST_DROPPING] = "persist-dropping",
+		[FENCE_PERSIST_FAILED] = "persist-failed",
+	};
+	return fence >= 0 && fence <= FENCE_PERSIST_FAILED ? names[fence] : "?";
+}
+
+const char *cache_persist_marker_name(int state)
+{
+	return state < 0 ? "" : pmark_state_name(state);
 }

@@ -234,7 +234,15 @@ struct cache_stats {
 	uint64_t persist_discarded_bytes;       /* dropped by --persist-discard */
 	uint64_t persist_syncs;
 	int persist_sync_error;                 /* a sync of the file failed: write-through */
-	int fence;                              /* 0; 1: reading the marker; 2: promoted */
+	int fence;                              /* 0: none; else cache_fence_name() */
+	/* the persist marker on the blocker (a failed file's word): what it
+	 * holds (0 none, 1 failed, 2 written-back), answers it held; what the
+	 * start read (-1 not read, else the same), the recovered bytes it
+	 * dropped (written back by the last run) */
+	int persist_marker, persist_marker_found;
+	uint64_t persist_marker_held, persist_marker_failures, persist_marker_dropped_bytes;
+	const char *persist_marker_name;        /* the object's name ("" none) */
+	uint64_t persist_last_run;              /* the run whose word the start read (check_run) */
 	uint64_t persist_sync_avg_us;
 	/* syncs the host-crash rules forced (--persist-sync flush|always):
 	 * old versions piled up, spares short, a write-back's older version */
@@ -406,5 +414,22 @@ unsigned cache_engine_dirty_by_volume(struct cache_engine *e, struct cache_volum
 /* One line for the log: what this start found in the persist file
  * (recovered, dropped, or discarded), or "persist: off". */
 void cache_engine_persist_report(struct cache_engine *e, char *buf, size_t len);
+
+/* The fence (cache_stats.fence): while not NONE, every request fails and
+ * nothing is written to the blocker. CHECKING and PROMOTED: the mirror
+ * marker's (a primary back with dirty data); PERSIST_*: the persist
+ * marker's (a start after a run whose persist file failed a sync). */
+enum cache_fence {
+	CACHE_FENCE_NONE, CACHE_FENCE_CHECKING, CACHE_FENCE_PROMOTED, CACHE_FENCE_PERSIST_CHECKING,
+	CACHE_FENCE_PERSIST_DROPPING, CACHE_FENCE_PERSIST_FAILED
+};
+/* Requests waiting for the start's persist check fail with `error`, and
+ * any that come later too (a stop: cached.c's drain). */
+void cache_engine_fail_waiting(struct cache_engine *e, int error);
+/* The fence's state in words ("" none): checking, promoted (the mirror
+ * marker's); persist-checking, persist-dropping, persist-failed. */
+const char *cache_fence_name(int fence);
+/* A persist marker state (cache_stats.persist_marker) in words. */
+const char *cache_persist_marker_name(int state);
 
 #endif

@@ -29,6 +29,10 @@
  *   read.c     reads: hits, loads of missing buckets
  *   write.c    writes: write-back into buckets, write-through
  *   drop.c     DELETE and COPY onto an object: drop its data
+ *   persist_marker.c  a failed persist file's word on the blocker, and
+ *              the start's check of it (drops what it recovered when the
+ *              last run wrote it all back: from the maintenance tick, on
+ *              no queue, while the fence refuses every request)
  *   engine.c   the index, dispatch on an object's queue, submit, life
  *              cycle, maintenance, statistics
  * A lower file never calls a higher one; where it must go on with a
@@ -365,6 +369,24 @@ struct cache_engine {
 	char replica_marker[MARKER_NAME_MAX + 1];
 	_Atomic uint64_t marker_writes, marker_failures, marker_held_total;
 	_Atomic uint64_t promotes_refused;
+	/* The persist marker (persist_marker.c): the state wanted on the
+	 * blocker and the one it took (PMARK_*), answers held until it took
+	 * one (under pmark_lock); the start's check: what it found (-1: not
+	 * read), what it dropped, the fence after it (the mirror's). */
+	pthread_mutex_t pmark_lock;
+	bool pmark_on, pmark_out, pmark_writes_waited;
+	int pmark_want;
+	_Atomic int pmark_landed;
+	struct cache_req *pmark_held;      /* linked by next_held */
+	bool (*pmark_next_gate)(struct cache_engine *e, struct cache_req *req, uint64_t serviced);
+	char pmark_name[40];
+	_Atomic bool pmark_read_out;
+	_Atomic int pmark_found;
+	int fence_after_persist;
+	/* requests that came during the start's check, in order (engine.c) */
+	struct cache_req *check_waiters, **check_waiters_tail;
+	bool check_waiters_failed;
+	_Atomic uint64_t pmark_writes_total, pmark_failures, pmark_held_total, pmark_dropped_bytes;
 	_Atomic int promote_marker_said;   /* what the last checked promote read */
 	/* --replica (replica.c) */
 	_Atomic bool replica;
@@ -542,7 +564,21 @@ static inline uint64_t now_ns(void)
 static inline void obj_get(struct cache_object *o) { xcache_get(o->e->index, o->entry); }
 static inline void obj_put(struct cache_object *o) { xcache_put(o->e->index, o->entry); }
 
-enum { FENCE_NONE, FENCE_CHECKING, FENCE_PROMOTED };
+/* What the fence refuses for (engine.c, barrier.c): CHECKING and
+ * PROMOTED are the mirror marker's (marker.c), the others the persist
+ * marker's (persist_marker.c). */
+enum {
+	FENCE_NONE = CACHE_FENCE_NONE, FENCE_CHECKING = CACHE_FENCE_CHECKING,
+	FENCE_PROMOTED = CACHE_FENCE_PROMOTED, FENCE_PERSIST_CHECKING = CACHE_FENCE_PERSIST_CHECKING,
+	FENCE_PERSIST_DROPPING = CACHE_FENCE_PERSIST_DROPPING,
+	FENCE_PERSIST_FAILED = CACHE_FENCE_PERSIST_FAILED,
+};
+
+/* The error a request refused by the fence fails with. */
+static inline int fence_error(int fence)
+{
+	return fence == FENCE_PROMOTED ? ESTALE : fence == FENCE_PERSIST_FAILED ? EIO : EAGAIN;
+}
 
 /* The persist file failed a sync: write-through from then on (engine_sync). */
 static inline bool persist_failed(struct cache_engine *e)
@@ -693,6 +729,23 @@ void marker_text(char *d, int state);
 /* The maintenance tick while the fence is CHECKING: reads the marker. */
 void fence_tick(struct cache_engine *e);
 
+/* ---- persist_marker.c: a failed persist file's word on the blocker ------------------ */
+
+enum { PMARK_NONE, PMARK_FAILED, PMARK_WRITTEN_BACK };
+const char *pmark_state_name(int state);
+/* At create, after recovery: the marker's name, the answer gate, the
+ * start's check where dirty data was recovered (else the fence is
+ * fence_after, the mirror marker's). */
+void pmark_init(struct cache_engine *e, int fence_after);
+/* The maintenance tick: the start's check, the marker's writes. True while
+ * the check keeps the engine from everything else. */
+bool pmark_tick(struct cache_engine *e);
+/* The blocker holds `written-back`: a FLUSH is the blocker's to serve. */
+static inline bool pmark_flush_by_blocker(struct cache_engine *e)
+{
+	return atomic_load(&e->pmark_landed) == PMARK_WRITTEN_BACK;
+}
+
 /* ---- mirror.c: --mirror-port ------------------------------------------------------- */
 
 
@@ -735,5 +788,7 @@ bool read_beside_queue(struct cache_object *o, struct cache_req *req, const stru
 void write_back(struct cache_object *o, struct cache_req *req, const struct bucket_span *sp);
 void write_through(struct cache_object *o, struct cache_req *req, const struct bucket_span *sp);
 void drop_step(struct cache_object *o, struct cache_req *req);
+/* Every cached byte of o dropped, dirty ones too (their slots cleared). */
+void drop_buckets(struct cache_object *o);
 
 #endif

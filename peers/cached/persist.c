@@ -10,8 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -45,9 +47,21 @@ static void write_super(struct persist *p, uint32_t state)
 	s.marker_len = (uint32_t)strlen(p->marker);
 	memcpy(s.marker, p->marker, s.marker_len);
 	s.marker_sum = marker_sum(&s);
+	s.file_id = p->file_id;
+	s.run = p->run;
+	s.check_run = p->check_run;
+	s.run_sum = run_sum(&s);
 	struct persist_super *dst = cur == &p->super[0] ? &p->super[1] : &p->super[0];
 	memcpy(dst, &s, sizeof(s));
 	msync(p->map, 2 * PAGE, MS_SYNC);
+}
+
+void persist_set_check_run(struct persist *p)
+{
+	if (p->check_run == p->run)
+		return;
+	p->check_run = p->run;
+	write_super(p, SUPER_IN_USE);
 }
 
 int persist_set_marker(struct persist *p, const char *name)
@@ -107,6 +121,18 @@ static int map_file(struct persist *p, uint64_t size, char *why, size_t len)
 	return 0;
 }
 
+/* This opening's run, and the file's id where it has none yet (a new
+ * file, or one of a build before ids). */
+static void name_run(struct persist *p)
+{
+	while (!p->file_id && getrandom(&p->file_id, sizeof(p->file_id), 0) != sizeof(p->file_id))
+		p->file_id = XXH3_64bits_withSeed(p->path, strlen(p->path),
+						  (uint64_t)getpid() ^ (uint64_t)time(NULL));
+	p->run = p->last_run + 1;
+	if (!p->check_run)
+		p->check_run = p->last_run;   /* a file of a build before them */
+}
+
 /* A new file (or one discarded): preallocated (a write fault into a hole
  * of a full file system is a SIGBUS), zeroed, synced. */
 static int format(struct persist *p, char *why, size_t len)
@@ -124,6 +150,8 @@ static int format(struct persist *p, char *why, size_t len)
 	p->nr_free_objects = 0;
 	for (uint32_t i = p->geo.nr_objects; i-- > 0;)
 		p->obj_free[p->nr_free_objects++] = i;
+	name_run(p);
+	p->check_run = p->run;   /* nothing in it */
 	write_super(p, SUPER_IN_USE);
 	if (fdatasync(p->fd) < 0)
 		return say_why(why, len, errno, "--persist: cannot sync '%s': %s", p->path,
@@ -219,6 +247,11 @@ int persist_open(struct persist *p, const char *path, const struct persist_geome
 	if (!rc) {
 		p->super_gen = s->generation;
 		super_marker(s, p->marker);
+		if (s->run_sum == run_sum(s)) {
+			p->file_id = s->file_id;
+			p->last_run = s->run;
+			p->check_run = s->check_run;
+		}
 		bool sane = s->seq_floor && s->seq_floor < PERSIST_SEQ_LIMIT;
 		atomic_store(&p->next_seq, sane ? s->seq_floor : 1);
 	}
@@ -227,6 +260,7 @@ int persist_open(struct persist *p, const char *path, const struct persist_geome
 		return format(p, why, len);
 	if (rc)
 		return rc;
+	name_run(p);   /* stored by persist_recover's superblock */
 	return map_file(p, (uint64_t)st.st_size, why, len);
 }
 

@@ -97,6 +97,18 @@ struct persist {
 	uint32_t nr_free_objects;
 	_Atomic int sync_error;            /* the first fdatasync failure, for good */
 	char marker[PERSIST_MARKER_MAX + 1];   /* kept in the superblock ("": none) */
+	/* A random name the file keeps for life, and which opening of it this
+	 * is: run is last_run + 1, stored (msync) by persist_recover or at a
+	 * format. What a run says about the file elsewhere (cached's persist
+	 * marker on the blocker) names both, so that a later run never takes
+	 * it for its own. */
+	uint64_t file_id;
+	uint64_t last_run;                 /* the run that opened it before */
+	uint64_t run;
+	/* The run whose word governs the dirty data the file holds: this one
+	 * once the caller said so (persist_set_check_run), else an earlier
+	 * one's, kept across opens until then. */
+	uint64_t check_run;
 };
 
 /*
@@ -163,6 +175,10 @@ int persist_sync(struct persist *p);
  * it returns; p->marker holds it (read back by persist_open). 0 or
  * -errno. One caller at a time. */
 int persist_set_marker(struct persist *p, const char *name);
+
+/* The dirty data in the file is this run's to answer for from now on
+ * (p->check_run = p->run), in the superblock (msync) before it returns. */
+void persist_set_check_run(struct persist *p);
 
 /* Syncs, marks the file clean when `clean` (nothing dirty is in it) and
  * unmaps and unlocks it. */

@@ -47,7 +47,15 @@ struct persist_super {
 	uint64_t marker_sum;         /* of marker_len and marker */
 	uint32_t marker_len;
 	char marker[PERSIST_MARKER_MAX + 1];
-	unsigned char unused[PAGE - 120 - 12 - (PERSIST_MARKER_MAX + 1)];
+	/* The file's name for itself and the count of the processes that
+	 * opened it (persist.h: file_id, run), summed on their own: zeros in
+	 * a file of a build before them (then a new id). */
+	unsigned char pad[3];
+	uint64_t file_id;
+	uint64_t run;
+	uint64_t check_run;
+	uint64_t run_sum;            /* of file_id, run and check_run */
+	unsigned char unused[PAGE - 120 - 12 - (PERSIST_MARKER_MAX + 1) - 3 - 32];
 };
 _Static_assert(sizeof(struct persist_super) == PAGE, "one page per superblock copy");
 
@@ -85,6 +93,11 @@ static inline uint64_t super_sum(const struct persist_super *s)
 static inline uint64_t marker_sum(const struct persist_super *s)
 {
 	return XXH3_64bits(&s->marker_len, sizeof(s->marker_len) + sizeof(s->marker));
+}
+
+static inline uint64_t run_sum(const struct persist_super *s)
+{
+	return XXH3_64bits(&s->file_id, sizeof(s->file_id) + sizeof(s->run) + sizeof(s->check_run));
 }
 
 /* The replica's marker name a superblock holds into out (at least

@@ -97,7 +97,9 @@ int cached_stats_json(struct cache_engine *e, uint32_t blocker_port, int mirror_
 		",\"persist_syncs\":%" PRIu64 ",\"persist_sync_avg_us\":%" PRIu64
 		",\"persist_forced_full\":%" PRIu64 ",\"persist_forced_spares\":%" PRIu64
 		",\"persist_forced_writeback\":%" PRIu64 ",\"persist_sync_error\":\"%s\""
-		",\"fence\":\"%s\"",
+		",\"fence\":\"%s\",\"persist_marker\":\"%s\",\"persist_marker_found\":\"%s\""
+		",\"persist_marker_held\":%" PRIu64 ",\"persist_marker_failures\":%" PRIu64
+		",\"persist_marker_dropped_bytes\":%" PRIu64,
 		blocker_port, s.policy == CACHE_WRITEBACK ? "writeback" : "writethrough",
 		s.hits, s.misses, s.partial_hits, s.parallel_hits, s.read_bytes, s.write_bytes,
 		s.blocker_read_bytes, s.blocker_write_bytes, s.dirty_bytes, s.cached_bytes,
@@ -109,7 +111,9 @@ int cached_stats_json(struct cache_engine *e, uint32_t blocker_port, int mirror_
 		s.recoveries, s.recovered_bytes, s.persist_dropped, s.persist_syncs,
 		s.persist_sync_avg_us, s.persist_forced_full, s.persist_forced_spares,
 		s.persist_forced_writeback, s.persist_sync_error ? strerror(s.persist_sync_error) : "",
-		s.fence == 2 ? "promoted" : s.fence == 1 ? "checking" : "");
+		cache_fence_name(s.fence), cache_persist_marker_name(s.persist_marker),
+		cache_persist_marker_name(s.persist_marker_found), s.persist_marker_held,
+		s.persist_marker_failures, s.persist_marker_dropped_bytes);
 	if (k >= 0 && (size_t)k < len)
 		k += mirror_json(buf + k, len - (size_t)k, &s, mirror_port);
 	if (k < 0 || (size_t)k >= len)

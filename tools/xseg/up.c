@@ -120,39 +120,38 @@ static pid_t port_owner(struct xseg *seg, uint32_t port)
 	return pi.owner;
 }
 
-/* pid is the peer: it owns the peer's port, or runs the peer's program. */
-/* Whether pid's command line holds "--pidfile PIDFILE" (as xseg up
- * starts a peer: peer_argv). */
-static bool started_with_pidfile(pid_t pid, const char *pidfile)
+/* The value pid's command line gives `opt` ("--opt VALUE" or
+ * "--opt=VALUE", the first), in out; false when it has none. */
+static bool started_with(pid_t pid, const char *opt, char *out, size_t len)
 {
 	char path[64], buf[8192];
 	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
 	FILE *f = fopen(path, "re");
 	if (!f)
 		return false;
-	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f), olen = strlen(opt);
 	fclose(f);
 	buf[n] = '\0';
 	for (size_t i = 0; i < n; i += strlen(buf + i) + 1) {
 		const char *arg = buf + i;
-		if (!strcmp(arg, "--pidfile") && i + strlen(arg) + 1 < n &&
-		    !strcmp(arg + strlen(arg) + 1, pidfile))
+		if (!strcmp(arg, opt) && i + strlen(arg) + 1 < n) {
+			snprintf(out, len, "%s", arg + strlen(arg) + 1);
 			return true;
-		if (!strncmp(arg, "--pidfile=", 10) && !strcmp(arg + 10, pidfile))
+		}
+		if (!strncmp(arg, opt, olen) && arg[olen] == '=') {
+			snprintf(out, len, "%s", arg + olen + 1);
 			return true;
+		}
 	}
 	return false;
 }
 
-/* Whether pid is the peer pp whose pidfile is `pidfile`: the owner of its
- * port, or (the segment gone, the port not yet bound) its program started
- * with that pidfile. The program alone would take a reused pid running
- * the same program for another path for ours, and signal it. */
-static bool is_peer(struct xseg *seg, const struct path_peer *pp, pid_t pid, const char *pidfile)
+/* Whether pid runs pp's program and was started with "--pidfile PIDFILE"
+ * (as xseg up starts a peer: peer_argv); its --segment in seg_of. */
+static bool started_as(const struct path_peer *pp, pid_t pid, const char *pidfile,
+		       char *seg_of, size_t len)
 {
-	if (port_owner(seg, pp->port_first) == pid)
-		return true;
-	char link[64], exe[PATH_MAX], real[PATH_MAX];
+	char link[64], exe[PATH_MAX], real[PATH_MAX], given[PATH_MAX];
 	snprintf(link, sizeof(link), "/proc/%d/exe", (int)pid);
 	ssize_t n = readlink(link, exe, sizeof(exe) - 1);
 	if (n <= 0 || !realpath(pp->exe, real))
@@ -162,7 +161,27 @@ static bool is_peer(struct xseg *seg, const struct path_peer *pp, pid_t pid, con
 	if (deleted)
 		*deleted = '\0';
 	const char *a = strrchr(exe, '/'), *b = strrchr(real, '/');
-	return !strcmp(a ? a + 1 : exe, b ? b + 1 : real) && started_with_pidfile(pid, pidfile);
+	if (strcmp(a ? a + 1 : exe, b ? b + 1 : real) ||
+	    !started_with(pid, "--pidfile", given, sizeof(given)) || strcmp(given, pidfile))
+		return false;
+	if (!started_with(pid, "--segment", seg_of, len))
+		seg_of[0] = '\0';
+	return true;
+}
+
+/* Whether pid is the peer pp of segment `segment` whose pidfile is
+ * `pidfile`: the owner of its port, or (the segment gone, the port not yet
+ * bound) its program started with that pidfile and that segment. The
+ * program alone would take a reused pid running the same program for
+ * another path for ours, and signal it; the pidfile alone, a peer of
+ * another path whose file names the same run directory. */
+static bool is_peer(struct xseg *seg, const char *segment, const struct path_peer *pp,
+		    pid_t pid, const char *pidfile)
+{
+	if (port_owner(seg, pp->port_first) == pid)
+		return true;
+	char seg_of[NAME_MAX + 1];
+	return started_as(pp, pid, pidfile, seg_of, sizeof(seg_of)) && !strcmp(seg_of, segment);
 }
 
 /*
@@ -170,13 +189,23 @@ static bool is_peer(struct xseg *seg, const struct path_peer *pp, pid_t pid, con
  * that is not the peer is stale (the peer died without removing it and
  * its pid was reused after a reboot or a long run): removed, said, 0 (the
  * peer would refuse it, and down would take a stranger for the peer).
+ * One that names the same program started with this pidfile for another
+ * segment is another path's (two path files, one --run-dir): left alone,
+ * said, 0.
  */
-static pid_t pidfile_pid(struct xseg *seg, const struct path_peer *pp, const char *pidfile,
-			 const char *what)
+static pid_t pidfile_pid(struct xseg *seg, const char *segment, const struct path_peer *pp,
+			 const char *pidfile, const char *what)
 {
 	pid_t pid = read_pidfile(pidfile);
-	if (!xseg_pid_alive(pid) || is_peer(seg, pp, pid, pidfile))
+	if (!xseg_pid_alive(pid) || is_peer(seg, segment, pp, pid, pidfile))
 		return pid;
+	char seg_of[NAME_MAX + 1];
+	if (started_as(pp, pid, pidfile, seg_of, sizeof(seg_of))) {
+		fprintf(stderr, "xseg: %s: %s names pid %d, a %s of segment %s, not of %s (another "
+			"path with this run directory): left alone\n", what, pidfile, (int)pid,
+			pp->program, seg_of, segment);
+		return 0;
+	}
 	if (unlink(pidfile) < 0 && errno != ENOENT) {
 		fprintf(stderr, "xseg: %s: %s names pid %d, which is not %s, and cannot be removed: "
 			"%s\n", what, pidfile, (int)pid, pp->program, strerror(errno));
@@ -229,12 +258,13 @@ static bool failed_exit(const char *log, off_t offset, pid_t pid, char *why, siz
  * progress line every few seconds (with the dirty bytes a cache still
  * writes back). seg may be NULL (the segment is gone).
  */
-static enum stopped stop_peer(struct xseg *seg, const struct path_peer *pp,
-			      const struct run_dir *rd, unsigned timeout_s, const char *what)
+static enum stopped stop_peer(struct xseg *seg, const struct path_file *pf,
+			      const struct path_peer *pp, const struct run_dir *rd,
+			      unsigned timeout_s, const char *what)
 {
 	char pidfile[PATH_MAX];
 	peer_file(rd, pp, "pid", pidfile, sizeof(pidfile));
-	pid_t pid = pidfile_pid(seg, pp, pidfile, what);
+	pid_t pid = pidfile_pid(seg, pf->segment, pp, pidfile, what);
 	pid_t owner = port_owner(seg, pp->port_first);
 	if (!xseg_pid_alive(pid)) {
 		if (pid)
@@ -254,7 +284,7 @@ static enum stopped stop_peer(struct xseg *seg, const struct path_peer *pp,
 					return STUCK;
 		return STOPPED;
 	}
-	if (!is_peer(seg, pp, pid, pidfile)) {   /* a stale pidfile that could not be removed */
+	if (!is_peer(seg, pf->segment, pp, pid, pidfile)) {   /* a stale pidfile that could not be removed */
 		fprintf(stderr, "xseg: %s: %s names pid %d, which is not %s; left running\n", what,
 			pidfile, (int)pid, pp->program);
 		return LEFT;
@@ -377,7 +407,7 @@ static int start_peer(struct xseg *seg, const struct path_file *pf, const struct
 	peer_file(rd, pp, "log", log, sizeof(log));
 	print_port(pp, port, sizeof(port));
 	peer_argv(pf, pp, pidfile, argv);
-	pidfile_pid(seg, pp, pidfile, "up");   /* a live peer's is kept: it refuses to start */
+	pidfile_pid(seg, pf->segment, pp, pidfile, "up");   /* a live peer's is kept: it refuses to start */
 
 	int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
 	if (fd < 0) {
@@ -580,6 +610,37 @@ static bool kept_in_file(struct xseg *seg, const struct path_peer *pp, bool guar
 	return true;
 }
 
+/*
+ * A peer of the file whose pidfile names a live process that was started
+ * with it: a peer of an earlier up still running (its segment removed
+ * under it), or another path's that shares this run directory. The peer
+ * would refuse the pidfile, and the undo of the failed up signalled the
+ * pid it names: a peer this up never started, maybe with a dirty cache in
+ * front of it. Says which; true if any (nothing is started then).
+ */
+static bool pidfiles_in_use(const struct path_file *pf, const struct run_dir *rd)
+{
+	bool any = false;
+	for (unsigned i = 0; i < pf->nr_peers; i++) {
+		const struct path_peer *pp = &pf->peers[i];
+		char pidfile[PATH_MAX], seg_of[NAME_MAX + 1];
+		peer_file(rd, pp, "pid", pidfile, sizeof(pidfile));
+		pid_t pid = read_pidfile(pidfile);
+		if (!xseg_pid_alive(pid) || !started_as(pp, pid, pidfile, seg_of, sizeof(seg_of)))
+			continue;   /* none, or stale: start_peer removes it */
+		if (!strcmp(seg_of, pf->segment))
+			fprintf(stderr, "xseg: up: %s names pid %d, a %s of segment %s still running "
+				"from an earlier up (the segment was removed under it): 'xseg down %s' "
+				"stops it\n", pidfile, (int)pid, pp->program, seg_of, pf->file);
+		else
+			fprintf(stderr, "xseg: up: %s names pid %d, a %s of segment %s (another path "
+				"with this run directory): give %s a run directory of its own "
+				"(--run-dir)\n", pidfile, (int)pid, pp->program, seg_of, pf->file);
+		any = true;
+	}
+	return any;
+}
+
 int path_up(const struct path_file *pf, const char *run_dir, unsigned timeout_s)
 {
 	struct run_dir rd;
@@ -603,7 +664,7 @@ int path_up(const struct path_file *pf, const char *run_dir, unsigned timeout_s)
 	}
 	signal(SIGPIPE, SIG_IGN);   /* as in path_down: no stop halfway */
 	bool guarded[PATH_FILE_MAX_PEERS] = { false };
-	if (guard_persisted(seg, pf, guarded) < 0) {
+	if (pidfiles_in_use(pf, &rd) || guard_persisted(seg, pf, guarded) < 0) {
 		xseg_leave(seg);
 		xseg_destroy(pf->segment);
 		return 1;
@@ -626,7 +687,7 @@ int path_up(const struct path_file *pf, const char *run_dir, unsigned timeout_s)
 		fprintf(stderr, "xseg: up: stopping what was started%s\n",
 			interrupted ? " (interrupted)" : "");
 		for (unsigned j = i < pf->nr_peers ? i + 1 : i; j-- > 0;)
-			all_stopped &= stop_peer(seg, &pf->peers[j], &rd, timeout_s, "up") == STOPPED ||
+			all_stopped &= stop_peer(seg, pf, &pf->peers[j], &rd, timeout_s, "up") == STOPPED ||
 				       kept_in_file(seg, &pf->peers[j], guarded[j]);
 		if (all_stopped)
 			xseg_destroy(pf->segment);
@@ -730,7 +791,7 @@ int path_down(const struct path_file *pf, const char *run_dir, unsigned timeout_
 		 * writes back to it */
 		enum stopped r = needed_by_left(pf, was_left, i) ||
 				 (seg && held_in_front(seg, pf, &pf->peers[i])) ? STUCK :
-				 stop_peer(seg, &pf->peers[i], &rd, timeout_s, "down");
+				 stop_peer(seg, pf, &pf->peers[i], &rd, timeout_s, "down");
 		if (r == STUCK) {
 			if (seg)
 				xseg_leave(seg);
@@ -796,7 +857,7 @@ int path_status(const struct path_file *pf, const char *run_dir)
 		peer_file(&rd, pp, "pid", pidfile, sizeof(pidfile));
 		print_port(pp, port, sizeof(port));
 		pid_t pid = read_pidfile(pidfile), owner = port_owner(seg, pp->port_first);
-		bool runs = xseg_pid_alive(pid) && is_peer(seg, pp, pid, pidfile);
+		bool runs = xseg_pid_alive(pid) && is_peer(seg, pf->segment, pp, pid, pidfile);
 		if (runs)
 			snprintf(pidtxt, sizeof(pidtxt), "%d", (int)pid);
 		printf("%-9s %-12s %8s  ", port, pp->program, pidtxt);

@@ -183,6 +183,10 @@ void conn_close(uint32_t ci, const char *why, int err)
 		free(c->rx.buf);
 		c->rx.buf = NULL;
 		c->used = false;
+		if (c->requester) {   /* said hello: a requester no longer connected */
+			c->requester = 0;
+			atomic_fetch_sub(&S.requesters, 1);
+		}
 	}
 }
 

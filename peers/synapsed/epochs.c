@@ -157,6 +157,7 @@ int epochs_hello(struct conn *c, uint32_t ci, const struct wire_header *h, const
 	pthread_mutex_unlock(&S.lock);
 	c->requester = r + 1;
 	c->epoch = h->offset;
+	atomic_fetch_add(&S.requesters, 1);
 	peer_info("connection %s: requester %#" PRIx64 ", epoch %" PRIu64, c->peer, h->id,
 		  h->offset);
 	/* Its requester closed them (it reconnects only then) and failed what

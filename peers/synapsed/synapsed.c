@@ -212,8 +212,9 @@ static int stats_fields(struct peer *p, char *buf, size_t len)
 {
 	(void)p;
 	return snprintf(buf, len, ",\"remote_stalls\":%" PRIu64 ",\"slot_refusals\":%" PRIu64
-			",\"superseded\":%" PRIu64, atomic_load(&S.remote_stalls),
-			atomic_load(&S.slot_refusals), atomic_load(&S.superseded));
+			",\"superseded\":%" PRIu64 ",\"requesters\":%" PRIu64,
+			atomic_load(&S.remote_stalls), atomic_load(&S.slot_refusals),
+			atomic_load(&S.superseded), atomic_load(&S.requesters));
 }
 
 static void on_request(struct peer_thread *t, struct xseg_request *req)

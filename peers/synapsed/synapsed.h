@@ -157,6 +157,10 @@ struct synapsed {
 	/* connections closed or refused as older than another of their
 	 * requester (epochs.c) */
 	_Atomic uint64_t superseded;
+	/* incoming connections whose requester said hello (epochs.c; conn.c
+	 * on their close): in xseg stats as "requesters", which xseg down
+	 * waits on before it stops a listener that a remote path sends to */
+	_Atomic uint64_t requesters;
 	int wake_fd;            /* eventfd: workers -> network thread */
 	_Atomic int wake_pending;
 	_Atomic int remote_down;  /* errno of the last failed connect, 0 when up or

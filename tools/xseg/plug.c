@@ -193,6 +193,21 @@ uint64_t hop_dirty_bytes(struct xseg *seg, uint32_t hop)
 	return bytes >= 0 && bytes > (double)pi.dirty_bytes ? (uint64_t)bytes : pi.dirty_bytes;
 }
 
+double port_stat_num(struct xseg *seg, uint32_t port, const char *field, unsigned timeout_s)
+{
+	char *reply = malloc(STATS_REPLY_MAX);
+	const char *why = "", *bad;
+	struct stats_doc d;
+	bool got = reply && control_call(seg, port, "stats", reply, STATS_REPLY_MAX, timeout_s,
+					 &why) == 0 && stats_doc_parse(reply, &d, &bad) == 0;
+	free(reply);
+	if (!got)
+		return -1;
+	double v = stats_doc_num(&d, field, -1);
+	stats_doc_free(&d);
+	return v;
+}
+
 int plug_in(struct xseg *seg, uint32_t port, uint32_t via, const char *what)
 {
 	struct xseg_port_info pi;

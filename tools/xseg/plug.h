@@ -31,6 +31,9 @@ uint32_t front_in_use(struct xseg *seg, uint32_t port);
  * answers within 2 s, else its port's dirty mark (maybe only "some": 1). */
 uint64_t hop_dirty_bytes(struct xseg *seg, uint32_t hop);
 
+/* The number `field` of the "stats" answer of the peer at `port` (within
+ * timeout_s), or -1: no answer, or no such figure. */
+double port_stat_num(struct xseg *seg, uint32_t port, const char *field, unsigned timeout_s);
 /*
  * A cache at `port` that is gone but holds dirty data (xseg.h: fail
  * closed): taking it out of the path would serve older data. Says so and

@@ -758,6 +758,67 @@ static bool needed_by_left(const struct path_file *pf, const bool *left, unsigne
 	return false;
 }
 
+/* The peer of the file that serves `port`, or NULL. */
+static const struct path_peer *peer_serving(const struct path_file *pf, uint32_t port)
+{
+	for (unsigned i = 0; i < pf->nr_peers; i++)
+		if (port >= pf->peers[i].port_first && port <= pf->peers[i].bound_last)
+			return &pf->peers[i];
+	return NULL;
+}
+
+/*
+ * A synapsed listener (listen=) that a requester is connected to: another
+ * host's synapsed --remote, the link of a path there that sends its
+ * requests here. A write-back cache of that path may hold acknowledged
+ * writes that only this path's blocker takes: stopping the listener (and
+ * the blocker) strands them there. Waits up to timeout_s for every
+ * requester to leave (that path's own down stops its synapsed); true, said,
+ * if one is still connected then. Not for a listener whose target is a
+ * --replica cache: a primary that loses its replica writes its data to
+ * the store itself (two hosts mirroring to each other would wait on each
+ * other).
+ */
+static bool requesters_stay(struct xseg *seg, const struct path_file *pf,
+			    const struct path_peer *pp, unsigned timeout_s)
+{
+	const char *listen = path_peer_option(pp, "listen");
+	uint32_t target = pp->sends_to[3];   /* PATH_PEER_SENDS_TO: target-port */
+	const struct path_peer *t = target != XSEG_NO_PORT ? peer_serving(pf, target) : NULL;
+	if (!listen || (t && path_peer_option(t, "replica")) ||
+	    !port_owner(seg, pp->port_first))
+		return false;
+	uint64_t start = xseg_now_ns();
+	unsigned shown = 0;
+	for (;;) {
+		/* no such figure (not a synapsed) or no answer: nothing to wait on */
+		double n = port_stat_num(seg, pp->port_first, "requesters", 2);
+		if (n <= 0)
+			return false;
+		unsigned s = since_s(start);
+		if (s >= timeout_s) {
+			fprintf(stderr, "xseg: down: %s on port %u (%s:%u) still has %.0f requester%s "
+				"connected after %u s: another host's synapsed --remote, whose path sends "
+				"here (a write-back cache there may hold data only this path's blocker "
+				"takes); it is not stopped, nor the peers before it, and the segment is "
+				"kept; xseg down that path first ('ss -tn' names its address on %s; a "
+				"host that is gone: its connection closes after --idle-timeout), then run "
+				"xseg down again\n", pp->program, pp->port_first, pf->file, pp->line, n,
+				n == 1 ? "" : "s", s, listen);
+			return true;
+		}
+		if (s >= shown + PROGRESS_S) {
+			shown = s;
+			printf("xseg down: waiting for %.0f requester%s connected to %s on port %u to "
+			       "leave (the down of the path that sends here): %u s\n", n,
+			       n == 1 ? "" : "s", pp->program, pp->port_first, s);
+			fflush(stdout);
+		}
+		struct timespec ts = { 0, 200 * 1000 * 1000 };
+		nanosleep(&ts, NULL);
+	}
+}
+
 /*
  * The segment goes only once nothing is left on it: a live process on
  * any port (a peer not in the file, a client), or a dirty mark (a cache
@@ -790,7 +851,8 @@ int path_down(const struct path_file *pf, const char *run_dir, unsigned timeout_
 		/* nothing behind a peer still running is stopped: a cache there
 		 * writes back to it */
 		enum stopped r = needed_by_left(pf, was_left, i) ||
-				 (seg && held_in_front(seg, pf, &pf->peers[i])) ? STUCK :
+				 (seg && held_in_front(seg, pf, &pf->peers[i])) ||
+				 (seg && requesters_stay(seg, pf, &pf->peers[i], timeout_s)) ? STUCK :
 				 stop_peer(seg, pf, &pf->peers[i], &rd, timeout_s, "down");
 		if (r == STUCK) {
 			if (seg)

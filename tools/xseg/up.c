@@ -777,7 +777,9 @@ static const struct path_peer *peer_serving(const struct path_file *pf, uint32_t
  * if one is still connected then. Not for a listener whose target is a
  * --replica cache: a primary that loses its replica writes its data to
  * the store itself (two hosts mirroring to each other would wait on each
- * other).
+ * other); nor when a peer on an earlier line of the file has remote=: it
+ * is stopped after the listener, and may be the requester itself (both
+ * ends in one file).
  */
 static bool requesters_stay(struct xseg *seg, const struct path_file *pf,
 			    const struct path_peer *pp, unsigned timeout_s)
@@ -788,6 +790,9 @@ static bool requesters_stay(struct xseg *seg, const struct path_file *pf,
 	if (!listen || (t && path_peer_option(t, "replica")) ||
 	    !port_owner(seg, pp->port_first))
 		return false;
+	for (const struct path_peer *e = pf->peers; e < pp; e++)
+		if (path_peer_option(e, "remote"))
+			return false;
 	uint64_t start = xseg_now_ns();
 	unsigned shown = 0;
 	for (;;) {

@@ -253,6 +253,41 @@ static bool failed_exit(const char *log, off_t offset, pid_t pid, char *why, siz
 	return failed;
 }
 
+/* The peer of the file that serves `port`, or NULL. */
+static const struct path_peer *peer_serving(const struct path_file *pf, uint32_t port)
+{
+	for (unsigned i = 0; i < pf->nr_peers; i++)
+		if (port >= pf->peers[i].port_first && port <= pf->peers[i].bound_last)
+			return &pf->peers[i];
+	return NULL;
+}
+
+/*
+ * The port of a --replica cache of the file with persist=: what it holds
+ * are copies of its primary's dirty data, kept in that file at its stop
+ * (and at a crash); the primary writes them back itself (or resets the
+ * replica), a promote takes them from the file. Its port's mark guards no
+ * route (a replica is never plugged), so it does not hold down: a mark
+ * there stopped down for good, also once the primary had written all back.
+ * Without persist= the replica dropped them: the mark stays what stops
+ * down (they were maybe the only copy).
+ */
+static bool replica_keeps(const struct path_file *pf, uint32_t port, const char *what,
+			  struct xseg *seg)
+{
+	const struct path_peer *pp = peer_serving(pf, port);
+	const char *file = pp ? path_peer_option(pp, "persist") : NULL;
+	struct xseg_port_info pi;
+	if (!file || !*file || !path_peer_option(pp, "replica") ||
+	    xseg_port_info(seg, port, &pi) < 0 || !pi.dirty_bytes || (pi.owner && pi.owner_alive))
+		return false;
+	if (what)
+		printf("xseg %s: the replica %s on port %u keeps %" PRIu64 " bytes of its primary's "
+		       "in %s (the primary writes them back or resets it; xseg promote takes "
+		       "them)\n", what, pp->program, port, pi.dirty_bytes, file);
+	return true;
+}
+
 /*
  * SIGTERM to the peer of the pidfile, then waits for it to exit, one
  * progress line every few seconds (with the dirty bytes a cache still
@@ -280,7 +315,7 @@ static enum stopped stop_peer(struct xseg *seg, const struct path_file *pf,
 		 * stopped and the segment (and the port's mark) removed. */
 		if (seg)
 			for (uint32_t p = pp->port_first; p <= pp->port_last; p++)
-				if (gone_dirty(seg, p, what))
+				if (!replica_keeps(pf, p, what, seg) && gone_dirty(seg, p, what))
 					return STUCK;
 		return STOPPED;
 	}
@@ -328,7 +363,7 @@ static enum stopped stop_peer(struct xseg *seg, const struct path_file *pf,
 	fflush(stdout);
 	if (seg)
 		for (uint32_t p = pp->port_first; p <= pp->port_last; p++)
-			if (gone_dirty(seg, p, what))
+			if (!replica_keeps(pf, p, what, seg) && gone_dirty(seg, p, what))
 				return STUCK;
 	/* Also with no segment to look at (its name removed while the path
 	 * ran): a cache that gave up its write-back exits non-zero. */
@@ -758,15 +793,6 @@ static bool needed_by_left(const struct path_file *pf, const bool *left, unsigne
 	return false;
 }
 
-/* The peer of the file that serves `port`, or NULL. */
-static const struct path_peer *peer_serving(const struct path_file *pf, uint32_t port)
-{
-	for (unsigned i = 0; i < pf->nr_peers; i++)
-		if (port >= pf->peers[i].port_first && port <= pf->peers[i].bound_last)
-			return &pf->peers[i];
-	return NULL;
-}
-
 /*
  * A synapsed listener (listen=) that a requester is connected to: another
  * host's synapsed --remote, the link of a path there that sends its
@@ -828,15 +854,17 @@ static bool requesters_stay(struct xseg *seg, const struct path_file *pf,
  * The segment goes only once nothing is left on it: a live process on
  * any port (a peer not in the file, a client), or a dirty mark (a cache
  * gone with data the blocker lacks: removing the segment removes the mark
- * and its fail-closed routes). The first such port, or XSEG_NO_PORT.
+ * and its fail-closed routes; not a replica's that keeps its copies in
+ * its file: replica_keeps). The first such port, or XSEG_NO_PORT.
  */
-static uint32_t port_in_use(struct xseg *seg, struct xseg_port_info *pi)
+static uint32_t port_in_use(struct xseg *seg, const struct path_file *pf,
+			    struct xseg_port_info *pi)
 {
 	struct xseg_segment_info si;
 	xseg_segment_info(seg, &si);
 	for (uint32_t p = 0; p < si.nr_ports; p++)
 		if (xseg_port_info(seg, p, pi) == 0 && ((pi->owner && pi->owner_alive) ||
-							  pi->dirty_bytes))
+							  (pi->dirty_bytes && !replica_keeps(pf, p, NULL, seg))))
 			return p;
 	return XSEG_NO_PORT;
 }
@@ -872,7 +900,7 @@ int path_down(const struct path_file *pf, const char *run_dir, unsigned timeout_
 		return left ? 1 : 0;
 	}
 	struct xseg_port_info pi;
-	uint32_t busy = left ? XSEG_NO_PORT : port_in_use(seg, &pi);
+	uint32_t busy = left ? XSEG_NO_PORT : port_in_use(seg, pf, &pi);
 	xseg_leave(seg);
 	if (left) {
 		fprintf(stderr, "xseg: down: segment %s left in place for what still runs on it\n",

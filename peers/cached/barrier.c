@@ -93,7 +93,7 @@ static void flush_barrier_then(struct barrier *b)
 	 * cleared headers the kernel may have written to the device on its
 	 * own: after a host crash recovery would replay those older bytes
 	 * over what this FLUSH made durable on the blocker. */
-	if (!error && e->persisting &&
+	if (!error && persist_counts(e) &&
 	    (e->cfg.persist_sync != PERSIST_SYNC_NONE || clears_pending(e)))
 		error = -engine_sync(e);
 	if (error) {
@@ -122,10 +122,8 @@ void flush_all_to_blocker(struct cache_engine *e, struct cache_req *req)
  * dirty data stays in the cache. True when it took req. */
 static bool flush_by_sync(struct cache_engine *e, struct cache_req *req)
 {
-	if (!e->persisting || e->cfg.persist_sync == PERSIST_SYNC_NONE)
+	if (!persist_counts(e) || e->cfg.persist_sync == PERSIST_SYNC_NONE)
 		return false;
-	if (persist_failed(e) && pmark_flush_by_blocker(e))
-		return false;   /* the file is behind the blocker: it no longer counts */
 	int rc = engine_sync(e);
 	if (rc)
 		finish(e, req, false, -rc, 0);
@@ -148,19 +146,20 @@ static bool replica_refuses(struct cache_engine *e, struct cache_req *req)
 
 /* A primary fenced (marker.c: fence_tick) writes nothing to the blocker:
  * what it holds may be older than the store's. */
-static bool fence_refuses(struct cache_engine *e, struct cache_req *req)
+static bool fence_refuses(struct cache_engine *e, struct cache_req *req, int entry, int policy)
 {
 	int fence = atomic_load(&e->fence);
 	if (fence == FENCE_NONE)
 		return false;
-	finish(e, req, false, fence_error(fence), 0);
+	if (!check_wait(e, req, entry, policy))   /* the start's persist check: it waits */
+		finish(e, req, false, fence_error(fence), 0);
 	return true;
 }
 
 void cache_engine_flush_all(struct cache_engine *e, struct cache_req *req)
 {
 	req_init(e, req);
-	if (replica_refuses(e, req) || fence_refuses(e, req))
+	if (replica_refuses(e, req) || fence_refuses(e, req, CHECK_ENTRY_FLUSH_ALL, 0))
 		return;
 	if (!flush_by_sync(e, req))
 		flush_all_to_blocker(e, req);
@@ -202,7 +201,8 @@ void cache_engine_set_policy(struct cache_engine *e, enum cache_policy p,
 			     struct cache_req *req)
 {
 	req_init(e, req);
-	if ((p == CACHE_WRITETHROUGH && replica_refuses(e, req)) || fence_refuses(e, req))
+	if ((p == CACHE_WRITETHROUGH && replica_refuses(e, req)) ||
+	    fence_refuses(e, req, CHECK_ENTRY_POLICY, (int)p))
 		return;
 	if (p == CACHE_WRITEBACK && persist_failed(e) && !is_replica(e)) {
 		/* its syncs fail for good: a restart on a working file */

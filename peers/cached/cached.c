@@ -941,10 +941,11 @@ static void say_persist_marker(const struct cache_stats *s)
 			   "wrote every dirty byte back (object '%s' on port %u says failed): of the %"
 			   PRIu64 " bytes recovered some may be on no other disk and some older than "
 			   "writes answered since. Replaying and dropping them can both lose data: "
-			   "every request fails EIO. Restart with --persist-discard to drop them "
-			   "(copy the file first: cached --persist-inspect reads it), or delete that "
-			   "object to replay them", s->persist_last_run, C.cfg.persist_path,
-			   s->persist_marker_name, C.blocker_port, s->recovered_bytes);
+			   "every request fails EIO. To drop them: stop cached, `xseg unplug --force "
+			   "--via %u`, start it with --persist-discard (copy the file first: cached "
+			   "--persist-inspect reads it); to replay them: delete that object",
+			   s->persist_last_run, C.cfg.persist_path, s->persist_marker_name,
+			   C.blocker_port, s->recovered_bytes, C.port);
 	}
 	if (!said_back && s->persist_sync_error && s->persist_marker == 2) {
 		said_back = true;

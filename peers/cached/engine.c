@@ -239,47 +239,19 @@ static bool preflush(struct cache_engine *e, struct cache_req *req)
 	return true;
 }
 
-/*
- * A start that recovered dirty data reads the persist marker first
- * (persist_marker.c): milliseconds, unless the blocker is slow to answer.
- * Requests that come meanwhile wait for it, in order, instead of failing
- * EAGAIN; the maintenance tick submits them again once it is done.
- */
-static bool checking(int fence)
-{
-	return fence == FENCE_PERSIST_CHECKING || fence == FENCE_PERSIST_DROPPING;
-}
-
-static bool wait_for_check(struct cache_engine *e, struct cache_req *req)
-{
-	pthread_mutex_lock(&e->pmark_lock);
-	bool wait = !e->check_waiters_failed && checking(atomic_load(&e->fence));
-	if (wait) {
-		req->next_held = NULL;
-		*e->check_waiters_tail = req;
-		e->check_waiters_tail = &req->next_held;
-	}
-	pthread_mutex_unlock(&e->pmark_lock);
-	return wait;
-}
-
-/* The waiters, taken off the list (in their order). */
-static struct cache_req *take_check_waiters(struct cache_engine *e)
-{
-	pthread_mutex_lock(&e->pmark_lock);
-	struct cache_req *list = e->check_waiters;
-	e->check_waiters = NULL;
-	e->check_waiters_tail = &e->check_waiters;
-	pthread_mutex_unlock(&e->pmark_lock);
-	return list;
-}
-
+/* Requests that waited for the start's check (request.c's check_wait)
+ * go in again where they came in, in their order. */
 static void release_check_waiters(struct cache_engine *e)
 {
-	for (struct cache_req *req = take_check_waiters(e), *next; req; req = next) {
+	for (struct cache_req *req = check_waiters_take(e), *next; req; req = next) {
 		next = req->next_held;
 		req->next_held = NULL;
-		cache_engine_submit(e, req);
+		if (req->check_entry == CHECK_ENTRY_FLUSH_ALL)
+			cache_engine_flush_all(e, req);
+		else if (req->check_entry == CHECK_ENTRY_POLICY)
+			cache_engine_set_policy(e, (enum cache_policy)req->check_policy, req);
+		else
+			cache_engine_submit(e, req);
 	}
 }
 
@@ -288,7 +260,7 @@ void cache_engine_fail_waiting(struct cache_engine *e, int error)
 	pthread_mutex_lock(&e->pmark_lock);
 	e->check_waiters_failed = true;
 	pthread_mutex_unlock(&e->pmark_lock);
-	for (struct cache_req *req = take_check_waiters(e), *next; req; req = next) {
+	for (struct cache_req *req = check_waiters_take(e), *next; req; req = next) {
 		next = req->next_held;
 		req->next_held = NULL;
 		finish(e, req, false, error, 0);
@@ -300,7 +272,7 @@ void cache_engine_submit(struct cache_engine *e, struct cache_req *req)
 	req_init(e, req);
 	int fence = atomic_load(&e->fence);
 	if (fence != FENCE_NONE) {   /* see fence_tick, pmark_tick */
-		if (!wait_for_check(e, req))
+		if (!check_wait(e, req, CHECK_ENTRY_SUBMIT, 0))
 			finish(e, req, false, fence_error(fence), 0);
 		return;
 	}
@@ -960,7 +932,7 @@ void cache_engine_stats(struct cache_engine *e, struct cache_stats *s)
 		s->persist_marker_failures = atomic_load(&e->pmark_failures);
 		s->persist_marker_dropped_bytes = atomic_load(&e->pmark_dropped_bytes);
 		s->persist_marker_name = e->pmark_name;
-		s->persist_last_run = e->persist.check_run;
+		s->persist_last_run = atomic_load(&e->pmark_found_run);
 		s->persist_sync_avg_us = syncs ? atomic_load(&e->sync_ns_total) / syncs / 1000 : 0;
 		s->persist_forced_full = atomic_load(&e->forced_full);
 		s->persist_forced_spares = atomic_load(&e->forced_spares);

@@ -188,6 +188,8 @@ struct cache_req {
 	uint32_t fwd_op;           /* op of the forward in progress */
 	bool on_replica;           /* a write the replica acknowledged */
 	struct cache_req *next_held;   /* answers the stale-replica marker holds */
+	uint8_t check_entry;       /* where it waits for the start's check (engine.c) */
+	uint8_t check_policy;      /* ... a policy switch's policy */
 	/* A switch to write-through (set_policy): the path may write past the
 	 * cache once it is answered, so a primary's answer waits until its
 	 * replica holds nothing older than the blocker (marker.c). */
@@ -242,7 +244,7 @@ struct cache_stats {
 	int persist_marker, persist_marker_found;
 	uint64_t persist_marker_held, persist_marker_failures, persist_marker_dropped_bytes;
 	const char *persist_marker_name;        /* the object's name ("" none) */
-	uint64_t persist_last_run;              /* the run whose word the start read (check_run) */
+	uint64_t persist_last_run;              /* the run whose word the start read */
 	uint64_t persist_sync_avg_us;
 	/* syncs the host-crash rules forced (--persist-sync flush|always):
 	 * old versions piled up, spares short, a write-back's older version */

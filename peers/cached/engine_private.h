@@ -382,6 +382,7 @@ struct cache_engine {
 	char pmark_name[40];
 	_Atomic bool pmark_read_out;
 	_Atomic int pmark_found;
+	_Atomic uint64_t pmark_found_run;  /* the run it read for */
 	int fence_after_persist;
 	/* requests that came during the start's check, in order (engine.c) */
 	struct cache_req *check_waiters, **check_waiters_tail;
@@ -474,6 +475,12 @@ static inline void req_set(struct cache_req *req, enum cache_req_state to)
 
 /* Resets the engine's fields of a request it is handed: NEW. */
 void req_init(struct cache_engine *e, struct cache_req *req);
+/* The start's persist check is under way: req waits for it (true), to go
+ * in again at `entry` (CHECK_ENTRY_*; `policy` for a switch). */
+enum { CHECK_ENTRY_SUBMIT, CHECK_ENTRY_FLUSH_ALL, CHECK_ENTRY_POLICY };
+bool check_wait(struct cache_engine *e, struct cache_req *req, int entry, int policy);
+/* The waiters, off the list, in their order (linked by next_held). */
+struct cache_req *check_waiters_take(struct cache_engine *e);
 /* Answers req (-> DONE) and drops its object reference; a successful
  * answer the engine's answer_gate holds is answered later (answer()). */
 void finish(struct cache_engine *e, struct cache_req *req, bool served, int error,
@@ -740,10 +747,17 @@ void pmark_init(struct cache_engine *e, int fence_after);
 /* The maintenance tick: the start's check, the marker's writes. True while
  * the check keeps the engine from everything else. */
 bool pmark_tick(struct cache_engine *e);
-/* The blocker holds `written-back`: a FLUSH is the blocker's to serve. */
-static inline bool pmark_flush_by_blocker(struct cache_engine *e)
+/* The file failed a sync and the blocker holds `written-back`: what the
+ * file holds is older than the blocker's and no longer counts (no sync of
+ * it for a FLUSH or FUA write: the blocker's FLUSH serves them). */
+static inline bool persist_behind_blocker(struct cache_engine *e)
 {
-	return atomic_load(&e->pmark_landed) == PMARK_WRITTEN_BACK;
+	return persist_failed(e) && atomic_load(&e->pmark_landed) == PMARK_WRITTEN_BACK;
+}
+/* --persist, and the file still counts. */
+static inline bool persist_counts(struct cache_engine *e)
+{
+	return e->persisting && !persist_behind_blocker(e);
 }
 
 /* ---- mirror.c: --mirror-port ------------------------------------------------------- */

@@ -204,6 +204,7 @@ static void pmark_read_done(struct cache_bio *bio)
 		return;   /* the blocker failed it: the tick asks again */
 	if (run != e->persist.check_run)
 		said = PMARK_NONE;   /* another run's word */
+	atomic_store(&e->pmark_found_run, e->persist.check_run);
 	atomic_store(&e->pmark_found, said);
 	if (said == PMARK_NONE)
 		persist_set_check_run(&e->persist);   /* replayed: this run's from now on */

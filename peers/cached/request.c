@@ -85,6 +85,40 @@ void req_init(struct cache_engine *e, struct cache_req *req)
 	req->switching = false;
 }
 
+/*
+ * A start that recovered dirty data reads the persist marker first
+ * (persist_marker.c): milliseconds, unless the blocker is slow to answer.
+ * Requests (and a plug's policy switch, a FLUSH) that come meanwhile wait
+ * for it, in order, instead of failing EAGAIN; the maintenance tick puts
+ * them in again where they came in (engine.c).
+ */
+bool check_wait(struct cache_engine *e, struct cache_req *req, int entry, int policy)
+{
+	pthread_mutex_lock(&e->pmark_lock);
+	int fence = atomic_load(&e->fence);
+	bool wait = !e->check_waiters_failed &&
+		    (fence == FENCE_PERSIST_CHECKING || fence == FENCE_PERSIST_DROPPING);
+	if (wait) {
+		req->check_entry = (uint8_t)entry;
+		req->check_policy = (uint8_t)policy;
+		req->next_held = NULL;
+		*e->check_waiters_tail = req;
+		e->check_waiters_tail = &req->next_held;
+	}
+	pthread_mutex_unlock(&e->pmark_lock);
+	return wait;
+}
+
+struct cache_req *check_waiters_take(struct cache_engine *e)
+{
+	pthread_mutex_lock(&e->pmark_lock);
+	struct cache_req *list = e->check_waiters;
+	e->check_waiters = NULL;
+	e->check_waiters_tail = &e->check_waiters;
+	pthread_mutex_unlock(&e->pmark_lock);
+	return list;
+}
+
 void finish(struct cache_engine *e, struct cache_req *req, bool served, int error,
 	    uint64_t serviced)
 {

@@ -145,7 +145,7 @@ static void through_done_job(struct xwork *w, void *arg)
 	 * older of them before the answer, or a host crash replays it: with
 	 * --persist-sync none too (the kernel writes the file's pages back
 	 * on its own, a header perhaps and not its clear). */
-	if ((req->flags & XF_FUA) && e->persisting && (stored_dirty || clears_pending(e))) {
+	if ((req->flags & XF_FUA) && persist_counts(e) && (stored_dirty || clears_pending(e))) {
 		int rc = engine_sync(e);
 		if (rc) {
 			ok = false;

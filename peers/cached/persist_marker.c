@@ -199,24 +199,34 @@ static void pmark_read_done(struct cache_bio *bio)
 	uint64_t run = 0;
 	int said = bio->served ? pmark_parse(bio->data, bio->serviced, &run) : -1;
 	bio_release(e, bio);
+	if (said >= 0) {
+		if (run != e->persist.check_run)
+			said = PMARK_NONE;   /* another run's word */
+		atomic_store(&e->pmark_found_run, e->persist.check_run);
+		atomic_store(&e->pmark_found, said);
+		if (said == PMARK_NONE)
+			persist_set_check_run(&e->persist);   /* replayed: this run's from now on */
+		/* Failed: the file keeps check_run, so a restart refuses too. */
+		int checking = FENCE_PERSIST_CHECKING;
+		atomic_compare_exchange_strong(&e->fence, &checking,
+					       said == PMARK_WRITTEN_BACK ? FENCE_PERSIST_DROPPING :
+					       said == PMARK_FAILED ? FENCE_PERSIST_FAILED :
+					       e->fence_after_persist);
+	}   /* else the blocker failed it: the tick asks again */
+	/* Only now: a tick that found the fence still CHECKING and no read
+	 * out would send another, whose answer could come after the cache
+	 * began to serve. */
 	atomic_store(&e->pmark_read_out, false);
-	if (said < 0)
-		return;   /* the blocker failed it: the tick asks again */
-	if (run != e->persist.check_run)
-		said = PMARK_NONE;   /* another run's word */
-	atomic_store(&e->pmark_found_run, e->persist.check_run);
-	atomic_store(&e->pmark_found, said);
-	if (said == PMARK_NONE)
-		persist_set_check_run(&e->persist);   /* replayed: this run's from now on */
-	/* Failed: the file keeps check_run, so a restart refuses too. */
-	atomic_store(&e->fence, said == PMARK_WRITTEN_BACK ? FENCE_PERSIST_DROPPING :
-				said == PMARK_FAILED ? FENCE_PERSIST_FAILED : e->fence_after_persist);
 }
 
 static void pmark_read(struct cache_engine *e)
 {
 	if (atomic_exchange(&e->pmark_read_out, true))
 		return;
+	if (atomic_load(&e->fence) != FENCE_PERSIST_CHECKING) {   /* read meanwhile */
+		atomic_store(&e->pmark_read_out, false);
+		return;
+	}
 	struct cache_bio *bio = bio_alloc(e, X_READ, e->pmark_name, 0, MARKER_SIZE, NULL);
 	if (!bio) {
 		atomic_store(&e->pmark_read_out, false);

@@ -2525,6 +2525,127 @@ START_TEST(persist_overwrites_go_on_after_a_failed_sync)
 }
 END_TEST
 
+/* The persist marker (persist_marker.c): after a failed sync the blocker
+ * holds `failed RUN` before any later write is answered, then
+ * `written-back RUN`; a start that recovered dirty data reads it and
+ * drops (written-back), refuses (failed) or replays (another run's word,
+ * or none). Each start below is on a copy of the same crashed file. */
+static void blk_put_marker(const char *name, const char *text)
+{
+	char d[64];
+	memset(d, '\n', sizeof(d));
+	memcpy(d, text, strlen(text));
+	blk_put(name, 0, d, sizeof(d));
+}
+
+/* An engine on pcopy whose blocker holds marker `name` saying `text` when
+ * the start's check reads it. */
+static void start_with_marker(const char *name, const char *text)
+{
+	persist_path = pcopy;
+	setup_with(1 << 20, 16, CACHE_WRITEBACK);
+	blk_put_marker(name, text);
+	settle_persist_check();
+}
+
+static bool blk_says(const char *name, const char *prefix)
+{
+	pthread_mutex_lock(&blk.lock);
+	struct fake_object *o = blk_find(name, false);
+	bool ok = o && o->exists && !strncmp((const char *)o->data, prefix, strlen(prefix));
+	pthread_mutex_unlock(&blk.lock);
+	return ok;
+}
+
+START_TEST(persist_marker_words_and_runs)
+{
+	persist_dir();
+	setup_persist(ppath, 1 << 20);
+	static unsigned char w[OBJ_SIZE], w2[BKT_SIZE], r[OBJ_SIZE];
+	fill(w, OBJ_SIZE, 80);
+	ck_assert_int_eq(do_write("m", 0, OBJ_SIZE, w), 0);
+	ck_assert_int_eq(do_flush(), 0);
+	copy_file(ppath, pcrash);              /* a crash: "m" dirty in the file */
+	char name[40], text[64];
+	snprintf(name, sizeof(name), "%s", blk.engine->pmark_name);
+	uint64_t run = blk.engine->persist.run;
+	ck_assert_str_eq(name, stats_now().persist_marker_name);
+
+	/* a failed sync: `failed` lands before a write is answered */
+	atomic_store(&sync_fail, 1);
+	ck_assert_int_ne(do_flush(), 0);
+	atomic_store(&blk.hold, 1);
+	struct sync_req s = { .r = { .op = X_WRITE, .name = "n", .size = BKT_SIZE, .data = w2,
+				     .done = sync_done } };
+	pthread_mutex_init(&s.lock, NULL);
+	pthread_cond_init(&s.cond, NULL);
+	cache_engine_submit(blk.engine, &s.r);   /* write-through, held at the blocker */
+	cache_engine_maintain(blk.engine);
+	atomic_store(&blk.hold, 0);
+	pthread_mutex_lock(&blk.lock);
+	pthread_cond_broadcast(&blk.cond);
+	pthread_mutex_unlock(&blk.lock);
+	pthread_mutex_lock(&s.lock);
+	while (!s.done)
+		pthread_cond_wait(&s.cond, &s.lock);
+	pthread_mutex_unlock(&s.lock);
+	ck_assert(s.r.served);
+	snprintf(text, sizeof(text), "cached-persist-marker failed run %" PRIu64 " ", run);
+	ck_assert_msg(blk_says(name, "cached-persist-marker "), "no marker when the write was answered");
+	/* every byte back: `written-back`, and FLUSH served again */
+	for (int i = 0; i < 2000 && stats_now().persist_marker != 2; i++) {
+		cache_engine_maintain(blk.engine);
+		usleep(1000);
+	}
+	snprintf(text, sizeof(text), "cached-persist-marker written-back run %" PRIu64 " ", run);
+	ck_assert_msg(blk_says(name, text), "the blocker does not hold '%s'", text);
+	ck_assert_int_eq(do_flush(), 0);
+	ck_assert(blk_has("m", 0, w, OBJ_SIZE));
+	atomic_store(&sync_fail, 0);
+	atomic_store(&blk.engine->persist.sync_error, 0);   /* the drain's sync */
+	teardown();
+
+	/* restarts on the crashed copy, the blocker's marker put in place
+	 * before the start's check reads it */
+	snprintf(text, sizeof(text), "cached-persist-marker written-back run %" PRIu64 " 0", run - 1);
+	copy_file(pcrash, pcopy);
+	start_with_marker(name, text);         /* an older run's word: replayed */
+	ck_assert_uint_eq(stats_now().recovered_bytes, OBJ_SIZE);
+	ck_assert_uint_eq(stats_now().dirty_bytes, OBJ_SIZE);
+	ck_assert_uint_eq(stats_now().persist_marker_dropped_bytes, 0);
+	ck_assert(switch_to_writethrough());
+	teardown();
+
+	snprintf(text, sizeof(text), "cached-persist-marker written-back run %" PRIu64 " 0", run);
+	fill(w, OBJ_SIZE, 81);
+	copy_file(pcrash, pcopy);
+	persist_path = pcopy;
+	setup_with(1 << 20, 16, CACHE_WRITEBACK);
+	blk_put("m", 0, w, OBJ_SIZE);          /* written through since */
+	blk_put_marker(name, text);            /* its own word: dropped */
+	settle_persist_check();
+	ck_assert_uint_eq(stats_now().dirty_bytes, 0);
+	ck_assert_uint_eq(stats_now().persist_marker_dropped_bytes, OBJ_SIZE);
+	ck_assert_int_eq(do_read("m", 0, OBJ_SIZE, r), 0);
+	ck_assert(!memcmp(r, w, OBJ_SIZE));
+	teardown();
+	setup_persist(pcopy, 1 << 20);         /* the drop was made durable */
+	ck_assert_uint_eq(stats_now().recovered_bytes, 0);
+	teardown();
+
+	snprintf(text, sizeof(text), "cached-persist-marker failed run %" PRIu64 " 0", run);
+	copy_file(pcrash, pcopy);
+	for (int k = 0; k < 2; k++) {          /* its own `failed`: nothing served, */
+		start_with_marker(name, text); /* and so again after a restart */
+		ck_assert_int_eq(stats_now().fence, CACHE_FENCE_PERSIST_FAILED);
+		ck_assert_int_eq(do_read("m", 0, BKT_SIZE, r), EIO);
+		ck_assert_int_eq(do_write("m", 0, BKT_SIZE, w), EIO);
+		teardown();
+	}
+	persist_dir_remove();
+}
+END_TEST
+
 /* A sync forced at RETIRE_SYNC_AT retired versions clears them; cleared,
  * they wait for the next sync to be durable, and are not counted for the
  * next forced one: they were, so an overwrite right after a forced sync
@@ -3543,6 +3664,7 @@ int main(void)
 	TCase *pc = tcase_create("persist");
 	tcase_set_timeout(pc, 120);
 	tcase_add_test(pc, persist_recovers_every_acknowledged_byte);
+	tcase_add_test(pc, persist_marker_words_and_runs);
 	tcase_add_test(pc, persist_overwrite_is_out_of_place_and_clean_data_leaves_the_file);
 	tcase_add_test(pc, persist_full_recovered_cache_overwrites);
 	tcase_add_test(pc, persist_torn_data_is_dropped_not_served);

@@ -36,6 +36,7 @@ enum fake_mode {
 	LOSE_ACKED,      /* ALIAS, but block 1's write is acknowledged and not
 			  * kept, blocks 2 and 3 kept and failed (a reply lost) */
 	FAIL_WRITES,     /* ALIAS, but blocks 2 and 3 fail and are not kept */
+	HANG,            /* nothing answered, ever */
 	BATCH,           /* reads held until `batch` are in, then all filled
 			  * right and answered, the last one first, while
 			  * bench-xseg is stopped: it takes them in at once */
@@ -78,6 +79,8 @@ static void fill_good(struct fake *f, void *data, uint64_t size, uint64_t offset
 static void answer(struct fake *f, struct xseg_request *req)
 {
 	void *data = xseg_get_data(f->seg, req);
+	if (f->mode == HANG)
+		return;
 	if (f->mode == BATCH) {
 		ck_assert_uint_eq(req->op, X_READ);
 		f->held[f->nheld++] = req;
@@ -102,7 +105,8 @@ static void answer(struct fake *f, struct xseg_request *req)
 	if (req->op == X_READ) {
 		switch (f->mode) {
 		case ACK_ONLY:
-		case BATCH:     /* answered above */
+		case HANG:      /* answered above */
+		case BATCH:
 			break;
 		case GOOD_ONCE:
 			if (!seen_before(f, req->offset))
@@ -534,6 +538,24 @@ START_TEST(latency_leaves_out_the_checks_of_other_replies)
 }
 END_TEST
 
+/* A blocker that never answers: bench-xseg gives up at --timeout (exit
+ * 3, every block failed) and the requests it gave up took that long at
+ * least. They were in no latency figure: lat_us_max 0 for a run whose
+ * every request hung. */
+START_TEST(given_up_requests_are_in_the_latency)
+{
+	struct fake *f = setup_fake(HANG, VERIFY_FULL, 12);
+	ck_assert_int_eq(bench(f, ARGS("--op", "read", "--pattern", "seq", "--total-size", "16K",
+				       "--verify", "full", "--iodepth", "2", "--timeout", "1")), 3);
+	ck_assert_int_eq((int)json_field(f, "failed"), 4);
+	ck_assert_int_eq((int)json_field(f, "unanswered"), 4);
+	ck_assert_int_eq((int)json_field(f, "requests"), 0);
+	ck_assert_msg(json_field(f, "lat_us_max") >= 1e6 && json_field(f, "lat_us_p50") >= 0.97e6,
+		      "requests given up after 1 s: p50 %.0f us, max %.0f us",
+		      json_field(f, "lat_us_p50"), json_field(f, "lat_us_max"));
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("bench_verify");
@@ -551,5 +573,6 @@ int main(void)
 	tcase_add_test(tc, lost_acknowledged_write_beside_failed_ones_is_caught);
 	tcase_add_test(tc, differing_lists_which_blocks);
 	tcase_add_test(tc, latency_leaves_out_the_checks_of_other_replies);
+	tcase_add_test(tc, given_up_requests_are_in_the_latency);
 	return pt_run(s);
 }

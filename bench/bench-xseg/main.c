@@ -617,19 +617,41 @@ static void print_interval(struct bench *b, uint64_t now, bool last)
 	b->interval_failed = b->st.failed;
 }
 
-/* Oldest outstanding request's age, for the no-hang guarantee. */
-static uint64_t oldest_age_ns(struct bench *b, uint64_t now)
+/* Which slots hold a request that is out (not on the free list). */
+static void busy_slots(const struct bench *b, bool busy[MAX_IODEPTH])
 {
-	uint64_t oldest = 0;
-	bool busy[MAX_IODEPTH] = { false };
 	for (uint32_t i = 0; i < b->opt.iodepth; i++)
 		busy[i] = true;
 	for (uint32_t i = 0; i < b->nfree; i++)
 		busy[b->free_slots[i]] = false;
+}
+
+/* Oldest outstanding request's age, for the no-hang guarantee. */
+static uint64_t oldest_age_ns(struct bench *b, uint64_t now)
+{
+	uint64_t oldest = 0;
+	bool busy[MAX_IODEPTH];
+	busy_slots(b, busy);
 	for (uint32_t i = 0; i < b->opt.iodepth; i++)
 		if (busy[i] && now - b->slots[i].started_ns > oldest)
 			oldest = now - b->slots[i].started_ns;
 	return oldest;
+}
+
+/* Giving up at --timeout: each request still out took at least its age so
+ * far, and the latency figures say so (else a run whose every request hung
+ * reported lat_us_max 0, and one stuck request was not in p99 or max). */
+static void record_given_up(struct bench *b, uint64_t now)
+{
+	bool busy[MAX_IODEPTH];
+	busy_slots(b, busy);
+	for (uint32_t i = 0; i < b->opt.iodepth; i++) {
+		if (!busy[i])
+			continue;
+		latency_record(&b->st.hist, now - b->slots[i].started_ns);
+		if (b->opt.interval_ns)
+			latency_record(&b->interval_hist, now - b->slots[i].started_ns);
+	}
 }
 
 /* How long to sleep for replies: 200 ms, less when an interval line or
@@ -685,9 +707,11 @@ static int run(struct bench *b, double *seconds)
 		if (b->opt.progress)
 			print_progress(b, start, &last, &last_received);
 		xseg_poll(b->seg, b->opt.port, spin_ns, poll_timeout_ns(b));
-		if (b->in_flight && oldest_age_ns(b, xseg_now_ns()) > timeout_ns) {
+		uint64_t now = xseg_now_ns();
+		if (b->in_flight && oldest_age_ns(b, now) > timeout_ns) {
 			fprintf(stderr, "bench-xseg: %u requests unanswered after %" PRIu64 " s: giving up\n",
 				b->in_flight, b->opt.timeout_s);
+			record_given_up(b, now);
 			rc = 3;
 			break;
 		}

@@ -249,6 +249,16 @@ static double json_field(struct fake *f, const char *field)
 	return v;
 }
 
+/* A number from a JSON line (its text up to the end of the line). */
+static double line_field(const char *line, const char *field)
+{
+	char key[64];
+	snprintf(key, sizeof(key), "\"%s\":", field);
+	const char *end = strchr(line, '\n'), *at = strstr(line, key);
+	ck_assert_msg(at && (!end || at < end), "no %s in %.200s", field, line);
+	return strtod(at + strlen(key), NULL);
+}
+
 /* How many numbers an array of the last run's JSON line holds. */
 static int json_array_len(struct fake *f, const char *field)
 {
@@ -556,6 +566,46 @@ START_TEST(given_up_requests_are_in_the_latency)
 }
 END_TEST
 
+/* A quarter of the writes fail (blocks 2 and 3 of 8), pass after pass:
+ * IOPS and MiB/s are of the requests served. The failed ones counted in
+ * IOPS, and the interval lines' MiB/s (IOPS times the block size) counted
+ * their bytes: a blocker failing every write at once drew a bandwidth
+ * peak in bench/plot's over-time figure where there was none. */
+START_TEST(failed_requests_are_no_throughput)
+{
+	struct fake *f = setup_fake(FAIL_WRITES, VERIFY_FULL, 13);
+	ck_assert_int_eq(bench(f, ARGS("--op", "write", "--pattern", "seq", "--total-size", "32K",
+				       "--verify", "full", "--runtime", "0.3", "--interval-json",
+				       "0.1")), 1);
+	double requests = json_field(f, "requests"), failed = json_field(f, "failed");
+	ck_assert(requests >= 16 && failed >= requests / 4 - 2 && failed <= requests / 4 + 2);
+	double served = json_field(f, "iops") * json_field(f, "seconds");
+	ck_assert_msg(fabs(served - (requests - failed)) < 1 + requests / 1000,
+		      "iops x seconds = %.1f: %.0f requests, %.0f of them failed", served,
+		      requests, failed);
+	ck_assert_msg(fabs(json_field(f, "mib_per_s") * (1 << 20) / 4096 - json_field(f, "iops")) <
+		      1 + json_field(f, "iops") / 1000, "MiB/s and IOPS differ");
+
+	char *text = read_log(f), *line = text;
+	int lines = 0;
+	while ((line = strstr(line, "{\"interval\":true"))) {
+		double n = line_field(line, "requests"), bad = line_field(line, "failed");
+		double iops = line_field(line, "iops"), dt = line_field(line, "dt");
+		double mib = line_field(line, "mib_per_s");
+		if (dt >= 0.05 && n >= 100) {   /* dt's 3 decimals hold it to 1 % */
+			ck_assert_msg(fabs(iops * dt - (n - bad)) < 0.02 * n + 1,
+				      "an interval's iops x dt = %.1f: %.0f requests, %.0f failed",
+				      iops * dt, n, bad);
+			lines++;
+		}
+		ck_assert(fabs(mib * (1 << 20) / 4096 - iops) < 1 + iops / 1000);
+		line++;
+	}
+	free(text);
+	ck_assert_int_ge(lines, 2);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("bench_verify");
@@ -574,5 +624,6 @@ int main(void)
 	tcase_add_test(tc, differing_lists_which_blocks);
 	tcase_add_test(tc, latency_leaves_out_the_checks_of_other_replies);
 	tcase_add_test(tc, given_up_requests_are_in_the_latency);
+	tcase_add_test(tc, failed_requests_are_no_throughput);
 	return pt_run(s);
 }

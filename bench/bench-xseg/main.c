@@ -62,6 +62,7 @@ struct options {
 
 struct run_stats {
 	uint64_t submitted, received, failed, corrupted, bytes;
+	uint64_t served;             /* received whole and XR_SERVED: what IOPS count */
 	uint64_t differed;           /* --may-differ: blocks that differed there */
 	uint64_t errors_seen;
 	struct latency_hist hist;
@@ -341,18 +342,19 @@ struct bench {
 	uint32_t nfree;
 	uint32_t in_flight;
 	struct run_stats st;
-	/* When each twentieth of the blocks was answered: throughput over
-	 * the run (a cache filling up, a flusher falling behind). */
+	/* When each twentieth of the blocks was answered, and how many had
+	 * been served by then: throughput over the run (a cache filling up,
+	 * a flusher falling behind). */
 	uint64_t start_ns;
 	uint64_t slice_end_ns[SLICES];
-	uint64_t slice_received[SLICES];
+	uint64_t slice_served[SLICES];
 	unsigned slices_done;
 	/* --runtime: submit until then (0: one pass over the blocks). */
 	uint64_t deadline_ns;
 	bool time_up;
 	/* --interval-json: this interval's latencies and where it began. */
 	struct latency_hist interval_hist;
-	uint64_t interval_start_ns, interval_received, interval_failed;
+	uint64_t interval_start_ns, interval_received, interval_failed, interval_served;
 	/* One bit per block: --unacked, acknowledged by a reply (in any
 	 * pass: each writes the same data); --may-differ, listed there. */
 	uint8_t *acked, *may_differ;
@@ -502,7 +504,7 @@ static void close_slices(struct bench *b, uint64_t now)
 	uint64_t runtime_ns = b->opt.runtime_ns;
 	while (b->slices_done < SLICES &&
 	       (now - b->start_ns) * SLICES >= (b->slices_done + 1) * runtime_ns) {
-		b->slice_received[b->slices_done] = b->st.received;
+		b->slice_served[b->slices_done] = b->st.served;
 		b->slices_done++;
 		b->slice_end_ns[b->slices_done - 1] =
 			b->start_ns + b->slices_done * runtime_ns / SLICES;
@@ -538,6 +540,10 @@ static void complete(struct bench *b, struct xseg_request *req, uint64_t now)
 {
 	uint32_t slot_no = (uint32_t)req->priv;
 	struct slot *s = &b->slots[slot_no];
+	/* Against what was asked, not the reply's size: the server may write
+	 * that one, and a block served in part is not served. */
+	uint64_t size = b->opt.block_size;
+	bool served = req->result == XR_SERVED && req->serviced == size;
 
 	latency_record(&b->st.hist, now - s->started_ns);
 	if (b->opt.interval_ns)
@@ -545,18 +551,17 @@ static void complete(struct bench *b, struct xseg_request *req, uint64_t now)
 	if (b->deadline_ns)
 		close_slices(b, now);
 	b->st.received++;
+	b->st.served += served;
 	if (!b->deadline_ns) {
 		while (b->slices_done < SLICES &&
 		       b->st.received * SLICES >= (b->slices_done + 1) * b->blocks) {
-			b->slice_received[b->slices_done] = (uint64_t)(b->slices_done + 1) * b->blocks / SLICES;
+			uint64_t upto = (uint64_t)(b->slices_done + 1) * b->blocks / SLICES;
+			b->slice_served[b->slices_done] = upto < b->st.served ? upto : b->st.served;
 			b->slice_end_ns[b->slices_done++] = now;
 		}
 	}
 	b->in_flight--;
-	/* Against what was asked, not the reply's size: the server may write
-	 * that one, and a block served in part is not served. */
-	uint64_t size = b->opt.block_size;
-	if (req->result != XR_SERVED || req->serviced != size) {
+	if (!served) {
 		b->st.failed++;
 		if (b->st.errors_seen++ < ERRORS_SHOWN) {
 			struct block_addr a;
@@ -577,19 +582,19 @@ static void complete(struct bench *b, struct xseg_request *req, uint64_t now)
 }
 
 static void print_progress(struct bench *b, uint64_t start_ns, uint64_t *last_ns,
-			   uint64_t *last_received)
+			   uint64_t *last_served)
 {
 	uint64_t now = xseg_now_ns();
 	if (now - *last_ns < 1000000000ull)
 		return;
 	double dt = (double)(now - *last_ns) / 1e9;
-	double iops = (double)(b->st.received - *last_received) / dt;
+	double iops = (double)(b->st.served - *last_served) / dt;
 	fprintf(stderr, "[%5.1fs] %3.0f%%  %" PRIu64 "/%" PRIu64 " requests  %.0f IOPS  %.1f MiB/s  failed %" PRIu64 "  corrupted %" PRIu64 "\n",
 		(double)(now - start_ns) / 1e9, 100.0 * (double)b->st.received / (double)b->blocks,
 		b->st.received, b->blocks, iops,
 		iops * (double)b->opt.block_size / (1 << 20), b->st.failed, b->st.corrupted);
 	*last_ns = now;
-	*last_received = b->st.received;
+	*last_served = b->st.served;
 }
 
 /* --interval-json: one JSON line for the requests answered since the last
@@ -602,7 +607,7 @@ static void print_interval(struct bench *b, uint64_t now, bool last)
 	if (last && n == 0)
 		return;
 	double dt = (double)(now - b->interval_start_ns) / 1e9;
-	double iops = dt > 0 ? (double)n / dt : 0;
+	double iops = dt > 0 ? (double)(b->st.served - b->interval_served) / dt : 0;
 	printf("{\"interval\":true,\"t\":%.3f,\"dt\":%.3f,\"requests\":%" PRIu64 ","
 	       "\"failed\":%" PRIu64 ",\"iops\":%.1f,\"mib_per_s\":%.3f,"
 	       "\"lat_us_p50\":%.2f,\"lat_us_p99\":%.2f}\n",
@@ -615,6 +620,7 @@ static void print_interval(struct bench *b, uint64_t now, bool last)
 	b->interval_start_ns = now;
 	b->interval_received = b->st.received;
 	b->interval_failed = b->st.failed;
+	b->interval_served = b->st.served;
 }
 
 /* Which slots hold a request that is out (not on the free list). */
@@ -672,7 +678,7 @@ static uint64_t poll_timeout_ns(const struct bench *b)
 static int run(struct bench *b, double *seconds)
 {
 	struct xseg_request *done[RECEIVE_BATCH];
-	uint64_t start = xseg_now_ns(), last = start, last_received = 0;
+	uint64_t start = xseg_now_ns(), last = start, last_served = 0;
 	b->start_ns = start;
 	b->interval_start_ns = start;
 	if (b->opt.runtime_ns)
@@ -705,7 +711,7 @@ static int run(struct bench *b, double *seconds)
 		if (!b->in_flight)   /* --runtime ran out just now: no reply to wait for */
 			continue;
 		if (b->opt.progress)
-			print_progress(b, start, &last, &last_received);
+			print_progress(b, start, &last, &last_served);
 		xseg_poll(b->seg, b->opt.port, spin_ns, poll_timeout_ns(b));
 		uint64_t now = xseg_now_ns();
 		if (b->in_flight && oldest_age_ns(b, now) > timeout_ns) {
@@ -725,14 +731,14 @@ static int run(struct bench *b, double *seconds)
 	return rc;
 }
 
-/* IOPS in each twentieth of the run, as a JSON array. */
+/* IOPS (requests served) in each twentieth of the run, as a JSON array. */
 static void print_slices(const struct bench *b)
 {
 	uint64_t prev = b->start_ns;
 	printf("[");
 	for (unsigned i = 0; i < b->slices_done; i++) {
-		uint64_t before = i ? b->slice_received[i - 1] : 0;
-		uint64_t upto = b->slice_received[i];
+		uint64_t before = i ? b->slice_served[i - 1] : 0;
+		uint64_t upto = b->slice_served[i];
 		double dt = (double)(b->slice_end_ns[i] - prev) / 1e9;
 		printf("%s%.1f", i ? "," : "", dt > 0 ? (double)(upto - before) / dt : 0.0);
 		prev = b->slice_end_ns[i];
@@ -743,7 +749,7 @@ static void print_slices(const struct bench *b)
 static void report(const struct bench *b, double seconds)
 {
 	const struct options *o = &b->opt;
-	double iops = seconds > 0 ? (double)b->st.received / seconds : 0;
+	double iops = seconds > 0 ? (double)b->st.served / seconds : 0;
 	double mib = seconds > 0 ? (double)b->st.bytes / seconds / (1 << 20) : 0;
 	double p50 = latency_percentile(&b->st.hist, 50.0) / 1e3;
 	double p99 = latency_percentile(&b->st.hist, 99.0) / 1e3;

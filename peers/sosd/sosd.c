@@ -805,14 +805,44 @@ static void on_request(struct peer_thread *t, struct xseg_request *req)
 
 /* ---- the cluster ------------------------------------------------------------------- */
 
-static int set_conf(const char *key, uint64_t value)
+static int set_conf_text(const char *key, const char *text)
 {
-	char text[32];
-	snprintf(text, sizeof(text), "%" PRIu64, value);
 	int rc = rados_conf_set(S.cluster, key, text);
 	if (rc < 0)
 		peer_error("cannot set %s = %s: %s", key, text, strerror(-rc));
 	return rc;
+}
+
+static int set_conf(const char *key, uint64_t value)
+{
+	char text[32];
+	snprintf(text, sizeof(text), "%" PRIu64, value);
+	return set_conf_text(key, text);
+}
+
+/*
+ * The objecter asks the monitors for a newer OSD map only when something
+ * tells it its map is old: a connection reset, or an operation older than
+ * objecter_timeout (10 s; checked every objecter_tick_interval, 5 s). An
+ * operation that --op-timeout ends first never gets that old: with the
+ * monitor away while the OSD restarted (a host reboot), the client missed
+ * the map that moved the OSD and sent every operation to its old address,
+ * each failing ETIMEDOUT, for ever, with the cluster healthy again
+ * (test_sosd_stale_map). A quarter of --op-timeout each: an operation
+ * counts as lagging, and the newer map is asked for, well within its time.
+ */
+static int set_lag_check(void)
+{
+	if (!S.op_timeout)
+		return 0;   /* waits for ever: the defaults come in time */
+	double quarter = (double)S.op_timeout / 4;
+	char laggy[32], tick[32];
+	snprintf(laggy, sizeof(laggy), "%.3f", quarter < 10 ? quarter : 10);
+	snprintf(tick, sizeof(tick), "%.3f", quarter < 5 ? quarter : 5);
+	if (set_conf_text("objecter_timeout", laggy) < 0 ||
+	    set_conf_text("objecter_tick_interval", tick) < 0)
+		return -1;
+	return 0;
 }
 
 static int init(struct peer *p)
@@ -834,7 +864,7 @@ static int init(struct peer *p)
 	/* Bounded waits: at start, and for every operation afterwards. */
 	if (set_conf("client_mount_timeout", S.connect_timeout) < 0 ||
 	    set_conf("rados_mon_op_timeout", S.op_timeout) < 0 ||
-	    set_conf("rados_osd_op_timeout", S.op_timeout) < 0)
+	    set_conf("rados_osd_op_timeout", S.op_timeout) < 0 || set_lag_check() < 0)
 		goto fail;
 	/* The objecter throttles operations in flight (1024 and 100M by
 	 * default) by blocking the thread that submits: a worker, which then

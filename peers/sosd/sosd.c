@@ -252,14 +252,37 @@ static bool warn_now(struct warn_limit *l, const char *verb, char *also, size_t 
 	return true;
 }
 
+/*
+ * What a failure says of the cluster. ESHUTDOWN is librados's EBLOCKLISTED:
+ * the cluster fenced this client off ('ceph osd blocklist add'), and every
+ * request fails so until it is taken off the list. Said only as "Cannot
+ * send after transport endpoint shutdown", nothing named the cause.
+ */
+static void failure_hint(int err, char *out, size_t len)
+{
+	out[0] = '\0';
+	if (err == ETIMEDOUT) {
+		snprintf(out, len, " (cluster down or slow? see --op-timeout)");
+	} else if (err == ESHUTDOWN) {
+		char *addrs = NULL;
+		if (rados_getaddrs(S.cluster, &addrs) < 0)
+			addrs = NULL;
+		snprintf(out, len, " (the cluster has blocklisted this client, client.%s at %s: "
+			 "every request fails until it is taken off 'ceph osd blocklist ls')",
+			 S.id, addrs ? addrs : "?");
+		if (addrs)
+			rados_buffer_free(addrs);
+	}
+}
+
 static void warn_failure(const struct sosd_op *op, int err)
 {
-	char also[80];
+	char also[80], hint[256];
 	if (!warn_now(&S.failures, "failed", also, sizeof(also)))
 		return;
+	failure_hint(err, hint, sizeof(hint));
 	peer_warn("%s '%s' in pool '%s' failed: %s%s%s", xseg_op_name(op->req->op), op->oid,
-		  S.pool, strerror(err),
-		  err == ETIMEDOUT ? " (cluster down or slow? see --op-timeout)" : "", also);
+		  S.pool, strerror(err), hint, also);
 }
 
 /*
@@ -905,7 +928,14 @@ static int init(struct peer *p)
 	 * overwrites and DELETEs go through. */
 	rados_set_pool_full_try(S.io);
 	S.pool_id = rados_ioctx_get_id(S.io);
-	peer_info("serving pool '%s' of the cluster of %s", S.pool, S.conf);
+	/* The address is what fencing names: 'ceph osd blocklist add ADDR'. */
+	char *addrs = NULL;
+	if (rados_getaddrs(S.cluster, &addrs) < 0)
+		addrs = NULL;
+	peer_info("serving pool '%s' of the cluster of %s as client.%s at %s", S.pool, S.conf,
+		  S.id, addrs ? addrs : "?");
+	if (addrs)
+		rados_buffer_free(addrs);
 	return 0;
 fail:
 	rados_shutdown(S.cluster);

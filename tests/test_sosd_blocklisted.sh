@@ -28,8 +28,13 @@ wait_bound 1
 "$BIN/vlmcd" --segment "$SEG" --port 2 --blocker-port 1 --volume a:8M --volume b:8M \
 	--object-size 1M 2> "$DIR/vlmcd.log" & pids+=($!)
 wait_bound 2
-addr=$(sed -n "s/.*serving pool 'xseg' .* as client\.admin at \[*\(v2:\)*\([^],]*\).*/\2/p" \
-	"$DIR/sosd.log")
+for _ in $(seq 100); do   # sosd binds its port before it connects
+	addr=$(sed -n "s/.*serving pool 'xseg' .* as client\.admin at \[*\(v2:\)*\([^],]*\).*/\2/p" \
+		"$DIR/sosd.log")
+	[ -n "$addr" ] && break
+	grep -q "serving pool" "$DIR/sosd.log" && break
+	sleep 0.1
+done
 if [ -z "$addr" ]; then   # checked at the end; the monitor knows it too
 	no_addr_line=1
 	addr=$(timeout 10 ceph --admin-daemon "$CEPH_DIR/run/mon.a.asok" sessions 2>/dev/null |

@@ -24,30 +24,8 @@ set -u
 SEG_PREFIX=cached-failed-replay
 . "$(dirname "$0")/lib.sh"
 
-skip() { echo "SKIP: $*"; exit 0; }
-[ "$(id -u)" = 0 ] || skip "needs root (a loop device)"
-for t in losetup mkfs.ext2 filefrag fallocate; do
-	command -v $t > /dev/null || skip "no $t"
-done
-mkdir -p "$DIR/t" "$DIR/m" "$DIR/data"
-mount -t tmpfs -o size=160M tmpfs "$DIR/t" 2> "$DIR/mount.err" || skip "cannot mount a tmpfs: $(cat "$DIR/mount.err")"
-LOOP=
-undo() {
-	stop_peers
-	umount "$DIR/m" 2>/dev/null
-	[ -n "$LOOP" ] && losetup -d "$LOOP"
-	for _ in $(seq 10); do umount "$DIR/t" 2>/dev/null && break; sleep 0.3; done
-	mountpoint -q "$DIR/t" && umount -l "$DIR/t"
-	"$BIN/xseg" destroy --segment "$SEG" 2>/dev/null
-	rm -rf "$DIR"
-}
-trap undo EXIT
-fallocate -l 96M "$DIR/t/img" && mkfs.ext2 -q -F -b 4096 "$DIR/t/img" || fail "the image"
-attach() {
-	LOOP=$(losetup -f --show "$DIR/t/img" 2> "$DIR/loop.err") || { LOOP=; skip "no loop device: $(cat "$DIR/loop.err")"; }
-	mount "$LOOP" "$DIR/m" || fail "mount $LOOP"
-}
-attach
+LOOPFS_SIZE=96M
+. "$(dirname "$0")/loopfs_lib.sh"
 
 bench() {   # bench OP SEED OUT [extra]
 	local op=$1 k=$2 out=$3; shift 3
@@ -86,8 +64,7 @@ flush || fail "FLUSH after round 1"
 	fail "round 1 is not dirty in the persist file: the test would prove little"
 sync -f "$DIR/m/c.pf"
 cp "$DIR/t/img" "$DIR/img.saved"   # the disk as the crash will leave it
-filefrag -v "$DIR/m/c.pf" | awk '/^ *[0-9]+:/ { gsub(/\.\./, " "); gsub(/:/, " "); print $4, $3 - $2 + 1 }' \
-	> "$DIR/extents"
+loopfs_extents "$DIR/m/c.pf" > "$DIR/extents"
 [ -s "$DIR/extents" ] || fail "no extent of the persist file"
 while read -r pb n; do
 	fallocate --punch-hole -o $((pb * 4096)) -l $((n * 4096)) "$DIR/t/img"
@@ -112,7 +89,7 @@ umount "$DIR/m" 2> /dev/null || umount -l "$DIR/m"
 losetup -d "$LOOP"; LOOP=
 rm -f "$DIR/t/filler" "$DIR/t/img"
 cp "$DIR/img.saved" "$DIR/t/img"
-attach
+loopfs_attach
 start_cached
 # as the unit's ExecStartPost: a cache restarted on its port waits for a plug
 "$BIN/xseg" plug --segment "$SEG" --port 1 --via 3 || fail "plug after the restart"
@@ -139,7 +116,7 @@ flush || fail "FLUSH after round 4"
 strace_delay "$fpid" pwrite64 3000000
 while read -r pb n; do
 	fallocate --punch-hole -o $((pb * 4096)) -l $((n * 4096)) "$DIR/t/img"
-done < <(filefrag -v "$DIR/m/c.pf" | awk '/^ *[0-9]+:/ { gsub(/\.\./, " "); gsub(/:/, " "); print $4, $3 - $2 + 1 }')
+done < <(loopfs_extents "$DIR/m/c.pf")
 dd if=/dev/zero of="$DIR/t/filler" bs=4K 2> /dev/null
 bench write 5 "$DIR/w5.out" --total-size 64K || fail "round 5: $(tail -1 "$DIR/w5.out")"
 flush && fail "a FLUSH succeeded with the persist file's writes failing (2)"

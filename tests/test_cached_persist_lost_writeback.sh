@@ -21,28 +21,7 @@ set -u
 SEG_PREFIX=cached-lost-wb
 . "$(dirname "$0")/lib.sh"
 
-skip() { echo "SKIP: $*"; exit 0; }
-[ "$(id -u)" = 0 ] || skip "needs root (a loop device)"
-for t in losetup mkfs.ext2 filefrag fallocate; do
-	command -v $t > /dev/null || skip "no $t"
-done
-mkdir -p "$DIR/t" "$DIR/m" "$DIR/data"
-mount -t tmpfs -o size=160M tmpfs "$DIR/t" 2> "$DIR/mount.err" || skip "cannot mount a tmpfs: $(cat "$DIR/mount.err")"
-LOOP=
-undo() {
-	stop_peers
-	umount "$DIR/m" 2>/dev/null
-	[ -n "$LOOP" ] && losetup -d "$LOOP"
-	# the loop device lets go of the image lazily: then a lazy unmount
-	for _ in $(seq 10); do umount "$DIR/t" 2>/dev/null && break; sleep 0.3; done
-	mountpoint -q "$DIR/t" && umount -l "$DIR/t"
-	"$BIN/xseg" destroy --segment "$SEG" 2>/dev/null
-	rm -rf "$DIR"
-}
-trap undo EXIT
-fallocate -l 128M "$DIR/t/img" && mkfs.ext2 -q -F -b 4096 "$DIR/t/img" || fail "the image"
-LOOP=$(losetup -f --show "$DIR/t/img" 2> "$DIR/loop.err") || { LOOP=; skip "no loop device: $(cat "$DIR/loop.err")"; }
-mount "$LOOP" "$DIR/m" || fail "mount $LOOP"
+. "$(dirname "$0")/loopfs_lib.sh"
 
 bench() {   # bench OP SEED OUT [extra]
 	local op=$1 k=$2 out=$3; shift 3

@@ -39,6 +39,7 @@
 #ifndef CACHED_PERSIST_H
 #define CACHED_PERSIST_H
 
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -175,6 +176,10 @@ int persist_sync(struct persist *p);
  * it returns; p->marker holds it (read back by persist_open). 0 or
  * -errno. One caller at a time. */
 int persist_set_marker(struct persist *p, const char *name);
+
+/* The name of the object on the blocker where cached says what became of
+ * a file whose sync failed (persist_marker.c), from its file_id. */
+#define PERSIST_MARKER_OBJECT "cached-persist-%016" PRIx64
 
 /* The dirty data in the file is this run's to answer for from now on
  * (p->check_run = p->run), in the superblock (msync) before it returns. */

@@ -195,6 +195,11 @@ int persist_inspect(const char *path, struct persist_report *r, char *why, size_
 		r->seg_port = s->seg_port;
 		r->seg_given_up = s->seg_given_up;
 		super_marker(s, r->marker);
+		if (s->run_sum == run_sum(s)) {
+			r->file_id = s->file_id;
+			r->run = s->run;
+			r->check_run = s->check_run;
+		}
 		r->lock_pid = lock_holder(&st);
 		rc = scan(map, s, r);
 		if (rc)
@@ -239,6 +244,12 @@ void persist_report_print(FILE *f, const char *path, const struct persist_report
 			"\"given_up_seen\":%" PRIu64 ",\"kept\":%s,\"mirror_marker\":", r->seg_instance,
 			r->seg_port, r->seg_given_up, r->kept ? "true" : "false");
 		json_string(f, r->marker);
+		char name[40] = "";
+		if (r->file_id)
+			snprintf(name, sizeof(name), PERSIST_MARKER_OBJECT, r->file_id);
+		fprintf(f, ",\"run\":%" PRIu64 ",\"check_run\":%" PRIu64 ",\"persist_marker\":",
+			r->run, r->check_run);
+		json_string(f, name);
 		if (r->have_page_cache)
 			fprintf(f, ",\"cached_pages\":%" PRIu64 ",\"dirty_pages\":%" PRIu64
 				",\"writeback_pages\":%" PRIu64, r->cached_pages, r->dirty_pages,
@@ -258,6 +269,10 @@ void persist_report_print(FILE *f, const char *path, const struct persist_report
 	fprintf(f, "  last used: cache port %u of segment instance %016" PRIx64 " (0: unknown), "
 		"which had given dirty data up %" PRIu64 " times\n", r->seg_port, r->seg_instance,
 		r->seg_given_up);
+	if (r->file_id)
+		fprintf(f, "  run %" PRIu64 " opened it last; a failed sync's word on the blocker: object "
+			"'" PERSIST_MARKER_OBJECT "' (a start reads run %" PRIu64 "'s there)\n", r->run,
+			r->file_id, r->check_run);
 	if (r->marker[0])
 		fprintf(f, "  a replica's: its primary's marker is '%s' (a promote reads it)\n",
 			r->marker);

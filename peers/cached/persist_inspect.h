@@ -27,6 +27,9 @@ struct persist_report {
 	uint64_t seg_instance, seg_given_up;
 	uint32_t seg_port;
 	char marker[PERSIST_MARKER_MAX + 1];   /* a replica's primary's marker, "" none */
+	/* the file's id (0: a file of a build before ids), the run that last
+	 * opened it, the run whose word on the blocker governs its dirty data */
+	uint64_t file_id, run, check_run;
 	/* what recovery would hand back */
 	uint64_t dirty_buckets, dirty_bytes, objects, max_seq;
 	/* what recovery would drop */

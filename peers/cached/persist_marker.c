@@ -275,8 +275,7 @@ void pmark_init(struct cache_engine *e, int fence_after)
 	atomic_store(&e->fence, fence_after);
 	if (!e->persisting || e->cfg.replica)
 		return;
-	snprintf(e->pmark_name, sizeof(e->pmark_name), "cached-persist-%016" PRIx64,
-		 e->persist.file_id);
+	snprintf(e->pmark_name, sizeof(e->pmark_name), PERSIST_MARKER_OBJECT, e->persist.file_id);
 	e->pmark_on = true;
 	e->pmark_next_gate = e->answer_gate;
 	e->answer_gate = pmark_hold;

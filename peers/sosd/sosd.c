@@ -57,6 +57,7 @@
 #include "peer/blocker.h"
 #include "peer/peer.h"
 #include "xtypes/xannotate.h"
+#include "fence.h"
 #include "write_order.h"
 
 #define container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
@@ -84,6 +85,8 @@ struct sosd {
 	atomic_bool pool_gone;
 	struct write_order order;
 	struct warn_limit failures, refusals;
+	const char *fence_name;       /* --fence (fence.c), or NULL */
+	struct sosd_fence fence;
 };
 
 static struct sosd S = {
@@ -135,7 +138,7 @@ struct sosd_op {
 
 enum {
 	OPT_POOL = 1, OPT_CONF, OPT_ID, OPT_OP_TIMEOUT, OPT_CONNECT_TIMEOUT,
-	OPT_MAX_REQUEST, OPT_MAX_NAME, OPT_MAX_COPY, OPT_MAX_COPY_MEMORY,
+	OPT_MAX_REQUEST, OPT_MAX_NAME, OPT_MAX_COPY, OPT_MAX_COPY_MEMORY, OPT_FENCE,
 };
 
 static const struct option sosd_options[] = {
@@ -148,6 +151,7 @@ static const struct option sosd_options[] = {
 	{ "max-name-len", required_argument, NULL, OPT_MAX_NAME },
 	{ "max-copy-size", required_argument, NULL, OPT_MAX_COPY },
 	{ "max-copy-memory", required_argument, NULL, OPT_MAX_COPY_MEMORY },
+	{ "fence", required_argument, NULL, OPT_FENCE },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -163,7 +167,12 @@ static const char sosd_usage[] =
 "  --max-copy-size SIZE     largest COPY source (read whole; default 128M)\n"
 "  --max-copy-memory SIZE   COPY sources held in memory at once; a COPY that\n"
 "                           does not fit waits (default 512M, at least\n"
-"                           --max-copy-size)\n";
+"                           --max-copy-size)\n"
+"  --fence NAME             one sosd at a time: take an exclusive lock on object\n"
+"                           NAME of the pool before serving, blocklisting an\n"
+"                           earlier holder (a killed sosd's writes still on\n"
+"                           their way cannot land after ours); a live sosd\n"
+"                           fenced so fails every request. Off by default\n";
 
 static int parse_option(struct peer *p, int val, const char *arg)
 {
@@ -196,6 +205,13 @@ static int parse_option(struct peer *p, int val, const char *arg)
 		return peer_arg_size("--max-copy-size", arg, 1, 1ull << 30, &S.max_copy);
 	case OPT_MAX_COPY_MEMORY:
 		return peer_arg_size("--max-copy-memory", arg, 1, 1ull << 40, &S.max_copy_memory);
+	case OPT_FENCE: {
+		const char *why = NULL;
+		if (blocker_check_name(arg, strlen(arg), 200, &why))
+			return peer_arg_error("--fence", arg, why);
+		S.fence_name = arg;
+		return 0;
+	}
 	}
 	return -1;
 }
@@ -415,7 +431,9 @@ static int stats_fields(struct peer *p, char *buf, size_t len)
 		waiting++;
 	pthread_mutex_unlock(&S.copy_lock);
 	return snprintf(buf, len, ",\"copy_memory_bytes\":%" PRIu64 ",\"copy_waiting\":%" PRIu64
-			",\"copy_waits\":%" PRIu64, held, waiting, atomic_load(&S.copy_waits));
+			",\"copy_waits\":%" PRIu64 ",\"fence\":\"%s\",\"fenced_holders\":%u",
+			held, waiting, atomic_load(&S.copy_waits), S.fence_name ? S.fence_name : "",
+			S.fence.fenced_count);
 }
 
 /* A one-step operation's result (READ, WRITE, DELETE); 0 or an errno. */
@@ -928,6 +946,13 @@ static int init(struct peer *p)
 	 * overwrites and DELETEs go through. */
 	rados_set_pool_full_try(S.io);
 	S.pool_id = rados_ioctx_get_id(S.io);
+	if (S.fence_name) {
+		char why[512];
+		if (sosd_fence_start(&S.fence, S.cluster, S.io, S.fence_name, why, sizeof(why)) < 0) {
+			peer_error("%s", why);
+			goto fail;
+		}
+	}
 	/* The address is what fencing names: 'ceph osd blocklist add ADDR'. */
 	char *addrs = NULL;
 	if (rados_getaddrs(S.cluster, &addrs) < 0)
@@ -938,6 +963,9 @@ static int init(struct peer *p)
 		rados_buffer_free(addrs);
 	return 0;
 fail:
+	if (S.io)
+		rados_ioctx_destroy(S.io);
+	S.io = NULL;
 	rados_shutdown(S.cluster);
 	S.cluster = NULL;
 	write_order_destroy(&S.order);
@@ -948,6 +976,7 @@ fail:
 static void fini(struct peer *p)
 {
 	(void)p;
+	sosd_fence_stop(&S.fence);
 	if (S.io)
 		rados_ioctx_destroy(S.io);
 	if (S.cluster)

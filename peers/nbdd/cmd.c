@@ -227,8 +227,13 @@ static void issue(struct peer *p, struct cmd *cmd)
 			uint64_t deadline = cmd->deadline_ns;
 			pthread_mutex_unlock(&cmd->lock);
 			if ((err != ENOBUFS && err != ENOMEM) || xseg_now_ns() >= deadline) {
-				peer_warn("export %s: no request for the path: %s", cmd->exp->name,
-					  strerror(err));
+				static _Atomic int64_t last;
+				static _Atomic uint64_t skipped;
+				uint64_t quiet;
+				if (peer_log_once_a_second(&last, &skipped, &quiet))
+					peer_warn("export %s: no request for the path: %s (%" PRIu64
+						  " more such since the last word)", cmd->exp->name,
+						  strerror(err), quiet);
 				note_error(cmd, err);
 			}
 			return;
@@ -260,8 +265,15 @@ static void issue(struct peer *p, struct cmd *cmd)
 			memset(xseg_get_data(seg, r), 0, len);
 		int rc = peer_send_any(p, r, (uint32_t)nbdd_cfg.target_port, chunk_done, cmd);
 		if (rc < 0) {
-			peer_warn("export %s: cannot send to target port %" PRIu64 ": %s",
-				  cmd->exp->name, nbdd_cfg.target_port, xseg_last_error());
+			/* Every command fails so while the target is gone (a
+			 * vlmcd restarting): a line each flooded the log. */
+			static _Atomic int64_t last;
+			static _Atomic uint64_t skipped;
+			uint64_t quiet;
+			if (peer_log_once_a_second(&last, &skipped, &quiet))
+				peer_warn("export %s: cannot send to target port %" PRIu64 ": %s (%"
+					  PRIu64 " more such since the last word)", cmd->exp->name,
+					  nbdd_cfg.target_port, xseg_last_error(), quiet);
 			peer_put_request_any(p, r);
 			/* Not the last hold: the caller's issuing hold remains. */
 			note_error(cmd, rc == -ENOENT ? EHOSTUNREACH : -rc);

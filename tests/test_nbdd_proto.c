@@ -206,9 +206,10 @@ START_TEST(errno_mapping)
 	ck_assert_uint_eq(nbd_error_from_errno(EINVAL), NBD_EINVAL);
 	ck_assert_uint_eq(nbd_error_from_errno(ENOSPC), NBD_ENOSPC);
 	ck_assert_uint_eq(nbd_error_from_errno(ENOBUFS), NBD_ENOMEM);
+	/* a peer behind nbdd stopping is not nbdd stopping */
+	ck_assert_uint_eq(nbd_error_from_errno(ESHUTDOWN), NBD_EIO);
 	ck_assert_uint_eq(nbd_error_from_errno(ENOENT), NBD_EIO);
 	ck_assert_uint_eq(nbd_error_from_errno(EHOSTUNREACH), NBD_EIO);
-	ck_assert_uint_eq(nbd_error_from_errno(ESHUTDOWN), NBD_ESHUTDOWN);
 	ck_assert_str_eq(nbd_cmd_name(NBD_CMD_WRITE_ZEROES), "WRITE_ZEROES");
 	ck_assert_str_eq(nbd_cmd_name(99), "unknown");
 }

@@ -201,8 +201,11 @@ uint32_t nbd_error_from_errno(int err)
 	case ENOSPC: case EDQUOT: return NBD_ENOSPC;
 	case EOVERFLOW: return NBD_EOVERFLOW;
 	case EOPNOTSUPP: return NBD_ENOTSUP;
-	case ESHUTDOWN: return NBD_ESHUTDOWN;
 	}
+	/* ESHUTDOWN too: a peer behind nbdd that stops (cached failing what
+	 * a plug parked) is not nbdd stopping, and NBD_ESHUTDOWN tells the
+	 * client the server goes away and to send nothing more. nbdd's own
+	 * stop answers NBD_ESHUTDOWN itself (server.c). */
 	return NBD_EIO;
 }
 

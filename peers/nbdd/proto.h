@@ -168,7 +168,8 @@ uint32_t nbd_check_request(const struct nbd_request *req, uint64_t export_size,
 void nbd_encode_simple_reply(uint8_t out[NBD_SIMPLE_REPLY_LEN], uint32_t error,
 			     uint64_t cookie);
 
-/* The NBD error for a (positive) errno from the path. */
+/* The NBD error for a (positive) errno from the path (never NBD_ESHUTDOWN:
+ * that one says nbdd itself stops). */
 uint32_t nbd_error_from_errno(int err);
 const char *nbd_cmd_name(uint16_t type);
 

@@ -210,6 +210,13 @@ static void client_done(struct cache_req *r)
 	struct xseg_request *x = g->xreq;
 	if (r->op == X_WRITE)
 		dirty_mark_write_end();
+	/* A FLUSH that wrote everything back leaves nothing dirty: the mark
+	 * cleared before its answer, not at the next maintenance tick. A
+	 * cache killed in between left its port marked over data its blocker
+	 * had (a review: the restart refused, every read EIO, 50 ms after an
+	 * answered FLUSH). */
+	if (r->op == X_FLUSH && r->served)
+		dirty_mark_update();
 	if (r->op == X_INFO && r->served) {
 		int err = blocker_reply_info(C.seg, x, r->info_size);
 		respond(x, !err, err, err ? 0 : x->serviced);

@@ -1233,6 +1233,7 @@ static int make_engine(const struct cache_backend *be)
 		C.cfg.segment_instance = si.instance;
 		C.cfg.cache_port = C.port;
 		C.cfg.port_given_up = pi.given_up;
+		C.cfg.port_left_dirty = pi.dirty_bytes;
 	}
 	if (premapped.map)
 		C.cfg.premapped = &premapped;   /* the engine's pool takes it */

@@ -535,6 +535,7 @@ static int persist_start(struct cache_engine *e, const char **why)
 		.nr_slots = nr_slots, .nr_objects = cfg->max_objects,
 		.blocker_port = cfg->blocker_port, .segment = cfg->segment_instance,
 		.cache_port = cfg->cache_port, .given_up = cfg->port_given_up,
+		.left_dirty = cfg->port_left_dirty,
 	};
 	*why = persist_why;
 	int rc = persist_open(&e->persist, cfg->persist_path, &g, cfg->persist_discard,

@@ -79,6 +79,9 @@ struct cache_config {
 	uint64_t segment_instance;
 	uint32_t cache_port;
 	uint64_t port_given_up;
+	/* The dirty bytes a dead cache left marked on the port (fail closed):
+	 * a persist file last used elsewhere is refused then (persist.h). */
+	uint64_t port_left_dirty;
 	/* --mirror-port (issue 23): every write-back write is answered only
 	 * once a replica holds it too (mirror.c); mirror_fail_stop: fail
 	 * writes while it cannot, instead of writing them through. */

@@ -177,6 +177,16 @@ static uint64_t valid_bytes(const struct persist_super *s, const unsigned char *
 /* The port this file serves gave dirty data up since the file was last
  * written in this segment (a new segment, after a reboot or `xseg up`,
  * knows nothing of it: the file is then the only copy). */
+/* This port was left dirty, and the file was last used by another port
+ * of this segment. A file of another segment instance may be this port's
+ * (a segment made again after a reboot, which `xseg up` marks dirty
+ * itself for the file it names): only the same segment tells. */
+static bool stamped_elsewhere(const struct persist_super *s, const struct persist_geometry *g)
+{
+	return g->left_dirty && g->segment && s->seg_instance == g->segment &&
+	       s->seg_port != g->cache_port;
+}
+
 static bool given_up_since(const struct persist_super *s, const struct persist_geometry *g)
 {
 	return g->segment && s->seg_instance == g->segment && s->seg_port == g->cache_port &&
@@ -244,6 +254,11 @@ int persist_open(struct persist *p, const char *path, const struct persist_geome
 			     "unplug --force` gave up on port %u after the file was last used; the "
 			     "blocker may hold newer data: --persist-discard drops them", path,
 			     (unsigned long long)held, g->cache_port);
+	if (!rc && !discard && held && stamped_elsewhere(s, g))
+		rc = say_why(why, len, EPERM, "--persist: port %u was left marked dirty (%llu bytes) "
+			     "by the cache before, but '%s' was last used by port %u of this "
+			     "segment: not that cache's file", g->cache_port,
+			     (unsigned long long)g->left_dirty, path, s->seg_port);
 	if (!rc) {
 		p->super_gen = s->generation;
 		super_marker(s, p->marker);

@@ -64,6 +64,12 @@ struct persist_geometry {
 	uint64_t segment;
 	uint32_t cache_port;
 	uint64_t given_up;
+	/* Not geometry: the dirty bytes a dead cache left marked on
+	 * cache_port. The file that cache used was stamped with this segment
+	 * and port; a file stamped by another port of this segment is refused
+	 * (EPERM): it holds another cache's data, and the dead one's would go
+	 * unserved while reads reach the blocker's older bytes. */
+	uint64_t left_dirty;
 };
 
 struct persist_recovery {
@@ -118,7 +124,8 @@ struct persist {
  * `why` and without writing to the file: a file in use by a live process,
  * a file that is not a persist file, one made with another geometry or
  * blocker port (EINVAL), one holding dirty data its port gave up (ESTALE:
- * see persist_geometry.segment). With `discard` an existing file of any geometry is started
+ * see persist_geometry.segment), one last used by another cache while
+ * this port was left dirty (EPERM: persist_geometry.left_dirty). With `discard` an existing file of any geometry is started
  * afresh; *discarded_bytes says how much dirty data that dropped. 0 or
  * -errno. A file that existed must go through persist_recover() before
  * anything is published (it rebuilds the free object records).

@@ -2646,6 +2646,121 @@ START_TEST(persist_marker_words_and_runs)
 }
 END_TEST
 
+/* A crashed file with "m" (seed 80) dirty in it, at pcrash; its marker's
+ * name and the run that wrote it. */
+static uint64_t crashed_file_with_m(char *name, size_t len)
+{
+	persist_dir();
+	setup_persist(ppath, 1 << 20);
+	static unsigned char w[OBJ_SIZE];
+	fill(w, OBJ_SIZE, 80);
+	ck_assert_int_eq(do_write("m", 0, OBJ_SIZE, w), 0);
+	ck_assert_int_eq(do_flush(), 0);
+	ck_assert_uint_eq(stats_now().dirty_bytes, OBJ_SIZE);   /* dirty when it "crashed" */
+	copy_file(ppath, pcrash);
+	snprintf(name, len, "%s", blk.engine->pmark_name);
+	uint64_t run = blk.engine->persist.run;
+	teardown();
+	return run;
+}
+
+static void wait_req(struct sync_req *s, int ticks)
+{
+	for (int i = 0; i < ticks; i++) {
+		pthread_mutex_lock(&s->lock);
+		bool done = s->done;
+		pthread_mutex_unlock(&s->lock);
+		if (done)
+			return;
+		cache_engine_maintain(blk.engine);
+		usleep(1000);
+	}
+}
+
+/* Requests that came while the start's check read the marker are
+ * answered (EIO) when it says `failed`, not kept for ever: the tick kept
+ * returning early on FENCE_PERSIST_FAILED and never let them go. */
+START_TEST(persist_check_waiters_answered_when_failed)
+{
+	char name[40], text[64];
+	uint64_t run = crashed_file_with_m(name, sizeof(name));
+	copy_file(pcrash, pcopy);
+	persist_path = pcopy;
+	setup_with(1 << 20, 16, CACHE_WRITEBACK);
+	ck_assert_int_eq(stats_now().fence, CACHE_FENCE_PERSIST_CHECKING);
+	snprintf(text, sizeof(text), "cached-persist-marker failed run %" PRIu64 " 0", run);
+	blk_put_marker(name, text);
+	static unsigned char r[BKT_SIZE];
+	struct sync_req s = { .r = { .op = X_READ, .name = "m", .size = BKT_SIZE, .data = r,
+				     .done = sync_done } };
+	pthread_mutex_init(&s.lock, NULL);
+	pthread_cond_init(&s.cond, NULL);
+	cache_engine_submit(blk.engine, &s.r);   /* during the check: it waits */
+	ck_assert(!s.done);
+	settle_persist_check();
+	ck_assert_int_eq(stats_now().fence, CACHE_FENCE_PERSIST_FAILED);
+	wait_req(&s, 500);
+	ck_assert_msg(s.done, "a request that waited for the check was never answered");
+	ck_assert(!s.r.served);
+	ck_assert_int_eq(s.r.error, EIO);
+	teardown();
+	persist_dir_remove();
+}
+END_TEST
+
+/* A start that drops what it recovered (`written-back`) and whose sync of
+ * the drop fails: the file keeps the old check_run, and this run's own
+ * marker words (`failed`/`written-back` of the new run) replace the old
+ * run's. A host crash (the drop's clears not on the disk) and a restart
+ * must not take the blocker's word for another run's and replay the old
+ * data over what was written through since. */
+START_TEST(persist_drop_whose_sync_failed_keeps_its_word)
+{
+	char name[40], text[64];
+	uint64_t run = crashed_file_with_m(name, sizeof(name));
+	static unsigned char w2[OBJ_SIZE], w3[OBJ_SIZE], r[OBJ_SIZE], mark[64];
+	fill(w2, OBJ_SIZE, 81);
+	fill(w3, OBJ_SIZE, 82);
+	copy_file(pcrash, pcopy);
+	persist_path = pcopy;
+	setup_with(1 << 20, 16, CACHE_WRITEBACK);
+	blk_put("m", 0, w2, OBJ_SIZE);            /* written through by the last run */
+	snprintf(text, sizeof(text), "cached-persist-marker written-back run %" PRIu64 " 0", run);
+	blk_put_marker(name, text);
+	atomic_store(&sync_fail, 1);
+	settle_persist_check();                   /* dropped; the drop's sync fails */
+	ck_assert_uint_eq(stats_now().persist_marker_dropped_bytes, OBJ_SIZE);
+	ck_assert_int_ne(stats_now().persist_sync_error, 0);
+	ck_assert_int_eq(do_write("m", 0, OBJ_SIZE, w3), 0);   /* through, acknowledged */
+	for (int i = 0; i < 2000 && stats_now().persist_marker != 2; i++) {
+		cache_engine_maintain(blk.engine);
+		usleep(1000);
+	}
+	ck_assert_int_eq(stats_now().persist_marker, 2);
+	ck_assert(blk_has("m", 0, w3, OBJ_SIZE));
+	pthread_mutex_lock(&blk.lock);
+	memcpy(mark, blk_find(name, false)->data, sizeof(mark));
+	pthread_mutex_unlock(&blk.lock);
+	atomic_store(&sync_fail, 0);
+	atomic_store(&blk.engine->persist.sync_error, 0);   /* the drain's sync */
+	teardown();
+
+	/* the host crash: the drop's clears never reached the disk */
+	copy_file(pcrash, pcopy);
+	persist_path = pcopy;
+	setup_with(1 << 20, 16, CACHE_WRITEBACK);
+	blk_put("m", 0, w3, OBJ_SIZE);
+	blk_put(name, 0, mark, sizeof(mark));
+	settle_persist_check();
+	int rc = do_read("m", 0, OBJ_SIZE, r);
+	ck_assert_msg(rc != 0 || !memcmp(r, w3, OBJ_SIZE),
+		      "a restart served the dropped data over a write acknowledged since (marker '%.40s')",
+		      (const char *)mark);
+	teardown();
+	persist_dir_remove();
+}
+END_TEST
+
 /* A sync forced at RETIRE_SYNC_AT retired versions clears them; cleared,
  * they wait for the next sync to be durable, and are not counted for the
  * next forced one: they were, so an overwrite right after a forced sync
@@ -3665,6 +3780,8 @@ int main(void)
 	tcase_set_timeout(pc, 120);
 	tcase_add_test(pc, persist_recovers_every_acknowledged_byte);
 	tcase_add_test(pc, persist_marker_words_and_runs);
+	tcase_add_test(pc, persist_check_waiters_answered_when_failed);
+	tcase_add_test(pc, persist_drop_whose_sync_failed_keeps_its_word);
 	tcase_add_test(pc, persist_overwrite_is_out_of_place_and_clean_data_leaves_the_file);
 	tcase_add_test(pc, persist_full_recovered_cache_overwrites);
 	tcase_add_test(pc, persist_torn_data_is_dropped_not_served);

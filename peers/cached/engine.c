@@ -786,8 +786,12 @@ static void refuse_nodes_if_stuck(struct cache_engine *e, bool short_of_nodes)
 
 uint64_t cache_engine_maintain(struct cache_engine *e)
 {
-	if (pmark_tick(e))
+	if (pmark_tick(e)) {
+		/* The check said `failed`: those that waited for it fail EIO. */
+		if (atomic_load(&e->fence) == FENCE_PERSIST_FAILED)
+			release_check_waiters(e);
 		return 10000000ull;   /* the start's check first: nothing else meanwhile */
+	}
 	release_check_waiters(e);
 	if (atomic_load(&e->fence) != FENCE_NONE) {
 		fence_tick(e);   /* nothing flushed, reset or evicted meanwhile */

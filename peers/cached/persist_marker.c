@@ -22,7 +22,9 @@
  * RUN is the file's run (persist.h): a later run never takes an older
  * run's word for its own. A start that recovered dirty data reads the
  * marker before it serves or writes anything (the fence's
- * FENCE_PERSIST_CHECKING; requests fail EAGAIN meanwhile):
+ * FENCE_PERSIST_CHECKING; requests wait meanwhile, request.c's
+ * check_wait). "The last run" below is the file's check_run or a later
+ * one (pmark_read_done):
  *
  *   written-back, the last run's: the recovered data is dropped, the
  *                     drop synced, and the cache serves;
@@ -200,9 +202,14 @@ static void pmark_read_done(struct cache_bio *bio)
 	int said = bio->served ? pmark_parse(bio->data, bio->serviced, &run) : -1;
 	bio_release(e, bio);
 	if (said >= 0) {
-		if (run != e->persist.check_run)
-			said = PMARK_NONE;   /* another run's word */
-		atomic_store(&e->pmark_found_run, e->persist.check_run);
+		/* An earlier run's word is not about this data. A later one's
+		 * is: a run whose check_run never reached the file (a drop
+		 * whose sync failed, a lost superblock write) held this data
+		 * and wrote the marker after; so did the original of a file
+		 * restored from a copy. */
+		if (run < e->persist.check_run)
+			said = PMARK_NONE;
+		atomic_store(&e->pmark_found_run, said == PMARK_NONE ? e->persist.check_run : run);
 		atomic_store(&e->pmark_found, said);
 		if (said == PMARK_NONE)
 			persist_set_check_run(&e->persist);   /* replayed: this run's from now on */
@@ -260,7 +267,10 @@ static void pmark_drop_recovered(struct cache_engine *e)
 	}
 	/* The clears on the disk before anything newer is served: else a
 	 * crash now replays them under this run's name, which no marker has. A
-	 * sync that fails is the engine's failure as any other. */
+	 * sync that fails is the engine's failure as any other: the file
+	 * keeps the old check_run, so the old `written-back` still drops after
+	 * a crash, and this run's own word, once written, governs (a later
+	 * run's word counts: pmark_read_done). */
 	if (!engine_sync(e))
 		persist_set_check_run(&e->persist);
 	atomic_store(&e->fence, e->fence_after_persist);

@@ -2761,6 +2761,64 @@ START_TEST(persist_drop_whose_sync_failed_keeps_its_word)
 }
 END_TEST
 
+/* A replica promoted is a cache that writes back from its persist file:
+ * after a failed sync its writes wait for the marker as a primary's, and
+ * a restart on the file (a host crash: the clears lost) reads it. It had
+ * neither (pmark_init skipped --replica): the restart replayed the old
+ * bytes over a write acknowledged since. */
+START_TEST(persist_marker_of_a_promoted_replica)
+{
+	persist_dir();
+	persist_path = ppath;
+	setup_replica = true;
+	setup_with(1 << 20, 16, CACHE_WRITEBACK);
+	struct sync_req p = { .r = { .op = X_CONTROL, .name = "", .done = sync_done } };
+	pthread_mutex_init(&p.lock, NULL);
+	pthread_cond_init(&p.cond, NULL);
+	cache_engine_promote(blk.engine, &p.r, true);
+	wait_req(&p, 2000);
+	ck_assert(p.done && p.r.served);
+	ck_assert(!cache_engine_is_replica(blk.engine));
+	static unsigned char w[OBJ_SIZE], w3[OBJ_SIZE], r[OBJ_SIZE], mark[64];
+	fill(w, OBJ_SIZE, 80);
+	fill(w3, OBJ_SIZE, 82);
+	ck_assert_int_eq(do_write("m", 0, OBJ_SIZE, w), 0);
+	ck_assert_int_eq(do_flush(), 0);
+	ck_assert_uint_eq(stats_now().dirty_bytes, OBJ_SIZE);   /* at risk */
+	copy_file(ppath, pcrash);                 /* the disk when the fault comes */
+	atomic_store(&sync_fail, 1);
+	ck_assert_int_ne(do_flush(), 0);
+	ck_assert_int_eq(do_write("m", 0, OBJ_SIZE, w3), 0);   /* through, acknowledged */
+	char name[40];
+	snprintf(name, sizeof(name), "%s", stats_now().persist_marker_name);
+	ck_assert_msg(name[0] && blk_says(name, "cached-persist-marker "),
+		      "a write was answered after the failed sync with no marker on the blocker");
+	for (int i = 0; i < 2000 && stats_now().persist_marker != 2; i++) {
+		cache_engine_maintain(blk.engine);
+		usleep(1000);
+	}
+	ck_assert(blk_has("m", 0, w3, OBJ_SIZE));
+	pthread_mutex_lock(&blk.lock);
+	memcpy(mark, blk_find(name, false)->data, sizeof(mark));
+	pthread_mutex_unlock(&blk.lock);
+	atomic_store(&sync_fail, 0);
+	atomic_store(&blk.engine->persist.sync_error, 0);   /* the drain's sync */
+	teardown();
+
+	copy_file(pcrash, pcopy);                 /* a host crash, a restart as a cache */
+	persist_path = pcopy;
+	setup_with(1 << 20, 16, CACHE_WRITEBACK);
+	blk_put("m", 0, w3, OBJ_SIZE);
+	blk_put(name, 0, mark, sizeof(mark));
+	settle_persist_check();
+	int rc = do_read("m", 0, OBJ_SIZE, r);
+	ck_assert_msg(rc != 0 || !memcmp(r, w3, OBJ_SIZE),
+		      "a restart served the promoted replica's old bytes over a write acknowledged since");
+	teardown();
+	persist_dir_remove();
+}
+END_TEST
+
 /* A sync forced at RETIRE_SYNC_AT retired versions clears them; cleared,
  * they wait for the next sync to be durable, and are not counted for the
  * next forced one: they were, so an overwrite right after a forced sync
@@ -3782,6 +3840,7 @@ int main(void)
 	tcase_add_test(pc, persist_marker_words_and_runs);
 	tcase_add_test(pc, persist_check_waiters_answered_when_failed);
 	tcase_add_test(pc, persist_drop_whose_sync_failed_keeps_its_word);
+	tcase_add_test(pc, persist_marker_of_a_promoted_replica);
 	tcase_add_test(pc, persist_overwrite_is_out_of_place_and_clean_data_leaves_the_file);
 	tcase_add_test(pc, persist_full_recovered_cache_overwrites);
 	tcase_add_test(pc, persist_torn_data_is_dropped_not_served);

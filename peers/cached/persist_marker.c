@@ -34,7 +34,8 @@
  *   anything else (a missing object reads as zeros): the data replays.
  *
  * One marker write is out at a time (FUA). A replica's file is its
- * primary's business (it never writes back): none of this applies there.
+ * primary's business (it never writes back): none of this applies there
+ * until it is promoted (then it writes back, and its marker counts).
  */
 #include <inttypes.h>
 
@@ -283,12 +284,17 @@ void pmark_init(struct cache_engine *e, int fence_after)
 	atomic_store(&e->pmark_found, -1);
 	e->fence_after_persist = fence_after;
 	atomic_store(&e->fence, fence_after);
-	if (!e->persisting || e->cfg.replica)
+	if (!e->persisting)
 		return;
 	snprintf(e->pmark_name, sizeof(e->pmark_name), PERSIST_MARKER_OBJECT, e->persist.file_id);
+	/* A replica too: promoted, it writes back from its file as any
+	 * cache (pmark_applies waits for that). Its start reads nothing: what
+	 * its file holds is its primary's. */
 	e->pmark_on = true;
 	e->pmark_next_gate = e->answer_gate;
 	e->answer_gate = pmark_hold;
+	if (e->cfg.replica)
+		return;
 	if (e->recovery.slots)
 		atomic_store(&e->fence, FENCE_PERSIST_CHECKING);
 	else

@@ -2557,6 +2557,18 @@ static bool blk_says(const char *name, const char *prefix)
 	return ok;
 }
 
+/* The teardown of an engine the fence keeps dirty: destroy flushes dirty
+ * victims to a blocker already stopped (leaked bios and objects under
+ * ASan; cached.c never destroys a dirty engine). The fence lifted and the
+ * data written back, after the test's checks, it is clean. */
+static void teardown_fenced(void)
+{
+	atomic_store(&blk.engine->fence, FENCE_NONE);
+	ck_assert(switch_to_writethrough());
+	ck_assert(cache_engine_clean(blk.engine));
+	teardown();
+}
+
 START_TEST(persist_marker_words_and_runs)
 {
 	persist_dir();
@@ -2640,7 +2652,9 @@ START_TEST(persist_marker_words_and_runs)
 		ck_assert_int_eq(stats_now().fence, CACHE_FENCE_PERSIST_FAILED);
 		ck_assert_int_eq(do_read("m", 0, BKT_SIZE, r), EIO);
 		ck_assert_int_eq(do_write("m", 0, BKT_SIZE, w), EIO);
-		teardown();
+		copy_file(pcopy, pdev);        /* the file as this run leaves it */
+		teardown_fenced();
+		copy_file(pdev, pcopy);
 	}
 	persist_dir_remove();
 }
@@ -2660,6 +2674,7 @@ static uint64_t crashed_file_with_m(char *name, size_t len)
 	copy_file(ppath, pcrash);
 	snprintf(name, len, "%s", blk.engine->pmark_name);
 	uint64_t run = blk.engine->persist.run;
+	ck_assert(switch_to_writethrough());      /* clean for the teardown */
 	teardown();
 	return run;
 }
@@ -2703,7 +2718,7 @@ START_TEST(persist_check_waiters_answered_when_failed)
 	ck_assert_msg(s.done, "a request that waited for the check was never answered");
 	ck_assert(!s.r.served);
 	ck_assert_int_eq(s.r.error, EIO);
-	teardown();
+	teardown_fenced();
 	persist_dir_remove();
 }
 END_TEST

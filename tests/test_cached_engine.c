@@ -1741,6 +1741,20 @@ static _Atomic int sync_hold, sync_held;
 static const char *device_at_start;
 static _Atomic int sync_fail;   /* while set, fdatasync fails (EIO) */
 
+/* While set, msync fails (EIO): as the kernel reports there a failed
+ * write-back of any page of the file (the file's error sequence), which a
+ * later fdatasync then no longer reports. */
+static _Atomic int msync_fail;
+
+int msync(void *addr, size_t len, int flags)
+{
+	if (atomic_load(&msync_fail)) {
+		errno = EIO;
+		return -1;
+	}
+	return (int)syscall(SYS_msync, addr, len, flags);
+}
+
 int fdatasync(int fd)
 {
 	if (atomic_load(&sync_fail)) {
@@ -2834,6 +2848,43 @@ START_TEST(persist_marker_of_a_promoted_replica)
 }
 END_TEST
 
+/* The superblock's msync fails at the start's check (check_run written
+ * after a replay): the kernel says there that a write-back of the file
+ * failed, and no later fdatasync says it again. It was ignored: the cache
+ * went on writing back into the file and a FLUSH was answered by a sync
+ * that found nothing wrong, the recovered data still only in the file.
+ * Now it is the file's failed sync: write-through, FLUSH fails until
+ * every byte is back. */
+START_TEST(persist_superblock_msync_failure_is_a_failed_sync)
+{
+	char name[40];
+	crashed_file_with_m(name, sizeof(name));
+	copy_file(pcrash, pcopy);
+	persist_path = pcopy;
+	setup_with(1 << 20, 16, CACHE_WRITEBACK);
+	ck_assert_uint_eq(stats_now().recovered_bytes, OBJ_SIZE);
+	atomic_store(&msync_fail, 1);
+	settle_persist_check();                   /* no marker: replayed, check_run written */
+	atomic_store(&msync_fail, 0);
+	ck_assert_uint_eq(stats_now().dirty_bytes, OBJ_SIZE);   /* only in the file */
+	ck_assert_msg(stats_now().persist_sync_error != 0,
+		      "the superblock's failed msync was not taken for a failed sync");
+	ck_assert_int_ne(do_flush(), 0);
+	for (int i = 0; i < 2000 && stats_now().persist_marker != 2; i++) {
+		cache_engine_maintain(blk.engine);
+		usleep(1000);
+	}
+	ck_assert_int_eq(stats_now().persist_marker, 2);
+	ck_assert_int_eq(do_flush(), 0);
+	static unsigned char w[OBJ_SIZE];
+	fill(w, OBJ_SIZE, 80);
+	ck_assert(blk_has("m", 0, w, OBJ_SIZE));
+	atomic_store(&blk.engine->persist.sync_error, 0);   /* the drain's sync */
+	teardown();
+	persist_dir_remove();
+}
+END_TEST
+
 /* A sync forced at RETIRE_SYNC_AT retired versions clears them; cleared,
  * they wait for the next sync to be durable, and are not counted for the
  * next forced one: they were, so an overwrite right after a forced sync
@@ -3856,6 +3907,7 @@ int main(void)
 	tcase_add_test(pc, persist_check_waiters_answered_when_failed);
 	tcase_add_test(pc, persist_drop_whose_sync_failed_keeps_its_word);
 	tcase_add_test(pc, persist_marker_of_a_promoted_replica);
+	tcase_add_test(pc, persist_superblock_msync_failure_is_a_failed_sync);
 	tcase_add_test(pc, persist_overwrite_is_out_of_place_and_clean_data_leaves_the_file);
 	tcase_add_test(pc, persist_full_recovered_cache_overwrites);
 	tcase_add_test(pc, persist_torn_data_is_dropped_not_served);

@@ -30,8 +30,11 @@ static int say_why(char *why, size_t len, int err, const char *fmt, ...)
 	return -err;
 }
 
-/* Writes a new superblock over the older copy; the other stays valid. */
-static void write_super(struct persist *p, uint32_t state)
+/* Writes a new superblock over the older copy; the other stays valid.
+ * -errno when the msync failed: the kernel reports there a failed
+ * write-back of any page of the file, once (at an open and recovery, a
+ * dead process's, which recovery's rewrite of what it recovered mends). */
+static int write_super(struct persist *p, uint32_t state)
 {
 	const struct persist_super *cur = newest_super(p->super);
 	struct persist_super s;
@@ -53,15 +56,20 @@ static void write_super(struct persist *p, uint32_t state)
 	s.run_sum = run_sum(&s);
 	struct persist_super *dst = cur == &p->super[0] ? &p->super[1] : &p->super[0];
 	memcpy(dst, &s, sizeof(s));
-	msync(p->map, 2 * PAGE, MS_SYNC);
+	return msync(p->map, 2 * PAGE, MS_SYNC) < 0 ? -errno : 0;
 }
 
-void persist_set_check_run(struct persist *p)
+int persist_set_check_run(struct persist *p)
 {
 	if (p->check_run == p->run)
-		return;
+		return 0;
 	p->check_run = p->run;
-	write_super(p, SUPER_IN_USE);
+	/* After recovery: a failure reported here is this run's, and no
+	 * later fdatasync reports it again: the file's failed sync. */
+	int rc = write_super(p, SUPER_IN_USE), none = 0;
+	if (rc)
+		atomic_compare_exchange_strong(&p->sync_error, &none, -rc);
+	return rc;
 }
 
 int persist_set_marker(struct persist *p, const char *name)

@@ -189,8 +189,9 @@ int persist_set_marker(struct persist *p, const char *name);
 #define PERSIST_MARKER_OBJECT "cached-persist-%016" PRIx64
 
 /* The dirty data in the file is this run's to answer for from now on
- * (p->check_run = p->run), in the superblock (msync) before it returns. */
-void persist_set_check_run(struct persist *p);
+ * (p->check_run = p->run), in the superblock (msync) before it returns.
+ * -errno when the msync failed: the file failed a sync (sync_error). */
+int persist_set_check_run(struct persist *p);
 
 /* Syncs, marks the file clean when `clean` (nothing dirty is in it) and
  * unmaps and unlocks it. */

@@ -196,6 +196,15 @@ static bool all_written_back(struct cache_engine *e)
 
 /* ---- the start's check ----------------------------------------------------------- */
 
+/* check_run into the superblock. Its msync failing is the file's failed
+ * sync (persist.c's write_super): engine_sync, which finds it, turns the
+ * cache to write-through as for any other. */
+static void set_check_run(struct cache_engine *e)
+{
+	if (persist_set_check_run(&e->persist))
+		(void)engine_sync(e);
+}
+
 static void pmark_read_done(struct cache_bio *bio)
 {
 	struct cache_engine *e = bio->engine;
@@ -213,7 +222,7 @@ static void pmark_read_done(struct cache_bio *bio)
 		atomic_store(&e->pmark_found_run, said == PMARK_NONE ? e->persist.check_run : run);
 		atomic_store(&e->pmark_found, said);
 		if (said == PMARK_NONE)
-			persist_set_check_run(&e->persist);   /* replayed: this run's from now on */
+			set_check_run(e);   /* replayed: this run's from now on */
 		/* Failed: the file keeps check_run, so a restart refuses too. */
 		int checking = FENCE_PERSIST_CHECKING;
 		atomic_compare_exchange_strong(&e->fence, &checking,
@@ -273,7 +282,7 @@ static void pmark_drop_recovered(struct cache_engine *e)
 	 * a crash, and this run's own word, once written, governs (a later
 	 * run's word counts: pmark_read_done). */
 	if (!engine_sync(e))
-		persist_set_check_run(&e->persist);
+		set_check_run(e);
 	atomic_store(&e->fence, e->fence_after_persist);
 }
 
@@ -298,7 +307,7 @@ void pmark_init(struct cache_engine *e, int fence_after)
 	if (e->recovery.slots)
 		atomic_store(&e->fence, FENCE_PERSIST_CHECKING);
 	else
-		persist_set_check_run(&e->persist);   /* nothing of an earlier run */
+		set_check_run(e);   /* nothing of an earlier run */
 }
 
 bool pmark_tick(struct cache_engine *e)

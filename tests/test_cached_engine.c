@@ -2885,6 +2885,55 @@ START_TEST(persist_superblock_msync_failure_is_a_failed_sync)
 }
 END_TEST
 
+/* A run number used twice: a run's superblock (its run) never reached the
+ * disk (recovery's msync failure is not counted), so the next open got
+ * the same number, and the blocker holds that earlier process's word,
+ * `written-back RUN`. The start takes it (drops, rightly), then takes
+ * write-back writes under that same RUN: after a crash the next start
+ * took the old word for this run's and dropped acknowledged data. */
+START_TEST(persist_marker_run_used_twice)
+{
+	char name[40], text[64];
+	uint64_t run = crashed_file_with_m(name, sizeof(name));
+	static unsigned char w1[OBJ_SIZE], w9[OBJ_SIZE], r[OBJ_SIZE], mark[64];
+	fill(w1, OBJ_SIZE, 81);
+	fill(w9, OBJ_SIZE, 90);
+	copy_file(pcrash, pcopy);
+	persist_path = pcopy;
+	setup_with(1 << 20, 16, CACHE_WRITEBACK);
+	ck_assert_uint_eq(blk.engine->persist.run, run + 1);
+	blk_put("m", 0, w1, OBJ_SIZE);
+	/* the word of a process that ran as run+1 whose superblock was lost */
+	snprintf(text, sizeof(text), "cached-persist-marker written-back run %" PRIu64 " 0", run + 1);
+	blk_put_marker(name, text);
+	settle_persist_check();
+	ck_assert_uint_eq(stats_now().persist_marker_dropped_bytes, OBJ_SIZE);
+	ck_assert_int_eq(do_write("m", 0, OBJ_SIZE, w9), 0);   /* write-back */
+	ck_assert_int_eq(do_flush(), 0);                        /* durable in the file */
+	ck_assert_uint_eq(stats_now().dirty_bytes, OBJ_SIZE);   /* only there */
+	copy_file(pcopy, pdev);                   /* a crash */
+	pthread_mutex_lock(&blk.lock);
+	memcpy(mark, blk_find(name, false)->data, sizeof(mark));
+	pthread_mutex_unlock(&blk.lock);
+	ck_assert(switch_to_writethrough());
+	teardown();
+
+	copy_file(pdev, pcopy);
+	persist_path = pcopy;
+	setup_with(1 << 20, 16, CACHE_WRITEBACK);
+	blk_put("m", 0, w1, OBJ_SIZE);           /* the blocker as the crash left it */
+	blk_put(name, 0, mark, sizeof(mark));
+	settle_persist_check();
+	ck_assert_int_eq(do_read("m", 0, OBJ_SIZE, r), 0);
+	ck_assert_msg(!memcmp(r, w9, OBJ_SIZE),
+		      "an acknowledged write-back was dropped for an earlier process's word (%.45s)",
+		      (const char *)mark);
+	ck_assert(switch_to_writethrough());
+	teardown();
+	persist_dir_remove();
+}
+END_TEST
+
 /* A sync forced at RETIRE_SYNC_AT retired versions clears them; cleared,
  * they wait for the next sync to be durable, and are not counted for the
  * next forced one: they were, so an overwrite right after a forced sync
@@ -3908,6 +3957,7 @@ int main(void)
 	tcase_add_test(pc, persist_drop_whose_sync_failed_keeps_its_word);
 	tcase_add_test(pc, persist_marker_of_a_promoted_replica);
 	tcase_add_test(pc, persist_superblock_msync_failure_is_a_failed_sync);
+	tcase_add_test(pc, persist_marker_run_used_twice);
 	tcase_add_test(pc, persist_overwrite_is_out_of_place_and_clean_data_leaves_the_file);
 	tcase_add_test(pc, persist_full_recovered_cache_overwrites);
 	tcase_add_test(pc, persist_torn_data_is_dropped_not_served);

@@ -108,7 +108,8 @@ struct persist {
 	 * is: run is last_run + 1, stored (msync) by persist_recover or at a
 	 * format. What a run says about the file elsewhere (cached's persist
 	 * marker on the blocker) names both, so that a later run never takes
-	 * it for its own. */
+	 * it for its own; the marker's check moves run past a number it
+	 * finds already used (a superblock that never reached the disk). */
 	uint64_t file_id;
 	uint64_t last_run;                 /* the run that opened it before */
 	uint64_t run;

@@ -219,6 +219,12 @@ static void pmark_read_done(struct cache_bio *bio)
 		 * restored from a copy. */
 		if (run < e->persist.check_run)
 			said = PMARK_NONE;
+		/* A word of this very number: an earlier process had it (its
+		 * superblock never reached the disk). This run's own words, and
+		 * its check_run, take a later one, or a crash after it took
+		 * writes would read that old word as its own. */
+		if (said != PMARK_NONE && run >= e->persist.run && run < UINT64_MAX)
+			e->persist.run = run + 1;
 		atomic_store(&e->pmark_found_run, said == PMARK_NONE ? e->persist.check_run : run);
 		atomic_store(&e->pmark_found, said);
 		if (said == PMARK_NONE)

@@ -2934,6 +2934,73 @@ START_TEST(persist_marker_run_used_twice)
 }
 END_TEST
 
+/* Requests that come as the start's check ends are served or wait, never
+ * refused EAGAIN: submit read the fence (checking) before check_wait read
+ * it again under its lock (no longer checking) and failed the request
+ * with the first reading's error. */
+static _Atomic int race_eagain, race_done_n, race_next;
+#define RACE_REQS 4096
+static struct cache_req race_reqs[RACE_REQS];
+
+static void race_done(struct cache_req *r)
+{
+	if (!r->served && r->error == EAGAIN)
+		atomic_fetch_add(&race_eagain, 1);
+	atomic_fetch_add(&race_done_n, 1);
+}
+
+static void *race_submitter(void *arg)
+{
+	(void)arg;
+	static unsigned char sink[BKT_SIZE];
+	for (;;) {
+		int k = atomic_fetch_add(&race_next, 1);
+		if (k >= RACE_REQS)
+			break;
+		struct cache_req *r = &race_reqs[k];
+		*r = (struct cache_req){ .op = X_READ, .name = "m", .size = 512, .data = sink,
+					 .done = race_done };
+		cache_engine_submit(blk.engine, r);
+		if (atomic_load(&blk.engine->fence) == FENCE_NONE)
+			break;
+	}
+	return NULL;
+}
+
+START_TEST(persist_check_end_refuses_nothing)
+{
+	char name[40];
+	crashed_file_with_m(name, sizeof(name));
+	int eagain = 0;
+	for (int round = 0; round < 200 && !eagain; round++) {
+		copy_file(pcrash, pcopy);
+		persist_path = pcopy;
+		setup_with(1 << 20, 16, CACHE_WRITEBACK);
+		atomic_store(&race_eagain, 0);
+		atomic_store(&race_done_n, 0);
+		atomic_store(&race_next, 0);
+		pthread_t t[2];
+		for (int i = 0; i < 2; i++)
+			pthread_create(&t[i], NULL, race_submitter, NULL);
+		settle_persist_check();
+		for (int i = 0; i < 2; i++)
+			pthread_join(t[i], NULL);
+		int sent = atomic_load(&race_next);
+		sent = sent < RACE_REQS ? sent : RACE_REQS;
+		for (int i = 0; i < 5000 && atomic_load(&race_done_n) < sent; i++) {
+			cache_engine_maintain(blk.engine);   /* the waiters go in */
+			usleep(1000);
+		}
+		ck_assert_int_eq(atomic_load(&race_done_n), sent);
+		eagain = atomic_load(&race_eagain);
+		ck_assert(switch_to_writethrough());
+		teardown();
+	}
+	ck_assert_msg(!eagain, "%d requests refused EAGAIN as the check ended", eagain);
+	persist_dir_remove();
+}
+END_TEST
+
 /* A sync forced at RETIRE_SYNC_AT retired versions clears them; cleared,
  * they wait for the next sync to be durable, and are not counted for the
  * next forced one: they were, so an overwrite right after a forced sync
@@ -3958,6 +4025,7 @@ int main(void)
 	tcase_add_test(pc, persist_marker_of_a_promoted_replica);
 	tcase_add_test(pc, persist_superblock_msync_failure_is_a_failed_sync);
 	tcase_add_test(pc, persist_marker_run_used_twice);
+	tcase_add_test(pc, persist_check_end_refuses_nothing);
 	tcase_add_test(pc, persist_overwrite_is_out_of_place_and_clean_data_leaves_the_file);
 	tcase_add_test(pc, persist_full_recovered_cache_overwrites);
 	tcase_add_test(pc, persist_torn_data_is_dropped_not_served);

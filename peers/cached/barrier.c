@@ -151,8 +151,11 @@ static bool fence_refuses(struct cache_engine *e, struct cache_req *req, int ent
 	int fence = atomic_load(&e->fence);
 	if (fence == FENCE_NONE)
 		return false;
-	if (!check_wait(e, req, entry, policy))   /* the start's persist check: it waits */
-		finish(e, req, false, fence_error(fence), 0);
+	if (check_wait(e, req, entry, policy, &fence))   /* the start's persist check: it waits */
+		return true;
+	if (fence == FENCE_NONE)
+		return false;   /* the check ended meanwhile */
+	finish(e, req, false, fence_error(fence), 0);
 	return true;
 }
 

@@ -272,9 +272,12 @@ void cache_engine_submit(struct cache_engine *e, struct cache_req *req)
 	req_init(e, req);
 	int fence = atomic_load(&e->fence);
 	if (fence != FENCE_NONE) {   /* see fence_tick, pmark_tick */
-		if (!check_wait(e, req, CHECK_ENTRY_SUBMIT, 0))
+		if (check_wait(e, req, CHECK_ENTRY_SUBMIT, 0, &fence))
+			return;
+		if (fence != FENCE_NONE) {   /* else the check ended meanwhile */
 			finish(e, req, false, fence_error(fence), 0);
-		return;
+			return;
+		}
 	}
 	if (!xwaitq_empty(&e->entry_waitq))
 		xwaitq_signal(&e->entry_waitq);

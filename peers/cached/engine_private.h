@@ -476,9 +476,12 @@ static inline void req_set(struct cache_req *req, enum cache_req_state to)
 /* Resets the engine's fields of a request it is handed: NEW. */
 void req_init(struct cache_engine *e, struct cache_req *req);
 /* The start's persist check is under way: req waits for it (true), to go
- * in again at `entry` (CHECK_ENTRY_*; `policy` for a switch). */
+ * in again at `entry` (CHECK_ENTRY_*; `policy` for a switch). Else
+ * *fence_now is the fence read then (the caller's earlier reading may be
+ * stale: NONE, the check just ended, means go on). */
 enum { CHECK_ENTRY_SUBMIT, CHECK_ENTRY_FLUSH_ALL, CHECK_ENTRY_POLICY };
-bool check_wait(struct cache_engine *e, struct cache_req *req, int entry, int policy);
+bool check_wait(struct cache_engine *e, struct cache_req *req, int entry, int policy,
+		int *fence_now);
 /* The waiters, off the list, in their order (linked by next_held). */
 struct cache_req *check_waiters_take(struct cache_engine *e);
 /* Answers req (-> DONE) and drops its object reference; a successful

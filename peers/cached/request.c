@@ -92,10 +92,12 @@ void req_init(struct cache_engine *e, struct cache_req *req)
  * for it, in order, instead of failing EAGAIN; the maintenance tick puts
  * them in again where they came in (engine.c).
  */
-bool check_wait(struct cache_engine *e, struct cache_req *req, int entry, int policy)
+bool check_wait(struct cache_engine *e, struct cache_req *req, int entry, int policy,
+		int *fence_now)
 {
 	pthread_mutex_lock(&e->pmark_lock);
 	int fence = atomic_load(&e->fence);
+	*fence_now = fence;
 	bool wait = !e->check_waiters_failed &&
 		    (fence == FENCE_PERSIST_CHECKING || fence == FENCE_PERSIST_DROPPING);
 	if (wait) {

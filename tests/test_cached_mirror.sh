@@ -7,7 +7,11 @@
 #   (b) the link cut: A's synapsed SIGKILLed under load: no write fails,
 #       the primary degrades (write-through, nothing left dirty), back to
 #       mirrored within seconds of a new synapsed; three more cuts at random
-#       moments of the load; the data reads back.
+#       moments of the load; the data reads back. The load is volume b
+#       through vlmcd, a new seed each pass, no new pass from a cut until
+#       the store was read: what the cut's write-back lost reads back as
+#       the pass before's (one seed over objects rewrote every block with
+#       the same bytes some 150 times, so such a loss passed).
 #   (c) the replica SIGKILLed under load and restarted on its persist file:
 #       no write fails, mirrored again; the data reads back; a clean stop of
 #       the primary leaves nothing dirty on the replica, and every byte is
@@ -33,15 +37,56 @@ start=$SECONDS
 mirror_start
 
 echo "--- (b) the link cut under load: write-through, no failed write, mirrored again"
+# volume b: through the primary (port 7) and straight from the store (8)
+"$BIN/vlmcd" --segment "$SEG" --port 7 --blocker-port 3 --volume b:$MIRROR_TOTAL --object-size 4M \
+	2> "$DIR/vlmcd-b7.log" & v7=$!; pids+=($v7)
+"$BIN/vlmcd" --segment "$SEG" --port 8 --blocker-port 1 --volume b:$MIRROR_TOTAL --object-size 4M \
+	2> "$DIR/vlmcd-b8.log" & v8=$!; pids+=($v8)
+wait_bound 7; wait_bound 8
+# bwriter: write passes on b, seeds 100, 101, ... (the last whole one in
+# $DIR/b-seed) until $DIR/stop-b; none begins while $DIR/pause-b exists
+# ($DIR/paused-b says it waits; 30 s at most). Files as writer's, for
+# writer_alive and writer_stop.
+bwriter() {
+	local n=0 rc=0
+	while [ $n = 0 ] || [ ! -e "$DIR/stop-b" ]; do
+		for _ in $(seq 1500); do   # 30 s at most: a failed test ends it
+			[ -e "$DIR/pause-b" ] && [ ! -e "$DIR/stop-b" ] || break
+			touch "$DIR/paused-b"; sleep 0.02
+		done
+		rm -f "$DIR/paused-b"
+		"$BIN/bench-xseg" --segment "$SEG" --port 10 --target-port 7 --volume b --op write \
+			--pattern rand --total-size "$MIRROR_TOTAL" --block-size 4K --iodepth 16 \
+			--seed $((100 + n)) --verify full --timeout 30 --json > "$DIR/w-b.out" 2> "$DIR/w-b.err"
+		rc=$?
+		[ $rc = 0 ] || break
+		echo $((100 + n)) > "$DIR/b-seed"; n=$((n + 1))
+	done
+	echo "$rc $n" > "$DIR/writer-b.rc"
+}
+# cut_checked: synapsed SIGKILLed with no new pass after it; degraded, the
+# pass under way ended and written back, every byte of it read straight
+# from the store.
+cut_checked() {
+	touch "$DIR/pause-b"
+	kill -KILL "$spid"; wait "$spid" 2>/dev/null
+	wait_state degraded 5
+	for _ in $(seq 500); do [ -e "$DIR/paused-b" ] && break; sleep 0.02; done
+	[ -e "$DIR/paused-b" ] || fail "the writer did not end its pass in 10 s: $(tail -2 "$DIR/w-b.err")"
+	# write-through now: what was dirty goes to the store at once
+	for _ in $(seq 200); do [ "$(pstat dirty_bytes)" = 0 ] && break; sleep 0.05; done
+	verified "$SEG" 8 read "$(cat "$DIR/b-seed")" "$DIR/b-store.out" --volume b ||
+		fail "cut: seed $(cat "$DIR/b-seed") from the store: $(jfield "$DIR/b-store.out" corrupted) blocks older, $(jfield "$DIR/b-store.out" failed) failed (the degraded primary's write-back lost them)"
+	rm -f "$DIR/pause-b"
+}
 deg=$(pstat degradations)
-writer 2 & wpid=$!
+bwriter & wpid=$!
 wait_more "$SEG" mirror_writes "$(pstat mirror_writes)" 10
 wait_more "$SEG" dirty_bytes 0 10
-kill -KILL "$spid"; wait "$spid" 2>/dev/null
-wait_state degraded 5
+cut_checked
 echo "degraded $WAITED after A's synapsed was killed"
 sleep 1
-writer_alive 2 "$wpid" "degraded"
+writer_alive b "$wpid" "degraded"
 [ "$(pstat mirror_state)" = degraded ] || fail "mirror_state '$(pstat mirror_state)' with no synapsed on port 5"
 [ "$(pstat degradations)" -gt "$deg" ] || fail "degradations did not move: $(pstat degradations)"
 # write-through: what was dirty is written back at once, nothing new stays
@@ -57,7 +102,7 @@ wait_more "$SEG" blocker_write_bytes "$wb" 5   # the writes go through
 start_sender
 wait_state mirrored 10
 echo "mirrored again $WAITED after synapsed came back"
-writer_alive 2 "$wpid" "mirrored again"
+writer_alive b "$wpid" "mirrored again"
 wait_more "$SEG" mirror_writes "$(pstat mirror_writes)" 10
 wait_more "$SEG" dirty_bytes 0 10
 [ "$(pstat degraded_ms_total)" -ge 1000 ] ||
@@ -67,18 +112,18 @@ wait_more "$SEG" dirty_bytes 0 10
 for cut in $(seq 2 "${MIRROR_CUTS:-$(python3 -c "print(4 if $SCALE >= 1 else 2)")}"); do
 	deg=$(pstat degradations)
 	sleep "0.$((RANDOM % 5))$((RANDOM % 10))"
-	kill -KILL "$spid"; wait "$spid" 2>/dev/null
-	wait_state degraded 5
-	writer_alive 2 "$wpid" "cut $cut"
+	cut_checked
+	writer_alive b "$wpid" "cut $cut"
 	start_sender
 	wait_state mirrored 10
 	[ "$(pstat degradations)" -gt "$deg" ] || fail "cut $cut: degradations did not move"
 	wait_more "$SEG" mirror_writes "$(pstat mirror_writes)" 10
-	writer_alive 2 "$wpid" "after cut $cut"
+	writer_alive b "$wpid" "after cut $cut"
 done
 echo "$(pstat degradations) cuts in all, mirrored again after each (lost $(pstat mirror_lost), failures $(pstat mirror_failures))"
-writer_stop 2 "$wpid"
-verified_ok "$SEG" 3 read 2 "$DIR/b-read.out"
+writer_stop b "$wpid"
+bseed=$(cat "$DIR/b-seed")
+verified_ok "$SEG" 7 read "$bseed" "$DIR/b-read.out" --volume b
 echo "phase (b): $((SECONDS - start)) s so far"
 
 echo "--- (c) the replica SIGKILLed under load and restarted on its persist file"
@@ -101,7 +146,7 @@ writer_alive 3 "$wpid" "replica back"
 wait_more "$SEGB" replica_writes 0 10
 writer_stop 3 "$wpid"
 verified_ok "$SEG" 3 read 3 "$DIR/c-read.out"
-verified_ok "$SEG" 3 read 2 "$DIR/c-read2.out"
+verified_ok "$SEG" 7 read "$bseed" "$DIR/c-read2.out" --volume b
 
 echo "--- a clean stop of the primary: written back, the replica told"
 kill -TERM "$cpid"; wait "$cpid" || fail "the primary exited non-zero on SIGTERM"
@@ -109,8 +154,10 @@ for _ in $(seq 100); do [ "$(rstat dirty_bytes)" = 0 ] && break; sleep 0.05; don
 [ "$(rstat dirty_bytes)" = 0 ] ||
 	fail "the primary stopped cleanly, yet the replica still holds $(rstat dirty_bytes) dirty bytes (a promote would write them over newer data)"
 [ "$(rstat replica_cleans)" -gt 0 ] || fail "replica_cleans is 0 after the primary wrote everything back"
-for s in 2 3; do verified_ok "$SEG" 1 read "$s" "$DIR/c-filed-$s.out"; done
-echo "seeds 2 and 3 straight from filed; replica_cleans $(rstat replica_cleans)"
+verified_ok "$SEG" 8 read "$bseed" "$DIR/c-filed-b.out" --volume b
+verified_ok "$SEG" 1 read 3 "$DIR/c-filed-3.out"
+kill "$v7" "$v8"; wait "$v7" "$v8" 2>/dev/null
+echo "b's last seed and seed 3 straight from filed; replica_cleans $(rstat replica_cleans)"
 echo "phase (c): $((SECONDS - start)) s so far"
 
 echo "--- (e) --mirror-fail stop: with the link cut writes fail (none acknowledged unreplicated); mirrored again, they pass"
@@ -258,6 +305,6 @@ after_promote() {
 
 echo "--- (a) host A lost under mirrored write-back, the replica promoted"
 A_MORE_PIDS=$vapid
-host_a_lost 1 2 3
+host_a_lost 1 3   # (b) wrote volume b, not seed 2
 mirror_sanitizers
 echo "replicated write-back: ok ($((SECONDS - start)) s)"

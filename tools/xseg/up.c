@@ -304,6 +304,14 @@ static enum stopped stop_peer(struct xseg *seg, const struct path_file *pf,
 	if (!xseg_pid_alive(pid)) {
 		if (pid)
 			unlink(pidfile);   /* stale: it died without removing it */
+		/* A peer whose start failed may still be on its way out (a
+		 * --daemon's launcher says its status before the daemon has
+		 * unmapped and left: a fresh clone's CI took such a cache for
+		 * another's, and the undo left the segment for it). */
+		for (int i = 0; owner && i < 40; i++) {
+			usleep(50000);
+			owner = port_owner(seg, pp->port_first);
+		}
 		if (owner) {
 			fprintf(stderr, "xseg: %s: port %u is served by pid %d, not by a %s that "
 				"xseg up started (no pidfile in %s: another --run-dir?); left running\n",

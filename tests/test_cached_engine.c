@@ -2952,13 +2952,15 @@ static void race_done(struct cache_req *r)
 static void *race_submitter(void *arg)
 {
 	(void)arg;
-	static unsigned char sink[BKT_SIZE];
+	/* a buffer per request: two threads reading into one was a data race
+	 * of the test's own (TSan, a fresh-clone CI) */
+	static unsigned char sink[RACE_REQS][512];
 	for (;;) {
 		int k = atomic_fetch_add(&race_next, 1);
 		if (k >= RACE_REQS)
 			break;
 		struct cache_req *r = &race_reqs[k];
-		*r = (struct cache_req){ .op = X_READ, .name = "m", .size = 512, .data = sink,
+		*r = (struct cache_req){ .op = X_READ, .name = "m", .size = 512, .data = sink[k],
 					 .done = race_done };
 		cache_engine_submit(blk.engine, r);
 		if (atomic_load(&blk.engine->fence) == FENCE_NONE)

@@ -2552,6 +2552,16 @@ static void blk_put_marker(const char *name, const char *text)
 	blk_put(name, 0, d, sizeof(d));
 }
 
+/* An engine on a fresh copy of the crashed file pcrash (pcopy), its
+ * start's persist check not yet run (the caller puts what the blocker
+ * holds first, then settle_persist_check). */
+static void start_on_crash_copy(void)
+{
+	copy_file(pcrash, pcopy);
+	persist_path = pcopy;
+	setup_with(1 << 20, 16, CACHE_WRITEBACK);
+}
+
 /* An engine on pcopy whose blocker holds marker `name` saying `text` when
  * the start's check reads it. */
 static void start_with_marker(const char *name, const char *text)
@@ -2644,9 +2654,7 @@ START_TEST(persist_marker_words_and_runs)
 
 	snprintf(text, sizeof(text), "cached-persist-marker written-back run %" PRIu64 " 0", run);
 	fill(w, OBJ_SIZE, 81);
-	copy_file(pcrash, pcopy);
-	persist_path = pcopy;
-	setup_with(1 << 20, 16, CACHE_WRITEBACK);
+	start_on_crash_copy();
 	blk_put("m", 0, w, OBJ_SIZE);          /* written through since */
 	blk_put_marker(name, text);            /* its own word: dropped */
 	settle_persist_check();
@@ -2713,9 +2721,7 @@ START_TEST(persist_check_waiters_answered_when_failed)
 {
 	char name[40], text[64];
 	uint64_t run = crashed_file_with_m(name, sizeof(name));
-	copy_file(pcrash, pcopy);
-	persist_path = pcopy;
-	setup_with(1 << 20, 16, CACHE_WRITEBACK);
+	start_on_crash_copy();
 	ck_assert_int_eq(stats_now().fence, CACHE_FENCE_PERSIST_CHECKING);
 	snprintf(text, sizeof(text), "cached-persist-marker failed run %" PRIu64 " 0", run);
 	blk_put_marker(name, text);
@@ -2750,9 +2756,7 @@ START_TEST(persist_drop_whose_sync_failed_keeps_its_word)
 	static unsigned char w2[OBJ_SIZE], w3[OBJ_SIZE], r[OBJ_SIZE], mark[64];
 	fill(w2, OBJ_SIZE, 81);
 	fill(w3, OBJ_SIZE, 82);
-	copy_file(pcrash, pcopy);
-	persist_path = pcopy;
-	setup_with(1 << 20, 16, CACHE_WRITEBACK);
+	start_on_crash_copy();
 	blk_put("m", 0, w2, OBJ_SIZE);            /* written through by the last run */
 	snprintf(text, sizeof(text), "cached-persist-marker written-back run %" PRIu64 " 0", run);
 	blk_put_marker(name, text);
@@ -2775,9 +2779,7 @@ START_TEST(persist_drop_whose_sync_failed_keeps_its_word)
 	teardown();
 
 	/* the host crash: the drop's clears never reached the disk */
-	copy_file(pcrash, pcopy);
-	persist_path = pcopy;
-	setup_with(1 << 20, 16, CACHE_WRITEBACK);
+	start_on_crash_copy();
 	blk_put("m", 0, w3, OBJ_SIZE);
 	blk_put(name, 0, mark, sizeof(mark));
 	settle_persist_check();
@@ -2834,9 +2836,7 @@ START_TEST(persist_marker_of_a_promoted_replica)
 	atomic_store(&blk.engine->persist.sync_error, 0);   /* the drain's sync */
 	teardown();
 
-	copy_file(pcrash, pcopy);                 /* a host crash, a restart as a cache */
-	persist_path = pcopy;
-	setup_with(1 << 20, 16, CACHE_WRITEBACK);
+	start_on_crash_copy();                 /* a host crash, a restart as a cache */
 	blk_put("m", 0, w3, OBJ_SIZE);
 	blk_put(name, 0, mark, sizeof(mark));
 	settle_persist_check();
@@ -2859,9 +2859,7 @@ START_TEST(persist_superblock_msync_failure_is_a_failed_sync)
 {
 	char name[40];
 	crashed_file_with_m(name, sizeof(name));
-	copy_file(pcrash, pcopy);
-	persist_path = pcopy;
-	setup_with(1 << 20, 16, CACHE_WRITEBACK);
+	start_on_crash_copy();
 	ck_assert_uint_eq(stats_now().recovered_bytes, OBJ_SIZE);
 	atomic_store(&msync_fail, 1);
 	settle_persist_check();                   /* no marker: replayed, check_run written */
@@ -2898,9 +2896,7 @@ START_TEST(persist_marker_run_used_twice)
 	static unsigned char w1[OBJ_SIZE], w9[OBJ_SIZE], r[OBJ_SIZE], mark[64];
 	fill(w1, OBJ_SIZE, 81);
 	fill(w9, OBJ_SIZE, 90);
-	copy_file(pcrash, pcopy);
-	persist_path = pcopy;
-	setup_with(1 << 20, 16, CACHE_WRITEBACK);
+	start_on_crash_copy();
 	ck_assert_uint_eq(blk.engine->persist.run, run + 1);
 	blk_put("m", 0, w1, OBJ_SIZE);
 	/* the word of a process that ran as run+1 whose superblock was lost */
@@ -2975,9 +2971,7 @@ START_TEST(persist_check_end_refuses_nothing)
 	crashed_file_with_m(name, sizeof(name));
 	int eagain = 0;
 	for (int round = 0; round < 200 && !eagain; round++) {
-		copy_file(pcrash, pcopy);
-		persist_path = pcopy;
-		setup_with(1 << 20, 16, CACHE_WRITEBACK);
+		start_on_crash_copy();
 		atomic_store(&race_eagain, 0);
 		atomic_store(&race_done_n, 0);
 		atomic_store(&race_next, 0);

@@ -188,15 +188,16 @@ $(BUILD)/fuzz/%: tests/fuzz/%.c
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  FUZZ  $@")
 	$(Q)clang -g -O1 -Iinclude -fsanitize=fuzzer,address,undefined -o $@ $<
-fuzz: $(FUZZERS)
-	@for f in $(FUZZERS); do \
-		echo "fuzzing $$f for $(FUZZ_SECONDS)s"; \
-		mkdir -p $(BUILD)/fuzz/corpus-$$(basename $$f); \
-		$$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
-			$(BUILD)/fuzz/corpus-$$(basename $$f) > $$f.log 2>&1 \
-			|| { tail -40 $$f.log; exit 1; }; \
-		tail -4 $$f.log; \
-	done
+# `make -jN fuzz` runs N fuzzers at once (CI: one per CPU); each prints its
+# stats when it ends, its whole log when it finds something.
+FUZZ_RUNS := $(FUZZERS:%=%.run)
+.PHONY: $(FUZZ_RUNS)
+fuzz: $(FUZZ_RUNS)
+$(FUZZ_RUNS): %.run: %
+	@mkdir -p $*.corpus
+	@$* -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 $*.corpus \
+		> $*.log 2>&1 || { echo "fuzzing $* FAILED:"; tail -40 $*.log; exit 1; }
+	@echo "fuzzed $* for $(FUZZ_SECONDS)s:"; tail -4 $*.log
 
 run: all
 	BUILD=$(BUILD) tools/run-default.sh

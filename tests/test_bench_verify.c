@@ -468,6 +468,14 @@ START_TEST(lost_acknowledged_write_beside_failed_ones_is_caught)
 				       f->unacked)), 2);
 	ck_assert_int_eq(bench(f, ARGS("--op", "read", "--pattern", "seq", "--total-size", "64K",
 				       "--verify", "full", "--may-differ", f->unacked)), 2);
+	/* another seed's or volume's list: refused (it excused the blocks its
+	 * own run left unacknowledged, not this run's) */
+	ck_assert_int_eq(bench(f, ARGS("--op", "read", "--pattern", "seq", "--total-size", "32K",
+				       "--seed", "10", "--verify", "full", "--may-differ",
+				       f->unacked)), 2);
+	ck_assert_int_eq(bench(f, ARGS("--op", "read", "--pattern", "seq", "--total-size", "32K",
+				       "--volume", "w", "--verify", "full", "--may-differ",
+				       f->unacked)), 2);
 	ck_assert_int_eq(bench(f, ARGS("--op", "read", "--pattern", "seq", "--total-size", "32K",
 				       "--verify", "full", "--unacked", f->unacked)), 2);
 	ck_assert_int_eq(bench(f, ARGS("--op", "write", "--pattern", "seq", "--total-size", "32K",
@@ -497,8 +505,9 @@ START_TEST(differing_lists_which_blocks)
 		text = pt_read_file(list, &len);
 		ck_assert_ptr_nonnull(text);
 		text[len] = '\0';
-		ck_assert_str_eq(text, swap ? "bench-xseg blocks block_size 4096 blocks 8\n0 4\n"
-					    : "bench-xseg blocks block_size 4096 blocks 8\n4 4\n");
+		ck_assert_str_eq(text,
+				 swap ? "bench-xseg blocks block_size 4096 blocks 8 seed 21 target v\n0 4\n"
+				      : "bench-xseg blocks block_size 4096 blocks 8 seed 21 target v\n4 4\n");
 		free(text);
 	}
 	ck_assert_int_eq(bench(f, ARGS("--op", "write", "--pattern", "seq", "--total-size", "32K",

@@ -111,8 +111,9 @@ static void usage(FILE *out)
 "  --unacked FILE        write: at the end, list in FILE the blocks that no reply\n"
 "                        acknowledged (failed, unanswered, not sent)\n"
 "  --may-differ FILE     read: blocks FILE lists (a write run's --unacked, same\n"
-"                        --block-size and --total-size) may differ: counted as\n"
-"                        differed, not corrupted; every other block must verify\n"
+"                        --block-size, --total-size, --seed and target) may\n"
+"                        differ: counted as differed, not corrupted; every\n"
+"                        other block must verify\n"
 "  --differing FILE      read: at the end, list in FILE the blocks that did not\n"
 "                        read back intact (failed, differed, not read): to\n"
 "                        compare two reads block by block\n"
@@ -380,7 +381,10 @@ static void free_maps(struct bench *b)
 	free(b->verified);
 }
 
-#define BLOCKS_HEADER "bench-xseg blocks block_size %" PRIu64 " blocks %" PRIu64
+/* The run a list is of: its geometry, and the seed and target whose data
+ * it describes (a list of another seed's run must not excuse this one's
+ * blocks). The target (a --volume or "PREFIX-SEED-") ends the line. */
+#define BLOCKS_HEADER "bench-xseg blocks block_size %" PRIu64 " blocks %" PRIu64 " seed %" PRIu64 " target "
 
 /*
  * --unacked, --differing: a list of blocks, "FIRST COUNT" lines after a
@@ -399,7 +403,8 @@ static int64_t write_blocks(const struct bench *b, const char *opt, const char *
 		free(tmp);
 		return -1;
 	}
-	fprintf(f, BLOCKS_HEADER "\n", b->opt.block_size, b->blocks);
+	fprintf(f, BLOCKS_HEADER "%s\n", b->opt.block_size, b->blocks, b->opt.seed,
+		b->opt.name_head);
 	uint64_t listed = 0;
 	for (uint64_t i = 0; i < b->blocks;) {
 		uint64_t first = i;
@@ -423,21 +428,27 @@ static int64_t write_blocks(const struct bench *b, const char *opt, const char *
 	return (int64_t)listed;
 }
 
-/* --may-differ: reads a list --unacked wrote for this geometry; exits 2
- * when it cannot, or when the list is of another run's geometry. */
+/* --may-differ: reads a list --unacked wrote for this run's geometry,
+ * seed and target; exits 2 when it cannot, or when the list is another
+ * run's. */
 static void read_may_differ(struct bench *b)
 {
 	const char *path = b->opt.may_differ;
 	FILE *f = fopen(path, "r");
-	uint64_t bs, n, first, count;
-	char line[128];
+	uint64_t bs, n, seed, first, count;
+	char line[128 + XSEG_MAX_TARGETLEN];
+	int target_at = -1;
 	if (!f)
 		die_arg("--may-differ", path, strerror(errno));
 	if (!fgets(line, sizeof(line), f) ||
-	    sscanf(line, "bench-xseg blocks block_size %" SCNu64 " blocks %" SCNu64, &bs, &n) != 2)
-		die_arg("--may-differ", path, "is not a list that --unacked wrote");
+	    sscanf(line, "bench-xseg blocks block_size %" SCNu64 " blocks %" SCNu64 " seed %" SCNu64
+		   " target %n", &bs, &n, &seed, &target_at) != 3 || target_at < 0)
+		die_arg("--may-differ", path, "is not a list that --unacked wrote (this version's)");
 	if (bs != b->opt.block_size || n != b->blocks)
 		die_arg("--may-differ", path, "lists blocks of another --block-size or --total-size");
+	line[strcspn(line, "\n")] = '\0';
+	if (seed != b->opt.seed || strcmp(line + target_at, b->opt.name_head))
+		die_arg("--may-differ", path, "lists blocks of another --seed, --volume or --prefix");
 	while (fgets(line, sizeof(line), f)) {
 		char end;
 		if (sscanf(line, "%" SCNu64 " %" SCNu64 "%c", &first, &count, &end) != 3 ||

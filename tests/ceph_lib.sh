@@ -37,3 +37,40 @@ ceph_start() {
 ceph_gone() {
 	! pgrep -f -- "--conf $CEPH_DIR/ceph.conf" >/dev/null
 }
+
+# A verified writer through a fault that cannot hide a lost write: one
+# fresh volume per pass (PREFIX1, PREFIX2, ... up to PASS_VOLUMES, seed
+# = the pass), never a rewrite of data a later pass could write again
+# byte for byte (a --runtime writer of one seed would). Needs the test's
+# `bench VOLUME OP SEED extra...` and vlmcd started with
+# $(pass_volume_options PREFIX). Each pass writes PASS_SIZE (the last
+# --total-size given to bench-xseg wins).
+PASS_VOLUMES=60 PASS_SIZE=2M
+pass_volume_options() {   # PREFIX: vlmcd's --volume options
+	local k
+	for k in $(seq $PASS_VOLUMES); do printf -- '--volume %s%d:%s ' "$1" "$k" $PASS_SIZE; done
+}
+passes_write() {   # PREFIX SECONDS: a pass every 0.5 s; the count in $DIR/PREFIX.passes
+	local end=$((SECONDS + $2)) k=0
+	while [ $SECONDS -lt $end ] && [ $k -lt $PASS_VOLUMES ]; do
+		k=$((k + 1))
+		bench "$1$k" write "$k" --total-size $PASS_SIZE --unacked "$DIR/$1$k.unacked" > "$DIR/$1$k.out" 2> "$DIR/$1$k.err"
+		sleep 0.5
+	done
+	echo $k > "$DIR/$1.passes"
+}
+passes_failed() {   # PREFIX: the writes no pass acknowledged
+	local k n=0
+	for k in $(seq "$(cat "$DIR/$1.passes")"); do n=$((n + $(json "$DIR/$1$k.out" failed))); done
+	echo $n
+}
+passes_read_back() {   # PREFIX: every pass's acknowledged bytes, or fail
+	local k
+	for k in $(seq "$(cat "$DIR/$1.passes")"); do
+		[ "$(json "$DIR/$1$k.out" corrupted)" = 0 ] || fail "pass $k ($1$k): corrupted"
+		bench "$1$k" read "$k" --total-size $PASS_SIZE --may-differ "$DIR/$1$k.unacked" > "$DIR/r$1$k.out" \
+			2> "$DIR/r$1$k.err" ||
+			{ head -3 "$DIR/r$1$k.err"; tail -1 "$DIR/r$1$k.out"; fail "pass $k ($1$k) read back"; }
+	done
+	echo "$(cat "$DIR/$1.passes") passes ($1*) read back, $(passes_failed "$1") writes unacknowledged"
+}

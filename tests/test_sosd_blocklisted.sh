@@ -25,7 +25,7 @@ ceph_start
 "$BIN/sosd" --segment "$SEG" --port 1 --pool xseg --conf "$CONF" --op-timeout 4 \
 	--log-level info 2> "$DIR/sosd.log" & pids+=($!)
 wait_bound 1
-"$BIN/vlmcd" --segment "$SEG" --port 2 --blocker-port 1 --volume a:8M --volume b:8M \
+"$BIN/vlmcd" --segment "$SEG" --port 2 --blocker-port 1 --volume a:8M $(pass_volume_options b) \
 	--object-size 1M 2> "$DIR/vlmcd.log" & pids+=($!)
 wait_bound 2
 for _ in $(seq 100); do   # sosd binds its port before it connects
@@ -53,7 +53,9 @@ BPORT=10 bench a write 1 > "$DIR/a.out" 2> "$DIR/a.err" ||
 	{ head -3 "$DIR/a.err"; fail "writes before"; }
 
 echo "--- blocklisted while writes go on: requests fail, and the log says why"
-BPORT=11 bench b write 2 --runtime 6 --unacked "$DIR/b.unacked" > "$DIR/b.out" 2> "$DIR/b.err" &
+# a fresh volume each pass: a write acknowledged and lost is never written
+# again byte for byte by a later pass
+BPORT=11 passes_write b 6 &
 bpid=$!
 sleep 1
 ceph_cli osd blocklist add "$addr" > /dev/null 2>&1 || fail "ceph osd blocklist add $addr"
@@ -78,13 +80,11 @@ for _ in $(seq 40); do
 done
 [ $served = 1 ] || fail "no READ served 10 s after the blocklist entry was removed"
 wait $bpid
-[ "$(json "$DIR/b.out" failed)" -gt 0 ] || fail "no write failed while blocklisted"
-[ "$(json "$DIR/b.out" corrupted)" = 0 ] || fail "writes while blocklisted: corrupted"
+[ "$(passes_failed b)" -gt 0 ] || fail "no write failed while blocklisted"
 
 echo "--- every acknowledged byte reads back"
 BPORT=10 bench a read 1 > "$DIR/ra.out" 2> "$DIR/ra.err" ||
 	{ head -3 "$DIR/ra.err"; fail "the writes acknowledged before"; }
-BPORT=10 bench b read 2 --may-differ "$DIR/b.unacked" > "$DIR/rb.out" 2> "$DIR/rb.err" ||
-	{ head -3 "$DIR/rb.err"; fail "the writes acknowledged around the blocklisting"; }
+BPORT=10 passes_read_back b
 [ -z "${no_addr_line:-}" ] || fail "sosd's start line does not name its client's address"
 echo "sosd blocklisted: all checks passed"

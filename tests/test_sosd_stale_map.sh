@@ -30,7 +30,7 @@ ceph_start
 "$BIN/sosd" --segment "$SEG" --port 1 --pool xseg --conf "$CONF" --op-timeout $OP_TIMEOUT \
 	2> "$DIR/sosd.log" & pids+=($!)
 wait_bound 1
-"$BIN/vlmcd" --segment "$SEG" --port 2 --blocker-port 1 --volume a:8M --volume b:8M \
+"$BIN/vlmcd" --segment "$SEG" --port 2 --blocker-port 1 --volume a:8M $(pass_volume_options b) \
 	--object-size 1M 2> "$DIR/vlmcd.log" & pids+=($!)
 wait_bound 2
 
@@ -39,7 +39,9 @@ BPORT=10 bench a write 1 > "$DIR/a.out" 2> "$DIR/a.err" ||
 	{ head -3 "$DIR/a.err"; fail "writes before the outage"; }
 
 echo "--- the monitor stopped while the OSD restarts, writes going on"
-BPORT=11 bench b write 2 --runtime 10 --unacked "$DIR/b.unacked" > "$DIR/b.out" 2> "$DIR/b.err" &
+# a fresh volume each pass: a write acknowledged and lost is never written
+# again byte for byte by a later pass
+BPORT=11 passes_write b 10 &
 bpid=$!
 sleep 1
 kill -STOP "$(mon_pid)"
@@ -63,10 +65,8 @@ fi
 echo "served again $took s after the OSD came back"
 
 wait $bpid   # its runtime ends about when the OSD is back
-[ "$(json "$DIR/b.out" corrupted)" = 0 ] || fail "writes during the outage: corrupted"
 echo "--- every acknowledged byte reads back"
 BPORT=10 bench a read 1 > "$DIR/ra.out" 2> "$DIR/ra.err" ||
 	{ head -3 "$DIR/ra.err"; fail "the writes acknowledged before the outage"; }
-BPORT=10 bench b read 2 --may-differ "$DIR/b.unacked" > "$DIR/rb.out" 2> "$DIR/rb.err" ||
-	{ head -3 "$DIR/rb.err"; fail "the writes acknowledged during the outage"; }
+BPORT=10 passes_read_back b
 echo "sosd stale map: all checks passed"

@@ -1021,17 +1021,38 @@ static bool clean_and_blocker_down(void)
  * the data is retried until the deadline (--stop-timeout); then cached
  * gives up and says how much was not written, rather than hang or exit 0.
  */
+/* A stop's write-back can take minutes (gigabytes to a slow blocker):
+ * one line every STOP_PROGRESS_S says how far it is. */
+#define STOP_PROGRESS_S 5u
+
+static void stop_progress(uint64_t start, uint64_t blocker_bytes_at_start)
+{
+	struct cache_stats st;
+	cache_engine_stats(C.engine, &st);
+	peer_log(PEER_LOG_INFO, "stopping: %" PRIu64 " dirty bytes left to write back to port %u, "
+		 "%" PRIu64 " bytes written to it in %" PRIu64 " s", st.dirty_bytes, C.blocker_port,
+		 st.blocker_write_bytes - blocker_bytes_at_start,
+		 (xseg_now_ns() - start) / 1000000000);
+}
+
 static bool write_back_all(uint64_t deadline)
 {
 	static struct drain_req d;   /* may be answered after we gave up */
-	uint64_t start = xseg_now_ns();
+	uint64_t start = xseg_now_ns(), next_progress = start + STOP_PROGRESS_S * 1000000000ull;
+	struct cache_stats st0;
+	cache_engine_stats(C.engine, &st0);
 	unsigned tries = 0;
 	for (;;) {
 		d = (struct drain_req){ .req = { .op = X_CONTROL, .name = "", .done = drain_done } };
 		cache_engine_set_policy(C.engine, CACHE_WRITETHROUGH, &d.req);
 		/* a blocker that stopped may never answer at all */
-		while (!atomic_load(&d.done) && xseg_now_ns() < deadline)
+		while (!atomic_load(&d.done) && xseg_now_ns() < deadline) {
 			usleep(1000);
+			if (xseg_now_ns() >= next_progress) {
+				stop_progress(start, st0.blocker_write_bytes);
+				next_progress += STOP_PROGRESS_S * 1000000000ull;
+			}
+		}
 		if (!atomic_load(&d.done)) {
 			d.req.served = false;
 			d.req.error = ETIMEDOUT;
@@ -1049,7 +1070,13 @@ static bool write_back_all(uint64_t deadline)
 				 " s", strerror(d.req.error), (deadline - start + 999999999) / 1000000000);
 		sleep(1);
 	}
-	if (!d.req.served) {
+	if (d.req.served) {
+		struct cache_stats st;
+		cache_engine_stats(C.engine, &st);
+		peer_log(PEER_LOG_INFO, "stopping: every dirty byte written back (%" PRIu64 " bytes "
+			 "written to port %u in %.1f s)", st.blocker_write_bytes - st0.blocker_write_bytes,
+			 C.blocker_port, (double)(xseg_now_ns() - start) / 1e9);
+	} else {
 		struct cache_stats st;
 		cache_engine_stats(C.engine, &st);
 		peer_log(PEER_LOG_ERROR, "giving up after %" PRIu64 " s: %" PRIu64 " dirty bytes not "

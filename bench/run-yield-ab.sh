@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The runtime's --yield (peers/README.md) on and off in one run: a bare hop
+# The runtime's --yield (docs/peers.md) on and off in one run: a bare hop
 # (nulld --forward) and cached write-through in front of filed, cached
 # write-back hits, each started twice, with --yield auto and with --yield
 # never, on one segment, and driven in turn by bench-xseg (4K random, depth

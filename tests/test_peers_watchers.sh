@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The runtime's --watchers (peers/README.md): bad values exit 2 naming
+# The runtime's --watchers (docs/peers.md): bad values exit 2 naming
 # them; the default is the bound ports, at least 2, at most --threads
 # (filed, whose workers block on files: every worker); a
 # cache with one watcher and five workers on the bench calls them under

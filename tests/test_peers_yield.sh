@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The runtime's --yield (peers/README.md): a bad value exits 2 naming it;
+# The runtime's --yield (docs/peers.md): a bad value exits 2 naming it;
 # on one shared CPU a forwarder with --yield auto gives the CPU up after
 # its rounds of work (cpu_yields counts them) and one with --yield never
 # does not, nor does filed (no request of its own out); verified data

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # xseg exporter: "a client that sends nothing, or a bad request, costs at
 # most IO_TIMEOUT_S (5 s) before the next one is taken" (exporter.c;
-# README: "5 s to send its request"). A client that trickles its request
+# docs/interfaces.md: "5 s to send it"). A client that trickles its request
 # head one byte every 2 s (each recv() under the 5 s SO_RCVTIMEO) must not
 # hold the exporter: a scrape arriving meanwhile is answered within ~6 s.
 set -u

@@ -2,7 +2,7 @@
  * xseg: the segment's admin tool.
  *
  *   xseg create  --segment NAME [--ports N] [--requests N] [--heap SIZE] [--mode OCTAL]
- *   xseg destroy --segment NAME
+ *   xseg destroy --segment NAME [--if-unused]
  *   xseg info    --segment NAME [--json] [--all]
  *   xseg route   --segment NAME --port P (--next Q | --clear)
  *   xseg plug    --segment NAME --port B --via C
@@ -40,7 +40,7 @@ struct args {
 	const char *segment;
 	uint64_t ports, requests, heap, mode;
 	uint32_t port, next, via;
-	bool have_port, have_next, have_via, clear, json, all, force, prometheus;
+	bool have_port, have_next, have_via, clear, json, all, force, prometheus, if_unused;
 	uint64_t watch, count;          /* stats */
 	const char *listen;             /* exporter */
 	const char *set;
@@ -100,7 +100,7 @@ static void parse(int argc, char **argv, const struct command *cmd, struct args 
 {
 	enum { O_SEG = 256, O_PORTS, O_REQS, O_HEAP, O_MODE, O_PORT, O_NEXT, O_VIA, O_CLEAR,
 	       O_JSON, O_ALL, O_SET, O_FORCE, O_RUN_DIR, O_TIMEOUT, O_WATCH, O_COUNT,
-	       O_PROMETHEUS, O_LISTEN, O_HELP, O_VERSION };
+	       O_PROMETHEUS, O_LISTEN, O_IF_UNUSED, O_HELP, O_VERSION };
 	static const struct option opts[] = {
 		{ "segment", required_argument, NULL, O_SEG },
 		{ "ports", required_argument, NULL, O_PORTS },
@@ -121,6 +121,7 @@ static void parse(int argc, char **argv, const struct command *cmd, struct args 
 		{ "count", required_argument, NULL, O_COUNT },
 		{ "prometheus", no_argument, NULL, O_PROMETHEUS },
 		{ "listen", required_argument, NULL, O_LISTEN },
+		{ "if-unused", no_argument, NULL, O_IF_UNUSED },
 		{ "help", no_argument, NULL, O_HELP },
 		{ "version", no_argument, NULL, O_VERSION },
 		{ NULL, 0, NULL, 0 },
@@ -172,6 +173,7 @@ static void parse(int argc, char **argv, const struct command *cmd, struct args 
 		case O_WATCH: a->watch = num("--watch", optarg, 1, 86400); break;
 		case O_COUNT: a->count = num("--count", optarg, 1, UINT32_MAX); break;
 		case O_PROMETHEUS: a->prometheus = true; break;
+		case O_IF_UNUSED: a->if_unused = true; break;
 		case O_LISTEN: {
 			const char *why = "";
 			if (exporter_check_listen(optarg, &why) < 0)
@@ -235,8 +237,44 @@ static int cmd_create(struct args *a)
 	return 0;
 }
 
+/*
+ * --if-unused: the segment stays while a port is served by a live process
+ * or marked dirty (a cache gone with data its blocker lacks: the mark is
+ * what makes the path fail closed, and removing the segment removes it,
+ * so a path made again would serve older data). xseg down keeps it alike;
+ * xseg-segment@.service stops with it. 1 if kept.
+ */
+static int kept_in_use(const char *name)
+{
+	struct xseg *seg = join(name);
+	struct xseg_segment_info si;
+	struct xseg_port_info pi;
+	int kept = 0;
+	xseg_segment_info(seg, &si);
+	for (uint32_t p = 0; p < si.nr_ports && !kept; p++) {
+		if (xseg_port_info(seg, p, &pi) < 0)
+			continue;
+		if (pi.owner && pi.owner_alive) {
+			fprintf(stderr, "xseg: destroy: segment %s kept: port %u is still served by "
+				"pid %d%s; stop it first\n", name, p, (int)pi.owner,
+				pi.dirty_bytes ? ", marked dirty" : "");
+			kept = 1;
+		} else if (pi.dirty_bytes) {
+			fprintf(stderr, "xseg: destroy: segment %s kept: port %u is marked as holding %"
+				PRIu64 " dirty bytes of a cache that is gone (removing the segment would "
+				"lose the mark); restart the cache on its persist file, or give them up "
+				"with xseg unplug --force --via %u\n", name, p, pi.dirty_bytes, p);
+			kept = 1;
+		}
+	}
+	xseg_leave(seg);
+	return kept;
+}
+
 static int cmd_destroy(struct args *a)
 {
+	if (a->if_unused && kept_in_use(a->segment))
+		return 1;
 	if (xseg_destroy(a->segment) < 0) {
 		fprintf(stderr, "xseg: %s\n", xseg_last_error());
 		return 1;
@@ -548,8 +586,11 @@ static const struct command commands[] = {
 	  "xseg create --segment NAME [--ports N] [--requests N] [--heap SIZE] [--mode OCTAL]",
 	  "Makes a segment (defaults: 64 ports, 4096 requests, 256M heap, mode 0600).\n"
 	  "SIZE takes K, M, G suffixes. Fails if the segment exists.\n", false },
-	{ "destroy", cmd_destroy, "xseg destroy --segment NAME",
-	  "Removes the segment's name; peers that joined keep running on it.\n", false },
+	{ "destroy", cmd_destroy, "xseg destroy --segment NAME [--if-unused]",
+	  "Removes the segment's name; peers that joined keep running on it.\n"
+	  "--if-unused: refuses (exit 1, naming the port) while a port is served by\n"
+	  "a live process or marked dirty (a cache gone with data its blocker lacks;\n"
+	  "the mark makes the path fail closed), as xseg down does.\n", false },
 	{ "info", cmd_info, "xseg info --segment NAME [--json] [--all]",
 	  "Sizes, free requests, heap use (used, largest free block, buffers) and,\n"
 	  "per port that is bound, routed or has queued requests (--all: every\n"

@@ -1,0 +1,68 @@
+# Sourced after lib.sh by the tests that run tools/systemd/'s units the way
+# systemd runs them (no systemd needed): installs them into a scratch
+# PREFIX, writes the EnvironmentFile from $UNIT_ENV (its text), starts the
+# python3 notify socket. Then:
+#   unit_cmd UNIT KEY   argv of UNIT's KEY= line (first one) into $argv, as
+#                       systemd makes it: %i the segment, $VAR split into
+#                       words, $$ a '$'; 1 if UNIT has no KEY=.
+#   wait_from PID WORD  the datagram holding WORD that PID sent (10 s).
+#   unit_start K        ExecStart of xseg-K@ with NOTIFY_SOCKET, waits for
+#                       READY=1 with its port bound, runs its ExecStartPost;
+#                       pid_of[K] is its pid (also in pids).
+#   unit_stop K         SIGTERM to pid_of[K], waits for it: its exit status
+#                       in $rc (systemd: not 0 is a failed unit).
+command -v python3 > /dev/null || fail "python3 is needed (tools/install-deps installs it)"
+
+P=$DIR/prefix
+make -s --no-print-directory BUILD="${BUILD:-build}" SANITIZE="${SANITIZE:-}" PREFIX="$P" install \
+	> "$DIR/install.log" 2>&1 || { cat "$DIR/install.log"; fail "make install PREFIX=$P failed"; }
+units=$P/lib/systemd/system
+
+env=$DIR/$SEG.env
+printf '%s\n' "# as /etc/xseg/$SEG.env would be" "$UNIT_ENV" > "$env"
+set -a; . "$env"; set +a   # EnvironmentFile=: the service's environment
+
+unit_cmd() {
+	local f=$units/${1/@$SEG./@.} line
+	grep -q "^EnvironmentFile=/etc/xseg/%i.env$" "$f" || fail "$1 does not read /etc/xseg/%i.env"
+	line=$(sed -n "s/^$2=//p" "$f" | head -1)
+	[ -n "$line" ] || return 1
+	line=${line//%i/$SEG}
+	line=${line//\$\$/\$}
+	eval "argv=($line)"
+}
+
+sock=$DIR/notify.sock
+python3 tests/support/notify_listener.py "$sock" "$BIN/xseg" "$SEG" >> "$DIR/notify.log" \
+	2> "$DIR/listen.log" &
+pids+=($!)
+for _ in $(seq 100); do [ -e "$sock.ready" ] && break; sleep 0.05; done
+[ -e "$sock.ready" ] || fail "the python3 listener did not start: $(cat "$DIR/listen.log")"
+
+wait_from() {
+	for _ in $(seq 200); do
+		grep -m1 "^pid=$1 .*$2" "$DIR/notify.log" && return 0
+		sleep 0.05
+	done
+	fail "no $2 from pid $1; NOTIFY_SOCKET got: $(cat "$DIR/notify.log")"
+}
+
+declare -A pid_of
+unit_start() {
+	local k=$1 line
+	unit_cmd "xseg-$k@$SEG.service" ExecStart || fail "xseg-$k@ has no ExecStart"
+	NOTIFY_SOCKET=$sock "${argv[@]}" 2>> "$DIR/$k.log" &
+	pid_of[$k]=$!
+	pids+=($!)
+	line=$(wait_from "${pid_of[$k]}" READY=1)
+	case $line in *" bound=yes "*) ;; *) fail "$k: READY=1 without its port bound: $line" ;; esac
+	if unit_cmd "xseg-$k@$SEG.service" ExecStartPost; then
+		"${argv[@]}" > "$DIR/post.out" 2>&1 ||
+			fail "xseg-$k@ ExecStartPost '${argv[*]}': $(cat "$DIR/post.out")"
+	fi
+}
+
+unit_stop() {
+	kill -TERM "${pid_of[$1]}"
+	wait "${pid_of[$1]}"; rc=$?
+}

@@ -9,6 +9,11 @@
 #   unit_start K        ExecStart of xseg-K@ with NOTIFY_SOCKET, waits for
 #                       READY=1 with its port bound, runs its ExecStartPost;
 #                       pid_of[K] is its pid (also in pids).
+#   unit_try_start K    the same, but 1 (its exit status in $rc) if it
+#                       exits before READY=1: a failed start.
+#   unit_requires K     the xseg-PEER@ units K needs active, as systemd
+#                       reads them: its Requires=, and the RequiredBy= of
+#                       the [Install] of the units in $ENABLED naming it.
 #   unit_stop K         SIGTERM to pid_of[K], waits for it: its exit status
 #                       in $rc (systemd: not 0 is a failed unit).
 command -v python3 > /dev/null || fail "python3 is needed (tools/install-deps installs it)"
@@ -60,6 +65,38 @@ unit_start() {
 		"${argv[@]}" > "$DIR/post.out" 2>&1 ||
 			fail "xseg-$k@ ExecStartPost '${argv[*]}': $(cat "$DIR/post.out")"
 	fi
+}
+
+unit_try_start() {
+	local k=$1 line
+	unit_cmd "xseg-$k@$SEG.service" ExecStart || fail "xseg-$k@ has no ExecStart"
+	NOTIFY_SOCKET=$sock "${argv[@]}" 2>> "$DIR/$k.log" &
+	pid_of[$k]=$!
+	pids+=($!)
+	for _ in $(seq 200); do
+		grep -q "^pid=${pid_of[$k]} .*READY=1" "$DIR/notify.log" && break
+		if ! kill -0 "${pid_of[$k]}" 2>/dev/null; then
+			wait "${pid_of[$k]}"; rc=$?
+			return 1
+		fi
+		sleep 0.05
+	done
+	line=$(wait_from "${pid_of[$k]}" READY=1)
+	case $line in *" bound=yes "*) ;; *) fail "$k: READY=1 without its port bound: $line" ;; esac
+	if unit_cmd "xseg-$k@$SEG.service" ExecStartPost; then
+		"${argv[@]}" > "$DIR/post.out" 2>&1 ||
+			fail "xseg-$k@ ExecStartPost '${argv[*]}': $(cat "$DIR/post.out")"
+	fi
+}
+
+unit_requires() {
+	local k=$1 e
+	sed -n 's/^Requires=//p' "$units/xseg-$k@.service" | tr ' ' '\n' |
+		sed -n 's/^xseg-\([a-z]*\)@%i.service$/\1/p' | grep -v '^segment$'
+	for e in ${ENABLED:-}; do
+		sed -n '/^\[Install\]/,$p' "$units/xseg-$e@.service" | sed -n 's/^RequiredBy=//p' |
+			tr ' ' '\n' | grep -qx "xseg-$k@%i.service" && echo "$e"
+	done
 }
 
 unit_stop() {

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# A cached unit whose start fails keeps the units in front of it from
+# starting. cached --persist dirty (16M written, then SIGKILL) and the
+# segment gone (a reboot); the operator's env changed cached's
+# --cache-size, so cached refuses its persist file (exit 2). The per-peer
+# units then start as systemd would (systemd_lib.sh; filed, cached, vlmcd
+# enabled: each started after its After=, and not where a unit it
+# Requires=, or that is RequiredBy= it, failed). vlmcd, only After=
+# cached, started anyway and sent straight to filed, which lacks what the
+# file holds: reads of acknowledged writes came back older, with no error,
+# and a write then would be overwritten once cached replays the file
+# (before the fix; `xseg up` guards the port instead). Now vlmcd does not
+# start; with the env put right, cached recovers the file and every byte
+# reads back (bench-xseg --verify full).
+# Run by tests/run-tests.sh (BUILD, SANITIZE as for the build).
+set -u
+cd "$(dirname "$0")/.."
+SEG_PREFIX=sdcacheref
+. tests/lib.sh
+BUILD=${BUILD:-build}
+mkdir -p "$DIR/data"
+persist=$DIR/cache.persist
+UNIT_ENV="XSEG_SEGMENT_ARGS=\"--ports 16 --requests 1024 --heap 128M\"
+FILED_ARGS=\"--port 1 --dir $DIR/data --threads 2\"
+CACHED_ARGS=\"--port 3 --blocker-port 1 --cache-size 128M --write-policy writeback --threads 2 --persist $persist\"
+CACHED_PLUG=\"--port 1 --via 3\"
+VLMCD_ARGS=\"--port 2 --blocker-port 1 --volume vol1:64M\""
+ENABLED="filed cached vlmcd"
+. tests/systemd_lib.sh
+
+bench() {
+	"$BIN/bench-xseg" --segment "$SEG" --port 10 --target-port 2 --volume vol1 \
+		--total-size 16M --block-size 4K --iodepth 16 --seed 13 --verify full "$@" \
+		> "$DIR/bench.log" 2>&1
+}
+
+echo "--- before: cached (64M) dirty in its persist file, killed; segment gone"
+"$BIN/xseg" create --segment "$SEG" --ports 16 --requests 1024 --heap 128M > /dev/null || fail "xseg create"
+"$BIN/filed" --segment "$SEG" --port 1 --dir "$DIR/data" 2> "$DIR/filed0.log" & f0=$!; pids+=($f0)
+wait_bound 1
+"$BIN/cached" --segment "$SEG" --port 3 --blocker-port 1 --cache-size 64M --write-policy writeback \
+	--persist "$persist" 2> "$DIR/cached0.log" & c0=$!; pids+=($c0)
+wait_bound 3
+"$BIN/xseg" plug --segment "$SEG" --port 1 --via 3 > /dev/null || fail "xseg plug"
+"$BIN/vlmcd" --segment "$SEG" --port 2 --blocker-port 1 --volume vol1:64M 2> "$DIR/vlmcd0.log" & v0=$!
+pids+=($v0)
+wait_bound 2
+bench --op write --pattern rand || { cat "$DIR/bench.log"; fail "bench write"; }
+dirty=$(peer_stat 3 dirty_bytes) || fail "xseg stats of cached"
+[ "$dirty" -gt 0 ] || fail "cached holds no dirty bytes after the writes"
+kill -KILL $c0; kill -TERM $v0 $f0; wait $c0 $v0 $f0 2>/dev/null
+"$BIN/xseg" destroy --segment "$SEG" || fail "xseg destroy"
+"$BIN/cached" --persist-inspect "$persist" --json > "$DIR/inspect.json" || fail "persist-inspect"
+grep -q "\"dirty_bytes\":$dirty," "$DIR/inspect.json" ||
+	fail "the persist file does not hold the $dirty dirty bytes: $(cat "$DIR/inspect.json")"
+echo "$persist holds $dirty dirty bytes"
+
+echo "--- the units start; cached (now 128M) refuses its file"
+declare -A active
+start_unit() {   # start_unit K: as systemd would, once its dependencies are settled
+	local k=$1 r
+	for r in $(unit_requires "$k"); do
+		if [ -z "${active[$r]:-}" ]; then
+			echo "$k: not started, $r (Required) failed"
+			return 1
+		fi
+	done
+	if unit_try_start "$k"; then active[$k]=1; else echo "$k: start failed, exit $rc"; return 1; fi
+}
+unit_cmd "xseg-segment@$SEG.service" ExecStart || fail "xseg-segment@ has no ExecStart"
+"${argv[@]}" > /dev/null || fail "xseg-segment@$SEG: '${argv[*]}' exited $?"
+start_unit filed || fail "filed did not start"
+start_unit cached && fail "cached started on a persist file of another cache size"
+[ "$rc" = 2 ] || fail "cached refused its file with exit $rc, expected 2"
+if start_unit vlmcd; then
+	bench --op read --pattern rand
+	fail "vlmcd started although cached, which it is After=, failed; reads through it: $(grep -E '^ *requests' "$DIR/bench.log")"
+fi
+"$BIN/xseg" info --segment "$SEG" --json | grep -Eq '"port":2,"owner":[1-9]' &&
+	fail "port 2 is served"
+
+echo "--- env put right: cached recovers its file, then vlmcd"
+CACHED_ARGS=${CACHED_ARGS/--cache-size 128M/--cache-size 64M}
+start_unit cached || fail "cached did not start on its own file"
+start_unit vlmcd || fail "vlmcd did not start after cached"
+bench --op read --pattern rand || { cat "$DIR/bench.log"; fail "the acknowledged writes did not read back"; }
+for k in vlmcd cached filed; do
+	unit_stop $k
+	[ $rc -eq 0 ] || fail "$k exited $rc on SIGTERM"
+done
+unit_cmd "xseg-segment@$SEG.service" ExecStop
+"${argv[@]}" || fail "xseg-segment@'s ExecStop '${argv[*]}' exited $?"
+echo "ok: vlmcd kept off filed while cached refused; every byte back from the persist file"

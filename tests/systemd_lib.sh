@@ -12,8 +12,10 @@
 #   unit_try_start K    the same, but 1 (its exit status in $rc) if it
 #                       exits before READY=1: a failed start.
 #   unit_requires K     the xseg-PEER@ units K needs active, as systemd
-#                       reads them: its Requires=, and the RequiredBy= of
-#                       the [Install] of the units in $ENABLED naming it.
+#                       reads them: its Requires=, and the units in
+#                       $ENABLED whose [Install] RequiredBy= names it (the
+#                       K.requires/ links `systemctl --root enable` makes;
+#                       without systemctl, read from the [Install] lines).
 #   unit_stop K         SIGTERM to pid_of[K], waits for it: its exit status
 #                       in $rc (systemd: not 0 is a failed unit).
 command -v python3 > /dev/null || fail "python3 is needed (tools/install-deps installs it)"
@@ -89,10 +91,25 @@ unit_try_start() {
 	fi
 }
 
+if [ -n "${ENABLED:-}" ] && command -v systemctl > /dev/null; then
+	root=$DIR/root
+	mkdir -p "$root/usr/lib/systemd/system" "$root/etc/systemd/system"
+	cp "$units"/* "$root/usr/lib/systemd/system/"
+	# shellcheck disable=SC2046
+	systemctl --root="$root" enable $(for e in $ENABLED; do echo "xseg-$e@$SEG.service"; done) \
+		> "$DIR/enable.out" 2>&1 || fail "systemctl --root enable: $(cat "$DIR/enable.out")"
+fi
 unit_requires() {
-	local k=$1 e
+	local k=$1 e l
 	sed -n 's/^Requires=//p' "$units/xseg-$k@.service" | tr ' ' '\n' |
 		sed -n 's/^xseg-\([a-z]*\)@%i.service$/\1/p' | grep -v '^segment$'
+	if [ -n "${root:-}" ]; then
+		for l in "$root/etc/systemd/system/xseg-$k@$SEG.service.requires"/*; do
+			[ -L "$l" ] || continue   # a link into the root: -e would not follow
+			l=${l##*/xseg-}; echo "${l%%@*}"
+		done
+		return
+	fi
 	for e in ${ENABLED:-}; do
 		sed -n '/^\[Install\]/,$p' "$units/xseg-$e@.service" | sed -n 's/^RequiredBy=//p' |
 			tr ' ' '\n' | grep -qx "xseg-$k@%i.service" && echo "$e"

@@ -9,9 +9,11 @@
 # peer whatever their result: it must keep the segment (exit 1, naming
 # the port), as `xseg down` does. Removed, the mark was gone: the path
 # made again served filed's older data with no error (before the fix).
-# Then the README's way back: filed and cached on the kept segment,
-# cached recovers its persist file and writes it back; every byte reads
-# back (bench-xseg --verify full); stopped again, the segment goes.
+# Then the units start again: the segment unit takes the kept segment
+# as it is (`xseg create --reuse`; it failed, the segment existing, before),
+# filed, and cached recovers its persist file on it (taking the mark over)
+# and is plugged again; every byte reads back (bench-xseg --verify full);
+# stopped again, the segment goes.
 # Run by tests/run-tests.sh (BUILD, SANITIZE as for the build).
 set -u
 cd "$(dirname "$0")/.."
@@ -61,10 +63,17 @@ unit_cmd "xseg-segment@$SEG.service" ExecStop || fail "xseg-segment@ has no Exec
 grep -q "port 3" "$DIR/stop.err" || fail "ExecStop does not name port 3: $(cat "$DIR/stop.err")"
 echo "kept: $(cat "$DIR/stop.err")"
 
-echo "--- back: filed and cached on the kept segment, cached writes back"
+echo "--- systemctl start again: the segment unit reuses the kept segment"
+unit_cmd "xseg-segment@$SEG.service" ExecStart
+"${argv[@]}" > "$DIR/start.out" 2> "$DIR/start.err" ||
+	fail "xseg-segment@'s ExecStart '${argv[*]}' exited $? on the kept segment: $(cat "$DIR/start.err")"
+[ "$(port_info 3 dirty_bytes)" = "$marked" ] || fail "the start lost port 3's mark"
 unit_start filed
 unit_start cached
 unit_start vlmcd
+"$BIN/xseg" create --segment "$SEG" --reuse > /dev/null 2> "$DIR/reuse.err" &&
+	fail "xseg create --reuse took a segment its peers serve"
+grep -q "served by pid" "$DIR/reuse.err" || fail "create --reuse of a served segment: $(cat "$DIR/reuse.err")"
 bench --op read --pattern rand
 unit_stop vlmcd; [ $rc -eq 0 ] || fail "vlmcd exited $rc"
 unit_stop cached; [ $rc -eq 0 ] || fail "cached exited $rc after recovering"

@@ -1,7 +1,7 @@
 /*
  * xseg: the segment's admin tool.
  *
- *   xseg create  --segment NAME [--ports N] [--requests N] [--heap SIZE] [--mode OCTAL]
+ *   xseg create  --segment NAME [--ports N] [--requests N] [--heap SIZE] [--mode OCTAL] [--reuse]
  *   xseg destroy --segment NAME [--if-unused]
  *   xseg info    --segment NAME [--json] [--all]
  *   xseg route   --segment NAME --port P (--next Q | --clear)
@@ -40,7 +40,7 @@ struct args {
 	const char *segment;
 	uint64_t ports, requests, heap, mode;
 	uint32_t port, next, via;
-	bool have_port, have_next, have_via, clear, json, all, force, prometheus, if_unused;
+	bool have_port, have_next, have_via, clear, json, all, force, prometheus, if_unused, reuse;
 	uint64_t watch, count;          /* stats */
 	const char *listen;             /* exporter */
 	const char *set;
@@ -100,7 +100,7 @@ static void parse(int argc, char **argv, const struct command *cmd, struct args 
 {
 	enum { O_SEG = 256, O_PORTS, O_REQS, O_HEAP, O_MODE, O_PORT, O_NEXT, O_VIA, O_CLEAR,
 	       O_JSON, O_ALL, O_SET, O_FORCE, O_RUN_DIR, O_TIMEOUT, O_WATCH, O_COUNT,
-	       O_PROMETHEUS, O_LISTEN, O_IF_UNUSED, O_HELP, O_VERSION };
+	       O_PROMETHEUS, O_LISTEN, O_IF_UNUSED, O_REUSE, O_HELP, O_VERSION };
 	static const struct option opts[] = {
 		{ "segment", required_argument, NULL, O_SEG },
 		{ "ports", required_argument, NULL, O_PORTS },
@@ -122,6 +122,7 @@ static void parse(int argc, char **argv, const struct command *cmd, struct args 
 		{ "prometheus", no_argument, NULL, O_PROMETHEUS },
 		{ "listen", required_argument, NULL, O_LISTEN },
 		{ "if-unused", no_argument, NULL, O_IF_UNUSED },
+		{ "reuse", no_argument, NULL, O_REUSE },
 		{ "help", no_argument, NULL, O_HELP },
 		{ "version", no_argument, NULL, O_VERSION },
 		{ NULL, 0, NULL, 0 },
@@ -174,6 +175,7 @@ static void parse(int argc, char **argv, const struct command *cmd, struct args 
 		case O_COUNT: a->count = num("--count", optarg, 1, UINT32_MAX); break;
 		case O_PROMETHEUS: a->prometheus = true; break;
 		case O_IF_UNUSED: a->if_unused = true; break;
+		case O_REUSE: a->reuse = true; break;
 		case O_LISTEN: {
 			const char *why = "";
 			if (exporter_check_listen(optarg, &why) < 0)
@@ -222,6 +224,45 @@ static void check_port(struct xseg *seg, const char *opt, uint32_t port)
 	}
 }
 
+/*
+ * create --reuse of a segment that exists: taken as it is when no live
+ * process serves a port of it (its peers gone: a crash, or a stop that
+ * kept it for a dirty mark), its marks and routes kept. A cache that left
+ * a mark recovers its persist file on it and takes the mark over; until
+ * then the path fails closed (EIO). Made again instead, the mark was gone
+ * and the path served the blocker's older data. 1 while a port is served.
+ */
+static int reuse_left(const char *name)
+{
+	struct xseg *seg = join(name);
+	struct xseg_segment_info si;
+	struct xseg_port_info pi;
+	unsigned marked = 0;
+	xseg_segment_info(seg, &si);
+	for (uint32_t p = 0; p < si.nr_ports; p++) {
+		if (xseg_port_info(seg, p, &pi) < 0)
+			continue;
+		if (pi.owner && pi.owner_alive) {
+			fprintf(stderr, "xseg: create: segment %s exists and port %u is served by pid %d "
+				"(it is in use)\n", name, p, (int)pi.owner);
+			xseg_leave(seg);
+			return 1;
+		}
+		if (pi.dirty_bytes) {
+			fprintf(stderr, "xseg: create: port %u of segment %s is marked as holding %"
+				PRIu64 " dirty bytes of a cache that is gone: requests routed there fail "
+				"(EIO) until it serves again on its persist file\n", p, name,
+				pi.dirty_bytes);
+			marked++;
+		}
+	}
+	fprintf(stderr, "xseg: create: segment %s exists, nothing serves it: reused as it is "
+		"(%u ports, %u requests, %" PRIu64 " bytes of heap; %u ports marked dirty)\n", name,
+		si.nr_ports, si.nr_requests, si.heap_size, marked);
+	xseg_leave(seg);
+	return 0;
+}
+
 static int cmd_create(struct args *a)
 {
 	struct xseg_config cfg;
@@ -230,7 +271,10 @@ static int cmd_create(struct args *a)
 	if (a->requests) cfg.nr_requests = (uint32_t)a->requests;
 	if (a->heap) cfg.heap_size = a->heap;
 	if (a->mode) cfg.mode = (mode_t)a->mode;
-	if (xseg_create(a->segment, &cfg) < 0) {
+	int rc = xseg_create(a->segment, &cfg);
+	if (rc == -EEXIST && a->reuse)
+		return reuse_left(a->segment);
+	if (rc < 0) {
 		fprintf(stderr, "xseg: %s\n", xseg_last_error());
 		return 1;
 	}
@@ -583,9 +627,12 @@ static int cmd_status(struct args *a) { return with_file(a, status); }
 
 static const struct command commands[] = {
 	{ "create", cmd_create,
-	  "xseg create --segment NAME [--ports N] [--requests N] [--heap SIZE] [--mode OCTAL]",
+	  "xseg create --segment NAME [--ports N] [--requests N] [--heap SIZE] [--mode OCTAL] [--reuse]",
 	  "Makes a segment (defaults: 64 ports, 4096 requests, 256M heap, mode 0600).\n"
-	  "SIZE takes K, M, G suffixes. Fails if the segment exists.\n", false },
+	  "SIZE takes K, M, G suffixes. Fails if the segment exists.\n"
+	  "--reuse: a segment that exists is taken as it is (exit 0, its sizes and\n"
+	  "ports marked dirty on stderr) when no live process serves a port of it,\n"
+	  "its dirty marks and routes kept; exit 1 while one does.\n", false },
 	{ "destroy", cmd_destroy, "xseg destroy --segment NAME [--if-unused]",
 	  "Removes the segment's name; peers that joined keep running on it.\n"
 	  "--if-unused: refuses (exit 1, naming the port) while a port is served by\n"

@@ -6,7 +6,9 @@
 #                       systemd makes it: %i the segment, $VAR split into
 #                       words, $$ a '$'; 1 if UNIT has no KEY=.
 #   wait_from PID WORD  the datagram holding WORD that PID sent (10 s).
-#   unit_start K        ExecStart of xseg-K@ with NOTIFY_SOCKET, waits for
+#   unit_pre K          ExecStartPre of xseg-K@ if it has one; 1 if it fails
+#                       (systemd: the unit failed, ExecStart not run).
+#   unit_start K        unit_pre, ExecStart of xseg-K@ with NOTIFY_SOCKET, waits for
 #                       READY=1 with its port bound, runs its ExecStartPost;
 #                       pid_of[K] is its pid (also in pids).
 #   unit_try_start K    the same, but 1 (its exit status in $rc) if it
@@ -55,8 +57,14 @@ wait_from() {
 }
 
 declare -A pid_of
+unit_pre() {
+	unit_cmd "xseg-$1@$SEG.service" ExecStartPre || return 0
+	"${argv[@]}" >> "$DIR/$1-pre.log" 2>&1
+}
+
 unit_start() {
 	local k=$1 line
+	unit_pre "$k" || fail "xseg-$k@ ExecStartPre: $(cat "$DIR/$k-pre.log")"
 	unit_cmd "xseg-$k@$SEG.service" ExecStart || fail "xseg-$k@ has no ExecStart"
 	NOTIFY_SOCKET=$sock "${argv[@]}" 2>> "$DIR/$k.log" &
 	pid_of[$k]=$!
@@ -71,6 +79,7 @@ unit_start() {
 
 unit_try_start() {
 	local k=$1 line
+	unit_pre "$k" || { rc=pre; return 1; }
 	unit_cmd "xseg-$k@$SEG.service" ExecStart || fail "xseg-$k@ has no ExecStart"
 	NOTIFY_SOCKET=$sock "${argv[@]}" 2>> "$DIR/$k.log" &
 	pid_of[$k]=$!

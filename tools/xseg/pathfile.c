@@ -143,7 +143,7 @@ static int parse_port(const struct path_file *pf, unsigned line, const char *val
 }
 
 /* PROGRAM next to the running xseg, else on PATH; false if neither. */
-static bool find_program(const char *program, char *out, size_t outlen)
+bool path_find_program(const char *program, char *out, size_t outlen)
 {
 	char self[PATH_MAX];
 	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
@@ -358,7 +358,7 @@ static int peer_line(struct path_file *pf, unsigned line, char **w, unsigned n, 
 			return fault(pf, line, "plug=%u: no peer on an earlier line serves port %u",
 				     pp->plug, pp->plug);
 	}
-	if (!find_program(pp->program, pp->exe, sizeof(pp->exe)))
+	if (!path_find_program(pp->program, pp->exe, sizeof(pp->exe)))
 		return fault(pf, line, "peer: no program '%s' next to xseg or on PATH", pp->program);
 	pf->nr_peers++;
 	return 0;

@@ -66,4 +66,7 @@ int path_file_read(const char *file, struct path_file *pf);
 const char *path_peer_option(const struct path_peer *pp, const char *key);
 void path_file_free(struct path_file *pf);
 
+/* PROGRAM next to the running xseg, else on PATH, into out; false if neither. */
+bool path_find_program(const char *program, char *out, size_t outlen);
+
 #endif

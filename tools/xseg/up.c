@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "guard.h"
 #include "plug.h"
 #include "up.h"
 
@@ -557,51 +558,6 @@ static int start_peer(struct xseg *seg, const struct path_file *pf, const struct
 	return 0;
 }
 
-/* The dirty bytes `PROGRAM --persist-inspect FILE --json` says FILE holds;
- * 0 when it is not a persist file (yet) or cannot be read. */
-static uint64_t persisted_dirty(const struct path_peer *pp, const char *file)
-{
-	struct stat st;
-	int fds[2];
-	/* not there yet, or not a file the cache could use (a FIFO's open
-	 * would wait for a writer) */
-	if (stat(file, &st) < 0 || !S_ISREG(st.st_mode) || !st.st_size || pipe(fds) < 0)
-		return 0;
-	fflush(NULL);
-	pid_t child = fork();
-	if (child < 0) {
-		close(fds[0]);
-		close(fds[1]);
-		return 0;
-	}
-	if (child == 0) {
-		int null = open("/dev/null", O_RDWR);
-		if (null >= 0) {
-			dup2(null, STDIN_FILENO);
-			dup2(null, STDERR_FILENO);
-		}
-		dup2(fds[1], STDOUT_FILENO);
-		execl(pp->exe, pp->exe, "--persist-inspect", file, "--json", (char *)NULL);
-		_exit(127);
-	}
-	close(fds[1]);
-	char buf[4096];
-	size_t n = 0;
-	ssize_t r;
-	while (n < sizeof(buf) - 1 && ((r = read(fds[0], buf + n, sizeof(buf) - 1 - n)) > 0 ||
-				       (r < 0 && errno == EINTR)))
-		n += r > 0 ? (size_t)r : 0;
-	buf[n] = '\0';
-	close(fds[0]);
-	int status;
-	while (waitpid(child, &status, 0) < 0 && errno == EINTR)
-		;
-	const char *f = strstr(buf, "\"dirty_bytes\":");
-	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !f)
-		return 0;
-	return strtoull(f + strlen("\"dirty_bytes\":"), NULL, 10);
-}
-
 /*
  * A cache to be plugged in front of port B whose persist file holds dirty
  * data (a crash) holds acknowledged writes that B lacks. Peers on earlier
@@ -621,13 +577,10 @@ static int guard_persisted(struct xseg *seg, const struct path_file *pf, bool *g
 		const char *file = path_peer_option(pp, "persist");
 		if (pp->plug == XSEG_NO_PORT || !file || !*file || path_peer_option(pp, "persist-discard"))
 			continue;
-		uint64_t dirty = persisted_dirty(pp, file);
+		uint64_t dirty = guard_persisted_dirty(pp->exe, file);
 		if (!dirty)
 			continue;
-		if (xseg_bind_port(seg, pp->port_first) < 0 ||
-		    xseg_port_set_dirty(seg, pp->port_first, dirty) < 0 ||
-		    xseg_leave_port(seg, pp->port_first) < 0 ||
-		    xseg_set_next_hop(seg, pp->plug, pp->port_first) < 0) {
+		if (guard_port(seg, pp->plug, pp->port_first, dirty) < 0) {
 			fprintf(stderr, "xseg: up: cannot keep port %u closed until %s on port %u "
 				"serves the dirty data of %s: %s\n", pp->plug, pp->program,
 				pp->port_first, file, xseg_last_error());

@@ -6,6 +6,7 @@
  *   xseg info    --segment NAME [--json] [--all]
  *   xseg route   --segment NAME --port P (--next Q | --clear)
  *   xseg plug    --segment NAME --port B --via C
+ *   xseg guard   --segment NAME --port B --via C --persist FILE
  *   xseg unplug  --segment NAME --via C [--force]
  *   xseg stats   --segment NAME [--port N] [--json | --prometheus | --watch S [--count N]]
  *   xseg exporter --segment NAME --listen ADDR:PORT [--port N]
@@ -31,6 +32,7 @@
 #include "xseg/xseg.h"
 #include "control.h"
 #include "exporter.h"
+#include "guard.h"
 #include "pathfile.h"
 #include "plug.h"
 #include "stats.h"
@@ -45,6 +47,7 @@ struct args {
 	const char *listen;             /* exporter */
 	const char *set;
 	const char *file, *run_dir;   /* up, down, status */
+	const char *persist;          /* guard */
 	uint64_t timeout;
 };
 
@@ -100,7 +103,7 @@ static void parse(int argc, char **argv, const struct command *cmd, struct args 
 {
 	enum { O_SEG = 256, O_PORTS, O_REQS, O_HEAP, O_MODE, O_PORT, O_NEXT, O_VIA, O_CLEAR,
 	       O_JSON, O_ALL, O_SET, O_FORCE, O_RUN_DIR, O_TIMEOUT, O_WATCH, O_COUNT,
-	       O_PROMETHEUS, O_LISTEN, O_IF_UNUSED, O_REUSE, O_HELP, O_VERSION };
+	       O_PROMETHEUS, O_LISTEN, O_IF_UNUSED, O_REUSE, O_PERSIST, O_HELP, O_VERSION };
 	static const struct option opts[] = {
 		{ "segment", required_argument, NULL, O_SEG },
 		{ "ports", required_argument, NULL, O_PORTS },
@@ -123,6 +126,7 @@ static void parse(int argc, char **argv, const struct command *cmd, struct args 
 		{ "listen", required_argument, NULL, O_LISTEN },
 		{ "if-unused", no_argument, NULL, O_IF_UNUSED },
 		{ "reuse", no_argument, NULL, O_REUSE },
+		{ "persist", required_argument, NULL, O_PERSIST },
 		{ "help", no_argument, NULL, O_HELP },
 		{ "version", no_argument, NULL, O_VERSION },
 		{ NULL, 0, NULL, 0 },
@@ -176,6 +180,11 @@ static void parse(int argc, char **argv, const struct command *cmd, struct args 
 		case O_PROMETHEUS: a->prometheus = true; break;
 		case O_IF_UNUSED: a->if_unused = true; break;
 		case O_REUSE: a->reuse = true; break;
+		case O_PERSIST:
+			if (!*optarg)
+				bad("--persist: '%s' is empty%s", optarg, "");
+			a->persist = optarg;
+			break;
 		case O_LISTEN: {
 			const char *why = "";
 			if (exporter_check_listen(optarg, &why) < 0)
@@ -467,6 +476,17 @@ static int cmd_plug(struct args *a)
 	return rc;
 }
 
+static int cmd_guard(struct args *a)
+{
+	if (!a->have_port || !a->have_via || !a->persist)
+		bad("guard: --port B, --via C and --persist FILE are required%s%s", "", "");
+	struct xseg *seg = join(a->segment);
+	check_port(seg, "--port", a->port);
+	check_port(seg, "--via", a->via);
+	xseg_leave(seg);
+	return guard_command(a->segment, a->port, a->via, a->persist);
+}
+
 static int cmd_unplug(struct args *a)
 {
 	if (!a->have_via)
@@ -651,6 +671,13 @@ static const struct command commands[] = {
 	{ "plug", cmd_plug, "xseg plug --segment NAME --port B --via C",
 	  "Puts the peer serving C (e.g. cached) in front of B, online: requests\n"
 	  "for B go to C; what C sends to B reaches B.\n", false },
+	{ "guard", cmd_guard, "xseg guard --segment NAME --port B --via C --persist FILE",
+	  "Before the cache that will serve C starts: if FILE, its persist file,\n"
+	  "holds dirty data (cached --persist-inspect), C is marked as a cache gone\n"
+	  "dirty and B routed to C, so requests for B fail (EIO) until the cache\n"
+	  "serves that data (it takes the mark over; plug it then). Nothing when\n"
+	  "FILE holds none. Refused (exit 1) while C is served or B is routed to\n"
+	  "another port. What xseg up does for plug= with persist=.\n", false },
 	{ "unplug", cmd_unplug, "xseg unplug --segment NAME --via C [--force]",
 	  "C writes back all dirty data while still in the path, then every route\n"
 	  "to C is cleared; returns when that is done. A cache that is gone while\n"

@@ -94,7 +94,7 @@ int guard_command(const char *segment, uint32_t b, uint32_t c, const char *file)
 	struct xseg_port_info pi;
 	uint32_t hop = xseg_get_next_hop(seg, b);
 	int rc = 1;
-	if (xseg_port_info(seg, c, &pi) < 0 || xseg_port_info(seg, b, &(struct xseg_port_info){ 0 }) < 0)
+	if (xseg_port_info(seg, c, &pi) < 0)
 		fprintf(stderr, "xseg: guard: %s\n", xseg_last_error());
 	else if (pi.owner && pi.owner_alive)
 		fprintf(stderr, "xseg: guard: port %u is served by pid %d: not a cache to come\n", c,

@@ -7,8 +7,9 @@
 # unit) and leaves its port marked dirty, the fail-closed mark. The
 # segment unit's ExecStop runs after it, as systemd runs it after every
 # peer whatever their result: it must keep the segment (exit 1, naming
-# the port), as `xseg down` does. Removed, the mark was gone: the path
-# made again served filed's older data with no error (before the fix).
+# the port), as `xseg down` does (before the fix it removed it, the mark
+# with it; without --persist the path made again then served filed's
+# older data with no error: test_systemd_lost_cache.sh).
 # Then the units start again: the segment unit takes the kept segment
 # as it is (`xseg create --reuse`; it failed, the segment existing, before),
 # filed, and cached recovers its persist file on it (taking the mark over)

@@ -14,6 +14,9 @@
  * overlaps everything) is still at the target (--retry-limit at most,
  * then ETIMEDOUT). Those that overlap nothing go at once: a request the
  * target never answers holds back only what it could be reordered with.
+ * Within one connection, a READ or WRITE waits the same way behind an
+ * earlier READ or WRITE of the same bytes (a WRITE in either) still at the
+ * target: its requester may have timed that one out and written again.
  *
  * Connections without a hello (a client other than synapsed) are not
  * ordered against each other. The table is under S.lock; the hello and
@@ -195,6 +198,16 @@ static bool overlaps(const struct epoch_ticket *t, const struct epoch_ticket *o)
 	       t->offset < o->offset + o->size && o->offset < t->offset + t->size;
 }
 
+/* A READ or WRITE over the bytes of another, one of them a WRITE: the two
+ * could land in either order at a target that runs requests at once. */
+static bool data_overlaps(const struct epoch_ticket *t, const struct epoch_ticket *o)
+{
+	bool rw = (t->op == X_READ || t->op == X_WRITE) && (o->op == X_READ || o->op == X_WRITE);
+	return rw && (t->op == X_WRITE || o->op == X_WRITE) &&
+	       t->offset < o->offset + o->size && o->offset < t->offset + t->size &&
+	       t->target_len == o->target_len && memcmp(t->target, o->target, t->target_len) == 0;
+}
+
 int epochs_claim(struct epoch_ticket *t)
 {
 	if (!t->requester)
@@ -210,6 +223,16 @@ int epochs_claim(struct epoch_ticket *t)
 				rc = 0;
 				break;
 			}
+		/* Its own connection's too, where the data overlaps: an earlier
+		 * request still at the target may be one its requester timed out
+		 * and followed with this one (a slow or stalled target outlasts
+		 * --timeout; the link stays up). Submitted in arrival order is not
+		 * enough: the target runs both at once, and the old WRITE could land
+		 * last, over the newer one its requester was told was done. */
+		for (struct epoch_ticket *o = q->current.next; rc > 0 && o != &q->current;
+		     o = o->next)
+			if (data_overlaps(t, o))
+				rc = 0;
 	}
 	if (rc > 0) {
 		t->next = &q->current;

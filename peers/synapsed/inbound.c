@@ -212,9 +212,8 @@ static bool try_submit(struct inbound *in)
 	if (may == 0) {
 		if (xseg_now_ns() < in->deadline_ns)
 			return false;
-		peer_warn("request id %#" PRIx64 ": a request of an older connection of its "
-			  "requester that it overlaps is still at port %" PRIu64 " after "
-			  "--retry-limit: ETIMEDOUT",
+		peer_warn("request id %#" PRIx64 ": an earlier request of its requester that "
+			  "it overlaps is still at port %" PRIu64 " after --retry-limit: ETIMEDOUT",
 			  h->id, S.target_port);
 		reply_failed(in, ETIMEDOUT);
 		return true;

@@ -151,11 +151,30 @@ static void accept_all(void)
 	}
 }
 
+/*
+ * What a request is failed with when a connect failed. A connect's errno
+ * may say something else about a request: a blackhole route fails it
+ * EINVAL, a prohibit route EACCES, a firewall EPERM, no ephemeral port
+ * EADDRNOTAVAIL; a client would take those for a fault of its request
+ * (vlmcd passes them on). Those are ENETUNREACH (the log has the connect's
+ * own); the errors of an unreachable remote stay as they are.
+ */
+static int link_error(int err)
+{
+	switch (err) {
+	case ECONNREFUSED: case ECONNRESET: case ETIMEDOUT: case ENETUNREACH:
+	case EHOSTUNREACH: case ENETDOWN: case EHOSTDOWN:
+		return err;
+	default:
+		return ENETUNREACH;
+	}
+}
+
 /* A connect failed: until one succeeds, requests fail at once. */
 static void remote_unreachable(int err)
 {
-	atomic_store(&S.remote_down, err > 0 ? err : ECONNREFUSED);
-	conn_up_ops->fail_queued(err > 0 ? err : ECONNREFUSED);
+	atomic_store(&S.remote_down, link_error(err));
+	conn_up_ops->fail_queued(link_error(err));
 }
 
 static void remote_connect(uint64_t now)

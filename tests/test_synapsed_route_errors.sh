@@ -6,7 +6,8 @@
 # link cut by a blackhole route (as test_cached_mirror_link_cuts.sh cuts
 # it) had every request fail "Invalid argument" until the route went: a
 # client (vlmcd passes it on) takes that for a fault of its request. Now
-# those are ENETUNREACH; an unreachable route's EHOSTUNREACH stays. In two
+# those are ENETUNREACH; an unreachable route's EHOSTUNREACH stays. Each
+# try after the first is logged at info, with its cause (none was). In two
 # network namespaces (skipped, with a message, where none can be made).
 set -u
 SEG_PREFIX=synapsed-route-errors
@@ -52,5 +53,13 @@ for _ in $(seq 60); do
 done
 [ $ok = 1 ] || fail "no traffic once the route went: $(ping)"
 echo "route gone: a ping is served"
+# the outage said at warn once, each further try at info (they were not
+# logged at all: a cause that changed was not seen)
+for e in "No route to host" "Permission denied"; do
+	grep -q "INFO: .*cannot connect: $e" "$DIR/synapsed-a.log" ||
+		fail "A's log has no try that failed '$e'"
+done
+[ "$(grep -c "WARN: .*cannot connect" "$DIR/synapsed-a.log")" = 1 ] ||
+	fail "the outage warned $(grep -c "WARN: .*cannot connect" "$DIR/synapsed-a.log") times, not once"
 grep -l "Sanitizer" "$DIR"/*.log && fail "a sanitizer reported an error (logs above)"
 echo "synapsed, connect errors of routes: ok"

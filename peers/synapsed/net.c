@@ -201,8 +201,8 @@ static void remote_connect(uint64_t now)
 		c->fd = -1;
 		pthread_mutex_unlock(&c->wlock);
 		close(fd);
-		if (!c->warned_down)
-			peer_warn("%s: %s", c->peer, why);
+		/* the outage at warn once, each further try at info */
+		peer_log(c->warned_down ? PEER_LOG_INFO : PEER_LOG_WARN, "%s: %s", c->peer, why);
 		c->warned_down = true;
 		remote_unreachable(errno_saved);
 		c->connecting = false;
@@ -224,9 +224,8 @@ static void remote_connected(void)
 	if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
 		err = errno;
 	if (err) {
-		if (!c->warned_down)
-			peer_warn("%s: cannot connect: %s; retrying with backoff", c->peer,
-				  strerror(err));
+		peer_log(c->warned_down ? PEER_LOG_INFO : PEER_LOG_WARN,
+			 "%s: cannot connect: %s; retrying with backoff", c->peer, strerror(err));
 		c->warned_down = true;
 		conn_close(REMOTE_CONN, strerror(err), ECONNRESET);
 		remote_unreachable(err);
@@ -375,6 +374,9 @@ static void *net_loop(void *arg)
 			if (remote->fd < 0 && now >= remote->retry_at_ns)
 				remote_connect(now);
 			else if (remote->connecting && now >= remote->retry_at_ns) {
+				if (remote->warned_down)   /* else conn_close warns */
+					peer_info("%s: connect timed out; retrying with backoff",
+						  remote->peer);
 				conn_close(REMOTE_CONN, "connect timed out", ETIMEDOUT);
 				remote_unreachable(ETIMEDOUT);
 			}

@@ -442,6 +442,13 @@ void peer_log_setup(const char *name, enum peer_log_level level);
 bool peer_log_once_a_second(_Atomic int64_t *last, _Atomic uint64_t *skipped,
 			    uint64_t *suppressed);
 
+/* What `systemctl status` shows under a Type=notify unit (STATUS=): a
+ * state the operator must act on ("FAILED: ..."), said when it begins;
+ * peer_status(NULL) goes back to "serving on segment ..., port ...". Only
+ * a change is sent; nothing once a stop began, or without systemd
+ * ($NOTIFY_SOCKET unset). Any thread. */
+void peer_status(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 #define peer_error(...) peer_log(PEER_LOG_ERROR, __VA_ARGS__)
 #define peer_warn(...)  peer_log(PEER_LOG_WARN, __VA_ARGS__)
 #define peer_info(...)  peer_log(PEER_LOG_INFO, __VA_ARGS__)

@@ -2930,6 +2930,73 @@ START_TEST(persist_marker_run_used_twice)
 }
 END_TEST
 
+/* The marker's name is the cache's own: a client's WRITE, DELETE or COPY
+ * onto it would forge or erase what the start's check reads. Here a
+ * client writes `written-back` of this run there (write-back, then a
+ * policy switch writes it back as any dirty object), then an acknowledged
+ * write-back write is dirty in the file only when the cache crashes: the
+ * restart read the forged word and dropped it. Now they are refused
+ * (EPERM, counted); a READ of it is served. */
+START_TEST(persist_marker_name_is_refused_to_clients)
+{
+	persist_dir();
+	setup_persist(ppath, 1 << 20);
+	char name[40], text[64];
+	snprintf(name, sizeof(name), "%s", blk.engine->pmark_name);
+	snprintf(text, sizeof(text), "cached-persist-marker written-back run %" PRIu64 " 0",
+		 blk.engine->persist.run);
+	static unsigned char mark[BKT_SIZE], w[OBJ_SIZE], r[OBJ_SIZE];
+	memset(mark, '\n', sizeof(mark));
+	memcpy(mark, text, strlen(text));
+	int wrote = do_write(name, 0, BKT_SIZE, mark);
+	ck_assert(switch_to_writethrough());   /* on the blocker, if taken */
+	ck_assert_int_eq(do_write("src", 0, BKT_SIZE, mark), 0);
+	int copied = run_req(X_COPY, 0, name, 0, 0, NULL, "src", NULL);
+	struct sync_req s = { .r = { .op = X_CONTROL, .name = "", .done = sync_done } };
+	pthread_mutex_init(&s.lock, NULL);
+	pthread_cond_init(&s.cond, NULL);
+	cache_engine_set_policy(blk.engine, CACHE_WRITEBACK, &s.r);
+	pthread_mutex_lock(&s.lock);
+	while (!s.done)
+		pthread_cond_wait(&s.cond, &s.lock);
+	pthread_mutex_unlock(&s.lock);
+	fill(w, OBJ_SIZE, 83);
+	ck_assert_int_eq(do_write("m", 0, OBJ_SIZE, w), 0);   /* write-back */
+	ck_assert_int_eq(do_flush(), 0);                       /* durable in the file */
+	ck_assert_uint_eq(stats_now().dirty_bytes, OBJ_SIZE);  /* there only */
+	copy_file(ppath, pcrash);                              /* a crash */
+	ck_assert(!blk_has("m", 0, w, OBJ_SIZE));
+	static unsigned char onblk[BKT_SIZE];    /* the marker as the crash left it */
+	pthread_mutex_lock(&blk.lock);
+	struct fake_object *o = blk_find(name, false);
+	bool there = o && o->exists;
+	if (there)
+		memcpy(onblk, o->data, sizeof(onblk));
+	pthread_mutex_unlock(&blk.lock);
+	int read_rc = do_read(name, 0, BKT_SIZE, r);
+	int deleted = run_req(X_DELETE, 0, name, 0, 0, NULL, NULL, NULL);
+	uint64_t refused = stats_now().persist_marker_refused;
+	ck_assert(switch_to_writethrough());
+	teardown();
+
+	start_on_crash_copy();                    /* the blocker: no "m" */
+	if (there)
+		blk_put(name, 0, onblk, sizeof(onblk));
+	settle_persist_check();
+	ck_assert_int_eq(do_read("m", 0, OBJ_SIZE, r), 0);
+	ck_assert_msg(!memcmp(r, w, OBJ_SIZE), "a client's write to '%s' (%s) dropped an "
+		      "acknowledged write-back write at the restart", name, wrote ? "refused" : "served");
+	ck_assert_int_eq(wrote, EPERM);
+	ck_assert_int_eq(copied, EPERM);
+	ck_assert_int_eq(deleted, EPERM);
+	ck_assert_int_eq(read_rc, 0);
+	ck_assert_uint_eq(refused, 3);
+	ck_assert(switch_to_writethrough());
+	teardown();
+	persist_dir_remove();
+}
+END_TEST
+
 /* Requests that come as the start's check ends are served or wait, never
  * refused EAGAIN: submit read the fence (checking) before check_wait read
  * it again under its lock (no longer checking) and failed the request
@@ -4022,6 +4089,7 @@ int main(void)
 	tcase_add_test(pc, persist_superblock_msync_failure_is_a_failed_sync);
 	tcase_add_test(pc, persist_marker_run_used_twice);
 	tcase_add_test(pc, persist_check_end_refuses_nothing);
+	tcase_add_test(pc, persist_marker_name_is_refused_to_clients);
 	tcase_add_test(pc, persist_overwrite_is_out_of_place_and_clean_data_leaves_the_file);
 	tcase_add_test(pc, persist_full_recovered_cache_overwrites);
 	tcase_add_test(pc, persist_torn_data_is_dropped_not_served);

@@ -962,6 +962,21 @@ static void say_persist_marker(const struct cache_stats *s)
 	}
 }
 
+/* A client's WRITE, DELETE or COPY onto the persist marker's name,
+ * refused (engine.c): at most one warning in 10 s, counting the rest. */
+static void say_marker_name_refused(const struct cache_stats *s, uint64_t now)
+{
+	static uint64_t said, next;
+	if (s->persist_marker_refused == said || now < next)
+		return;
+	peer_warn("refused %" PRIu64 " client WRITE, DELETE or COPY onto '%s' (EPERM): the "
+		  "persist marker of '%s', which a restart on that file reads; stats "
+		  "persist_marker_refused", s->persist_marker_refused - said,
+		  s->persist_marker_name, C.cfg.persist_path ? C.cfg.persist_path : "");
+	said = s->persist_marker_refused;
+	next = now + 10000000000ull;
+}
+
 /* The runtime's maintenance thread: the flusher and reclaimer, and ten
  * times a second the dead-blocker reap and the write-back warnings. */
 static uint64_t maintain(struct peer *p)
@@ -983,6 +998,7 @@ static uint64_t maintain(struct peer *p)
 		watch_hold(now);
 		say_persist_failure(&st);
 		say_persist_marker(&st);
+		say_marker_name_refused(&st, now);
 		say_fenced(&st);
 		say_node_refusal(&st);
 		next_reap = now + 100000000ull;

@@ -289,6 +289,10 @@ void cache_engine_submit(struct cache_engine *e, struct cache_req *req)
 		finish(e, req, false, EPERM, 0);
 		return;
 	}
+	if (pmark_refuses(e, req)) {   /* the persist marker's name: ours alone */
+		finish(e, req, false, EPERM, 0);
+		return;
+	}
 	if (preflush(e, req))
 		return;
 	switch (req->op) {
@@ -940,6 +944,7 @@ void cache_engine_stats(struct cache_engine *e, struct cache_stats *s)
 		s->persist_marker_failures = atomic_load(&e->pmark_failures);
 		s->persist_marker_dropped_bytes = atomic_load(&e->pmark_dropped_bytes);
 		s->persist_marker_name = e->pmark_name;
+		s->persist_marker_refused = atomic_load(&e->pmark_refused);
 		s->persist_last_run = atomic_load(&e->pmark_found_run);
 		s->persist_sync_avg_us = syncs ? atomic_load(&e->sync_ns_total) / syncs / 1000 : 0;
 		s->persist_forced_full = atomic_load(&e->forced_full);

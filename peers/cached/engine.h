@@ -247,6 +247,8 @@ struct cache_stats {
 	int persist_marker, persist_marker_found;
 	uint64_t persist_marker_held, persist_marker_failures, persist_marker_dropped_bytes;
 	const char *persist_marker_name;        /* the object's name ("" none) */
+	/* client WRITEs, DELETEs and COPYs onto that name, refused (EPERM) */
+	uint64_t persist_marker_refused;
 	uint64_t persist_last_run;              /* the run whose word the start read */
 	uint64_t persist_sync_avg_us;
 	/* syncs the host-crash rules forced (--persist-sync flush|always):

@@ -388,6 +388,7 @@ struct cache_engine {
 	struct cache_req *check_waiters, **check_waiters_tail;
 	bool check_waiters_failed;
 	_Atomic uint64_t pmark_writes_total, pmark_failures, pmark_held_total, pmark_dropped_bytes;
+	_Atomic uint64_t pmark_refused;
 	_Atomic int promote_marker_said;   /* what the last checked promote read */
 	/* --replica (replica.c) */
 	_Atomic bool replica;
@@ -750,6 +751,9 @@ void pmark_init(struct cache_engine *e, int fence_after);
 /* The maintenance tick: the start's check, the marker's writes. True while
  * the check keeps the engine from everything else. */
 bool pmark_tick(struct cache_engine *e);
+/* A client request that writes, deletes or copies onto the marker's name:
+ * true (counted), to be refused EPERM. */
+bool pmark_refuses(struct cache_engine *e, const struct cache_req *req);
 /* The file failed a sync and the blocker holds `written-back`: what the
  * file holds is older than the blocker's and no longer counts (no sync of
  * it for a FLUSH or FUA write: the blocker's FLUSH serves them). */

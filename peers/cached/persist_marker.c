@@ -294,6 +294,22 @@ static void pmark_drop_recovered(struct cache_engine *e)
 
 /* ---- the engine's calls ------------------------------------------------------------- */
 
+/* The marker's name is this cache's alone: a client's WRITE, DELETE or
+ * COPY onto it would forge or erase the word a restart reads (a forged
+ * `written-back` drops acknowledged data, an erased `failed` replays
+ * older bytes over newer). Refused, counted (cached.c warns); a READ, or
+ * a COPY from it, passes. Another cache's marker (a chain: the cache in
+ * front writes its own through this one) is another name. */
+bool pmark_refuses(struct cache_engine *e, const struct cache_req *req)
+{
+	if (!e->pmark_on || !req->name ||
+	    (req->op != X_WRITE && req->op != X_DELETE && req->op != X_COPY) ||
+	    strcmp(req->name, e->pmark_name))
+		return false;
+	atomic_fetch_add(&e->pmark_refused, 1);
+	return true;
+}
+
 void pmark_init(struct cache_engine *e, int fence_after)
 {
 	atomic_store(&e->pmark_found, -1);

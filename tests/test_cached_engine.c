@@ -2997,6 +2997,54 @@ START_TEST(persist_marker_name_is_refused_to_clients)
 }
 END_TEST
 
+/* The start's check with a blocker that fails the marker's read: the
+ * requests wait (no replay, no drop without the word), but it was
+ * silent (no figure, the read tried again at every tick, 100 a second
+ * in cached). Now each failure is counted with its error, the reads
+ * back off (10 ms doubling to 1 s), and once the blocker answers the
+ * check ends and what waited is served the recovered bytes. */
+START_TEST(persist_check_read_failures_back_off_and_show)
+{
+	char name[40];
+	crashed_file_with_m(name, sizeof(name));
+	start_on_crash_copy();
+	ck_assert_int_eq(stats_now().fence, CACHE_FENCE_PERSIST_CHECKING);
+	atomic_store(&blk.fail_reads, 1);
+	static unsigned char r[BKT_SIZE], w[OBJ_SIZE];
+	fill(w, OBJ_SIZE, 80);
+	struct sync_req s = { .r = { .op = X_READ, .name = "m", .size = BKT_SIZE, .data = r,
+				     .done = sync_done } };
+	pthread_mutex_init(&s.lock, NULL);
+	pthread_cond_init(&s.cond, NULL);
+	cache_engine_submit(blk.engine, &s.r);   /* during the check: it waits */
+	int reads0 = atomic_load(&blk.reads);
+	for (int ms = 0; ms < 1500; ms++) {      /* 1.5 s of ticks, one a ms */
+		cache_engine_maintain(blk.engine);
+		usleep(1000);
+	}
+	int reads = atomic_load(&blk.reads) - reads0;
+	struct cache_stats st = stats_now();
+	ck_assert_int_eq(st.fence, CACHE_FENCE_PERSIST_CHECKING);
+	ck_assert_msg(!s.done, "a request was answered before the marker was read");
+	ck_assert_msg(st.persist_marker_read_failures > 0 && st.persist_marker_read_error == EIO,
+		      "failed reads of the marker show nowhere (%" PRIu64 " counted, error %d)",
+		      st.persist_marker_read_failures, st.persist_marker_read_error);
+	ck_assert_uint_ge(st.persist_check_ms, 1000);
+	ck_assert_msg(reads <= 12, "%d reads of the marker in 1.5 s: no back-off", reads);
+	atomic_store(&blk.fail_reads, 0);        /* the blocker answers: no marker */
+	wait_req(&s, 2500);
+	ck_assert_msg(s.done, "the check did not end once the blocker answered");
+	ck_assert(s.r.served);
+	ck_assert(!memcmp(r, w, BKT_SIZE));       /* replayed: the recovered bytes */
+	st = stats_now();
+	ck_assert_int_eq(st.persist_marker_read_error, 0);
+	ck_assert_uint_eq(st.persist_check_ms, 0);
+	ck_assert(switch_to_writethrough());
+	teardown();
+	persist_dir_remove();
+}
+END_TEST
+
 /* Requests that come as the start's check ends are served or wait, never
  * refused EAGAIN: submit read the fence (checking) before check_wait read
  * it again under its lock (no longer checking) and failed the request
@@ -4090,6 +4138,7 @@ int main(void)
 	tcase_add_test(pc, persist_marker_run_used_twice);
 	tcase_add_test(pc, persist_check_end_refuses_nothing);
 	tcase_add_test(pc, persist_marker_name_is_refused_to_clients);
+	tcase_add_test(pc, persist_check_read_failures_back_off_and_show);
 	tcase_add_test(pc, persist_overwrite_is_out_of_place_and_clean_data_leaves_the_file);
 	tcase_add_test(pc, persist_full_recovered_cache_overwrites);
 	tcase_add_test(pc, persist_torn_data_is_dropped_not_served);

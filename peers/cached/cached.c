@@ -962,6 +962,34 @@ static void say_persist_marker(const struct cache_stats *s)
 	}
 }
 
+/* The start's persist check waits for the marker (a blocker down, failing
+ * or slow): a warning after a second and every 10 s, naming the object
+ * and the error; a line when it was read at last. */
+static void say_persist_check(const struct cache_stats *s, uint64_t now)
+{
+	static uint64_t next;
+	static bool waited;
+	if (s->fence != CACHE_FENCE_PERSIST_CHECKING) {
+		if (waited)   /* at the level of the warnings it ends */
+			peer_warn("persist: object '%s' on port %u read: the start's check "
+				  "goes on", s->persist_marker_name, C.blocker_port);
+		waited = false;
+		return;
+	}
+	if (s->persist_check_ms < 1000 || now < next)
+		return;
+	waited = true;
+	next = now + 10000000000ull;
+	peer_warn("persist: %" PRIu64 " dirty bytes recovered from '%s' wait %" PRIu64 " s for "
+		  "object '%s' on blocker port %u, the last run's word on them (replay, drop or "
+		  "refuse): %s, %" PRIu64 " reads failed, trying again (at most every second). "
+		  "No request is served until it is read; SIGTERM stops, keeping them in the "
+		  "file", s->recovered_bytes, C.cfg.persist_path ? C.cfg.persist_path : "",
+		  s->persist_check_ms / 1000, s->persist_marker_name, C.blocker_port,
+		  s->persist_marker_read_error ? strerror(s->persist_marker_read_error) :
+		  "no answer yet", s->persist_marker_read_failures);
+}
+
 /* A client's WRITE, DELETE or COPY onto the persist marker's name,
  * refused (engine.c): at most one warning in 10 s, counting the rest. */
 static void say_marker_name_refused(const struct cache_stats *s, uint64_t now)
@@ -999,6 +1027,7 @@ static uint64_t maintain(struct peer *p)
 		say_persist_failure(&st);
 		say_persist_marker(&st);
 		say_marker_name_refused(&st, now);
+		say_persist_check(&st, now);
 		say_fenced(&st);
 		say_node_refusal(&st);
 		next_reap = now + 100000000ull;

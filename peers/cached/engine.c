@@ -945,6 +945,10 @@ void cache_engine_stats(struct cache_engine *e, struct cache_stats *s)
 		s->persist_marker_dropped_bytes = atomic_load(&e->pmark_dropped_bytes);
 		s->persist_marker_name = e->pmark_name;
 		s->persist_marker_refused = atomic_load(&e->pmark_refused);
+		s->persist_marker_read_failures = atomic_load(&e->pmark_read_failures);
+		s->persist_marker_read_error = atomic_load(&e->pmark_read_error);
+		uint64_t since = atomic_load(&e->pmark_check_since_ns);
+		s->persist_check_ms = since ? (now_ns() - since) / 1000000 : 0;
 		s->persist_last_run = atomic_load(&e->pmark_found_run);
 		s->persist_sync_avg_us = syncs ? atomic_load(&e->sync_ns_total) / syncs / 1000 : 0;
 		s->persist_forced_full = atomic_load(&e->forced_full);

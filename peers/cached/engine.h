@@ -249,6 +249,11 @@ struct cache_stats {
 	const char *persist_marker_name;        /* the object's name ("" none) */
 	/* client WRITEs, DELETEs and COPYs onto that name, refused (EPERM) */
 	uint64_t persist_marker_refused;
+	/* the start's check: reads of the marker that failed (retried), the
+	 * last one's error (0: none or since read), how long it has waited */
+	uint64_t persist_marker_read_failures;
+	int persist_marker_read_error;
+	uint64_t persist_check_ms;
 	uint64_t persist_last_run;              /* the run whose word the start read */
 	uint64_t persist_sync_avg_us;
 	/* syncs the host-crash rules forced (--persist-sync flush|always):

@@ -389,6 +389,12 @@ struct cache_engine {
 	bool check_waiters_failed;
 	_Atomic uint64_t pmark_writes_total, pmark_failures, pmark_held_total, pmark_dropped_bytes;
 	_Atomic uint64_t pmark_refused;
+	/* the start's check: failed reads, the last one's error, since when
+	 * it reads (ns, 0 once ended), the next read's time and back-off */
+	_Atomic uint64_t pmark_read_failures;
+	_Atomic int pmark_read_error;
+	_Atomic uint64_t pmark_check_since_ns;
+	uint64_t pmark_next_read_ns, pmark_read_backoff_ns;
 	_Atomic int promote_marker_said;   /* what the last checked promote read */
 	/* --replica (replica.c) */
 	_Atomic bool replica;

@@ -205,13 +205,37 @@ static void set_check_run(struct cache_engine *e)
 		(void)engine_sync(e);
 }
 
+/* Reads of the marker that fail (a blocker down or failing) are tried
+ * again after a pause, 10 ms doubling to 1 s: the check waits for the
+ * word as long as it takes (neither a replay nor a drop is safe without
+ * it), and says so (stats persist_marker_read_failures, _read_error,
+ * persist_check_ms; cached.c warns naming the object). */
+#define PMARK_READ_BACKOFF_MIN_NS (10ull * 1000 * 1000)
+#define PMARK_READ_BACKOFF_MAX_NS (1000ull * 1000 * 1000)
+
+static void pmark_read_failed(struct cache_engine *e, int error)
+{
+	atomic_fetch_add(&e->pmark_read_failures, 1);
+	atomic_store(&e->pmark_read_error, error ? error : EIO);
+	uint64_t b = e->pmark_read_backoff_ns;
+	b = b < PMARK_READ_BACKOFF_MIN_NS ? PMARK_READ_BACKOFF_MIN_NS :
+	    b >= PMARK_READ_BACKOFF_MAX_NS / 2 ? PMARK_READ_BACKOFF_MAX_NS : 2 * b;
+	e->pmark_read_backoff_ns = b;
+	e->pmark_next_read_ns = now_ns() + b;
+}
+
 static void pmark_read_done(struct cache_bio *bio)
 {
 	struct cache_engine *e = bio->engine;
 	uint64_t run = 0;
 	int said = bio->served ? pmark_parse(bio->data, bio->serviced, &run) : -1;
+	int error = bio->error;
 	bio_release(e, bio);
+	if (said < 0)
+		pmark_read_failed(e, error);   /* before read_out clears below */
 	if (said >= 0) {
+		atomic_store(&e->pmark_read_error, 0);
+		atomic_store(&e->pmark_check_since_ns, 0);
 		/* An earlier run's word is not about this data. A later one's
 		 * is: a run whose check_run never reached the file (a drop
 		 * whose sync failed, a lost superblock write) held this data
@@ -246,7 +270,8 @@ static void pmark_read(struct cache_engine *e)
 {
 	if (atomic_exchange(&e->pmark_read_out, true))
 		return;
-	if (atomic_load(&e->fence) != FENCE_PERSIST_CHECKING) {   /* read meanwhile */
+	if (atomic_load(&e->fence) != FENCE_PERSIST_CHECKING ||   /* read meanwhile */
+	    now_ns() < e->pmark_next_read_ns) {                   /* failing: a pause */
 		atomic_store(&e->pmark_read_out, false);
 		return;
 	}
@@ -326,8 +351,10 @@ void pmark_init(struct cache_engine *e, int fence_after)
 	e->answer_gate = pmark_hold;
 	if (e->cfg.replica)
 		return;
-	if (e->recovery.slots)
+	if (e->recovery.slots) {
+		atomic_store(&e->pmark_check_since_ns, now_ns());
 		atomic_store(&e->fence, FENCE_PERSIST_CHECKING);
+	}
 	else
 		set_check_run(e);   /* nothing of an earlier run */
 }

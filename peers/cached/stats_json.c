@@ -99,7 +99,9 @@ int cached_stats_json(struct cache_engine *e, uint32_t blocker_port, int mirror_
 		",\"persist_forced_writeback\":%" PRIu64 ",\"persist_sync_error\":\"%s\""
 		",\"fence\":\"%s\",\"persist_marker\":\"%s\",\"persist_marker_found\":\"%s\""
 		",\"persist_marker_held\":%" PRIu64 ",\"persist_marker_failures\":%" PRIu64
-		",\"persist_marker_dropped_bytes\":%" PRIu64 ",\"persist_marker_refused\":%" PRIu64,
+		",\"persist_marker_dropped_bytes\":%" PRIu64 ",\"persist_marker_refused\":%" PRIu64
+		",\"persist_marker_read_failures\":%" PRIu64 ",\"persist_marker_read_error\":\"%s\""
+		",\"persist_check_ms\":%" PRIu64,
 		blocker_port, s.policy == CACHE_WRITEBACK ? "writeback" : "writethrough",
 		s.hits, s.misses, s.partial_hits, s.parallel_hits, s.read_bytes, s.write_bytes,
 		s.blocker_read_bytes, s.blocker_write_bytes, s.dirty_bytes, s.cached_bytes,
@@ -113,7 +115,10 @@ int cached_stats_json(struct cache_engine *e, uint32_t blocker_port, int mirror_
 		s.persist_forced_writeback, s.persist_sync_error ? strerror(s.persist_sync_error) : "",
 		cache_fence_name(s.fence), cache_persist_marker_name(s.persist_marker),
 		cache_persist_marker_name(s.persist_marker_found), s.persist_marker_held,
-		s.persist_marker_failures, s.persist_marker_dropped_bytes, s.persist_marker_refused);
+		s.persist_marker_failures, s.persist_marker_dropped_bytes, s.persist_marker_refused,
+		s.persist_marker_read_failures,
+		s.persist_marker_read_error ? strerror(s.persist_marker_read_error) : "",
+		s.persist_check_ms);
 	if (k >= 0 && (size_t)k < len)
 		k += mirror_json(buf + k, len - (size_t)k, &s, mirror_port);
 	if (k < 0 || (size_t)k >= len)

@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 #include <urcu.h>
@@ -1633,6 +1634,63 @@ START_TEST(late_reset_end_keeps_a_new_degradations_answers)
 }
 END_TEST
 
+/* ---- a persist file that failed a sync, and the replica -------------------------- */
+
+static _Atomic int sync_fail;   /* while set, fdatasync fails (EIO) */
+
+int fdatasync(int fd)
+{
+	if (atomic_load(&sync_fail)) {
+		errno = EIO;
+		return -1;
+	}
+	return (int)syscall(SYS_fdatasync, fd);
+}
+
+/* A primary's persist file fails a sync while its link to the replica is
+ * cut: the primary writes everything back (its clean of the replica
+ * fails: degraded), says `written-back` in its persist marker (a restart
+ * on the file after a host crash drops what it recovers) and a write is
+ * then answered through. The replica still holds the older bytes, which
+ * the primary's drop never tells it about: a promote must not write them
+ * back over the newer write. It does not: the stale-replica marker says
+ * `degraded` before that write is answered, so an unforced promote is
+ * refused (and a primary that starts again resets the replica before it
+ * says `mirrored`: restarted_primary_writes_back_then_resets). */
+START_TEST(persist_written_back_leaves_no_promotable_older_copy)
+{
+	char dir[64], path[96];
+	snprintf(dir, sizeof(dir), "/tmp/pt-%d-pmark-XXXXXX", (int)getpid());
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/cache.pf", dir);
+	primary_persist = path;
+	setup(true);
+	MAINTAIN_UNTIL(stats_of(primary).fence == 0);
+	unsigned char w1[2 * BKT_SIZE], w2[2 * BKT_SIZE];
+	fill(w1, sizeof(w1), 70);
+	fill(w2, sizeof(w2), 71);
+	ck_assert_int_eq(run_on(primary, X_WRITE, "j", 0, sizeof(w1), w1), 0);
+	ck_assert_uint_eq(stats_of(replica).dirty_bytes, sizeof(w1));
+	atomic_store(&mir.fail, EHOSTDOWN);
+	atomic_store(&sync_fail, 1);
+	ck_assert_int_ne(run_on(primary, X_FLUSH, "", 0, 0, NULL), 0);   /* the sync fails */
+	MAINTAIN_UNTIL(stats_of(primary).persist_marker == 2);          /* written-back */
+	ck_assert(blk_has("j", 0, w1, sizeof(w1)));
+	ck_assert_int_eq(run_on(primary, X_WRITE, "j", 0, sizeof(w2), w2), 0);
+	ck_assert(blk_has("j", 0, w2, sizeof(w2)));
+	ck_assert_uint_eq(stats_of(replica).dirty_bytes, sizeof(w1));   /* the older bytes */
+	ck_assert(blk_marker_says("degraded"));
+	/* the primary's host lost now: the replica promoted without --force */
+	ck_assert_int_eq(run_on(replica, OP_PROMOTE_CHECKED, "", 0, 0, NULL), ESTALE);
+	ck_assert(blk_has("j", 0, w2, sizeof(w2)));
+	atomic_store(&sync_fail, 0);
+	atomic_store(&primary->persist.sync_error, 0);   /* the teardown's sync */
+	teardown();
+	unlink(path);
+	rmdir(dir);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("cached_mirror_engine");
@@ -1663,6 +1721,7 @@ int main(void)
 	tcase_add_test(tc, write_through_switch_waits_for_the_replica_cleans);
 	tcase_add_test(tc, write_through_switch_while_degraded_waits_for_the_marker);
 	tcase_add_test(tc, late_reset_end_keeps_a_new_degradations_answers);
+	tcase_add_test(tc, persist_written_back_leaves_no_promotable_older_copy);
 	suite_add_tcase(s, tc);
 	return xt_run(s);
 }

@@ -3045,6 +3045,75 @@ START_TEST(persist_check_read_failures_back_off_and_show)
 }
 END_TEST
 
+/* Two copies (cp) of a persist file that holds nothing dirty, each used
+ * by a cache: they shared the file's id, so the persist marker's name and
+ * the run numbers, and one's word governed the other's data. Copy G
+ * takes an acknowledged write-back write (in G only) and crashes; the
+ * original F, of the same run number, fails a sync and writes
+ * `written-back RUN`; G's restart read that word as its own run's and
+ * dropped the write. Now a clean copy found under another inode takes an
+ * id of its own at its first open (persist.c). */
+START_TEST(persist_clean_copy_gets_its_own_marker)
+{
+	persist_dir();
+	char g[200], gcrash[200], text[64];
+	snprintf(g, sizeof(g), "%s/g.pf", pdir);
+	snprintf(gcrash, sizeof(gcrash), "%s/gcrash.pf", pdir);
+	setup_persist(ppath, 1 << 20);            /* F, used and stopped clean */
+	char name[40];
+	snprintf(name, sizeof(name), "%s", blk.engine->pmark_name);
+	uint64_t run = blk.engine->persist.run;
+	teardown();
+	copy_file(ppath, g);                      /* the operator's cp */
+	static unsigned char w9[OBJ_SIZE], r[OBJ_SIZE], mark[64];
+	fill(w9, OBJ_SIZE, 90);
+	setup_persist(g, 1 << 20);                /* B on the copy */
+	ck_assert_uint_eq(blk.engine->persist.run, run + 1);
+	char gname[40];
+	snprintf(gname, sizeof(gname), "%s", blk.engine->pmark_name);
+	ck_assert_int_eq(do_write("m", 0, OBJ_SIZE, w9), 0);   /* acknowledged, write-back */
+	ck_assert_int_eq(do_flush(), 0);
+	ck_assert_uint_eq(stats_now().dirty_bytes, OBJ_SIZE);
+	copy_file(g, gcrash);                     /* B crashes */
+	ck_assert(switch_to_writethrough());
+	teardown();
+
+	setup_persist(ppath, 1 << 20);            /* A on the original */
+	ck_assert_uint_eq(blk.engine->persist.run, run + 1);
+	ck_assert_str_eq(blk.engine->pmark_name, name);
+	atomic_store(&sync_fail, 1);
+	ck_assert_int_ne(do_flush(), 0);
+	for (int i = 0; i < 2000 && stats_now().persist_marker != 2; i++) {
+		cache_engine_maintain(blk.engine);
+		usleep(1000);
+	}
+	snprintf(text, sizeof(text), "cached-persist-marker written-back run %" PRIu64 " ", run + 1);
+	ck_assert(blk_says(name, text));
+	pthread_mutex_lock(&blk.lock);
+	memcpy(mark, blk_find(name, false)->data, sizeof(mark));
+	pthread_mutex_unlock(&blk.lock);
+	atomic_store(&sync_fail, 0);
+	atomic_store(&blk.engine->persist.sync_error, 0);
+	teardown();
+
+	copy_file(gcrash, g);                     /* B restarts on its file */
+	persist_path = g;
+	setup_with(1 << 20, 16, CACHE_WRITEBACK);
+	ck_assert_str_eq(blk.engine->pmark_name, gname);
+	blk_put(name, 0, mark, sizeof(mark));     /* the blocker holds A's word */
+	settle_persist_check();
+	int rc = do_read("m", 0, OBJ_SIZE, r);
+	ck_assert_msg(rc == 0 && !memcmp(r, w9, OBJ_SIZE), "copy G (marker %s) dropped its "
+		      "acknowledged write for the original's word (%.50s; dropped %" PRIu64 ")", gname,
+		      (const char *)mark, stats_now().persist_marker_dropped_bytes);
+	ck_assert(switch_to_writethrough());
+	teardown();
+	unlink(g);
+	unlink(gcrash);
+	persist_dir_remove();
+}
+END_TEST
+
 /* Requests that come as the start's check ends are served or wait, never
  * refused EAGAIN: submit read the fence (checking) before check_wait read
  * it again under its lock (no longer checking) and failed the request
@@ -4139,6 +4208,7 @@ int main(void)
 	tcase_add_test(pc, persist_check_end_refuses_nothing);
 	tcase_add_test(pc, persist_marker_name_is_refused_to_clients);
 	tcase_add_test(pc, persist_check_read_failures_back_off_and_show);
+	tcase_add_test(pc, persist_clean_copy_gets_its_own_marker);
 	tcase_add_test(pc, persist_overwrite_is_out_of_place_and_clean_data_leaves_the_file);
 	tcase_add_test(pc, persist_full_recovered_cache_overwrites);
 	tcase_add_test(pc, persist_torn_data_is_dropped_not_served);

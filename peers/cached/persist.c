@@ -54,6 +54,8 @@ static int write_super(struct persist *p, uint32_t state)
 	s.run = p->run;
 	s.check_run = p->check_run;
 	s.run_sum = run_sum(&s);
+	s.ino = p->ino;
+	s.ino_sum = ino_sum(&s);
 	struct persist_super *dst = cur == &p->super[0] ? &p->super[1] : &p->super[0];
 	memcpy(dst, &s, sizeof(s));
 	return msync(p->map, 2 * PAGE, MS_SYNC) < 0 ? -errno : 0;
@@ -230,6 +232,7 @@ int persist_open(struct persist *p, const char *path, const struct persist_geome
 			    strerror(errno));
 	if (fstat(p->fd, &st) < 0 || !S_ISREG(st.st_mode))
 		return say_why(why, len, EINVAL, "--persist: '%s' is not a regular file", path);
+	p->ino = (uint64_t)st.st_ino;
 	if (flock(p->fd, LOCK_EX | LOCK_NB) < 0) {
 		int pid = 0;
 		struct persist_super two[2];
@@ -275,6 +278,17 @@ int persist_open(struct persist *p, const char *path, const struct persist_geome
 			p->last_run = s->run;
 			p->check_run = s->check_run;
 		}
+		/* A copy (cp) of a file holding nothing dirty: an id of its
+		 * own, or the copies share the persist marker's name and run
+		 * numbers, and one's word governs the other's data later
+		 * (test_cached_engine persist_clean_copy_gets_its_own_marker).
+		 * A copy holding dirty data keeps the id: the word on that
+		 * data is the original's (a file restored from a copy). */
+		if (!held && p->file_id && s->ino_sum == ino_sum(s) && s->ino &&
+		    s->ino != p->ino) {
+			p->file_id = 0;   /* name_run draws one */
+			p->copy_forked = true;
+		}
 		bool sane = s->seq_floor && s->seq_floor < PERSIST_SEQ_LIMIT;
 		atomic_store(&p->next_seq, sane ? s->seq_floor : 1);
 	}
@@ -284,7 +298,18 @@ int persist_open(struct persist *p, const char *path, const struct persist_geome
 	if (rc)
 		return rc;
 	name_run(p);   /* stored by persist_recover's superblock */
-	return map_file(p, (uint64_t)st.st_size, why, len);
+	rc = map_file(p, (uint64_t)st.st_size, why, len);
+	if (rc || !p->copy_forked)
+		return rc;
+	/* The new id durable before this run can write a word under it: a
+	 * restart must read where it wrote. Its state kept (recovery reads it). */
+	const struct persist_super *now = newest_super(p->super);
+	p->check_run = p->run;   /* nothing in it */
+	if ((rc = write_super(p, now ? now->state : SUPER_IN_USE)) < 0 ||
+	    (fdatasync(p->fd) < 0 && (rc = -errno)))
+		return say_why(why, len, -rc, "--persist: cannot record '%s''s new id (a copy of "
+			    "another file): %s", path, strerror(-rc));
+	return 0;
 }
 
 /* ---- recovery ------------------------------------------------------------ */

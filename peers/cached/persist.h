@@ -117,6 +117,9 @@ struct persist {
 	 * once the caller said so (persist_set_check_run), else an earlier
 	 * one's, kept across opens until then. */
 	uint64_t check_run;
+	uint64_t ino;                      /* the file's st_ino, in the superblock */
+	/* a clean copy of another file: given an id of its own at this open */
+	bool copy_forked;
 };
 
 /*

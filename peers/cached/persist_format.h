@@ -55,7 +55,12 @@ struct persist_super {
 	uint64_t run;
 	uint64_t check_run;
 	uint64_t run_sum;            /* of file_id, run and check_run */
-	unsigned char unused[PAGE - 120 - 12 - (PERSIST_MARKER_MAX + 1) - 3 - 32];
+	/* The inode the file had when last written, summed on its own (zeros:
+	 * a build before it, unknown): a file found under another inode is a
+	 * copy (persist.c gives a clean one an id of its own). */
+	uint64_t ino;
+	uint64_t ino_sum;
+	unsigned char unused[PAGE - 120 - 12 - (PERSIST_MARKER_MAX + 1) - 3 - 32 - 16];
 };
 _Static_assert(sizeof(struct persist_super) == PAGE, "one page per superblock copy");
 
@@ -98,6 +103,11 @@ static inline uint64_t marker_sum(const struct persist_super *s)
 static inline uint64_t run_sum(const struct persist_super *s)
 {
 	return XXH3_64bits(&s->file_id, sizeof(s->file_id) + sizeof(s->run) + sizeof(s->check_run));
+}
+
+static inline uint64_t ino_sum(const struct persist_super *s)
+{
+	return XXH3_64bits_withSeed(&s->ino, sizeof(s->ino), 0x696e6fu);
 }
 
 /* The replica's marker name a superblock holds into out (at least

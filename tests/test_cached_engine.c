@@ -220,6 +220,7 @@ static bool lending = true;
 static const char *persist_path;
 static enum persist_sync_mode persist_sync_mode;
 static bool setup_replica;   /* --replica for the next setup; cleared by teardown */
+static bool setup_discard;   /* --persist-discard for the next setup; cleared by teardown */
 static const char *setup_why;   /* why the last try_setup failed */
 
 /* Creates the engine (NULL with errno and setup_why when refused) and,
@@ -236,7 +237,7 @@ static struct cache_engine *try_setup(uint64_t cache_size, uint32_t max_objects,
 		.bucket_size = BKT_SIZE, .max_request_size = 16 * 1024, .policy = policy,
 		.dirty_high_pct = 50, .dirty_low_pct = 25,
 		.persist_path = persist_path, .persist_sync = persist_sync_mode, .blocker_port = 1,
-		.replica = setup_replica,
+		.replica = setup_replica, .persist_discard = setup_discard,
 	};
 	struct cache_backend be = { .alloc = fake_alloc, .submit = fake_submit,
 				    .release = fake_release, .lend = lending ? fake_lend : NULL };
@@ -272,6 +273,7 @@ static void teardown(void)
 	persist_path = NULL;
 	persist_sync_mode = PERSIST_SYNC_FLUSH;
 	setup_replica = false;
+	setup_discard = false;
 }
 
 /* ---- synchronous client helpers ---------------------------------------------- */
@@ -3114,6 +3116,57 @@ START_TEST(persist_clean_copy_gets_its_own_marker)
 }
 END_TEST
 
+/* The file a restart refused for its `failed` word, copied first (to
+ * keep its bytes) and started afresh with --persist-discard, kept its id:
+ * its later words went to the marker the copy reads. Here the discarded
+ * file fails a sync and says `written-back` of its new run; a start on
+ * the copy read that and dropped the kept bytes, which were never written
+ * back. Now a discarded file takes a new id: the copy still reads the
+ * word of its own data (`failed`: refused). */
+START_TEST(persist_discard_takes_a_new_marker)
+{
+	char name[40], g[200], text[64];
+	uint64_t run = crashed_file_with_m(name, sizeof(name));
+	snprintf(g, sizeof(g), "%s/g.pf", pdir);
+	copy_file(pcrash, g);                     /* the operator's copy */
+	copy_file(pcrash, pcopy);
+	setup_discard = true;                     /* F started afresh */
+	persist_path = pcopy;
+	setup_with(1 << 20, 16, CACHE_WRITEBACK);
+	snprintf(text, sizeof(text), "cached-persist-marker failed run %" PRIu64 " 0", run);
+	blk_put_marker(name, text);               /* why F was refused */
+	settle_persist_check();
+	ck_assert_uint_eq(stats_now().recovered_bytes, 0);
+	atomic_store(&sync_fail, 1);
+	ck_assert_int_ne(do_flush(), 0);
+	for (int i = 0; i < 2000 && stats_now().persist_marker != 2; i++) {
+		cache_engine_maintain(blk.engine);
+		usleep(1000);
+	}
+	ck_assert_int_eq(stats_now().persist_marker, 2);
+	static unsigned char mark[64], r[OBJ_SIZE], w[OBJ_SIZE];
+	pthread_mutex_lock(&blk.lock);
+	memcpy(mark, blk_find(name, false)->data, sizeof(mark));
+	pthread_mutex_unlock(&blk.lock);
+	atomic_store(&sync_fail, 0);
+	atomic_store(&blk.engine->persist.sync_error, 0);
+	teardown();
+
+	persist_path = g;                         /* a cache on the copy */
+	setup_with(1 << 20, 16, CACHE_WRITEBACK);
+	blk_put(name, 0, mark, sizeof(mark));     /* the blocker as F left it */
+	settle_persist_check();
+	ck_assert_msg(stats_now().persist_marker_dropped_bytes == 0, "the copy's kept bytes were "
+		      "dropped for the discarded file's word (%.50s)", (const char *)mark);
+	ck_assert_int_eq(stats_now().fence, CACHE_FENCE_PERSIST_FAILED);
+	fill(w, OBJ_SIZE, 80);
+	ck_assert_int_eq(do_read("m", 0, BKT_SIZE, r), EIO);
+	teardown_fenced();
+	unlink(g);
+	persist_dir_remove();
+}
+END_TEST
+
 /* Requests that come as the start's check ends are served or wait, never
  * refused EAGAIN: submit read the fence (checking) before check_wait read
  * it again under its lock (no longer checking) and failed the request
@@ -4209,6 +4262,7 @@ int main(void)
 	tcase_add_test(pc, persist_marker_name_is_refused_to_clients);
 	tcase_add_test(pc, persist_check_read_failures_back_off_and_show);
 	tcase_add_test(pc, persist_clean_copy_gets_its_own_marker);
+	tcase_add_test(pc, persist_discard_takes_a_new_marker);
 	tcase_add_test(pc, persist_overwrite_is_out_of_place_and_clean_data_leaves_the_file);
 	tcase_add_test(pc, persist_full_recovered_cache_overwrites);
 	tcase_add_test(pc, persist_torn_data_is_dropped_not_served);

@@ -293,8 +293,14 @@ int persist_open(struct persist *p, const char *path, const struct persist_geome
 		atomic_store(&p->next_seq, sane ? s->seq_floor : 1);
 	}
 	munmap(m, (size_t)st.st_size);
-	if (discard)
+	/* Discarded: a new id too. A copy kept of what it held (the advice
+	 * of a `failed` word) reads the old id's word about that data; this
+	 * file's later words are about other data (test_cached_engine
+	 * persist_discard_takes_a_new_marker). */
+	if (discard) {
+		p->file_id = 0;
 		return format(p, why, len);
+	}
 	if (rc)
 		return rc;
 	name_run(p);   /* stored by persist_recover's superblock */

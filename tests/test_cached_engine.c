@@ -3073,6 +3073,8 @@ START_TEST(persist_clean_copy_gets_its_own_marker)
 	ck_assert_uint_eq(blk.engine->persist.run, run + 1);
 	char gname[40];
 	snprintf(gname, sizeof(gname), "%s", blk.engine->pmark_name);
+	ck_assert_str_ne(gname, name);            /* an id of its own */
+	ck_assert(blk.engine->persist.copy_forked);
 	ck_assert_int_eq(do_write("m", 0, OBJ_SIZE, w9), 0);   /* acknowledged, write-back */
 	ck_assert_int_eq(do_flush(), 0);
 	ck_assert_uint_eq(stats_now().dirty_bytes, OBJ_SIZE);

@@ -76,6 +76,9 @@ wait_unbound 1
 start_cached "$DIR/crash.pf"
 sleep 1.5
 [ "$(peer_stat 3 fence)" = persist-checking ] || fail "fence $(peer_stat 3 fence) with filed down"
+# crash.pf is a copy (cp) holding dirty data: it keeps the original's marker, and says so
+grep -q "'$DIR/crash.pf'.*another inode.*'$name'; never run caches on the original and this copy" \
+	"$DIR/cached.log" || fail "no line saying crash.pf is a copy keeping marker $name"
 t0=$SECONDS
 kill -TERM "$cpid"; wait "$cpid"; rc=$?
 [ "$rc" = 1 ] || fail "cached exit $rc (1: data kept)"

@@ -638,6 +638,17 @@ void cache_engine_persist_report(struct cache_engine *e, char *buf, size_t len)
 		snprintf(buf + used, len - used, "; %" PRIu64 " bytes written again before the "
 			 "first sync (a write-back the crashed process saw fail is not on the "
 			 "device)", r->rewritten_bytes);
+	used = strlen(buf);
+	char name[40];
+	snprintf(name, sizeof(name), PERSIST_MARKER_OBJECT, e->persist.file_id);
+	if (e->persist.copy_forked && used < len)
+		snprintf(buf + used, len - used, "; a copy of another persist file (its inode "
+			 "changed), holding nothing dirty: its own persist marker from now on, "
+			 "'%s'", name);
+	else if (e->persist.copy_dirty && used < len)
+		snprintf(buf + used, len - used, "; last written under another inode (a copy, or "
+			 "restored from one): its persist marker stays the original's, '%s'; never "
+			 "run caches on the original and this copy at once", name);
 }
 
 struct cache_engine *cache_engine_create(const struct cache_config *cfg,

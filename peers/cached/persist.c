@@ -284,10 +284,11 @@ int persist_open(struct persist *p, const char *path, const struct persist_geome
 		 * (test_cached_engine persist_clean_copy_gets_its_own_marker).
 		 * A copy holding dirty data keeps the id: the word on that
 		 * data is the original's (a file restored from a copy). */
-		if (!held && p->file_id && s->ino_sum == ino_sum(s) && s->ino &&
-		    s->ino != p->ino) {
-			p->file_id = 0;   /* name_run draws one */
-			p->copy_forked = true;
+		if (p->file_id && s->ino_sum == ino_sum(s) && s->ino && s->ino != p->ino) {
+			p->copy_forked = !held;
+			p->copy_dirty = held;
+			if (!held)
+				p->file_id = 0;   /* name_run draws one */
 		}
 		bool sane = s->seq_floor && s->seq_floor < PERSIST_SEQ_LIMIT;
 		atomic_store(&p->next_seq, sane ? s->seq_floor : 1);

@@ -118,8 +118,9 @@ struct persist {
 	 * one's, kept across opens until then. */
 	uint64_t check_run;
 	uint64_t ino;                      /* the file's st_ino, in the superblock */
-	/* a clean copy of another file: given an id of its own at this open */
-	bool copy_forked;
+	/* a clean copy of another file: given an id of its own at this open;
+	 * one holding dirty data (or restored from a copy): the id kept */
+	bool copy_forked, copy_dirty;
 };
 
 /*

@@ -45,7 +45,7 @@ else
 	grep -l '@BINDIR@\|@PREFIX@' "$units"/* && fail "a placeholder is left in an installed unit"
 	echo "ok: systemd-analyze verify passes on $n units"
 
-	# A cache in front of synapsed: the README's unit of its own for the
+	# A cache in front of synapsed: docs/systemd.md's unit of its own for the
 	# instance starts synapsed first and makes no ordering cycle; the
 	# drop-in way (Before= added to the template's After=) does, and
 	# systemd then deletes a start job.
@@ -55,14 +55,14 @@ else
 	printf '[Unit]\nWants=xseg-cached@verify.service xseg-synapsed@verify.service\n' \
 		> "$front/both.target"
 	recipe=$(sed -n "/^sed -e '\/^After=\/s\/ xseg-cached/,/xseg-synapsed@S.service$/p" \
-		tools/systemd/README.md)
-	[ -n "$recipe" ] || fail "tools/systemd/README.md has no sed recipe for synapsed first"
+		docs/systemd.md)
+	[ -n "$recipe" ] || fail "docs/systemd.md has no sed recipe for synapsed first"
 	recipe=${recipe//\/usr\/lib\/systemd\/system/$units}
 	recipe=${recipe//\/etc\/systemd\/system\/xseg-synapsed@S.service/$front/xseg-synapsed@verify.service}
-	eval "$recipe" || fail "the README's recipe failed: $recipe"
+	eval "$recipe" || fail "docs/systemd.md's recipe failed: $recipe"
 	SYSTEMD_UNIT_PATH=$front: systemd-analyze verify "$front/both.target" > "$DIR/front.out" 2>&1
 	grep -q "ordering cycle" "$DIR/front.out" &&
-		fail "the README's synapsed-first unit makes an ordering cycle: $(cat "$DIR/front.out")"
+		fail "docs/systemd.md's synapsed-first unit makes an ordering cycle: $(cat "$DIR/front.out")"
 	# systemd took it (not the template): the opposite order added to
 	# cached now is a cycle
 	mkdir -p "$front/xseg-cached@verify.service.d"
@@ -70,14 +70,14 @@ else
 		> "$front/xseg-cached@verify.service.d/order.conf"
 	SYSTEMD_UNIT_PATH=$front: systemd-analyze verify "$front/both.target" > "$DIR/front.out" 2>&1
 	grep -q "ordering cycle" "$DIR/front.out" ||
-		fail "systemd did not take the README's synapsed-first unit for the instance"
+		fail "systemd did not take docs/systemd.md's synapsed-first unit for the instance"
 	rm -r "$front/xseg-synapsed@verify.service" "$front/xseg-cached@verify.service.d"
 	printf '[Unit]\nBefore=xseg-cached@verify.service\n' \
 		> "$front/xseg-synapsed@verify.service.d/order.conf"
 	SYSTEMD_UNIT_PATH=$front: systemd-analyze verify "$front/both.target" > "$DIR/front.out" 2>&1
 	grep -q "ordering cycle" "$DIR/front.out" ||
 		fail "a Before= drop-in made no cycle: this check cannot see one"
-	echo "ok: synapsed first by the README's unit, no ordering cycle (a drop-in makes one)"
+	echo "ok: synapsed first by docs/systemd.md's unit, no ordering cycle (a drop-in makes one)"
 fi
 
 # ---- order: a peer stops before those it sends to ---------------------------

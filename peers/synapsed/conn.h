@@ -17,7 +17,7 @@
 #define BACKOFF_MAX_NS   (2ull * 1000 * 1000 * 1000)
 
 extern int conn_epfd;                   /* the network thread's epoll set */
-/* The layers above (inbound.c, outbound.c, limits.c), given to net_start:
+/* The layers above (epochs.c for the hello, inbound.c, outbound.c, limits.c), given to net_start:
  * net.c and conn.c call up only through them, never by name. */
 extern const struct net_ops *conn_up_ops;
 

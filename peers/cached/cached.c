@@ -1005,6 +1005,43 @@ static void say_marker_name_refused(const struct cache_stats *s, uint64_t now)
 	next = now + 10000000000ull;
 }
 
+/* What `systemctl status` says (STATUS=): a state the operator must act
+ * on or wait for, or "serving" (NULL). The log says more, once. */
+static void show_status(const struct cache_stats *s)
+{
+	const char *file = C.cfg.persist_path ? C.cfg.persist_path : "";
+	switch (s->fence) {
+	case CACHE_FENCE_PROMOTED:
+		peer_status("FENCED: the replica was promoted; the recovered data is older than "
+			    "the store's and every request fails ESTALE (see the log)");
+		return;
+	case CACHE_FENCE_PERSIST_FAILED:
+		peer_status("FAILED: the last run on '%s' failed a sync; every request fails EIO "
+			    "until an operator chooses (see the log)", file);
+		return;
+	case CACHE_FENCE_PERSIST_CHECKING:
+		peer_status("waiting for object '%s' on port %u before serving the %" PRIu64
+			    " bytes recovered from '%s' (%s)", s->persist_marker_name,
+			    C.blocker_port, s->recovered_bytes, file,
+			    s->persist_marker_read_error ? strerror(s->persist_marker_read_error) :
+			    "reading");
+		return;
+	case CACHE_FENCE_CHECKING:
+		peer_status("waiting for the replica marker '%s' on port %u before serving",
+			    C.cfg.mirror_marker ? C.cfg.mirror_marker : "", C.blocker_port);
+		return;
+	}
+	if (s->persist_sync_error)
+		peer_status("DEGRADED: '%s' failed a sync (%s): writing through, %" PRIu64
+			    " dirty bytes to write back to port %u", file,
+			    strerror(s->persist_sync_error), s->dirty_bytes, C.blocker_port);
+	else if (s->flush_error && s->dirty_bytes)
+		peer_status("DEGRADED: write-backs to port %u fail (%s): %" PRIu64 " bytes dirty "
+			    "here alone", C.blocker_port, strerror(s->flush_error), s->dirty_bytes);
+	else
+		peer_status(NULL);
+}
+
 /* The runtime's maintenance thread: the flusher and reclaimer, and ten
  * times a second the dead-blocker reap and the write-back warnings. */
 static uint64_t maintain(struct peer *p)
@@ -1030,6 +1067,7 @@ static uint64_t maintain(struct peer *p)
 		say_persist_check(&st, now);
 		say_fenced(&st);
 		say_node_refusal(&st);
+		show_status(&st);
 		next_reap = now + 100000000ull;
 	}
 	return cache_engine_maintain(C.engine);

@@ -826,6 +826,11 @@ uint64_t cache_engine_maintain(struct cache_engine *e)
 		e->flushing = false;
 	if (persist_failed(e) && !is_replica(e))
 		e->flushing = dirty > 0;   /* every dirty byte back at once (engine_sync) */
+	/* Write-through with dirty data left (a switch whose write-back failed:
+	 * the blocker was down) retries until it is all back, not only above
+	 * the high mark: nothing else would write it back before a stop. */
+	if (atomic_load(&e->policy) == CACHE_WRITETHROUGH && !is_replica(e) && dirty)
+		e->flushing = true;
 
 	/* Short of buckets, clean buckets of cold objects go first: nothing to
 	 * write, and the dirty ones stay to absorb rewrites. Dirty data is

@@ -405,6 +405,70 @@ START_TEST(the_marker_name_is_kept_in_the_superblock)
 }
 END_TEST
 
+/* Whose dirty data the file holds (a review: a promoted cache crashed,
+ * its unit started it with --replica again, and a new primary's reset
+ * dropped its own acknowledged writes): a replica's open of a file
+ * holding a cache's own dirty data is refused without a write; an empty
+ * one, or a replica's, is taken; a file of an older build (no role) is
+ * taken as before. */
+START_TEST(a_replica_refuses_a_cache_s_own_data)
+{
+	struct persist p;
+	char why[512] = "";
+	struct persist_geometry rg = geo;
+	rg.replica = true;
+	open_ok(&p);
+	ck_assert_uint_eq(p.role, PERSIST_ROLE_UNKNOWN);   /* new */
+	ck_assert_int_eq(persist_set_role(&p, PERSIST_ROLE_OWN), 0);
+	uint32_t o = persist_object_get(&p, "obj", 3);
+	put_bucket(&p, 0, o, 0, 'a');
+	persist_close(&p, false);                        /* killed with dirty data */
+
+	uint64_t before = file_sum();
+	ck_assert_int_eq(persist_open(&p, path, &rg, false, NULL, why, sizeof(why)), -EPERM);
+	ck_assert_ptr_nonnull(strstr(why, "4096 dirty bytes"));
+	ck_assert_ptr_nonnull(strstr(why, "without --replica"));
+	persist_close(&p, false);
+	ck_assert_uint_eq(file_sum(), before);
+	struct persist_report rep;
+	ck_assert_int_eq(persist_inspect(path, &rep, why, sizeof(why)), 0);
+	ck_assert_uint_eq(rep.role, PERSIST_ROLE_OWN);
+
+	open_ok(&p);                                     /* a plain start takes it */
+	ck_assert_uint_eq(p.role, PERSIST_ROLE_OWN);
+	struct seen s;
+	struct persist_recovery r;
+	recover(&p, &s, &r);
+	ck_assert_uint_eq(s.n, 1);
+	persist_clear(&p, s.slot[0]);                    /* written back */
+	persist_close(&p, true);
+	/* nothing held: a replica takes it, and it is a replica's then */
+	ck_assert_int_eq(persist_open(&p, path, &rg, false, NULL, why, sizeof(why)), 0);
+	recover(&p, &s, &r);
+	ck_assert_uint_eq(s.n, 0);
+	ck_assert_int_eq(persist_set_role(&p, PERSIST_ROLE_REPLICA), 0);
+	o = persist_object_get(&p, "obj", 3);
+	put_bucket(&p, 1, o, 0, 'b');
+	persist_close(&p, false);
+	ck_assert_int_eq(persist_open(&p, path, &rg, false, NULL, why, sizeof(why)), 0);
+	ck_assert_uint_eq(p.role, PERSIST_ROLE_REPLICA);
+	persist_close(&p, false);
+
+	/* the role's bytes zeroed in both copies (an older build's file) */
+	int fd = open(path, O_RDWR);
+	ck_assert_int_ge(fd, 0);
+	uint64_t zero[2] = { 0, 0 };
+	for (int copy = 0; copy < 2; copy++) {
+		off_t at = (off_t)copy * 4096 + (off_t)offsetof(struct persist_super, role);
+		ck_assert_int_eq(pwrite(fd, zero, sizeof(zero), at), (ssize_t)sizeof(zero));
+	}
+	close(fd);
+	ck_assert_int_eq(persist_open(&p, path, &rg, false, NULL, why, sizeof(why)), 0);
+	ck_assert_uint_eq(p.role, PERSIST_ROLE_UNKNOWN);
+	persist_close(&p, false);
+}
+END_TEST
+
 /* Two valid records naming one object (a host crash: the object was
  * written back under the first, left the cache, came back under the
  * second; the kernel wrote the second's pages, not the first's clears):
@@ -506,6 +570,7 @@ int main(void)
 	tcase_add_test(tc, two_records_of_one_object_keep_the_newer);
 	tcase_add_test(tc, a_stop_that_keeps_data_says_so);
 	tcase_add_test(tc, a_failed_sync_is_not_kept);
+	tcase_add_test(tc, a_replica_refuses_a_cache_s_own_data);
 	suite_add_tcase(s, tc);
 	return xt_run(s);
 }

@@ -542,7 +542,7 @@ static int persist_start(struct cache_engine *e, const char **why)
 		.nr_slots = nr_slots, .nr_objects = cfg->max_objects,
 		.blocker_port = cfg->blocker_port, .segment = cfg->segment_instance,
 		.cache_port = cfg->cache_port, .given_up = cfg->port_given_up,
-		.left_dirty = cfg->port_left_dirty,
+		.left_dirty = cfg->port_left_dirty, .replica = cfg->replica,
 	};
 	*why = persist_why;
 	int rc = persist_open(&e->persist, cfg->persist_path, &g, cfg->persist_discard,
@@ -608,6 +608,14 @@ static int persist_start(struct cache_engine *e, const char **why)
 	if (cfg->replica && !cfg->persist_discard &&
 	    (e->recovery.was_clean || e->recovery.was_kept))
 		atomic_store(&e->replica_unsure, false);
+	/* Whose data it holds from now on (a replica's start on a file of
+	 * its own data holding any was refused: persist_open). */
+	rc = persist_set_role(&e->persist, cfg->replica ? PERSIST_ROLE_REPLICA : PERSIST_ROLE_OWN);
+	if (rc) {
+		snprintf(persist_why, sizeof(persist_why), "--persist: syncing '%s' failed: %s",
+			 cfg->persist_path, strerror(-rc));
+		return rc;
+	}
 	if (atomic_load(&e->replica_unsure))
 		e->replica_marker[0] = '\0';   /* a promote refuses: nothing to go by */
 	return 0;

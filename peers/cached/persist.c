@@ -56,6 +56,8 @@ static int write_super(struct persist *p, uint32_t state)
 	s.run_sum = run_sum(&s);
 	s.ino = p->ino;
 	s.ino_sum = ino_sum(&s);
+	s.role = p->role;
+	s.role_sum = role_sum(&s);
 	struct persist_super *dst = cur == &p->super[0] ? &p->super[1] : &p->super[0];
 	memcpy(dst, &s, sizeof(s));
 	return msync(p->map, 2 * PAGE, MS_SYNC) < 0 ? -errno : 0;
@@ -82,6 +84,18 @@ int persist_set_marker(struct persist *p, const char *name)
 	memcpy(p->marker, name, len + 1);
 	write_super(p, SUPER_IN_USE);   /* synced (msync) before it returns */
 	return 0;
+}
+
+int persist_set_role(struct persist *p, uint32_t role)
+{
+	if (p->role == role)
+		return 0;
+	p->role = role;
+	/* A failure is the file's failed sync, as persist_set_check_run's */
+	int rc = write_super(p, SUPER_IN_USE), none = 0;
+	if (rc)
+		atomic_compare_exchange_strong(&p->sync_error, &none, -rc);
+	return rc;
 }
 
 /* Checks an existing file's superblock against what we were asked for,
@@ -270,9 +284,21 @@ int persist_open(struct persist *p, const char *path, const struct persist_geome
 			     "by the cache before, but '%s' was last used by port %u of this "
 			     "segment: not that cache's file", g->cache_port,
 			     (unsigned long long)g->left_dirty, path, s->seg_port);
+	/* A promoted replica's own writes (or a plain cache's) are the only
+	 * copy of what it acknowledged: as a replica's, they would be
+	 * refused a write-back and dropped at the next primary's reset (a
+	 * review: a promoted cache crashed, its unit started it with
+	 * --replica again, a new primary's reset dropped 8M). */
+	if (!rc && !discard && held && g->replica && super_role(s) == PERSIST_ROLE_OWN)
+		rc = say_why(why, len, EPERM, "--persist: '%s' holds %llu dirty bytes a cache "
+			     "acknowledged itself (a promoted replica, or no replica at all), not a "
+			     "primary's copies: a replica would drop them at a reset; start it without "
+			     "--replica to write them back (--persist-discard drops them)", path,
+			     (unsigned long long)held);
 	if (!rc) {
 		p->super_gen = s->generation;
 		super_marker(s, p->marker);
+		p->role = super_role(s);
 		if (s->run_sum == run_sum(s)) {
 			p->file_id = s->file_id;
 			p->last_run = s->run;

@@ -48,6 +48,12 @@
 
 #define PERSIST_NAME_MAX 255u
 #define PERSIST_MARKER_MAX 200u   /* a replica's primary's marker name */
+
+/* Whose dirty data a file holds: a replica's copies of its primary's
+ * writes (a reset drops them), or a cache's own (a plain cache's, a
+ * promoted replica's: the only copy of what it acknowledged). Unknown: a
+ * file of a build before it. */
+enum { PERSIST_ROLE_UNKNOWN = 0, PERSIST_ROLE_REPLICA = 1, PERSIST_ROLE_OWN = 2 };
 #define PERSIST_NO_OBJECT UINT32_MAX
 
 /* What the file was made for: all of it must match on reopen. */
@@ -70,6 +76,10 @@ struct persist_geometry {
 	 * (EPERM): it holds another cache's data, and the dead one's would go
 	 * unserved while reads reach the blocker's older bytes. */
 	uint64_t left_dirty;
+	/* Not geometry: opened by a replica (--replica). A file holding a
+	 * cache's own dirty data (PERSIST_ROLE_OWN: a promoted replica's) is
+	 * refused then (EPERM): a replica would drop it at a reset. */
+	bool replica;
 };
 
 struct persist_recovery {
@@ -104,6 +114,7 @@ struct persist {
 	uint32_t nr_free_objects;
 	_Atomic int sync_error;            /* the first fdatasync failure, for good */
 	char marker[PERSIST_MARKER_MAX + 1];   /* kept in the superblock ("": none) */
+	uint32_t role;                     /* PERSIST_ROLE_*: as found, then as set */
 	/* A random name the file keeps for life, and which opening of it this
 	 * is: run is last_run + 1, stored (msync) by persist_recover or at a
 	 * format. What a run says about the file elsewhere (cached's persist
@@ -188,6 +199,13 @@ int persist_sync(struct persist *p);
  * it returns; p->marker holds it (read back by persist_open). 0 or
  * -errno. One caller at a time. */
 int persist_set_marker(struct persist *p, const char *name);
+
+/* Whose dirty data the file holds from now on (PERSIST_ROLE_*), in the
+ * superblock and synced before it returns (a crash after must not leave
+ * a promoted replica's own writes marked as its primary's). 0 or -errno
+ * (then the file's sync error, as persist_set_check_run's). One caller at
+ * a time, as persist_set_marker. */
+int persist_set_role(struct persist *p, uint32_t role);
 
 /* The name of the object on the blocker where cached says what became of
  * a file whose sync failed (persist_marker.c), from its file_id. */

@@ -60,7 +60,11 @@ struct persist_super {
 	 * copy (persist.c gives a clean one an id of its own). */
 	uint64_t ino;
 	uint64_t ino_sum;
-	unsigned char unused[PAGE - 120 - 12 - (PERSIST_MARKER_MAX + 1) - 3 - 32 - 16];
+	/* Whose dirty data it holds (persist.h: PERSIST_ROLE_*), summed on
+	 * its own: zeros in a file of a build before it (unknown). */
+	uint64_t role;
+	uint64_t role_sum;
+	unsigned char unused[PAGE - 120 - 12 - (PERSIST_MARKER_MAX + 1) - 3 - 32 - 16 - 16];
 };
 _Static_assert(sizeof(struct persist_super) == PAGE, "one page per superblock copy");
 
@@ -108,6 +112,18 @@ static inline uint64_t run_sum(const struct persist_super *s)
 static inline uint64_t ino_sum(const struct persist_super *s)
 {
 	return XXH3_64bits_withSeed(&s->ino, sizeof(s->ino), 0x696e6fu);
+}
+
+static inline uint64_t role_sum(const struct persist_super *s)
+{
+	return XXH3_64bits(&s->role, sizeof(s->role));
+}
+
+/* The role a superblock holds, PERSIST_ROLE_UNKNOWN where none is valid. */
+static inline uint32_t super_role(const struct persist_super *s)
+{
+	return s && s->role_sum == role_sum(s) && s->role <= PERSIST_ROLE_OWN ?
+	       (uint32_t)s->role : PERSIST_ROLE_UNKNOWN;
 }
 
 /* The replica's marker name a superblock holds into out (at least

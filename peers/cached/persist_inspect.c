@@ -195,6 +195,7 @@ int persist_inspect(const char *path, struct persist_report *r, char *why, size_
 		r->seg_port = s->seg_port;
 		r->seg_given_up = s->seg_given_up;
 		super_marker(s, r->marker);
+		r->role = super_role(s);
 		if (s->run_sum == run_sum(s)) {
 			r->file_id = s->file_id;
 			r->run = s->run;
@@ -209,6 +210,11 @@ int persist_inspect(const char *path, struct persist_report *r, char *why, size_
 	munmap(map, (size_t)st.st_size);
 	close(fd);
 	return rc;
+}
+
+static const char *role_name(uint32_t role)
+{
+	return role == PERSIST_ROLE_REPLICA ? "replica" : role == PERSIST_ROLE_OWN ? "own" : "";
 }
 
 static void json_string(FILE *f, const char *s)
@@ -244,6 +250,7 @@ void persist_report_print(FILE *f, const char *path, const struct persist_report
 			"\"given_up_seen\":%" PRIu64 ",\"kept\":%s,\"mirror_marker\":", r->seg_instance,
 			r->seg_port, r->seg_given_up, r->kept ? "true" : "false");
 		json_string(f, r->marker);
+		fprintf(f, ",\"role\":\"%s\"", role_name(r->role));
 		char name[40] = "";
 		if (r->file_id)
 			snprintf(name, sizeof(name), PERSIST_MARKER_OBJECT, r->file_id);
@@ -273,6 +280,10 @@ void persist_report_print(FILE *f, const char *path, const struct persist_report
 		fprintf(f, "  run %" PRIu64 " opened it last; a failed sync's word on the blocker: object "
 			"'" PERSIST_MARKER_OBJECT "' (a start reads run %" PRIu64 "'s there)\n", r->run,
 			r->file_id, r->check_run);
+	fprintf(f, "  its dirty data: %s\n", r->role == PERSIST_ROLE_REPLICA ?
+		"a replica's copies of its primary's writes (a start with --replica only)" :
+		r->role == PERSIST_ROLE_OWN ? "the cache's own (a start without --replica only, "
+		"while it holds any)" : "unknown (a file of an older build)");
 	if (r->marker[0])
 		fprintf(f, "  a replica's: its primary's marker is '%s' (a promote reads it)\n",
 			r->marker);

@@ -27,6 +27,7 @@ struct persist_report {
 	uint64_t seg_instance, seg_given_up;
 	uint32_t seg_port;
 	char marker[PERSIST_MARKER_MAX + 1];   /* a replica's primary's marker, "" none */
+	uint32_t role;                         /* whose dirty data: PERSIST_ROLE_* */
 	/* the file's id (0: a file of a build before ids), the run that last
 	 * opened it, the run whose word on the blocker governs its dirty data */
 	uint64_t file_id, run, check_run;

@@ -264,8 +264,21 @@ uint64_t cache_engine_replica_tag(struct cache_engine *e)
 
 static void promote_now(struct cache_engine *e, struct cache_req *req)
 {
+	/* Its file holds the path's own data from here: a restart with
+	 * --replica must refuse it, not drop it at a primary's reset. A
+	 * failed write is the file's failed sync: engine_sync, once it is no
+	 * replica, finds it and turns the cache to write-through (nothing
+	 * dirty stays in a file that may not say whose it is). */
+	int rc = 0;
+	if (e->persisting) {
+		pthread_mutex_lock(&e->reset_lock);   /* keep_marker writes it too */
+		rc = persist_set_role(&e->persist, PERSIST_ROLE_OWN);
+		pthread_mutex_unlock(&e->reset_lock);
+	}
 	atomic_store(&e->replica, false);   /* flushes, reads, stops as any cache */
 	atomic_store(&e->replica_unsure, false);   /* no primary to wait for now */
+	if (rc)
+		(void)engine_sync(e);
 	engine_wait_writes(e);   /* what it took as a replica is dirty: listed */
 	flush_all_to_blocker(e, req);
 }

@@ -4,6 +4,8 @@
 # store neither); B's filed slowed (strace) so that the promote's
 # write-back takes seconds; then, by VARIANT:
 #   cli:      `xseg promote` SIGKILLed half-way; promote again;
+#   blocker:  B's filed SIGKILLed half-way: the promote fails (EHOSTDOWN);
+#             filed back, promote again;
 #   replica:  the promoted cached SIGKILLed half-way; started again on
 #             its persist file with --replica (its unit's command line):
 #             refused (exit 1: the file holds the path's own data now,
@@ -16,7 +18,7 @@
 # Run without VARIANT, it runs each.
 set -u
 if [ -z "${VARIANT:-}" ]; then
-	for v in cli replica; do
+	for v in cli blocker replica; do
 		echo "=== variant $v"
 		VARIANT=$v bash "$0" || exit 1
 	done
@@ -64,6 +66,16 @@ cli)
 		fail "promote again: $(cat "$DIR/promote2.out")"
 	echo "promote again: $(cat "$DIR/promote2.out")"
 	;;
+blocker)
+	kill -KILL "$bbpid"; wait "$bbpid" 2>/dev/null
+	kill "$STRACE" 2>/dev/null; wait "$STRACE" 2>/dev/null
+	wait $ppid && fail "the promote succeeded with B's blocker dead: $(cat "$DIR/promote1.out")"
+	echo "the promote, B's blocker dead: $(cat "$DIR/promote1.out"); $(rstat dirty_bytes) bytes dirty, replica $(rstat replica)"
+	start_blocker_b
+	timeout 60 "$BIN/xseg" promote --segment "$SEGB" --port 3 > "$DIR/promote2.out" 2>&1 ||
+		fail "promote again, B's blocker back: $(cat "$DIR/promote2.out")"
+	echo "promote again, B's blocker back: $(cat "$DIR/promote2.out")"
+	;;
 replica)
 	kill -KILL "$rpid"; wait "$rpid" 2>/dev/null
 	wait $ppid; echo "the first promote: $(cat "$DIR/promote1.out")"
@@ -84,7 +96,7 @@ replica)
 	echo "restarted without --replica: dirty $(rstat dirty_bytes)"
 	;;
 esac
-if [ $VARIANT = cli ]; then
+if [ $VARIANT != replica ]; then
 	[ "$(rstat dirty_bytes)" = 0 ] || fail "$(rstat dirty_bytes) bytes dirty after the promote"
 	[ "$(rstat replica)" = false ] || fail "still a replica"
 fi

@@ -408,9 +408,10 @@ END_TEST
 /* Whose dirty data the file holds (a review: a promoted cache crashed,
  * its unit started it with --replica again, and a new primary's reset
  * dropped its own acknowledged writes): a replica's open of a file
- * holding a cache's own dirty data is refused without a write; an empty
- * one, or a replica's, is taken; a file of an older build (no role) is
- * taken as before. */
+ * holding a cache's own dirty data is refused without a write, and so is
+ * a plain cache's open of a replica's (its copies may be older than the
+ * store's: a promote reads the marker first); an empty one is taken; a
+ * file of an older build (no role) is taken as before. */
 START_TEST(a_replica_refuses_a_cache_s_own_data)
 {
 	struct persist p;
@@ -453,8 +454,15 @@ START_TEST(a_replica_refuses_a_cache_s_own_data)
 	ck_assert_int_eq(persist_open(&p, path, &rg, false, NULL, why, sizeof(why)), 0);
 	ck_assert_uint_eq(p.role, PERSIST_ROLE_REPLICA);
 	persist_close(&p, false);
+	/* a replica's copies, to a cache that is not one: refused unwritten */
+	before = file_sum();
+	ck_assert_int_eq(persist_open(&p, path, &geo, false, NULL, why, sizeof(why)), -EPERM);
+	ck_assert_ptr_nonnull(strstr(why, "of a replica"));
+	persist_close(&p, false);
+	ck_assert_uint_eq(file_sum(), before);
 
-	/* the role's bytes zeroed in both copies (an older build's file) */
+	/* the role's bytes zeroed in both copies (an older build's file):
+	 * taken by either */
 	int fd = open(path, O_RDWR);
 	ck_assert_int_ge(fd, 0);
 	uint64_t zero[2] = { 0, 0 };
@@ -465,6 +473,8 @@ START_TEST(a_replica_refuses_a_cache_s_own_data)
 	close(fd);
 	ck_assert_int_eq(persist_open(&p, path, &rg, false, NULL, why, sizeof(why)), 0);
 	ck_assert_uint_eq(p.role, PERSIST_ROLE_UNKNOWN);
+	persist_close(&p, false);
+	open_ok(&p);
 	persist_close(&p, false);
 }
 END_TEST

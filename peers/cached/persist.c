@@ -295,6 +295,17 @@ int persist_open(struct persist *p, const char *path, const struct persist_geome
 			     "primary's copies: a replica would drop them at a reset; start it without "
 			     "--replica to write them back (--persist-discard drops them)", path,
 			     (unsigned long long)held);
+	/* And a replica's copies may be older than the store's (its primary
+	 * degraded and wrote newer ones through): only a promote, which reads
+	 * the primary's marker first, may write them back, not a start
+	 * without --replica (a review: seed 2, acknowledged, written over by
+	 * the replica's seed 1). */
+	if (!rc && !discard && held && !g->replica && super_role(s) == PERSIST_ROLE_REPLICA)
+		rc = say_why(why, len, EPERM, "--persist: '%s' holds %llu dirty bytes of a replica, "
+			     "its primary's copies, which may be older than the blocker's: start it "
+			     "with --replica (`xseg promote` writes them back where the primary's "
+			     "marker allows), or --persist-discard drops them", path,
+			     (unsigned long long)held);
 	if (!rc) {
 		p->super_gen = s->generation;
 		super_marker(s, p->marker);

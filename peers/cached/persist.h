@@ -78,7 +78,9 @@ struct persist_geometry {
 	uint64_t left_dirty;
 	/* Not geometry: opened by a replica (--replica). A file holding a
 	 * cache's own dirty data (PERSIST_ROLE_OWN: a promoted replica's) is
-	 * refused then (EPERM): a replica would drop it at a reset. */
+	 * refused then (EPERM): a replica would drop it at a reset; and a
+	 * replica's (PERSIST_ROLE_REPLICA) is refused to a cache that is not
+	 * one: it would write its primary's copies back unchecked. */
 	bool replica;
 };
 

@@ -41,13 +41,15 @@ for s in 100 101; do
 done
 last=101 cut=102
 pass $cut & wp=$!
-t=${PROMOTE_KILL_AT:-$(printf 0.%02d $((RANDOM % 15 + 3)))}
+# a random moment of the pass: 10 to 60% of the last whole pass's time
+t=${PROMOTE_KILL_AT:-$(python3 -c "import random; print(round($(jfield "$DIR/w-$last.out" seconds) * random.uniform(0.1, 0.6), 3))")}
 sleep "$t"
+pd=$(pstat dirty_bytes) rd=$(rstat dirty_bytes) ms=$(pstat mirror_state)
+# the loss at once after the check (each stats call takes a while)
 kill -0 $wp 2>/dev/null || fail "pass $cut ended within $t s: no write in flight at the loss"
-pd=$(pstat dirty_bytes) rd=$(rstat dirty_bytes)
-echo "--- host A lost $t s into pass $cut: primary dirty $pd, replica dirty $rd, $(pstat mirror_state)"
-[ "$pd" -gt 0 ] || fail "the primary holds nothing dirty: nothing at risk"
 kill -KILL "$cpid" "$spid" "$bapid" "$vapid"
+echo "--- host A lost $t s into pass $cut: primary dirty $pd, replica dirty $rd, $ms (just before)"
+[ "$pd" -gt 0 ] || fail "the primary holds nothing dirty: nothing at risk"
 wait "$cpid" "$spid" "$bapid" "$vapid" 2>/dev/null
 rm -f "$PRIMARY_PF"
 wait $wp && fail "pass $cut passed with host A lost under it"

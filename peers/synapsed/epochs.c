@@ -14,9 +14,10 @@
  * overlaps everything) is still at the target (--retry-limit at most,
  * then ETIMEDOUT). Those that overlap nothing go at once: a request the
  * target never answers holds back only what it could be reordered with.
- * Within one connection, a READ or WRITE waits the same way behind an
- * earlier READ or WRITE of the same bytes (a WRITE in either) still at the
- * target: its requester may have timed that one out and written again.
+ * Within one connection, a READ, WRITE, DELETE or COPY waits the same way
+ * behind an earlier one of the same object's bytes (a change in either:
+ * a WRITE, or a DELETE or COPY onto the object) still at the target: its
+ * requester may have timed that one out and written again.
  *
  * Connections without a hello (a client other than synapsed) are not
  * ordered against each other. The table is under S.lock; the hello and
@@ -198,14 +199,23 @@ static bool overlaps(const struct epoch_ticket *t, const struct epoch_ticket *o)
 	       t->offset < o->offset + o->size && o->offset < t->offset + t->size;
 }
 
-/* A READ or WRITE over the bytes of another, one of them a WRITE: the two
- * could land in either order at a target that runs requests at once. */
+/* Two requests on one object's data, one of them a change (a WRITE, or a
+ * DELETE or COPY onto it: the whole object), could land in either order at
+ * a target that runs requests at once. (A COPY's source is not counted: a
+ * write to it timed out may land before or after the copy, as it may.) */
+static bool on_data(uint32_t op)
+{
+	return op == X_READ || op == X_WRITE || op == X_DELETE || op == X_COPY;
+}
+
 static bool data_overlaps(const struct epoch_ticket *t, const struct epoch_ticket *o)
 {
-	bool rw = (t->op == X_READ || t->op == X_WRITE) && (o->op == X_READ || o->op == X_WRITE);
-	return rw && (t->op == X_WRITE || o->op == X_WRITE) &&
-	       t->offset < o->offset + o->size && o->offset < t->offset + t->size &&
-	       t->target_len == o->target_len && memcmp(t->target, o->target, t->target_len) == 0;
+	if (!on_data(t->op) || !on_data(o->op) || (t->op == X_READ && o->op == X_READ))
+		return false;
+	if (t->target_len != o->target_len || memcmp(t->target, o->target, t->target_len))
+		return false;
+	bool whole = t->op == X_DELETE || t->op == X_COPY || o->op == X_DELETE || o->op == X_COPY;
+	return whole || (t->offset < o->offset + o->size && o->offset < t->offset + t->size);
 }
 
 int epochs_claim(struct epoch_ticket *t)

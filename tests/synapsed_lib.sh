@@ -98,3 +98,22 @@ netns_pair() {
 		exit 0
 	}
 }
+
+# link_ab TIMEOUT: both segments, filed (2 threads, $fpid) on B's port 1,
+# synapsed B listening on port 2 ($P), synapsed A on A's port 2 sending to
+# it with --timeout TIMEOUT, connected.
+link_ab() {
+	"$BIN/xseg" create --segment "$SEG" --ports 16 --requests 1024 --heap 64M || fail "create A"
+	"$BIN/xseg" create --segment "$SEGB" --ports 16 --requests 1024 --heap 64M || fail "create B"
+	"$BIN/filed" --segment "$SEGB" --port 1 --dir "$DIR/data" --threads 2 2> "$DIR/filed.log" &
+	fpid=$!; pids+=($fpid)
+	wait_bound_in "$SEGB" 1
+	P=$(free_port)
+	"$BIN/synapsed" --segment "$SEGB" --port 2 --listen "127.0.0.1:$P" --target-port 1 \
+		--log-level info 2> "$DIR/synapsed-b.log" & pids+=($!)
+	wait_bound_in "$SEGB" 2
+	"$BIN/synapsed" --segment "$SEG" --port 2 --remote "127.0.0.1:$P" --timeout "$1" \
+		--log-level info 2> "$DIR/synapsed-a.log" & pids+=($!)
+	wait_bound 2
+	wait_log "$DIR/synapsed-a.log" "connected to 127.0.0.1:$P"
+}

@@ -15,19 +15,7 @@ SEG_PREFIX=synapsed-late-delete
 . "$(dirname "$0")/synapsed_lib.sh"
 command -v strace > /dev/null || { echo "SKIP: no strace"; exit 0; }
 
-"$BIN/xseg" create --segment "$SEG" --ports 16 --requests 256 --heap 16M || fail "create A"
-"$BIN/xseg" create --segment "$SEGB" --ports 16 --requests 256 --heap 16M || fail "create B"
-"$BIN/filed" --segment "$SEGB" --port 1 --dir "$DIR/data" --threads 2 2> "$DIR/filed.log" &
-fpid=$!; pids+=($fpid)
-wait_bound_in "$SEGB" 1
-P=$(free_port)
-"$BIN/synapsed" --segment "$SEGB" --port 2 --listen "127.0.0.1:$P" --target-port 1 \
-	--log-level info 2> "$DIR/synapsed-b.log" & pids+=($!)
-wait_bound_in "$SEGB" 2
-"$BIN/synapsed" --segment "$SEG" --port 2 --remote "127.0.0.1:$P" --timeout 1 \
-	--log-level info 2> "$DIR/synapsed-a.log" & pids+=($!)
-wait_bound 2
-wait_log "$DIR/synapsed-a.log" "connected to 127.0.0.1:$P"
+link_ab 1
 
 xa() { "$BIN/xreq" --segment "$SEG" --port 10 --target-port 2 --target o "$@"; }
 xa --op write --size 4096 --data a > /dev/null || fail "the first WRITE through A"

@@ -23,24 +23,12 @@ SEG_PREFIX=synapsed-late-overlap
 . "$(dirname "$0")/synapsed_lib.sh"
 command -v strace > /dev/null || { echo "SKIP: no strace"; exit 0; }
 
-"$BIN/xseg" create --segment "$SEG" --ports 16 --requests 1024 --heap 64M || fail "create A"
-"$BIN/xseg" create --segment "$SEGB" --ports 16 --requests 1024 --heap 64M || fail "create B"
-"$BIN/filed" --segment "$SEGB" --port 1 --dir "$DIR/data" --threads 2 2> "$DIR/filed.log" &
-fpid=$!; pids+=($fpid)
-wait_bound_in "$SEGB" 1
-P=$(free_port)
-"$BIN/synapsed" --segment "$SEGB" --port 2 --listen "127.0.0.1:$P" --target-port 1 \
-	--log-level info 2> "$DIR/synapsed-b.log" & pids+=($!)
-wait_bound_in "$SEGB" 2
-"$BIN/synapsed" --segment "$SEG" --port 2 --remote "127.0.0.1:$P" --timeout 1 \
-	--log-level info 2> "$DIR/synapsed-a.log" & pids+=($!)
-wait_bound 2
+link_ab 1
 "$BIN/vlmcd" --segment "$SEG" --port 3 --blocker-port 2 --volume v:1M 2> "$DIR/vlmcd-a.log" &
 pids+=($!)
 "$BIN/vlmcd" --segment "$SEGB" --port 4 --blocker-port 1 --volume v:1M 2> "$DIR/vlmcd-b.log" &
 pids+=($!)
 wait_bound 3; wait_bound_in "$SEGB" 4
-wait_log "$DIR/synapsed-a.log" "connected to 127.0.0.1:$P"
 
 bench() {   # SEG PORT TARGET_PORT OP SEED EXTRA...
 	"$BIN/bench-xseg" --segment "$1" --port "$2" --target-port "$3" --op "$4" --seed "$5" \

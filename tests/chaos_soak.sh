@@ -22,6 +22,10 @@
 #   CHAOS_WRITERS  writers at once (default 2; 2 cores: keep it small)
 #   CHAOS_FAULTS   faults to draw from (default all), e.g. "kill_cached flush"
 #   CHAOS_KEEP     where the logs stay (default /tmp/chaos-SEED-PID)
+#   CHAOS_CACHE_SIZE cached's --cache-size (default 32M; the volumes hold
+#                  2 x 3 x 4M: 8M makes it evict and write back under load)
+#   CHAOS_BS       bench-xseg's --block-size (default 4K, one bucket)
+#   CHAOS_PERSIST_SYNC cached's --persist-sync (default flush)
 # Exit 0 when every read back verifies, 1 on the first failure (logs kept).
 set -u
 SEG_PREFIX=chaos
@@ -45,7 +49,7 @@ chaos_fail() {
 	log "FAIL: $*"
 	touch "$DIR/stop"
 	cp -r "$DIR"/*.log "$DIR"/w* "$KEEP"/ 2>/dev/null
-	echo "replay: CHAOS_SEED=$CSEED CHAOS_SECONDS=$SECONDS_RUN CHAOS_WRITERS=$WRITERS; logs in $KEEP"
+	echo "replay: CHAOS_SEED=$CSEED CHAOS_SECONDS=$SECONDS_RUN CHAOS_WRITERS=$WRITERS CHAOS_CACHE_SIZE=${CHAOS_CACHE_SIZE:-32M} CHAOS_BS=${CHAOS_BS:-4K} CHAOS_PERSIST_SYNC=${CHAOS_PERSIST_SYNC:-flush}; logs in $KEEP"
 	fail "$*"
 }
 
@@ -70,9 +74,9 @@ start_vlmcd() {
 # (default: the scratch directory; a tmpfs in /dev/shm works too).
 PF=${CHAOS_PERSIST_DIR:-$DIR}/chaos-$$.pf
 start_cached() {
-	"$BIN/cached" --segment "$SEG" --port 3 --blocker-port 1 --cache-size 32M \
+	"$BIN/cached" --segment "$SEG" --port 3 --blocker-port 1 --cache-size "${CHAOS_CACHE_SIZE:-32M}" \
 		--object-size 1M --write-policy writeback --dirty-high 60 --dirty-low 40 \
-		--persist "$PF" 2>> "$DIR/cached.log" & cached=$!
+		--persist "$PF" --persist-sync "${CHAOS_PERSIST_SYNC:-flush}" 2>> "$DIR/cached.log" & cached=$!
 	pids+=($cached); echo "$cached" > "$DIR/cached.pid"
 	for _ in $(seq 200); do
 		kill -0 "$cached" 2>/dev/null || { wait "$cached"; return $?; }
@@ -97,7 +101,7 @@ start_cached || fail "cached did not start"
 plug || fail "first plug"
 MAINPID=$BASHPID
 trap '[ "$BASHPID" = "$MAINPID" ] && cleanup' EXIT
-log "start: seed $CSEED, $SECONDS_RUN s, $WRITERS writers, faults: ${FAULTS[*]}, dir $DIR, keep $KEEP"
+log "start: seed $CSEED, $SECONDS_RUN s, cache ${CHAOS_CACHE_SIZE:-32M}, block ${CHAOS_BS:-4K}, persist-sync ${CHAOS_PERSIST_SYNC:-flush}, $WRITERS writers, faults: ${FAULTS[*]}, dir $DIR, keep $KEEP"
 
 # ---- block lists ----
 # blist OP A [B]: python over bench-xseg block lists ("FIRST COUNT" lines
@@ -134,7 +138,7 @@ EOF
 bench() {
 	local op=$1 vol=$2 seed=$3 out=$4 port=$5; shift 5
 	"$BIN/bench-xseg" --segment "$SEG" --port "$port" --target-port 2 --volume "$vol" \
-		--op "$op" --pattern rand --total-size $VOL --block-size 4K --iodepth 8 \
+		--op "$op" --pattern rand --total-size $VOL --block-size "${CHAOS_BS:-4K}" --iodepth 8 \
 		--seed "$seed" --verify full --timeout 30 --json "$@" > "$out" 2> "$out.err"
 }
 
@@ -190,7 +194,7 @@ writer() {
 		un=$(json "$out" unanswered 2>/dev/null)
 		[ "${f:-x}" = 0 ] || log "writer $w pass $p on $vol: exit $rc, failed ${f:-?}, unacked ${u:-?}, unanswered ${un:-?}"
 		local secs; secs=$(json "$out" seconds 2>/dev/null)
-		[ "${secs%%.*}" -lt 29 ] 2>/dev/null ||
+		awk "BEGIN { exit !(${secs:-99} < 29) }" ||
 			log "SUSPECT: writer $w pass $p took ${secs:-?} s, $un unanswered (a hang?)"
 		[ "$(json "$out" corrupted 2>/dev/null)" = 0 ] || chaos_fail "writer $w pass $p: corrupted on write"
 		readback "$vol" $((port + 1)) "after pass $p"
@@ -293,7 +297,10 @@ fault() {
 		[ $rc = 0 ] || log "SUSPECT: cached exited $rc on SIGTERM"
 		restart_cached ;;
 	kill_in_unplug|kill_in_flush|kill_in_policy)
-		local bp
+		# filed stopped first (mostly): the write-back the tool waits for
+		# cannot finish before the kill
+		local bp held=0
+		[ $((RANDOM % 4)) != 0 ] && { held=1; kill -STOP "$filed"; }
 		case $f in
 		kill_in_unplug) "$BIN/xseg" unplug --segment "$SEG" --via 3 > "$DIR/bg.out" 2>&1 & bp=$! ;;
 		kill_in_flush) "$BIN/xreq" --segment "$SEG" --port 20 --target-port 2 --op flush \
@@ -301,8 +308,9 @@ fault() {
 		kill_in_policy) "$BIN/xseg" policy --segment "$SEG" --port 3 --set writethrough > "$DIR/bg.out" 2>&1 & bp=$! ;;
 		esac
 		sleep "0.0$((RANDOM % 10))$((RANDOM % 10))"
-		log "FAULT $f: cached $cached killed (dirty $(peer_stat 3 dirty_bytes 2>/dev/null))"
+		log "FAULT $f: cached $cached killed (dirty $(peer_stat 3 dirty_bytes 2>/dev/null)), filed stopped: $held"
 		kill -KILL "$cached"; wait "$cached" 2>/dev/null
+		[ $held = 1 ] && { sleep "0.$((RANDOM % 10))"; kill -CONT "$filed"; }
 		t=0
 		while kill -0 $bp 2>/dev/null && [ $t -lt 1200 ]; do sleep 0.05; t=$((t + 1)); done
 		kill -0 $bp 2>/dev/null && { log "SUSPECT: $f: the tool still waits 60 s after cached died"; kill $bp; }

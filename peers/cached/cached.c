@@ -1387,7 +1387,12 @@ static bool persist_took_over(uint64_t left)
 {
 	struct cache_stats s;
 	cache_engine_stats(C.engine, &s);
-	if (!s.recoveries)
+	/* Recovered data, or none from the file the dead cache itself had
+	 * open here: it answered no write-back write before the write was in
+	 * the file, so an empty file means it held nothing acknowledged (it
+	 * died in a write-through write, or after writing everything back
+	 * but before clearing the mark). */
+	if (!s.recoveries && !s.persist_left_here)
 		return false;
 	peer_log(PEER_LOG_WARN, "port %u was left marked dirty (%" PRIu64 " bytes) by the cache "
 		 "before; serving the %" PRIu64 " bytes recovered from %s", C.port, left,

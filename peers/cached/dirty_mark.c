@@ -43,6 +43,9 @@ void dirty_mark_init(struct xseg *seg, uint32_t port, struct cache_engine *e)
 	M.seg = seg;
 	M.port = port;
 	M.engine = e;
+	/* A mark the dead cache left is ours now (we took its data over):
+	 * the first update clears it if nothing is dirty. */
+	atomic_store(&M.marked, dirty_mark_left(seg, port) != 0);
 }
 
 static uint64_t dirty_bytes(void)

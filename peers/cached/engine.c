@@ -955,6 +955,7 @@ void cache_engine_stats(struct cache_engine *e, struct cache_stats *s)
 		uint64_t syncs = atomic_load(&e->syncs);
 		s->persist_dirty_bytes = atomic_load(&e->published) * bs;
 		s->recoveries = e->recovery.slots ? 1 : 0;
+		s->persist_left_here = !e->cfg.persist_discard && e->recovery.left_here;
 		s->recovered_bytes = e->recovery.bytes;
 		s->persist_dropped = e->recovery.torn_headers + e->recovery.torn_data +
 				     e->recovery.orphans + e->recovery.bad_objects;

@@ -234,6 +234,7 @@ struct cache_stats {
 	bool persist;
 	uint64_t persist_dirty_bytes;           /* published slots x bucket size */
 	uint64_t recoveries;                    /* 1: this start recovered dirty data */
+	bool persist_left_here;                 /* the file was left in use by this port */
 	uint64_t recovered_bytes;
 	uint64_t persist_dropped;               /* torn, orphaned, bad records at recovery */
 	uint64_t persist_discarded_bytes;       /* dropped by --persist-discard */

@@ -307,6 +307,8 @@ int persist_open(struct persist *p, const char *path, const struct persist_geome
 			     "marker allows), or --persist-discard drops them", path,
 			     (unsigned long long)held);
 	if (!rc) {
+		p->left_here = s->state == SUPER_IN_USE && g->segment &&
+			       s->seg_instance == g->segment && s->seg_port == g->cache_port;
 		p->super_gen = s->generation;
 		super_marker(s, p->marker);
 		p->role = super_role(s);
@@ -463,6 +465,7 @@ int persist_recover(struct persist *p, persist_recover_fn fn, void *arg,
 	const struct persist_super *s = newest_super(p->super);
 	r->was_clean = s && s->state == SUPER_CLEAN;
 	r->was_kept = s && s->state == SUPER_KEPT;
+	r->left_here = p->left_here;
 	uint64_t table = pow2_at_least((uint64_t)p->geo.nr_slots * 2);
 	bool *obj_valid = calloc(p->geo.nr_objects, sizeof(*obj_valid));
 	uint32_t *best = malloc(table * sizeof(*best));

@@ -96,6 +96,12 @@ struct persist_recovery {
 	uint64_t rewritten_bytes; /* after a crash: written again for the sync */
 	bool was_clean;          /* the last close was clean */
 	bool was_kept;           /* ... or kept its dirty data, all synced first */
+	/* Left in use (its process died with it open) by this port of this
+	 * segment instance: the file of the cache that died on the port,
+	 * which held every write that cache acknowledged, even when it holds
+	 * nothing now (a write-through write under way, or written back
+	 * since the port's mark was last published). */
+	bool left_here;
 };
 
 struct persist {
@@ -134,6 +140,7 @@ struct persist {
 	/* a clean copy of another file: given an id of its own at this open;
 	 * one holding dirty data (or restored from a copy): the id kept */
 	bool copy_forked, copy_dirty;
+	bool left_here;                    /* persist_recovery.left_here, from the open */
 };
 
 /*

@@ -209,7 +209,7 @@ restart_cached() {   # [noplug]
 	before=$(wc -l < "$DIR/cached.log")
 	start_cached; rc=$?
 	[ $rc = 0 ] || chaos_fail "cached did not restart on its persist file (exit $rc): $(tail -5 "$DIR/cached.log")"
-	log "  cached restarted, pid $cached: $(tail -n +$((before + 1)) "$DIR/cached.log" | grep -E 'persist: .*recovered' | cut -c1-160)"
+	log "  cached restarted, pid $cached: $(tail -n +$((before + 1)) "$DIR/cached.log" | grep -E 'persist: .*recovered|left marked' | cut -c30-200 | tr '\n' ' ')"
 	[ "${1:-}" = noplug ] && return 0
 	plug || chaos_fail "cached restarted but cannot be plugged back"
 }

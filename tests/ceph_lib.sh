@@ -55,12 +55,13 @@ passes_write() {   # PREFIX SECONDS: a pass every 0.5 s; the count in $DIR/PREFI
 	while [ $SECONDS -lt $end ] && [ $k -lt $PASS_VOLUMES ]; do
 		k=$((k + 1))
 		bench "$1$k" write "$k" --total-size $PASS_SIZE --unacked "$DIR/$1$k.unacked" > "$DIR/$1$k.out" 2> "$DIR/$1$k.err"
+		echo $k > "$DIR/$1.passes"   # the passes ended so far
 		sleep 0.5
 	done
-	echo $k > "$DIR/$1.passes"
 }
-passes_failed() {   # PREFIX: the writes no pass acknowledged
+passes_failed() {   # PREFIX: the writes no pass (ended so far) acknowledged
 	local k n=0
+	[ -f "$DIR/$1.passes" ] || { echo 0; return; }
 	for k in $(seq "$(cat "$DIR/$1.passes")"); do n=$((n + $(json "$DIR/$1$k.out" failed))); done
 	echo $n
 }

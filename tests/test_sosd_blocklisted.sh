@@ -70,6 +70,8 @@ for _ in $(seq 20); do grep -q "blocklisted this client" "$DIR/sosd.log" && brea
 grep -q "blocklisted this client, client.admin at " "$DIR/sosd.log" ||
 	{ grep WARN "$DIR/sosd.log" | tail -2; fail "sosd's warnings do not say its client is blocklisted"; }
 grep WARN "$DIR/sosd.log" | tail -1
+# listed until a pass of the writer has failed (a pass every 0.5 s)
+for _ in $(seq 100); do [ "$(passes_failed b)" -gt 0 ] && break; sleep 0.1; done
 
 echo "--- taken off the list: served again"
 ceph_cli osd blocklist rm "$addr" > /dev/null 2>&1 || fail "ceph osd blocklist rm $addr"
